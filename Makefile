@@ -1,0 +1,56 @@
+GO       ?= go
+PKGS     ?= ./...
+BIN      ?= bin/bulkaction
+TESTFLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build run test test-short bench bench-redisq bench-admission bench-e2e lint fmt vet fuzz redis clean
+
+all: build
+
+## build: compile the bulkaction binary into bin/
+build:
+	$(GO) build -o $(BIN) ./cmd/bulkaction
+
+## run: start every service in one process with a demo workload
+run: build
+	$(BIN) dev --demo
+
+## test: the whole suite against real redis-server and embedded NATS
+test: redis
+	$(GO) vet $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+## redis: make sure redis-server is installed (installs Debian's package if missing)
+redis:
+	@scripts/ensure-redis.sh
+
+## bench: every benchmark that reports figures
+bench: bench-redisq bench-admission bench-e2e
+
+## bench-redisq: fair queue throughput, latency and memory (own redis-server)
+bench-redisq: redis
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/redisq/bench/ -args -figures
+
+## bench-admission: seed 002's load test, both admission modes
+bench-admission: redis
+	$(GO) test -run '^$$' -bench BenchmarkAdmission -benchtime 1x -count 1 -timeout 30m ./pkg/redisq/bench/ -args -admission
+
+## bench-e2e: whole pipeline throughput, head-of-line delay and latency vs asynq
+bench-e2e: redis
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m .
+
+## lint: gofmt, go vet and golangci-lint when installed
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run; else echo "golangci-lint not installed; skipped"; fi
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## fuzz: run the message decoders' fuzz targets for a while
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSubmission -fuzztime 60s ./pkg/contracts/
+
+clean:
+	rm -rf bin

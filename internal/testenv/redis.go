@@ -1,0 +1,204 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvRedisURL names the variable that points the tests at an existing Redis
+// server instead of a private one.
+const EnvRedisURL = "BULKACTION_TEST_REDIS_URL"
+
+var (
+	sharedOnce   sync.Once
+	sharedServer *RedisServer
+	sharedURL    string
+	sharedErr    error
+	prefixSeq    atomic.Int64
+)
+
+// Main runs the tests of m and stops the shared redis-server afterwards.
+// Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if sharedServer != nil {
+		sharedServer.Stop()
+	}
+	os.Exit(code)
+}
+
+// RedisEnv is one test's view of the shared Redis server.
+type RedisEnv struct {
+	URL    string
+	Client *redis.Client
+	// Prefix is unique to the test; every key the test writes starts with it.
+	Prefix string
+}
+
+// Redis returns a client of the shared test server (started on first use)
+// and a key prefix of the test's own. The client is closed when the test ends.
+func Redis(t testing.TB) *RedisEnv {
+	t.Helper()
+	url := SharedRedisURL(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("testenv: %s: %v", EnvRedisURL, err)
+	}
+	opt.PoolSize = 64
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return &RedisEnv{URL: url, Client: c, Prefix: NewPrefix(t)}
+}
+
+// NewPrefix returns a key prefix no other test of this process uses.
+func NewPrefix(t testing.TB) string {
+	name := regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(t.Name(), "_")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return fmt.Sprintf("t%d-%d-%s:", os.Getpid(), prefixSeq.Add(1), name)
+}
+
+// SharedRedisURL returns the URL of the test binary's shared server,
+// starting it on first use.
+func SharedRedisURL(t testing.TB) string {
+	t.Helper()
+	sharedOnce.Do(func() {
+		if u := os.Getenv(EnvRedisURL); u != "" {
+			sharedURL = u
+			return
+		}
+		sharedServer, sharedErr = StartRedisServer("")
+		if sharedErr == nil {
+			sharedURL = sharedServer.URL()
+		}
+	})
+	if sharedErr != nil {
+		t.Fatalf("testenv: %v", sharedErr)
+	}
+	return sharedURL
+}
+
+// RedisServer is a private redis-server child process without persistence.
+type RedisServer struct {
+	mu   sync.Mutex
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// NewRedisServer starts a private redis-server for one test and stops it
+// when the test ends. Tests use it to stop and restart a server.
+func NewRedisServer(t testing.TB) *RedisServer {
+	t.Helper()
+	s, err := StartRedisServer(t.TempDir())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartRedisServer starts redis-server on a free loopback port, working in
+// dir ("" = a new temporary directory), and waits until it answers PING.
+func StartRedisServer(dir string) (*RedisServer, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redis-server not found on PATH: install it (Debian: `apt-get install -y redis-server`, or run `make redis`) or set %s", EnvRedisURL)
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "bulkaction-redis-")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &RedisServer{port: port, dir: dir}
+	return s, s.Start()
+}
+
+// Start (re)starts the server on its port.
+func (s *RedisServer) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	cmd := exec.Command("redis-server",
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	// The server dies with the test binary even if Main is not used.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.cmd = cmd
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on port %d did not answer: %w (log: %s)", s.port, err, filepath.Join(s.dir, "redis.log"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server and waits for it to exit.
+func (s *RedisServer) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+	s.cmd = nil
+}
+
+// URL is the server's redis:// URL.
+func (s *RedisServer) URL() string { return "redis://" + s.addr() + "/0" }
+
+// Addr is the server's host:port.
+func (s *RedisServer) Addr() string { return s.addr() }
+
+func (s *RedisServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
