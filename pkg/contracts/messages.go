@@ -1,0 +1,268 @@
+package contracts
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Version is the value of the "v" field of every message. A message with any other version is
+// rejected with reason [ReasonBadVersion].
+const Version = 1
+
+// Priority is the serving level of a job's group in the fair queue. The zero value "" means
+// [PriorityNormal].
+type Priority string
+
+// The priority levels, served strictly in the order of [Priorities].
+const (
+	// PriorityHigh is served before every other level.
+	PriorityHigh Priority = "high"
+	// PriorityNormal is the default level.
+	PriorityNormal Priority = "normal"
+	// PriorityLow is served only when the other levels are empty.
+	PriorityLow Priority = "low"
+)
+
+// Priorities lists the priority levels in serving order: high, normal, low. Callers must not
+// modify it.
+var Priorities = []Priority{PriorityHigh, PriorityNormal, PriorityLow}
+
+// Valid reports whether p is one of the three levels. The empty string is not a level (see
+// [ParsePriority] and [Priority.OrDefault]).
+func (p Priority) Valid() bool {
+	switch p {
+	case PriorityHigh, PriorityNormal, PriorityLow:
+		return true
+	}
+	return false
+}
+
+// OrDefault returns p, or [PriorityNormal] when p is empty.
+func (p Priority) OrDefault() Priority {
+	if p == "" {
+		return PriorityNormal
+	}
+	return p
+}
+
+// ParsePriority parses a priority name. The empty string yields [PriorityNormal]; any name other
+// than "high", "normal" or "low" (matched exactly) is an error with reason [ReasonInvalidField].
+func ParsePriority(s string) (Priority, error) {
+	p := Priority(s).OrDefault()
+	if !p.Valid() {
+		return "", priorityError(s)
+	}
+	return p, nil
+}
+
+// Kind tells which of its three forms a [Submission] takes. The zero value is not a kind: a
+// submission without one is rejected with reason [ReasonUnknownKind].
+type Kind string
+
+// The submission kinds.
+const (
+	// KindJob submits one job of a group.
+	KindJob Kind = "job"
+	// KindSeal declares the number of distinct jobs the group has in total.
+	KindSeal Kind = "seal"
+	// KindCancel ends the group early: queued and backed-off jobs are dropped and counted as cancelled.
+	KindCancel Kind = "cancel"
+)
+
+// Valid reports whether k is one of the three kinds.
+func (k Kind) Valid() bool {
+	switch k {
+	case KindJob, KindSeal, KindCancel:
+		return true
+	}
+	return false
+}
+
+// Submission is the body of <prefix>.submit.<groupId>: a job, a seal or a cancel, as Kind says.
+// Fields that belong to another kind must be left at their zero values. The zero value is not a
+// valid submission (V and Kind are required).
+type Submission struct {
+	// V is the contract version; it must equal [Version].
+	V int `json:"v"`
+	// Kind says which form this submission takes; required.
+	Kind Kind `json:"kind"`
+	// GroupID is the group the submission belongs to; required, and it must equal the <groupId>
+	// token of the subject the message is published on.
+	GroupID string `json:"groupId"`
+	// JobID identifies the job within its group (kind job only; required there).
+	JobID string `json:"jobId,omitempty"`
+	// Type routes the job to the workers of that type (kind job only; required there).
+	Type string `json:"type,omitempty"`
+	// Payload is the job's input, any JSON value (kind job only). Nil or absent means JSON null.
+	// At most [Limits.MaxPayloadBytes] bytes in compact form.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Priority is the group's serving level (kind job only); "" means [PriorityNormal].
+	Priority Priority `json:"priority,omitempty"`
+	// BasePriority is added to the group's fair-queue score, smaller is served earlier (kind job
+	// only); 0 by default, within [MinBasePriority, MaxBasePriority].
+	BasePriority int64 `json:"basePriority,omitempty"`
+	// Total is the number of distinct jobs the group has (kind seal only; required there),
+	// within [0, MaxTotal]. Nil means not given.
+	Total *int64 `json:"total,omitempty"`
+}
+
+// MsgID returns the Nats-Msg-Id header value for s according to its kind: [SubmitMsgID] for a job,
+// [SealMsgID] for a seal (a nil Total counts as 0) and [CancelMsgID] for a cancel. It returns "" for
+// an unknown kind.
+func (s *Submission) MsgID() string {
+	switch s.Kind {
+	case KindJob:
+		return SubmitMsgID(s.GroupID, s.JobID)
+	case KindSeal:
+		var total int64
+		if s.Total != nil {
+			total = *s.Total
+		}
+		return SealMsgID(s.GroupID, total)
+	case KindCancel:
+		return CancelMsgID(s.GroupID)
+	}
+	return ""
+}
+
+// ReadyJob is the body of <prefix>.ready.<type>: one attempt of a job admitted for execution. The
+// zero value is not valid (V, the IDs, Type and Attempt are required).
+type ReadyJob struct {
+	// V is the contract version; it must equal [Version].
+	V int `json:"v"`
+	// GroupID is the job's group; required.
+	GroupID string `json:"groupId"`
+	// JobID identifies the job within its group; required.
+	JobID string `json:"jobId"`
+	// Type is the job type, also the last token of the subject; required.
+	Type string `json:"type"`
+	// Payload is the job's input as submitted. Nil or absent means JSON null.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Attempt numbers the attempts of the job, starting at 1.
+	Attempt int `json:"attempt"`
+}
+
+// MsgID returns the Nats-Msg-Id header value for r, [ReadyMsgID] of its IDs and attempt.
+func (r *ReadyJob) MsgID() string { return ReadyMsgID(r.GroupID, r.JobID, r.Attempt) }
+
+// ResultStatus is the outcome of one attempt. The zero value is not a status.
+type ResultStatus string
+
+// The result statuses.
+const (
+	// ResultSuccess means the processor finished the job.
+	ResultSuccess ResultStatus = "SUCCESS"
+	// ResultFailed means the job failed for good (a permanent error, or retries exhausted).
+	ResultFailed ResultStatus = "FAILED"
+)
+
+// Valid reports whether s is [ResultSuccess] or [ResultFailed].
+func (s ResultStatus) Valid() bool { return s == ResultSuccess || s == ResultFailed }
+
+// JobResult is the body of <prefix>.result.<groupId>: the terminal outcome of one job attempt. The
+// zero value is not valid (V, the IDs, Attempt and Status are required).
+type JobResult struct {
+	// V is the contract version; it must equal [Version].
+	V int `json:"v"`
+	// GroupID is the job's group; required.
+	GroupID string `json:"groupId"`
+	// JobID identifies the job within its group; required.
+	JobID string `json:"jobId"`
+	// Attempt is the attempt this result belongs to, starting at 1.
+	Attempt int `json:"attempt"`
+	// Status is SUCCESS or FAILED.
+	Status ResultStatus `json:"status"`
+	// Error describes the failure; empty when there is none.
+	Error string `json:"error,omitempty"`
+	// DurationMs is how long the attempt ran, in milliseconds; 0 or more.
+	DurationMs int64 `json:"durationMs"`
+}
+
+// MsgID returns the Nats-Msg-Id header value for r, [ResultMsgID] of its IDs and attempt.
+func (r *JobResult) MsgID() string { return ResultMsgID(r.GroupID, r.JobID, r.Attempt) }
+
+// GroupState is the state of a group's life cycle: CREATED → RUNNING → AGGREGATING → COMPLETED,
+// or CANCELLED from any non-terminal state. The zero value is not a state.
+type GroupState string
+
+// The group states.
+const (
+	// StateCreated means the group exists and none of its jobs has been admitted yet.
+	StateCreated GroupState = "CREATED"
+	// StateRunning means the group's jobs are being admitted and executed.
+	StateRunning GroupState = "RUNNING"
+	// StateAggregating means the group is sealed and its remaining results are being counted.
+	StateAggregating GroupState = "AGGREGATING"
+	// StateCompleted means the group is sealed and every job is terminal; Succeeded+Failed == Total.
+	StateCompleted GroupState = "COMPLETED"
+	// StateCancelled means the group was ended early; Succeeded+Failed+Cancelled == Jobs.
+	StateCancelled GroupState = "CANCELLED"
+)
+
+// Valid reports whether s is one of the five states.
+func (s GroupState) Valid() bool {
+	switch s {
+	case StateCreated, StateRunning, StateAggregating, StateCompleted, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether s is final: [StateCompleted] or [StateCancelled].
+func (s GroupState) Terminal() bool { return s == StateCompleted || s == StateCancelled }
+
+// GroupEvent is the body of <prefix>.events.<groupId>, published on every state change of a group.
+// The zero value is not valid (V, GroupID and State are required).
+type GroupEvent struct {
+	// V is the contract version; it must equal [Version].
+	V int `json:"v"`
+	// GroupID is the group the event describes; required.
+	GroupID string `json:"groupId"`
+	// State is the group's state after the change.
+	State GroupState `json:"state"`
+	// Total is the declared total of the seal; 0 while the group is not sealed.
+	Total int64 `json:"total"`
+	// Jobs is the number of distinct jobs received so far.
+	Jobs int64 `json:"jobs"`
+	// Succeeded counts the jobs that ended with SUCCESS.
+	Succeeded int64 `json:"succeeded"`
+	// Failed counts the jobs that ended with FAILED.
+	Failed int64 `json:"failed"`
+	// Cancelled counts the jobs dropped by a cancel.
+	Cancelled int64 `json:"cancelled"`
+	// At is when the change happened.
+	At time.Time `json:"at"`
+}
+
+// DeadLetter is the body of <prefix>.dlq.<reason>: a message that was rejected, and why. Build one
+// with [NewDeadLetter].
+type DeadLetter struct {
+	// V is the contract version; it must equal [Version].
+	V int `json:"v"`
+	// Reason is the reason token, also the last token of the subject (see [Reason]).
+	Reason string `json:"reason"`
+	// Error is the rejection's error message.
+	Error string `json:"error"`
+	// Subject is the subject the rejected message arrived on.
+	Subject string `json:"subject"`
+	// Message is the rejected body when it is valid JSON; nil otherwise.
+	Message json.RawMessage `json:"message,omitempty"`
+	// Raw is the rejected body as text when it is not valid JSON; "" otherwise.
+	Raw string `json:"raw,omitempty"`
+}
+
+// NewDeadLetter describes a rejected message: the reason is [Reason](err) and the error text
+// err.Error() (both "" for a nil err); a body that is valid JSON goes into Message, any other body
+// into Raw.
+func NewDeadLetter(subject string, data []byte, err error) DeadLetter {
+	d := DeadLetter{V: Version, Reason: Reason(err), Subject: subject}
+	if err != nil {
+		d.Error = err.Error()
+	}
+	if json.Valid(data) {
+		d.Message = json.RawMessage(append([]byte(nil), data...))
+	} else {
+		d.Raw = string(data)
+	}
+	return d
+}

@@ -1,0 +1,371 @@
+package contracts
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Fixed limits of the contract, and the default of the one configurable limit ([Limits]).
+const (
+	// MaxIDLen is the maximum length of a group or job ID, in bytes.
+	MaxIDLen = 128
+	// MaxTypeLen is the maximum length of a job type, in bytes.
+	MaxTypeLen = 64
+	// IDPattern is the pattern every group and job ID matches.
+	IDPattern = `^[A-Za-z0-9_-]{1,128}$`
+	// TypePattern is the pattern every job type matches.
+	TypePattern = `^[A-Za-z0-9_-]{1,64}$`
+	// MaxBasePriority is the largest basePriority, 1e12 (about 31.7 years in milliseconds). It keeps
+	// fair-queue scores (now in ms + basePriority + a progress term) exact in a Redis double.
+	MaxBasePriority = 1_000_000_000_000
+	// MinBasePriority is the smallest basePriority, -1e12.
+	MinBasePriority = -MaxBasePriority
+	// MaxTotal is the largest declared total of a seal, 1e9 jobs.
+	MaxTotal = 1_000_000_000
+	// DefaultMaxPayloadBytes is the default payload limit, 256 KiB.
+	DefaultMaxPayloadBytes = 256 << 10
+)
+
+// Limits are the configurable validation limits. The zero value means the defaults.
+type Limits struct {
+	// MaxPayloadBytes is the largest payload, in bytes of its compact JSON form. Zero or negative
+	// means [DefaultMaxPayloadBytes].
+	MaxPayloadBytes int
+}
+
+// PayloadLimit returns the effective payload limit: MaxPayloadBytes, or [DefaultMaxPayloadBytes]
+// when that is zero or negative.
+func (l Limits) PayloadLimit() int {
+	if l.MaxPayloadBytes <= 0 {
+		return DefaultMaxPayloadBytes
+	}
+	return l.MaxPayloadBytes
+}
+
+// Reason tokens: the last token of a dead-letter subject, and [ValidationError.Reason].
+const (
+	// ReasonBadJSON means the body is not JSON, or not a JSON object.
+	ReasonBadJSON = "bad_json"
+	// ReasonBadVersion means "v" is missing or differs from [Version].
+	ReasonBadVersion = "bad_version"
+	// ReasonUnknownKind means a submission's "kind" is missing or not job, seal or cancel.
+	ReasonUnknownKind = "unknown_kind"
+	// ReasonInvalidField means a field is missing, has the wrong JSON type, is out of its limits
+	// or belongs to another kind.
+	ReasonInvalidField = "invalid_field"
+	// ReasonTooLarge means the payload exceeds [Limits.MaxPayloadBytes].
+	ReasonTooLarge = "too_large"
+	// ReasonSubjectMismatch means a submission's groupId differs from its subject's <groupId>
+	// token, or the subject is not a submit subject.
+	ReasonSubjectMismatch = "subject_mismatch"
+	// ReasonInvalid is what [Reason] returns for an error that carries no reason of its own.
+	ReasonInvalid = "invalid"
+)
+
+// ErrInvalid matches every [*ValidationError] under [errors.Is].
+var ErrInvalid = errors.New("contracts: invalid message")
+
+// ValidationError describes why a message or a value was rejected. It matches [ErrInvalid] under
+// [errors.Is].
+type ValidationError struct {
+	// Reason is the dead-letter reason token, one of the Reason… constants.
+	Reason string
+	// Field is the JSON name of the offending field; "" when the whole body is at fault.
+	Field string
+	// Problem says what is wrong with the value.
+	Problem string
+	// Limit states the rule the value broke; "" when there is nothing to add.
+	Limit string
+}
+
+// Error formats e as "contracts: <field>: <problem> (<limit>)", leaving out the parts that are empty.
+func (e *ValidationError) Error() string {
+	s := "contracts: "
+	if e.Field != "" {
+		s += e.Field + ": "
+	}
+	s += e.Problem
+	if e.Limit != "" {
+		s += " (" + e.Limit + ")"
+	}
+	return s
+}
+
+// Is reports whether target is [ErrInvalid].
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+// Reason returns the dead-letter reason token of err: the Reason of the first [*ValidationError] in
+// its chain, [ReasonInvalid] for any other error, and "" for nil.
+func Reason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ve *ValidationError
+	if errors.As(err, &ve) && ve.Reason != "" {
+		return ve.Reason
+	}
+	return ReasonInvalid
+}
+
+func invalidField(field, problem, limit string) *ValidationError {
+	return &ValidationError{Reason: ReasonInvalidField, Field: field, Problem: problem, Limit: limit}
+}
+
+// ValidateID checks that v is a valid group or job ID (see [IDPattern]). The error, a
+// [*ValidationError] with reason [ReasonInvalidField], is reported under the given field name.
+func ValidateID(field, v string) error {
+	return validateToken(field, v, MaxIDLen, IDPattern)
+}
+
+// ValidateType checks that v is a valid job type (see [TypePattern]), reporting errors under
+// the field name "type".
+func ValidateType(v string) error {
+	return validateToken("type", v, MaxTypeLen, TypePattern)
+}
+
+func validateToken(field, v string, maxLen int, pattern string) error {
+	limit := "must match " + pattern
+	if v == "" {
+		return invalidField(field, "empty", limit)
+	}
+	if len(v) > maxLen {
+		return invalidField(field, strconv.Itoa(len(v))+" characters", limit)
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || c == '_' || c == '-' {
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(v[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return invalidField(field, fmt.Sprintf("contains invalid UTF-8 byte 0x%02x", c), limit)
+		}
+		return invalidField(field, fmt.Sprintf("contains %q", r), limit)
+	}
+	return nil
+}
+
+func versionError(v int) error {
+	return &ValidationError{Reason: ReasonBadVersion, Field: "v", Problem: "got " + strconv.Itoa(v),
+		Limit: "must be " + strconv.Itoa(Version)}
+}
+
+func kindError(k Kind) error {
+	p := fmt.Sprintf("unknown kind %q", string(k))
+	if k == "" {
+		p = "missing"
+	}
+	return &ValidationError{Reason: ReasonUnknownKind, Field: "kind", Problem: p,
+		Limit: "must be one of job, seal, cancel"}
+}
+
+func priorityError(s string) error {
+	return invalidField("priority", fmt.Sprintf("unknown priority %q", s), "must be one of high, normal, low")
+}
+
+func rangeError(field string, v, lo, hi int64) error {
+	return invalidField(field, strconv.FormatInt(v, 10)+" out of range",
+		"must be within ["+strconv.FormatInt(lo, 10)+", "+strconv.FormatInt(hi, 10)+"]")
+}
+
+func minError(field string, v, lo int64) error {
+	return invalidField(field, strconv.FormatInt(v, 10)+" out of range", "must be >= "+strconv.FormatInt(lo, 10))
+}
+
+func notAllowed(field string, k Kind, allowed Kind) error {
+	return invalidField(field, "set on kind "+string(k), "allowed only for kind "+string(allowed))
+}
+
+// canonicalPayload returns p in the form encoding/json emits when it encodes a json.RawMessage
+// (compact, with <, >, & and U+2028/U+2029 escaped), or nil for an absent or null payload.
+func canonicalPayload(p json.RawMessage) (json.RawMessage, error) {
+	if len(p) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, invalidField("payload", "not valid JSON", "must be a JSON value")
+	}
+	if string(b) == "null" {
+		return nil, nil
+	}
+	return b, nil
+}
+
+// payloadAbsent reports whether p is absent or JSON null.
+func payloadAbsent(p json.RawMessage) bool {
+	if len(p) == 0 {
+		return true
+	}
+	c, err := canonicalPayload(p)
+	return err == nil && c == nil
+}
+
+// checkPayload validates p; canonical says p is known to be in canonical form already.
+func checkPayload(p json.RawMessage, lim Limits, canonical bool) error {
+	size := len(p)
+	if !canonical {
+		c, err := canonicalPayload(p)
+		if err != nil {
+			return err
+		}
+		size = len(c)
+	}
+	if max := lim.PayloadLimit(); size > max {
+		return &ValidationError{Reason: ReasonTooLarge, Field: "payload",
+			Problem: strconv.Itoa(size) + " bytes", Limit: "limit " + strconv.Itoa(max)}
+	}
+	return nil
+}
+
+// Validate checks s against the contract and lim: the version, the kind, the fields its kind
+// requires, and that fields of other kinds are unset. The payload size is measured in compact JSON
+// form. It returns a [*ValidationError], or nil. Validate does not know the subject; see
+// [DecodeSubmission].
+func (s *Submission) Validate(lim Limits) error {
+	return s.validate(lim, false)
+}
+
+func (s *Submission) validate(lim Limits, canonical bool) error {
+	if s == nil {
+		return &ValidationError{Reason: ReasonInvalid, Problem: "no submission"}
+	}
+	if s.V != Version {
+		return versionError(s.V)
+	}
+	if !s.Kind.Valid() {
+		return kindError(s.Kind)
+	}
+	if err := ValidateID("groupId", s.GroupID); err != nil {
+		return err
+	}
+	if s.Kind == KindJob {
+		if err := ValidateID("jobId", s.JobID); err != nil {
+			return err
+		}
+		if err := ValidateType(s.Type); err != nil {
+			return err
+		}
+		if s.Priority != "" && !s.Priority.Valid() {
+			return priorityError(string(s.Priority))
+		}
+		if s.BasePriority < MinBasePriority || s.BasePriority > MaxBasePriority {
+			return rangeError("basePriority", s.BasePriority, MinBasePriority, MaxBasePriority)
+		}
+		if s.Total != nil {
+			return notAllowed("total", s.Kind, KindSeal)
+		}
+		return checkPayload(s.Payload, lim, canonical)
+	}
+	switch {
+	case s.JobID != "":
+		return notAllowed("jobId", s.Kind, KindJob)
+	case s.Type != "":
+		return notAllowed("type", s.Kind, KindJob)
+	case !payloadAbsent(s.Payload):
+		return notAllowed("payload", s.Kind, KindJob)
+	case s.Priority != "":
+		return notAllowed("priority", s.Kind, KindJob)
+	case s.BasePriority != 0:
+		return notAllowed("basePriority", s.Kind, KindJob)
+	}
+	if s.Kind == KindCancel {
+		if s.Total != nil {
+			return notAllowed("total", s.Kind, KindSeal)
+		}
+		return nil
+	}
+	if s.Total == nil {
+		return invalidField("total", "missing", "required for kind seal")
+	}
+	if *s.Total < 0 || *s.Total > MaxTotal {
+		return rangeError("total", *s.Total, 0, MaxTotal)
+	}
+	return nil
+}
+
+// Validate checks r against the contract and lim: the version, the IDs, the type, the payload size
+// (in compact JSON form) and an attempt of at least 1. It returns a [*ValidationError], or nil.
+func (r *ReadyJob) Validate(lim Limits) error {
+	return r.validate(lim, false)
+}
+
+func (r *ReadyJob) validate(lim Limits, canonical bool) error {
+	if r == nil {
+		return &ValidationError{Reason: ReasonInvalid, Problem: "no ready job"}
+	}
+	if r.V != Version {
+		return versionError(r.V)
+	}
+	if err := ValidateID("groupId", r.GroupID); err != nil {
+		return err
+	}
+	if err := ValidateID("jobId", r.JobID); err != nil {
+		return err
+	}
+	if err := ValidateType(r.Type); err != nil {
+		return err
+	}
+	if r.Attempt < 1 {
+		return minError("attempt", int64(r.Attempt), 1)
+	}
+	return checkPayload(r.Payload, lim, canonical)
+}
+
+// Validate checks r against the contract: the version, the IDs, an attempt of at least 1, a known
+// status and a duration of 0 or more. It returns a [*ValidationError], or nil.
+func (r *JobResult) Validate() error {
+	if r == nil {
+		return &ValidationError{Reason: ReasonInvalid, Problem: "no job result"}
+	}
+	if r.V != Version {
+		return versionError(r.V)
+	}
+	if err := ValidateID("groupId", r.GroupID); err != nil {
+		return err
+	}
+	if err := ValidateID("jobId", r.JobID); err != nil {
+		return err
+	}
+	if r.Attempt < 1 {
+		return minError("attempt", int64(r.Attempt), 1)
+	}
+	if !r.Status.Valid() {
+		return invalidField("status", fmt.Sprintf("unknown status %q", string(r.Status)), "must be one of SUCCESS, FAILED")
+	}
+	if r.DurationMs < 0 {
+		return minError("durationMs", r.DurationMs, 0)
+	}
+	return nil
+}
+
+// Validate checks e against the contract: the version, the group ID, a known state and counters of
+// 0 or more. It does not check how the counters relate to each other. It returns a
+// [*ValidationError], or nil.
+func (e *GroupEvent) Validate() error {
+	if e == nil {
+		return &ValidationError{Reason: ReasonInvalid, Problem: "no group event"}
+	}
+	if e.V != Version {
+		return versionError(e.V)
+	}
+	if err := ValidateID("groupId", e.GroupID); err != nil {
+		return err
+	}
+	if !e.State.Valid() {
+		return invalidField("state", fmt.Sprintf("unknown state %q", string(e.State)),
+			"must be one of CREATED, RUNNING, AGGREGATING, COMPLETED, CANCELLED")
+	}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{{"total", e.Total}, {"jobs", e.Jobs}, {"succeeded", e.Succeeded}, {"failed", e.Failed}, {"cancelled", e.Cancelled}} {
+		if c.v < 0 {
+			return minError(c.name, c.v, 0)
+		}
+	}
+	return nil
+}
