@@ -1,0 +1,339 @@
+package redisq_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/redis/go-redis/v9"
+)
+
+func admit(t testing.TB, q *redisq.Queue, n int) *redisq.AdmitResult {
+	t.Helper()
+	r, err := q.Admit(context.Background(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func groupsOf(jobs []redisq.LeasedJob) string {
+	var s []string
+	for _, j := range jobs {
+		s = append(s, j.GroupID)
+	}
+	return strings.Join(s, ",")
+}
+
+// The same fairness suite runs against every admission mode.
+func TestFairnessSuite(t *testing.T) {
+	for _, mode := range []string{redisq.ModeFair, redisq.ModeSeed, redisq.ModePaced} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cfg := redisq.Config{Mode: mode, Alpha: 10000, GlobalLimit: 1_000_000, Window: time.Hour, Burst: time.Hour}
+			t.Run("alternate", func(t *testing.T) {
+				q, _ := setup(t, cfg, true)
+				enqueueN(t, q, "gB", 3, "", 0)
+				enqueueN(t, q, "gA", 3, "", 0)
+				var got []string
+				for i := 0; i < 6; i++ {
+					got = append(got, groupsOf(admit(t, q, 1).Jobs))
+				}
+				if s := strings.Join(got, ","); s != "gB,gA,gB,gA,gB,gA" {
+					t.Fatalf("order %s", s)
+				}
+			})
+			t.Run("levels", func(t *testing.T) {
+				q, _ := setup(t, cfg, false)
+				enqueueN(t, q, "low", 2, contracts.PriorityLow, -1_000_000_000)
+				enqueueN(t, q, "normal", 2, contracts.PriorityNormal, 0)
+				enqueueN(t, q, "high", 2, contracts.PriorityHigh, 0)
+				if s := groupsOf(admit(t, q, 10).Jobs); s != "high,high,normal,normal,low,low" {
+					t.Fatalf("order %s", s)
+				}
+			})
+			t.Run("windows of 20", func(t *testing.T) {
+				q, _ := setup(t, cfg, false)
+				for g := 0; g < 20; g++ {
+					enqueueN(t, q, fmt.Sprintf("g%02d", g), 60, "", 0)
+				}
+				var order []string
+				for {
+					r := admit(t, q, 50)
+					if len(r.Jobs) == 0 {
+						break
+					}
+					for _, j := range r.Jobs {
+						order = append(order, j.GroupID)
+					}
+				}
+				if len(order) != 1200 {
+					t.Fatalf("admitted %d", len(order))
+				}
+				for i := 0; i+20 <= len(order)-20; i++ {
+					c := map[string]int{}
+					for _, g := range order[i : i+20] {
+						if c[g]++; c[g] > 2 {
+							t.Fatalf("%s served %d times in window at %d", g, c[g], i)
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestAdmitLeasesJobs(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Lease: 5 * time.Second}, true)
+	enqueueN(t, q, "g", 3, "", 0)
+	if r := admit(t, q, 0); len(r.Jobs) != 0 {
+		t.Fatal("admit with no capacity took jobs")
+	}
+	r := admit(t, q, 2)
+	if len(r.Jobs) != 2 || r.Jobs[0].Attempt != 1 || strings.Join(r.Started, ",") != "g" {
+		t.Fatalf("admit: %+v", r)
+	}
+	if n, _ := b.rdb.ZCard(ctx, q.Keys().Inflight()).Result(); n != 2 {
+		t.Fatalf("inflight %d", n)
+	}
+	// Confirm the first; let the second's lease expire.
+	if err := q.Confirm(ctx, r.Jobs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if exp, _ := q.ExpiredLeases(ctx, 10); len(exp) != 0 {
+		t.Fatalf("expired too early: %v", exp)
+	}
+	b.clock.advance(6 * time.Second)
+	exp, _ := q.ExpiredLeases(ctx, 10)
+	if len(exp) != 1 || exp[0] != "g:"+r.Jobs[1].ID {
+		t.Fatalf("expired %v", exp)
+	}
+	rc, err := q.Reclaim(ctx, 10)
+	if err != nil || len(rc.Jobs) != 1 || rc.Jobs[0].Attempt != 1 || rc.Jobs[0].ID != r.Jobs[1].ID {
+		t.Fatalf("reclaim %+v %v", rc, err)
+	}
+	// Re-leased: not reclaimable again until the new deadline.
+	if rc2, _ := q.Reclaim(ctx, 10); len(rc2.Jobs) != 0 {
+		t.Fatalf("reclaimed twice: %+v", rc2)
+	}
+	// A claimed (running) job is no longer recovered by lease expiry.
+	if o, _ := q.Claim(ctx, "g", r.Jobs[1].ID, 1); o != redisq.ClaimRun {
+		t.Fatalf("claim: %v", o)
+	}
+	b.clock.advance(6 * time.Second)
+	if rc3, _ := q.Reclaim(ctx, 10); len(rc3.Jobs) != 0 {
+		t.Fatalf("reclaimed a running job: %+v", rc3)
+	}
+}
+
+func TestNoWindowExceedsGlobalLimit(t *testing.T) {
+	for _, mode := range []string{redisq.ModePaced, redisq.ModeSeed} {
+		t.Run(mode, func(t *testing.T) {
+			const limit = 40
+			window := 100 * time.Millisecond
+			q, _ := setup(t, redisq.Config{Mode: mode, GlobalLimit: limit, Window: window, MaxBackoff: time.Hour}, false)
+			for g := 0; g < 10; g++ {
+				enqueueN(t, q, fmt.Sprintf("g%d", g), 300, "", 0)
+			}
+			cfg := q.Config()
+			var mu sync.Mutex
+			perWindow := map[int64]int{}
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(1500 * time.Millisecond)
+			for a := 0; a < 8; a++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// each admitter on its own connection
+					env := testenv.Redis(t)
+					c := redis.NewClient(&redis.Options{Addr: env.Client.Options().Addr, PoolSize: 1})
+					defer c.Close()
+					aq, err := redisq.New(context.Background(), c, cfg)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for time.Now().Before(deadline) {
+						r, err := aq.Admit(context.Background(), 7)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						perWindow[r.NowMs/window.Milliseconds()] += len(r.Jobs)
+						mu.Unlock()
+						if len(r.Jobs) == 0 {
+							time.Sleep(2 * time.Millisecond)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			total := 0
+			for w, n := range perWindow {
+				total += n
+				if n > limit {
+					t.Errorf("window %d admitted %d > limit %d", w, n, limit)
+				}
+			}
+			// Seed mode parks what it denies, so only paced keeps admitting.
+			if total < limit || (mode == redisq.ModePaced && total < limit*5) {
+				t.Fatalf("only %d admitted in 1.5s at %d per 100ms", total, limit)
+			}
+		})
+	}
+}
+
+// Seed 001's rate limiter cases, through seed-mode admission.
+func TestSeedModeShares(t *testing.T) {
+	ctx := context.Background()
+	cfg := redisq.Config{Mode: redisq.ModeSeed, GlobalLimit: 10, Window: 10 * time.Second}
+	t.Run("within and above the limit", func(t *testing.T) {
+		q, b := setup(t, cfg, true)
+		enqueueN(t, q, "A", 11, "", 0)
+		if r := admit(t, q, 10); len(r.Jobs) != 10 || r.Parked != 0 {
+			t.Fatalf("first 10: %d admitted %d parked", len(r.Jobs), r.Parked)
+		}
+		r := admit(t, q, 1)
+		if len(r.Jobs) != 0 || r.Parked != 1 || r.DeniedGlobal != 1 {
+			t.Fatalf("11th: %+v", r)
+		}
+		st, _ := q.LimiterStatus(ctx, "A")
+		if st.GlobalCount != 10 || st.GlobalLimit != 10 {
+			t.Fatalf("denial did not roll back: %+v", st)
+		}
+		// A new window resets the count.
+		b.clock.advance(10 * time.Second)
+		enqueueN(t, q, "B", 1, "", 0)
+		if r := admit(t, q, 1); len(r.Jobs) != 1 {
+			t.Fatalf("new window: %+v", r)
+		}
+		if st, _ := q.LimiterStatus(ctx, ""); st.GlobalCount != 1 {
+			t.Fatalf("new window count %d", st.GlobalCount)
+		}
+	})
+	t.Run("share follows active count", func(t *testing.T) {
+		q, _ := setup(t, cfg, true)
+		enqueueN(t, q, "A", 6, "", 0)
+		if r := admit(t, q, 5); len(r.Jobs) != 5 {
+			t.Fatalf("A: %+v", r)
+		}
+		enqueueN(t, q, "B", 1, contracts.PriorityHigh, 0)
+		if r := admit(t, q, 1); groupsOf(r.Jobs) != "B" {
+			t.Fatalf("B: %+v", r)
+		}
+		r := admit(t, q, 1)
+		if r.Parked != 1 || r.DeniedGroup != 1 {
+			t.Fatalf("A's 6th with two active groups: %+v", r)
+		}
+		st, _ := q.LimiterStatus(ctx, "A")
+		if st.GroupLimit != 5 || st.Active != 2 || st.GroupCount != 5 {
+			t.Fatalf("status %+v", st)
+		}
+	})
+	t.Run("global limit first", func(t *testing.T) {
+		q, _ := setup(t, cfg, true)
+		enqueueN(t, q, "A", 5, "", 0)
+		enqueueN(t, q, "B", 5, "", 0)
+		if r := admit(t, q, 10); len(r.Jobs) != 10 {
+			t.Fatalf("A+B: %+v", r)
+		}
+		enqueueN(t, q, "C", 1, "", 0)
+		if r := admit(t, q, 1); r.Parked != 1 || r.DeniedGlobal != 1 {
+			t.Fatalf("C: %+v", r)
+		}
+	})
+}
+
+func TestActiveSetMembership(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{GlobalLimit: 10, Window: 10 * time.Second, Burst: 10 * time.Second, ActiveStaleAfter: time.Minute}, true)
+	enqueueN(t, q, "A", 20, "", 0)
+	enqueueN(t, q, "B", 1, "", 0)
+	if _, err := q.Seal(ctx, "B", 1); err != nil {
+		t.Fatal(err)
+	}
+	admit(t, q, 4)
+	st, _ := q.LimiterStatus(ctx, "A")
+	if st.Active != 2 || st.GroupLimit != 5 {
+		t.Fatalf("two groups: %+v", st)
+	}
+	// B completes: it leaves the set and A's share grows.
+	if _, err := q.Record(ctx, contracts.JobResult{GroupID: "B", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := q.LimiterStatus(ctx, "A"); st.Active != 1 || st.GroupLimit != 10 {
+		t.Fatalf("after B completed: %+v", st)
+	}
+	// A group that stops asking expires from the set.
+	if err := b.rdb.SAdd(ctx, q.Keys().ActiveGroups(), "ghost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b.rdb.ZAdd(ctx, q.Keys().ActiveSeen(), redis.Z{Score: float64(b.clock.t.UnixMilli()), Member: "ghost"})
+	b.clock.advance(2 * time.Minute)
+	admit(t, q, 1) // A asks again; ghost has not for 2 minutes
+	if g, _ := q.ActiveGroups(ctx); strings.Join(g, ",") != "A" {
+		t.Fatalf("active after staleness: %v", g)
+	}
+}
+
+func TestPacedSkipsUsedShareThenConservesWork(t *testing.T) {
+	q, _ := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 10, Window: 10 * time.Second, Burst: 10 * time.Second}, true)
+	enqueueN(t, q, "A", 20, "", 0)
+	enqueueN(t, q, "B", 2, "", 0)
+	r := admit(t, q, 100)
+	// A and B alternate; B runs out; A reaches its share (5), then the
+	// unused capacity goes to A, up to the global limit and no further.
+	if got := groupsOf(r.Jobs); got != "A,B,A,B,A,A,A,A,A,A" {
+		t.Fatalf("order %s", got)
+	}
+	if r.WakeMs <= 0 {
+		t.Fatalf("global limit reached, wake %d", r.WakeMs)
+	}
+	if r2 := admit(t, q, 100); len(r2.Jobs) != 0 {
+		t.Fatalf("admitted beyond the global limit: %d", len(r2.Jobs))
+	}
+}
+
+func TestPacedCappedGroupKeepsItsPlace(t *testing.T) {
+	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 4, Window: 10 * time.Second, Burst: 10 * time.Second}, true)
+	enqueueN(t, q, "A", 10, "", 0)
+	enqueueN(t, q, "B", 10, "", 0)
+	if got := groupsOf(admit(t, q, 100).Jobs); got != "A,B,A,B" {
+		t.Fatalf("window 1: %s", got)
+	}
+	b.clock.advance(10 * time.Second)
+	if got := groupsOf(admit(t, q, 100).Jobs); got != "A,B,A,B" {
+		t.Fatalf("window 2: %s", got)
+	}
+}
+
+func TestPacedSpreadsWithinWindow(t *testing.T) {
+	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 100, Window: time.Second, Burst: 50 * time.Millisecond}, true)
+	enqueueN(t, q, "A", 500, "", 0)
+	r := admit(t, q, 1000)
+	// 50ms of burst at 10ms per job: 6 jobs, not the window's 100.
+	if len(r.Jobs) != 6 || r.WakeMs != 10 {
+		t.Fatalf("burst: %d jobs, wake %d", len(r.Jobs), r.WakeMs)
+	}
+	// Coming back when told, the admitter gets one job per 10ms.
+	total := 0
+	for i := 0; i < 50; i++ {
+		b.clock.advance(10 * time.Millisecond)
+		r := admit(t, q, 1000)
+		total += len(r.Jobs)
+		if r.WakeMs != 10 {
+			t.Fatalf("wake %d", r.WakeMs)
+		}
+	}
+	if total != 50 {
+		t.Fatalf("%d jobs in 50 steps of 10ms, want 50", total)
+	}
+}

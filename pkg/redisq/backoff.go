@@ -1,0 +1,281 @@
+package redisq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// CongestionLevel grades a group's congestion by its backoff relative to the
+// base backoff (seed 002).
+type CongestionLevel string
+
+// Congestion levels, by backoff/base ratio: <= 1 NONE, < 3 LOW, < 10
+// MODERATE, < 30 HIGH, else CRITICAL.
+const (
+	CongestionNone     CongestionLevel = "NONE"
+	CongestionLow      CongestionLevel = "LOW"
+	CongestionModerate CongestionLevel = "MODERATE"
+	CongestionHigh     CongestionLevel = "HIGH"
+	CongestionCritical CongestionLevel = "CRITICAL"
+)
+
+// CongestionLevels lists the levels from best to worst.
+var CongestionLevels = []CongestionLevel{CongestionNone, CongestionLow, CongestionModerate, CongestionHigh, CongestionCritical}
+
+func (l CongestionLevel) rank() int {
+	for i, x := range CongestionLevels {
+		if x == l {
+			return i
+		}
+	}
+	return 0
+}
+
+// Backoff is seed 002's congestion-aware backoff: base + floor(nonReady /
+// rate) seconds, clamped to max; a rate below 1 counts as 1. The rate is a
+// group's share of the global limit per window (the seed's window is 1s).
+func Backoff(nonReadyCount, ratePerSec int64, base, max time.Duration) time.Duration {
+	if ratePerSec < 1 {
+		ratePerSec = 1
+	}
+	b := base + time.Duration(nonReadyCount/ratePerSec)*time.Second
+	if b > max {
+		b = max
+	}
+	return b
+}
+
+// Level grades a backoff against the base backoff.
+func Level(backoff, base time.Duration) CongestionLevel {
+	if base <= 0 {
+		return CongestionNone
+	}
+	r := float64(backoff) / float64(base)
+	switch {
+	case r <= 1:
+		return CongestionNone
+	case r < 3:
+		return CongestionLow
+	case r < 10:
+		return CongestionModerate
+	case r < 30:
+		return CongestionHigh
+	}
+	return CongestionCritical
+}
+
+// EstimateSeconds is seed 002's completion estimate: ceil(pending / rate).
+func EstimateSeconds(pending, ratePerSec int64) int64 {
+	if ratePerSec < 1 {
+		ratePerSec = 1
+	}
+	return int64(math.Ceil(float64(pending) / float64(ratePerSec)))
+}
+
+// RetryResult is the outcome of Retry.
+type RetryResult struct {
+	// Outcome: "parked", "stale" (the attempt is not current) or
+	// "cancelled" (the group was cancelled; the job is counted as cancelled).
+	Outcome string
+	// Delay until the job is due again.
+	Delay time.Duration
+	// NonReadyCount is the group's non-ready count after parking.
+	NonReadyCount int64
+}
+
+// Retry sends a running job back to the non-ready queue with the
+// congestion-aware backoff; retryAfter >= 0 (a worker's Retry-After)
+// overrides it, retryAfter < 0 means none.
+func (q *Queue) Retry(ctx context.Context, groupID, jobID string, attempt int, retryAfter time.Duration, errText string) (*RetryResult, error) {
+	ra := int64(-1)
+	if retryAfter >= 0 {
+		ra = ms(retryAfter)
+	}
+	congestion := "1"
+	if q.cfg.DisableCongestion {
+		congestion = "0"
+	}
+	v, err := q.run(ctx, "retry", retryScript,
+		[]string{q.keys.Job(groupID, jobID), q.keys.GroupMeta(groupID), q.keys.ActiveGroups()},
+		q.keys.Prefix(), groupID, jobID, attempt, q.now(), ra, int64(q.cfg.GlobalLimit),
+		ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion, errText, secs(q.cfg.JobTTL))
+	if err != nil {
+		return nil, err
+	}
+	l := toList(v)
+	return &RetryResult{Outcome: toStr(l[0]), Delay: time.Duration(toInt(l[1])) * time.Millisecond, NonReadyCount: toInt(l[2])}, nil
+}
+
+// CorrectCounters re-derives every group's non-ready counter from the
+// non-ready queue (counters can drift after failures). It returns how many
+// counters were wrong.
+func (q *Queue) CorrectCounters(ctx context.Context) (int, error) {
+	v, err := q.run(ctx, "correct", correctScript, []string{q.keys.NonReadyQueue(), q.keys.ActiveGroups()}, q.keys.Prefix())
+	if err != nil {
+		return 0, err
+	}
+	return int(toInt(v)), nil
+}
+
+// CongestionState is a group's congestion state (seed 002).
+type CongestionState struct {
+	GroupID            string          `json:"groupId"`
+	NonReadyCount      int64           `json:"nonReadyCount"`
+	RateLimitSpeed     int64           `json:"rateLimitSpeed"`
+	CurrentBackoffMs   int64           `json:"currentBackoffMs"`
+	Level              CongestionLevel `json:"congestionLevel"`
+	TotalThrottleCount int64           `json:"totalThrottleCount"`
+	LastThrottleAtMs   int64           `json:"lastThrottleAt"`
+	LastBackoffMs      int64           `json:"lastBackoffMs"`
+	AvgThrottlePerJob  float64         `json:"avgThrottlePerJob"`
+	// EstimatedSeconds is how long the group's pending jobs (queued and
+	// backed off) take at its current rate.
+	EstimatedSeconds int64 `json:"estimatedSeconds"`
+}
+
+// Congestion returns a group's congestion state.
+func (q *Queue) Congestion(ctx context.Context, groupID string) (*CongestionState, error) {
+	pipe := q.rdb.Pipeline()
+	cnt := pipe.Get(ctx, q.keys.CongestionCount(groupID))
+	stats := pipe.HGetAll(ctx, q.keys.CongestionStats(groupID))
+	active := pipe.SCard(ctx, q.keys.ActiveGroups())
+	pending := pipe.LLen(ctx, q.keys.GroupJobs(groupID))
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: congestion %s: %w", groupID, err)
+	}
+	return q.congestionFrom(groupID, cnt.Val(), stats.Val(), active.Val(), pending.Val()), nil
+}
+
+func (q *Queue) congestionFrom(gid, count string, stats map[string]string, active, pending int64) *CongestionState {
+	n := func(s string) int64 { x, _ := strconv.ParseInt(s, 10, 64); return x }
+	rate := groupRate(int64(q.cfg.GlobalLimit), active)
+	nonReady := n(count)
+	backoff := Backoff(nonReady, rate, q.cfg.BaseBackoff, q.cfg.MaxBackoff)
+	avg, _ := strconv.ParseFloat(stats["avgThrottlePerJob"], 64)
+	return &CongestionState{
+		GroupID: gid, NonReadyCount: nonReady, RateLimitSpeed: rate,
+		CurrentBackoffMs: ms(backoff), Level: Level(backoff, q.cfg.BaseBackoff),
+		TotalThrottleCount: n(stats["totalThrottleCount"]), LastThrottleAtMs: n(stats["lastThrottleAt"]),
+		LastBackoffMs: n(stats["lastBackoffMs"]), AvgThrottlePerJob: avg,
+		EstimatedSeconds: EstimateSeconds(pending+nonReady, rate),
+	}
+}
+
+func groupRate(limit, active int64) int64 {
+	if active < 1 {
+		active = 1
+	}
+	r := limit / active
+	if r < 1 {
+		r = 1
+	}
+	return r
+}
+
+// CongestionSummary is the system-wide congestion picture.
+type CongestionSummary struct {
+	AtMs           int64                     `json:"at"`
+	ActiveGroups   int64                     `json:"activeGroupCount"`
+	TotalNonReady  int64                     `json:"totalNonReadyCount"`
+	WorstLevel     CongestionLevel           `json:"worstCongestionLevel"`
+	WorstGroup     string                    `json:"worstCongestionGroupId"`
+	GroupsPerLevel map[CongestionLevel]int64 `json:"groupsPerLevel"`
+	Groups         []*CongestionState        `json:"groups,omitempty"`
+}
+
+// SystemCongestion summarises the congestion of every active group: the
+// worst group (highest backoff), the total non-ready count and how many
+// groups are at each level.
+func (q *Queue) SystemCongestion(ctx context.Context) (*CongestionSummary, error) {
+	now, err := q.clockMs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	gids, err := q.rdb.SMembers(ctx, q.keys.ActiveGroups()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: congestion summary: %w", err)
+	}
+	s := &CongestionSummary{AtMs: now, ActiveGroups: int64(len(gids)), WorstLevel: CongestionNone, GroupsPerLevel: map[CongestionLevel]int64{}}
+	for _, l := range CongestionLevels {
+		s.GroupsPerLevel[l] = 0
+	}
+	if len(gids) == 0 {
+		return s, nil
+	}
+	pipe := q.rdb.Pipeline()
+	type cmds struct {
+		cnt     interface{ Val() string }
+		stats   interface{ Val() map[string]string }
+		pending interface{ Val() int64 }
+	}
+	cs := make([]cmds, len(gids))
+	for i, g := range gids {
+		cs[i] = cmds{pipe.Get(ctx, q.keys.CongestionCount(g)), pipe.HGetAll(ctx, q.keys.CongestionStats(g)), pipe.LLen(ctx, q.keys.GroupJobs(g))}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: congestion summary: %w", err)
+	}
+	var worstBackoff int64 = -1
+	for i, g := range gids {
+		st := q.congestionFrom(g, cs[i].cnt.Val(), cs[i].stats.Val(), int64(len(gids)), cs[i].pending.Val())
+		s.Groups = append(s.Groups, st)
+		s.TotalNonReady += st.NonReadyCount
+		s.GroupsPerLevel[st.Level]++
+		if st.CurrentBackoffMs > worstBackoff {
+			worstBackoff = st.CurrentBackoffMs
+			s.WorstLevel, s.WorstGroup = st.Level, g
+		}
+	}
+	return s, nil
+}
+
+// Snapshot records the current congestion summary (without per-group
+// detail) in the bounded history (Config.HistoryLen entries).
+func (q *Queue) Snapshot(ctx context.Context) (*CongestionSummary, error) {
+	s, err := q.SystemCongestion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slim := *s
+	slim.Groups = nil
+	b, _ := json.Marshal(slim)
+	pipe := q.rdb.TxPipeline()
+	pipe.RPush(ctx, q.keys.CongestionHistory(), b)
+	pipe.LTrim(ctx, q.keys.CongestionHistory(), int64(-q.cfg.HistoryLen), -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisq: congestion snapshot: %w", err)
+	}
+	return s, nil
+}
+
+// History returns up to n of the latest congestion snapshots, oldest first.
+func (q *Queue) History(ctx context.Context, n int) ([]CongestionSummary, error) {
+	raw, err := q.rdb.LRange(ctx, q.keys.CongestionHistory(), int64(-n), -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: congestion history: %w", err)
+	}
+	out := make([]CongestionSummary, 0, len(raw))
+	for _, r := range raw {
+		var s CongestionSummary
+		if err := json.Unmarshal([]byte(r), &s); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// clockMs is the time scripts see, in ms.
+func (q *Queue) clockMs(ctx context.Context) (int64, error) {
+	if q.cfg.Clock != nil {
+		return q.cfg.Clock().UnixMilli(), nil
+	}
+	t, err := q.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redisq: time: %w", err)
+	}
+	return t.UnixMilli(), nil
+}

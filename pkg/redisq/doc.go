@@ -1,0 +1,42 @@
+// Package redisq holds all of bulkaction's Redis state: the fair queue, the
+// rate limiter and admission, the non-ready (backoff) queue with congestion
+// control, leases, and exact group accounting.
+//
+// Every state change is one Lua script (lua/*.lua, embedded), so any number
+// of fetchers, dispatchers, workers and aggregators may share one Redis.
+// Keys are built by [Keys] (DESIGN §3); the prefix may carry a hash tag.
+//
+// # Fair queue
+//
+// Groups wait in one ZSET per priority level (high, normal, low), served
+// strictly in that order. A group's score is
+//
+//	vt + basePriority + ALPHA * doneJobs / max(1, totalJobs - doneJobs)
+//
+// where vt is a virtual clock: Redis TIME, advanced by a microsecond at every
+// use so that groups touched in the same millisecond still get distinct,
+// increasing scores. A group is scored when it becomes non-empty (ZADD NX)
+// and again each time one of its jobs is served, so equal groups alternate.
+// ALPHA > 0 pushes well-progressed groups back; ALPHA < 0 favours nearly-done
+// groups; 0 is round robin by age.
+//
+// # Admission
+//
+// [Queue.Admit] takes up to N jobs (the caller's free READY capacity) in fair
+// order through the rate gate of the configured mode, and leases them: each
+// job moves to the inflight set with attempt+1 until [Queue.Confirm]. In
+// [ModeSeed] a fixed window counts admissions globally and per group (a
+// group's share is max(1, floor(global / active groups))), and a denied job is
+// parked in the non-ready queue with seed 002's backoff
+// base + floor(nonReadyCount / share) seconds. In [ModePaced] (the default) a
+// group whose share of the window is used up is skipped and keeps its place,
+// capacity no waiting group can use goes to the others (never beyond the
+// global limit), and a GCRA pacer spreads admissions over the window, so no
+// sliding window sees more than limit * (1 + Burst/Window) jobs.
+//
+// [Queue.Release] moves due jobs out of the non-ready queue under a lease;
+// [Queue.Reclaim] re-leases jobs whose admission lease expired. [Queue.Claim],
+// [Queue.Retry] and [Queue.Record] are the worker's and aggregator's side of
+// the reliability protocol: a delivery runs only if it carries the current
+// attempt, and a result is counted exactly once.
+package redisq

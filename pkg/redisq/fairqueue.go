@@ -1,0 +1,256 @@
+package redisq
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/redis/go-redis/v9"
+)
+
+// Job is a job to enqueue.
+type Job struct {
+	GroupID string
+	ID      string
+	Type    string
+	Payload []byte
+	// Priority is the level of the job's group; a group keeps the level and
+	// base priority of the first job that created it. "" means normal.
+	Priority     contracts.Priority
+	BasePriority int64
+}
+
+// EnqueueOutcome says what Enqueue did with one job.
+type EnqueueOutcome byte
+
+// Enqueue outcomes.
+const (
+	// Added: the job is new and now queued.
+	Added EnqueueOutcome = 'A'
+	// Duplicate: the job already existed in its group; nothing changed.
+	Duplicate EnqueueOutcome = 'D'
+	// RejectedSealed: the group is sealed and already has its declared
+	// number of distinct jobs.
+	RejectedSealed EnqueueOutcome = 'S'
+	// RejectedEnded: the group was cancelled or completed.
+	RejectedEnded EnqueueOutcome = 'C'
+)
+
+func (o EnqueueOutcome) String() string {
+	switch o {
+	case Added:
+		return "added"
+	case Duplicate:
+		return "duplicate"
+	case RejectedSealed:
+		return "rejected: group sealed with fewer jobs"
+	case RejectedEnded:
+		return "rejected: group ended"
+	}
+	return fmt.Sprintf("EnqueueOutcome(%d)", byte(o))
+}
+
+// Enqueue adds one job. Enqueueing a job that already exists in its group
+// changes nothing and returns Duplicate.
+func (q *Queue) Enqueue(ctx context.Context, job Job) (EnqueueOutcome, error) {
+	out, err := q.EnqueueBatch(ctx, []Job{job})
+	if err != nil {
+		return 0, err
+	}
+	return out[0], nil
+}
+
+// EnqueueBatch adds jobs of any groups: one script call per group, all in
+// one pipelined round trip. It returns one outcome per job, in order.
+func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	type batch struct {
+		idx  []int
+		keys []string
+		args []any
+	}
+	var order []string
+	byGroup := map[string]*batch{}
+	for i, j := range jobs {
+		b := byGroup[j.GroupID]
+		if b == nil {
+			level := j.Priority
+			if level == "" {
+				level = contracts.PriorityNormal
+			}
+			b = &batch{
+				keys: append(q.keys.FairQueues(), q.keys.VClock(), q.keys.GroupJobs(j.GroupID), q.keys.GroupMeta(j.GroupID)),
+				args: []any{j.GroupID, string(level), j.BasePriority, q.cfg.Alpha, q.now()},
+			}
+			byGroup[j.GroupID] = b
+			order = append(order, j.GroupID)
+		}
+		b.idx = append(b.idx, i)
+		b.keys = append(b.keys, q.keys.Job(j.GroupID, j.ID))
+		b.args = append(b.args, j.ID, j.Type, j.Payload)
+	}
+	replies, err := q.pipelineScripts(ctx, "enqueue", enqueueScript, len(order), func(i int) ([]string, []any) {
+		b := byGroup[order[i]]
+		return b.keys, b.args
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EnqueueOutcome, len(jobs))
+	for gi, gid := range order {
+		codes := toStr(toList(replies[gi])[0])
+		b := byGroup[gid]
+		if len(codes) != len(b.idx) {
+			return nil, fmt.Errorf("redisq: enqueue script: %d outcomes for %d jobs", len(codes), len(b.idx))
+		}
+		for k, i := range b.idx {
+			out[i] = EnqueueOutcome(codes[k])
+		}
+	}
+	return out, nil
+}
+
+// pipelineScripts runs n calls of one script in a single round trip.
+func (q *Queue) pipelineScripts(ctx context.Context, name string, s *redis.Script, n int, call func(i int) ([]string, []any)) ([]any, error) {
+	if n == 1 {
+		keys, args := call(0)
+		v, err := q.run(ctx, name, s, keys, args...)
+		return []any{v}, err
+	}
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, n)
+		_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := 0; i < n; i++ {
+				keys, args := call(i)
+				cmds[i] = s.EvalSha(ctx, p, keys, args...)
+			}
+			return nil
+		})
+		if isNoScript(err) && attempt == 0 {
+			if err := q.loadScripts(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redisq: %s script: %w", name, err)
+		}
+		out := make([]any, n)
+		for i, c := range cmds {
+			out[i] = c.Val()
+		}
+		return out, nil
+	}
+}
+
+// LeasedJob is a job taken out of the queue.
+type LeasedJob struct {
+	GroupID string
+	ID      string
+	Type    string
+	Payload []byte
+	// Attempt counts how many times the job has been handed out (1 first).
+	Attempt int
+}
+
+// AdmitResult is the outcome of one Admit call.
+type AdmitResult struct {
+	// Jobs are the admitted jobs, leased until confirmed.
+	Jobs []LeasedJob
+	// Parked counts jobs sent to the non-ready queue (seed mode).
+	Parked int
+	// Wake says when to call again: -1 no job waits; 0 at once; > 0 the
+	// number of ms until the rate gate opens.
+	WakeMs int64
+	// Started lists groups that moved CREATED -> RUNNING.
+	Started []string
+	// Drained lists sealed groups whose last queued job left (-> AGGREGATING).
+	Drained []string
+	// DeniedGlobal and DeniedGroup count rate-limit denials (seed mode: jobs
+	// parked; paced mode: groups skipped for a used-up share, and stops at
+	// the global limit).
+	DeniedGlobal, DeniedGroup int
+	// NowMs is the time the call ran at (Redis TIME, ms).
+	NowMs int64
+}
+
+// Admit takes up to n jobs in fair order through the configured rate gate
+// and leases them (status LEASED, attempt+1, in the inflight set until
+// Confirm). With n <= 0 it does nothing.
+func (q *Queue) Admit(ctx context.Context, n int) (*AdmitResult, error) {
+	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease))
+}
+
+// Dequeue takes the next job in fair order, with no rate gate and no lease.
+// It returns ErrQueueEmpty when no job waits.
+func (q *Queue) Dequeue(ctx context.Context) (*LeasedJob, error) {
+	jobs, err := q.DequeueBatch(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, ErrQueueEmpty
+	}
+	return &jobs[0], nil
+}
+
+// DequeueBatch takes up to n jobs in fair order in one call, with no rate
+// gate and no lease.
+func (q *Queue) DequeueBatch(ctx context.Context, n int) ([]LeasedJob, error) {
+	r, err := q.admit(ctx, n, ModeFair, 0)
+	if err != nil {
+		return nil, err
+	}
+	return r.Jobs, nil
+}
+
+func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64) (*AdmitResult, error) {
+	if n <= 0 {
+		return &AdmitResult{}, nil
+	}
+	congestion := "1"
+	if q.cfg.DisableCongestion {
+		congestion = "0"
+	}
+	keys := append(q.keys.FairQueues(), q.keys.VClock(), q.keys.Inflight(),
+		q.keys.ActiveGroups(), q.keys.ActiveSeen(), q.keys.RatePacer())
+	v, err := q.run(ctx, "admit", admitScript, keys,
+		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
+		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion)
+	if err != nil {
+		return nil, err
+	}
+	rep := toList(v)
+	res := &AdmitResult{
+		Jobs:         parseJobs(toList(rep[0])),
+		Parked:       int(toInt(rep[1])),
+		WakeMs:       toInt(rep[2]),
+		Started:      toStrings(rep[3]),
+		Drained:      toStrings(rep[4]),
+		DeniedGlobal: int(toInt(rep[5])),
+		DeniedGroup:  int(toInt(rep[6])),
+		NowMs:        toInt(rep[7]),
+	}
+	return res, nil
+}
+
+func toStrings(v any) []string {
+	l := toList(v)
+	out := make([]string, 0, len(l))
+	for _, x := range l {
+		out = append(out, toStr(x))
+	}
+	return out
+}
+
+// FairScore is the score the scripts give a group (DESIGN §4): smaller is
+// served first. nowMs is the fair queue's virtual time.
+func FairScore(nowMs float64, basePriority, doneJobs, totalJobs int64, alpha float64) float64 {
+	rem := totalJobs - doneJobs
+	if rem < 1 {
+		rem = 1
+	}
+	return nowMs + float64(basePriority) + alpha*float64(doneJobs)/float64(rem)
+}

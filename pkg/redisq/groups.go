@@ -1,0 +1,222 @@
+package redisq
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+// GroupCounts are a group's state and counters.
+type GroupCounts struct {
+	State contracts.GroupState
+	// Declared is the sealed total, or -1 while the group is not sealed.
+	Declared int64
+	// Jobs counts distinct jobs received.
+	Jobs      int64
+	Done      int64
+	Succeeded int64
+	Failed    int64
+	Cancelled int64
+}
+
+// Sealed reports whether the group's total has been declared.
+func (c GroupCounts) Sealed() bool { return c.Declared >= 0 }
+
+func parseCounts(l []any) GroupCounts {
+	st := toStr(l[0])
+	if st == "NONE" {
+		st = ""
+	}
+	return GroupCounts{
+		State: contracts.GroupState(st), Declared: toInt(l[1]), Jobs: toInt(l[2]),
+		Done: toInt(l[3]), Succeeded: toInt(l[4]), Failed: toInt(l[5]), Cancelled: toInt(l[6]),
+	}
+}
+
+// RecordOutcome says what Record did.
+type RecordOutcome string
+
+// Record outcomes.
+const (
+	// Recorded: the result was counted.
+	Recorded RecordOutcome = "recorded"
+	// DuplicateResult: the job was already terminal; nothing changed.
+	DuplicateResult RecordOutcome = "duplicate"
+	// UnknownJob: no such job (never enqueued, or its hash expired).
+	UnknownJob RecordOutcome = "unknown"
+)
+
+// RecordResult is what Record did and the group's counters after it.
+type RecordResult struct {
+	Outcome RecordOutcome
+	// Completed is true when this result completed the group.
+	Completed bool
+	Group     GroupCounts
+}
+
+// Record marks a job terminal exactly once (SUCCESS or FAILED) and counts it;
+// a second record of the same job is a no-op reporting DuplicateResult. A
+// sealed group whose every job is terminal becomes COMPLETED: it leaves the
+// active set, its congestion state is dropped and its keys get their TTLs.
+func (q *Queue) Record(ctx context.Context, r contracts.JobResult) (*RecordResult, error) {
+	if r.Status != contracts.ResultSuccess && r.Status != contracts.ResultFailed {
+		return nil, fmt.Errorf("redisq: record: status %q: must be SUCCESS or FAILED", r.Status)
+	}
+	v, err := q.run(ctx, "record", recordScript,
+		[]string{q.keys.Job(r.GroupID, r.JobID), q.keys.GroupMeta(r.GroupID)},
+		q.keys.Prefix(), r.GroupID, string(r.Status), r.Error, q.now(),
+		secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), r.Attempt)
+	if err != nil {
+		return nil, err
+	}
+	l := toList(v)
+	return &RecordResult{
+		Outcome:   RecordOutcome(toStr(l[0])),
+		Completed: toStr(l[1]) == string(contracts.StateCompleted),
+		Group:     parseCounts(l[2:]),
+	}, nil
+}
+
+// SealOutcome says what Seal did.
+type SealOutcome string
+
+// Seal outcomes.
+const (
+	// Sealed: the total is now declared.
+	Sealed SealOutcome = "sealed"
+	// SealSame: the group was already sealed with this total (a redelivered seal).
+	SealSame SealOutcome = "same"
+	// SealConflict: the group was sealed with another total.
+	SealConflict SealOutcome = "conflict"
+	// SealTooMany: more distinct jobs than the total have already arrived.
+	SealTooMany SealOutcome = "too_many"
+	// SealEnded: the group was already cancelled or completed.
+	SealEnded SealOutcome = "ended"
+)
+
+// SealResult is what Seal did and the group's counters after it.
+type SealResult struct {
+	Outcome SealOutcome
+	// Transition is the state the seal moved the group to, or "".
+	Transition contracts.GroupState
+	Group      GroupCounts
+}
+
+// Seal declares that the group has exactly total distinct jobs. It may come
+// before, during or after the jobs and their results.
+func (q *Queue) Seal(ctx context.Context, groupID string, total int64) (*SealResult, error) {
+	if total < 0 {
+		return nil, fmt.Errorf("redisq: seal: total %d: must be >= 0", total)
+	}
+	v, err := q.run(ctx, "seal", sealScript,
+		[]string{q.keys.GroupMeta(groupID), q.keys.GroupJobs(groupID)},
+		q.keys.Prefix(), groupID, total, q.now(), secs(q.cfg.GroupTTL))
+	if err != nil {
+		return nil, err
+	}
+	l := toList(v)
+	return &SealResult{Outcome: SealOutcome(toStr(l[0])), Transition: contracts.GroupState(toStr(l[1])), Group: parseCounts(l[2:])}, nil
+}
+
+// CancelOutcome says what Cancel did.
+type CancelOutcome string
+
+// Cancel outcomes.
+const (
+	// Cancelled: the group is now CANCELLED.
+	Cancelled CancelOutcome = "cancelled"
+	// CancelEnded: the group had already ended.
+	CancelEnded CancelOutcome = "ended"
+	// CancelUnknown: no such group.
+	CancelUnknown CancelOutcome = "unknown"
+)
+
+// CancelResult is what Cancel did.
+type CancelResult struct {
+	Outcome CancelOutcome
+	// Dropped counts the queued and backed-off jobs cancelled.
+	Dropped int64
+	Group   GroupCounts
+}
+
+// Cancel ends a group early: its queued and backed-off jobs are dropped and
+// counted as cancelled; jobs already handed out finish and are counted.
+func (q *Queue) Cancel(ctx context.Context, groupID string) (*CancelResult, error) {
+	v, err := q.run(ctx, "cancel", cancelScript,
+		append(q.keys.FairQueues(), q.keys.GroupMeta(groupID), q.keys.GroupJobs(groupID), q.keys.NonReadyQueue()),
+		q.keys.Prefix(), groupID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
+	if err != nil {
+		return nil, err
+	}
+	l := toList(v)
+	return &CancelResult{Outcome: CancelOutcome(toStr(l[0])), Dropped: toInt(l[1]), Group: parseCounts(l[2:])}, nil
+}
+
+// GroupInfo is a group's meta hash.
+type GroupInfo struct {
+	ID           string
+	GroupCounts  // state and counters
+	Priority     contracts.Priority
+	BasePriority int64
+	Pending      int64 // jobs queued in the fair queue now
+	CreatedAtMs  int64
+	StartedAtMs  int64
+	FinishedAtMs int64
+	Meta         map[string]string // the raw meta hash
+}
+
+// Group reads a group's meta and its pending count. ok is false when the
+// group does not exist (or its meta expired).
+func (q *Queue) Group(ctx context.Context, groupID string) (info *GroupInfo, ok bool, err error) {
+	pipe := q.rdb.Pipeline()
+	m := pipe.HGetAll(ctx, q.keys.GroupMeta(groupID))
+	l := pipe.LLen(ctx, q.keys.GroupJobs(groupID))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, false, fmt.Errorf("redisq: group %s: %w", groupID, err)
+	}
+	pending := l.Val()
+	h := m.Val()
+	if len(h) == 0 {
+		return nil, false, nil
+	}
+	n := func(k string) int64 { x, _ := strconv.ParseInt(h[k], 10, 64); return x }
+	declared := int64(-1)
+	if _, ok := h["declaredTotal"]; ok {
+		declared = n("declaredTotal")
+	}
+	info = &GroupInfo{
+		ID: groupID,
+		GroupCounts: GroupCounts{
+			State: contracts.GroupState(h["status"]), Declared: declared, Jobs: n("totalJobs"),
+			Done: n("doneJobs"), Succeeded: n("successCount"), Failed: n("failedCount"), Cancelled: n("cancelledCount"),
+		},
+		Priority: contracts.Priority(h["priorityLevel"]), BasePriority: n("basePriority"),
+		Pending: pending, CreatedAtMs: n("createdAt"), StartedAtMs: n("startedAt"), FinishedAtMs: n("finishedAt"),
+		Meta: h,
+	}
+	return info, true, nil
+}
+
+// PendingJobs returns the number of jobs of a group waiting in the fair queue.
+func (q *Queue) PendingJobs(ctx context.Context, groupID string) (int64, error) {
+	return q.rdb.LLen(ctx, q.keys.GroupJobs(groupID)).Result()
+}
+
+// GroupsPerLevel returns how many groups wait at each priority level.
+func (q *Queue) GroupsPerLevel(ctx context.Context) (map[contracts.Priority]int64, error) {
+	pipe := q.rdb.Pipeline()
+	cmds := map[contracts.Priority]interface{ Val() int64 }{}
+	for _, p := range contracts.Priorities {
+		cmds[p] = pipe.ZCard(ctx, q.keys.FairQueue(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisq: groups per level: %w", err)
+	}
+	out := make(map[contracts.Priority]int64, len(cmds))
+	for p, c := range cmds {
+		out[p] = c.Val()
+	}
+	return out, nil
+}

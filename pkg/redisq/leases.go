@@ -1,0 +1,122 @@
+package redisq
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Confirm ends the leases of jobs the caller has handed on (published to
+// READY and acknowledged). Confirming an unknown or already confirmed job is
+// harmless.
+func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	members := make([]any, len(jobs))
+	for i, j := range jobs {
+		members[i] = member(j.GroupID, j.ID)
+	}
+	if err := q.rdb.ZRem(ctx, q.keys.Inflight(), members...).Err(); err != nil {
+		return fmt.Errorf("redisq: confirm: %w", err)
+	}
+	return nil
+}
+
+// ExpiredLeases lists up to n leases whose deadline has passed, without
+// touching them.
+func (q *Queue) ExpiredLeases(ctx context.Context, n int) ([]string, error) {
+	now, err := q.clockMs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q.rdb.ZRangeByScore(ctx, q.keys.Inflight(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: int64(n)}).Result()
+}
+
+// ReclaimResult is the outcome of Reclaim.
+type ReclaimResult struct {
+	// Jobs are re-leased with their attempt unchanged: re-publish them with
+	// the same message id.
+	Jobs []LeasedJob
+	// NextDeadlineMs is the earliest remaining lease deadline, -1 if none.
+	NextDeadlineMs int64
+}
+
+// Reclaim takes up to n expired leases (a holder died between lease and
+// hand-over) and leases them again to the caller.
+func (q *Queue) Reclaim(ctx context.Context, n int) (*ReclaimResult, error) {
+	v, err := q.run(ctx, "reclaim", reclaimScript, []string{q.keys.Inflight()},
+		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now())
+	if err != nil {
+		return nil, err
+	}
+	l := toList(v)
+	return &ReclaimResult{Jobs: parseJobs(toList(l[0])), NextDeadlineMs: toInt(l[1])}, nil
+}
+
+// ReleaseResult is the outcome of Release.
+type ReleaseResult struct {
+	// Jobs are due jobs, now leased with attempt+1.
+	Jobs []LeasedJob
+	// NextDueMs is the due time of the earliest job left, -1 if none.
+	NextDueMs int64
+	// Cancelled counts due jobs of cancelled groups, counted as cancelled.
+	Cancelled int
+}
+
+// Release takes up to n due jobs out of the non-ready queue (one call),
+// decrements their groups' non-ready counters and leases them. Any number
+// of callers may run at once: a due job is released once. In paced mode the
+// released jobs also pass the global rate gate.
+func (q *Queue) Release(ctx context.Context, n int) (*ReleaseResult, error) {
+	v, err := q.run(ctx, "release", releaseScript,
+		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
+		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
+		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL))
+	if err != nil {
+		return nil, err
+	}
+	l := toList(v)
+	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2]))}, nil
+}
+
+// ClaimOutcome says whether a worker may run a delivered job.
+type ClaimOutcome string
+
+// Claim outcomes.
+const (
+	// ClaimRun: the delivery carries the current attempt; run the job.
+	ClaimRun ClaimOutcome = "run"
+	// ClaimStale: another attempt is current, or the job is terminal or
+	// gone; acknowledge the delivery and drop it.
+	ClaimStale ClaimOutcome = "stale"
+	// ClaimCancelled: the group was cancelled; the job was counted as
+	// cancelled and must not run.
+	ClaimCancelled ClaimOutcome = "cancelled"
+)
+
+// Claim marks a delivered job RUNNING if the delivery's attempt is the
+// job's current one (DESIGN §6.3). A redelivery of the same attempt (the
+// previous worker died) may run again.
+func (q *Queue) Claim(ctx context.Context, groupID, jobID string, attempt int) (ClaimOutcome, error) {
+	v, err := q.run(ctx, "claim", claimScript,
+		[]string{q.keys.Job(groupID, jobID), q.keys.GroupMeta(groupID), q.keys.Inflight()},
+		q.keys.Prefix(), groupID, jobID, attempt, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
+	if err != nil {
+		return "", err
+	}
+	return ClaimOutcome(toStr(toList(v)[0])), nil
+}
+
+func parseJobs(flat []any) []LeasedJob {
+	jobs := make([]LeasedJob, 0, len(flat)/5)
+	for i := 0; i+4 < len(flat); i += 5 {
+		jobs = append(jobs, LeasedJob{
+			GroupID: toStr(flat[i]), ID: toStr(flat[i+1]), Type: toStr(flat[i+2]),
+			Payload: []byte(toStr(flat[i+3])), Attempt: int(toInt(flat[i+4])),
+		})
+	}
+	return jobs
+}

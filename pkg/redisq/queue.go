@@ -1,0 +1,222 @@
+package redisq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Admission modes (DESIGN §5).
+const (
+	// ModeFair takes jobs in fair order with no rate gate.
+	ModeFair = "fair"
+	// ModeSeed is seed 001's fixed-window check; a denied job is parked in
+	// the non-ready queue with seed 002's congestion-aware backoff.
+	ModeSeed = "seed"
+	// ModePaced skips a group whose share of the window is used up (it keeps
+	// its place), gives unused capacity to groups still waiting, and spreads
+	// admissions over the window. Nothing is parked for rate reasons.
+	ModePaced = "paced"
+)
+
+// Config configures a Queue. Zero values mean the defaults stated per field.
+type Config struct {
+	// Prefix of every key; default DefaultPrefix. May carry a hash tag.
+	Prefix string
+	// Alpha weighs a group's progress in its score (DESIGN §4). Zero means
+	// pure age order; the service default is 10000.
+	Alpha float64
+	// Mode is the admission mode: ModePaced (default), ModeSeed or ModeFair.
+	Mode string
+	// GlobalLimit is the number of jobs admitted per Window across all
+	// groups; default 10000.
+	GlobalLimit int
+	// Window is the rate-limit window; default 1s.
+	Window time.Duration
+	// Burst is how far ahead of the even pace the paced mode may admit;
+	// default Window/25, which bounds any sliding window to 1.04x the limit.
+	Burst time.Duration
+	// ActiveStaleAfter removes a group from the active set when it has not
+	// asked for capacity for this long; default 30s.
+	ActiveStaleAfter time.Duration
+	// Lease is how long an admitted job may stay unconfirmed before it can
+	// be re-claimed; default 30s.
+	Lease time.Duration
+	// BaseBackoff is the backoff of an uncongested group; default 1s.
+	BaseBackoff time.Duration
+	// MaxBackoff caps any backoff; default 120s.
+	MaxBackoff time.Duration
+	// DisableCongestion makes every backoff the fixed BaseBackoff (seed
+	// 002's switch). The zero value keeps congestion control on.
+	DisableCongestion bool
+	// JobTTL is how long a terminal job's hash is kept; default 24h.
+	JobTTL time.Duration
+	// GroupTTL is how long an ended group's meta is kept; default 7 days.
+	GroupTTL time.Duration
+	// HistoryLen is how many congestion snapshots are kept; default 360.
+	HistoryLen int
+	// Observer, when set, receives every script's duration.
+	Observer Observer
+	// Clock, when set, replaces Redis TIME inside scripts (tests only).
+	Clock func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Mode == "" {
+		c.Mode = ModePaced
+	}
+	if c.GlobalLimit == 0 {
+		c.GlobalLimit = 10000
+	}
+	if c.Window == 0 {
+		c.Window = time.Second
+	}
+	if c.Burst == 0 {
+		c.Burst = c.Window / 25
+	}
+	if c.ActiveStaleAfter == 0 {
+		c.ActiveStaleAfter = 30 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.BaseBackoff == 0 {
+		c.BaseBackoff = time.Second
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 120 * time.Second
+	}
+	if c.JobTTL == 0 {
+		c.JobTTL = 24 * time.Hour
+	}
+	if c.GroupTTL == 0 {
+		c.GroupTTL = 7 * 24 * time.Hour
+	}
+	if c.HistoryLen == 0 {
+		c.HistoryLen = 360
+	}
+}
+
+func (c *Config) validate() error {
+	switch c.Mode {
+	case ModeFair, ModeSeed, ModePaced:
+	default:
+		return fmt.Errorf("redisq: mode %q: must be %s, %s or %s", c.Mode, ModePaced, ModeSeed, ModeFair)
+	}
+	if c.GlobalLimit < 1 {
+		return fmt.Errorf("redisq: global limit %d: must be at least 1", c.GlobalLimit)
+	}
+	if c.Window < time.Millisecond {
+		return fmt.Errorf("redisq: window %s: must be at least 1ms", c.Window)
+	}
+	if c.Burst < 0 || c.Burst > c.Window {
+		return fmt.Errorf("redisq: burst %s: must be between 0 and the window (%s)", c.Burst, c.Window)
+	}
+	if c.MaxBackoff < c.BaseBackoff {
+		return fmt.Errorf("redisq: max backoff %s: must not be below the base backoff %s", c.MaxBackoff, c.BaseBackoff)
+	}
+	if c.Lease < time.Millisecond {
+		return fmt.Errorf("redisq: lease %s: must be at least 1ms", c.Lease)
+	}
+	return nil
+}
+
+// Queue is all Redis state of the system: the fair queue, the rate limiter,
+// the non-ready queue, leases and group accounting. It is safe for
+// concurrent use, and any number of processes may share one Redis.
+type Queue struct {
+	rdb  redis.UniversalClient
+	keys Keys
+	cfg  Config
+	obs  Observer
+}
+
+// New returns a Queue on rdb. It checks cfg and loads the scripts.
+func New(ctx context.Context, rdb redis.UniversalClient, cfg Config) (*Queue, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	q := &Queue{rdb: rdb, keys: NewKeys(cfg.Prefix), cfg: cfg, obs: cfg.Observer}
+	if err := q.loadScripts(ctx); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// Keys returns the queue's key builder.
+func (q *Queue) Keys() Keys { return q.keys }
+
+// Config returns the queue's configuration with defaults filled in.
+func (q *Queue) Config() Config { return q.cfg }
+
+// Client returns the Redis client.
+func (q *Queue) Client() redis.UniversalClient { return q.rdb }
+
+// Ping checks that Redis answers.
+func (q *Queue) Ping(ctx context.Context) error { return q.rdb.Ping(ctx).Err() }
+
+var allScripts = map[string]*redis.Script{
+	"enqueue": enqueueScript, "admit": admitScript, "record": recordScript,
+	"seal": sealScript, "cancel": cancelScript, "release": releaseScript,
+	"reclaim": reclaimScript, "claim": claimScript, "retry": retryScript, "correct": correctScript,
+}
+
+func (q *Queue) loadScripts(ctx context.Context) error {
+	for name, s := range allScripts {
+		if err := s.Load(ctx, q.rdb).Err(); err != nil {
+			return fmt.Errorf("redisq: load %s script: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// now is the clock override for scripts: "" means Redis TIME.
+func (q *Queue) now() string {
+	if q.cfg.Clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(q.cfg.Clock().UnixMilli(), 10)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func secs(d time.Duration) int64 { return int64(d / time.Second) }
+
+// ErrQueueEmpty is returned by Dequeue when no job waits.
+var ErrQueueEmpty = errors.New("redisq: queue empty")
+
+// reply helpers
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func toStr(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func toList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
