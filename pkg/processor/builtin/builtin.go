@@ -1,0 +1,110 @@
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/processor"
+)
+
+// The job types [Register] registers.
+const (
+	// TypeNoop is the job type of [Noop].
+	TypeNoop = "noop"
+	// TypeSleep is the job type of [Sleep].
+	TypeSleep = "sleep"
+	// TypeHTTP is the job type of [HTTP].
+	TypeHTTP = "http"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultRetryAfter is the delay before the next attempt when an endpoint answers 429 without a
+	// usable Retry-After header, and when a "sleep" payload injects a rate limit without retryAfterMs.
+	DefaultRetryAfter = time.Second
+	// DefaultHTTPTimeout is the timeout of the HTTP client used when Options.HTTPClient is nil.
+	DefaultHTTPTimeout = 10 * time.Second
+)
+
+// Options configure the built-in processors. The zero value is ready to use: every field has a
+// default.
+type Options struct {
+	// HTTPClient sends the requests of the "http" processor. Nil means a client with a
+	// [DefaultHTTPTimeout] (10 s) timeout and the default transport. The job's context also bounds
+	// every request.
+	HTTPClient *http.Client
+	// DefaultURL is the endpoint of "http" jobs whose payload has no "url". Empty means such jobs
+	// fail permanently. It must be an absolute http or https URL (see [Options.Validate]).
+	DefaultURL string
+	// DefaultRetryAfter is the delay before the next attempt after a 429 without a usable
+	// Retry-After header, and after a rate limit injected by "sleep" without "retryAfterMs". Zero
+	// or negative means [DefaultRetryAfter] (1 s).
+	DefaultRetryAfter time.Duration
+	// Rand returns a uniformly distributed float64 in [0, 1); "sleep" draws its jitter and its
+	// failures from it. It must be safe for concurrent use. Nil means math/rand/v2's Float64.
+	Rand func() float64
+}
+
+// Validate reports a configuration error: a DefaultURL that is set but is not an absolute http or
+// https URL. Call it at start-up; a processor built from invalid Options fails the affected jobs
+// permanently instead.
+func (o Options) Validate() error {
+	if o.DefaultURL == "" {
+		return nil
+	}
+	if _, err := parseURL(o.DefaultURL); err != nil {
+		return fmt.Errorf("builtin: Options.DefaultURL: %w", err)
+	}
+	return nil
+}
+
+func (o Options) retryAfter() time.Duration {
+	if o.DefaultRetryAfter <= 0 {
+		return DefaultRetryAfter
+	}
+	return o.DefaultRetryAfter
+}
+
+func (o Options) rand() func() float64 {
+	if o.Rand == nil {
+		return rand.Float64
+	}
+	return o.Rand
+}
+
+// parseURL parses an absolute http or https URL.
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%q: scheme must be http or https", s)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q: missing host", s)
+	}
+	return u, nil
+}
+
+// Register registers [Noop], [Sleep] and [HTTP] on m as [TypeNoop], [TypeSleep] and [TypeHTTP].
+// Like [processor.Mux.Handle], it panics if one of the types is already registered.
+func Register(m *processor.Mux, opts Options) {
+	m.Handle(TypeNoop, Noop())
+	m.Handle(TypeSleep, Sleep(opts))
+	m.Handle(TypeHTTP, HTTP(opts))
+}
+
+// ErrInjected is wrapped by every failure the "sleep" processor injects on purpose, so that tests
+// and dashboards can tell injected failures from real ones.
+var ErrInjected = errors.New("builtin: injected failure")
+
+// Noop returns the "noop" processor: it ignores the payload and returns nil at once.
+func Noop() processor.Processor {
+	return processor.ProcessorFunc(func(context.Context, *processor.Job) error { return nil })
+}

@@ -1,0 +1,299 @@
+package builtin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/bulkaction/bulkaction/pkg/processor"
+)
+
+// Headers the "http" processor sets on every request; a payload cannot override them.
+const (
+	// HeaderGroup carries the job's group id.
+	HeaderGroup = "X-Bulkaction-Group"
+	// HeaderJob carries the job id.
+	HeaderJob = "X-Bulkaction-Job"
+	// HeaderAttempt carries the 1-based attempt number.
+	HeaderAttempt = "X-Bulkaction-Attempt"
+	// HeaderIdempotencyKey carries "<groupId>:<jobId>", the same for every attempt of a job.
+	HeaderIdempotencyKey = "Idempotency-Key"
+)
+
+const (
+	// maxRetryAfter bounds a Retry-After delay: 24 hours.
+	maxRetryAfter = 24 * time.Hour
+	// errBodyBytes is how much of an error response's body an HTTPStatusError keeps.
+	errBodyBytes = 512
+	// drainBytes is how much of a response body is read so the connection can be reused.
+	drainBytes = 64 << 10
+)
+
+// HTTPStatusError reports a response outside 2xx from the endpoint of an "http" job. The processor
+// returns it as is (retryable) for 408 and 5xx, inside [processor.RateLimited] for 429 (and 503 with
+// a Retry-After header), and marked [processor.Permanent] for the rest. Find it with errors.As.
+//
+// The zero value describes a response with no status.
+type HTTPStatusError struct {
+	// Method is the request method, e.g. "POST".
+	Method string
+	// URL is the request URL with any password redacted.
+	URL string
+	// StatusCode is the response status code, e.g. 503.
+	StatusCode int
+	// Body is the start of the response body (at most 512 bytes), for the error message.
+	Body string
+}
+
+// Error returns "builtin: http: <Method> <URL>: <StatusCode> <status text>[: <Body>]".
+func (e *HTTPStatusError) Error() string {
+	msg := fmt.Sprintf("builtin: http: %s %s: %d %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Body != "" {
+		msg += ": " + e.Body
+	}
+	return msg
+}
+
+// httpPayload is the payload of an "http" job. Other fields are allowed: they belong to the body.
+type httpPayload struct {
+	URL     string            `json:"url"`
+	Method  string            `json:"method"`
+	Headers map[string]string `json:"headers"`
+	Body    json.RawMessage   `json:"body"` // nil when absent, "null" when null
+}
+
+// HTTP returns the "http" processor, which makes one HTTP request per job. Its payload is a JSON
+// object, every field optional:
+//
+//	{"url":"https://…", "method":"POST", "headers":{"Name":"value"}, "body":<any JSON>}
+//
+// The fields mean:
+//
+//   - url: an absolute http or https URL; absent or empty means Options.DefaultURL (the job fails
+//     permanently when both are empty). A payload that is not a JSON object uses DefaultURL too.
+//   - method: default "POST"; case-insensitive.
+//   - headers: extra request headers. A "Host" entry sets the request's host.
+//   - body: sent as the JSON request body. Absent means the whole payload is the body, except for
+//     GET and HEAD, which then send none; null means no body. Content-Type is application/json
+//     when there is a body, unless headers set it.
+//
+// Every request carries X-Bulkaction-Group, X-Bulkaction-Job, X-Bulkaction-Attempt and
+// Idempotency-Key ("<groupId>:<jobId>"), which override headers of the same name in the payload,
+// and the trace context of ctx in the format of the global OpenTelemetry propagator.
+//
+// The response decides the outcome: 2xx succeeds; 429 is [processor.RateLimited] with the delay of
+// its Retry-After header (delta-seconds or HTTP-date; a past date means the worker's own backoff;
+// absent or unparsable means Options.DefaultRetryAfter, 1 s by default; capped at 24 h); 503 with a
+// Retry-After header is handled like 429; 408, other 5xx, network errors and timeouts (of
+// Options.HTTPClient or ctx) are retryable; redirects are followed by the client, and every other
+// status (other 4xx, unfollowed 3xx) fails permanently. Non-2xx statuses are reported as a
+// [*HTTPStatusError]. An invalid payload fails permanently with a [*PayloadError] naming the field.
+func HTTP(opts Options) processor.Processor {
+	h := &httpProcessor{
+		client:     opts.HTTPClient,
+		retryAfter: opts.retryAfter(),
+		now:        time.Now,
+	}
+	if h.client == nil {
+		h.client = &http.Client{Timeout: DefaultHTTPTimeout}
+	}
+	if opts.DefaultURL != "" {
+		h.defaultURL, h.defaultURLErr = parseURL(opts.DefaultURL)
+	}
+	return h
+}
+
+type httpProcessor struct {
+	client        *http.Client
+	defaultURL    *url.URL
+	defaultURLErr error
+	retryAfter    time.Duration
+	now           func() time.Time
+}
+
+// request is a validated "http" job.
+type request struct {
+	url     *url.URL
+	method  string
+	headers map[string]string
+	body    []byte // nil: no body
+}
+
+func (h *httpProcessor) parse(payload []byte) (*request, error) {
+	var p httpPayload
+	body := payload
+	if isObject(payload) {
+		if err := decodeObject(TypeHTTP, payload, &p, false); err != nil {
+			return nil, err
+		}
+		if p.Body != nil {
+			body = p.Body
+		}
+	}
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) || len(bytes.TrimSpace(body)) == 0 {
+		body = nil
+	}
+
+	r := &request{method: strings.ToUpper(p.Method), headers: p.Headers, body: body}
+	if r.method == "" {
+		r.method = http.MethodPost
+	}
+	if !validToken(r.method) {
+		return nil, invalid(TypeHTTP, "method", "%q is not a valid HTTP method", p.Method)
+	}
+	if p.Body == nil && (r.method == http.MethodGet || r.method == http.MethodHead) {
+		r.body = nil
+	}
+	for name, value := range p.Headers {
+		if !validToken(name) {
+			return nil, invalid(TypeHTTP, "headers", "%q is not a valid header name", name)
+		}
+		if !validHeaderValue(value) {
+			return nil, invalid(TypeHTTP, "headers."+name, "value contains a control character")
+		}
+	}
+
+	switch {
+	case p.URL != "":
+		u, err := parseURL(p.URL)
+		if err != nil {
+			return nil, invalid(TypeHTTP, "url", "%v", err)
+		}
+		r.url = u
+	case h.defaultURLErr != nil:
+		return nil, processor.Permanent(fmt.Errorf("builtin: http: no url in the payload, and Options.DefaultURL is invalid: %w", h.defaultURLErr))
+	case h.defaultURL != nil:
+		r.url = h.defaultURL
+	default:
+		return nil, invalid(TypeHTTP, "url", "missing, and no default URL is configured")
+	}
+	return r, nil
+}
+
+func (h *httpProcessor) Process(ctx context.Context, job *processor.Job) error {
+	r, err := h.parse(job.Payload)
+	if err != nil {
+		return err
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, r.url.String(), body)
+	if err != nil {
+		return processor.Permanent(fmt.Errorf("builtin: http: %w", err))
+	}
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", "bulkaction-worker")
+	for name, value := range r.headers {
+		if strings.EqualFold(name, "Host") {
+			req.Host = value
+			continue
+		}
+		req.Header.Set(name, value)
+	}
+	req.Header.Set(HeaderGroup, job.GroupID)
+	req.Header.Set(HeaderJob, job.JobID)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(job.Attempt))
+	req.Header.Set(HeaderIdempotencyKey, job.IdempotencyKey())
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		// Network errors, client timeouts and the job's deadline: retryable.
+		return fmt.Errorf("builtin: http: %w", err)
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, errBodyBytes))
+	serr := &HTTPStatusError{
+		Method:     r.method,
+		URL:        r.url.Redacted(),
+		StatusCode: resp.StatusCode,
+		Body:       strings.TrimSpace(strings.ToValidUTF8(string(head), string(utf8.RuneError))),
+	}
+	retryAfter, hasRetryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), h.now())
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		if !hasRetryAfter {
+			retryAfter = h.retryAfter
+		}
+		return processor.RateLimited(retryAfter, serr)
+	case resp.StatusCode == http.StatusServiceUnavailable && hasRetryAfter:
+		return processor.RateLimited(retryAfter, serr)
+	case resp.StatusCode >= 500, resp.StatusCode == http.StatusRequestTimeout:
+		return serr
+	default:
+		return processor.Permanent(serr)
+	}
+}
+
+// parseRetryAfter parses a Retry-After header value, delta-seconds or an HTTP-date, relative to now.
+// A date in the past gives 0; the result is capped at maxRetryAfter. ok is false when v is empty or
+// not in either format.
+func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if secs > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(secs) * time.Second, true
+	} else if errors.Is(err, strconv.ErrRange) {
+		return maxRetryAfter, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
+}
+
+// validToken reports whether s is an RFC 9110 token (a valid method or header name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s has no control characters other than horizontal tab.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
