@@ -1,0 +1,267 @@
+package telemetry
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace is the prefix of every metric name of the system (bulk_action_*).
+const Namespace = "bulk_action"
+
+// Label values of bulk_action_rate_limit_denied_total{reason}.
+const (
+	// DenyReasonGlobal means the global per-window limit was used up.
+	DenyReasonGlobal = "global"
+	// DenyReasonGroup means the group's share of the global limit was used up.
+	DenyReasonGroup = "group"
+	// DenyReasonPacing means paced admission skipped a group until the next window.
+	DenyReasonPacing = "pacing"
+)
+
+// Label values of bulk_action_backpressure_admitted_total{destination}.
+const (
+	// DestinationReady means an admitted job went straight to the READY stream.
+	DestinationReady = "ready"
+	// DestinationNonReady means an admitted job was parked in the non-ready (backoff) queue.
+	DestinationNonReady = "non_ready"
+)
+
+// Label values of bulk_action_job_results_total{status}; the first two are also used by
+// bulk_action_recorded_results_total{status}.
+const (
+	// StatusSuccess is a job that ran successfully.
+	StatusSuccess = "SUCCESS"
+	// StatusFailed is a job that failed permanently (or ran out of attempts).
+	StatusFailed = "FAILED"
+	// StatusRetry is a job attempt that failed with a retryable error and was backed off.
+	StatusRetry = "RETRY"
+	// StatusRateLimited is a job attempt rejected by the downstream system (for example HTTP 429).
+	StatusRateLimited = "RATE_LIMITED"
+	// StatusDropped is a stale or cancelled delivery that was acknowledged without running.
+	StatusDropped = "DROPPED"
+	// StatusDuplicate is a result the aggregator had already counted (recorded results only).
+	StatusDuplicate = "DUPLICATE"
+)
+
+// Label values of bulk_action_group_completions_total{state}.
+const (
+	// StateCompleted is a sealed group whose jobs are all terminal.
+	StateCompleted = "COMPLETED"
+	// StateCancelled is a group ended early by a cancel request.
+	StateCancelled = "CANCELLED"
+)
+
+// Histogram buckets, in milliseconds.
+var (
+	// luaBucketsMs are the buckets of bulk_action_lua_duration_ms: 0.05 ms to 250 ms.
+	luaBucketsMs = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250}
+	// dispatchCycleBucketsMs are the buckets of bulk_action_dispatch_cycle_duration_ms: 0.5 ms to 5 s.
+	dispatchCycleBucketsMs = []float64{0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000}
+	// backoffBucketsMs are the buckets of bulk_action_congestion_backoff_ms: 100 ms to 300 s.
+	backoffBucketsMs = []float64{100, 250, 500, 1000, 2000, 5000, 10000, 30000, 60000, 120000, 300000}
+	// processingBucketsMs are the buckets of bulk_action_job_processing_duration_ms: 1 ms to 120 s.
+	processingBucketsMs = []float64{1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000}
+	// latencyBucketsMs are the buckets of bulk_action_job_latency_ms: 10 ms to 1 h.
+	latencyBucketsMs = []float64{10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 900000, 3600000}
+)
+
+// Metrics holds every Prometheus collector of the system. Names are built with
+// prometheus.BuildFQName(Namespace, "", name); durations are in milliseconds.
+//
+// Create it with [NewMetrics]; the zero value has nil collectors and is not usable.
+// All collectors are safe for concurrent use.
+type Metrics struct {
+	// EnqueueTotal is bulk_action_enqueue_total: jobs newly enqueued into the fair queue.
+	EnqueueTotal prometheus.Counter
+	// EnqueueDuplicateTotal is bulk_action_enqueue_duplicate_total: redelivered or duplicate
+	// submissions that were no-ops.
+	EnqueueDuplicateTotal prometheus.Counter
+	// DequeueTotal is bulk_action_dequeue_total: jobs taken out of the fair queue.
+	DequeueTotal prometheus.Counter
+	// LuaDuration is bulk_action_lua_duration_ms{script}: time of one Lua script call
+	// (buckets 0.05 ms to 250 ms). Use [Metrics.ObserveLua].
+	LuaDuration *prometheus.HistogramVec
+	// RateLimitAllowed is bulk_action_rate_limit_allowed_total: jobs the rate gate let through.
+	RateLimitAllowed prometheus.Counter
+	// RateLimitDenied is bulk_action_rate_limit_denied_total{reason}, reason one of
+	// [DenyReasonGlobal], [DenyReasonGroup], [DenyReasonPacing].
+	RateLimitDenied *prometheus.CounterVec
+	// DispatchMoved is bulk_action_dispatch_moved_total: jobs the dispatcher moved from the
+	// non-ready queue (or expired leases) to READY.
+	DispatchMoved prometheus.Counter
+	// DispatchCycleDuration is bulk_action_dispatch_cycle_duration_ms: one dispatcher cycle
+	// (buckets 0.5 ms to 5 s).
+	DispatchCycleDuration prometheus.Histogram
+	// BackpressureAdmitted is bulk_action_backpressure_admitted_total{destination}, destination
+	// [DestinationReady] or [DestinationNonReady].
+	BackpressureAdmitted *prometheus.CounterVec
+	// BackpressureRejected is bulk_action_backpressure_rejected_total: admissions skipped because
+	// READY was full.
+	BackpressureRejected prometheus.Counter
+	// CongestionBackoff is bulk_action_congestion_backoff_ms: the backoff given to a parked job
+	// (buckets 100 ms to 300 s).
+	CongestionBackoff prometheus.Histogram
+	// JobResults is bulk_action_job_results_total{type,status}: attempt outcomes seen by workers,
+	// status one of [StatusSuccess], [StatusFailed], [StatusRetry], [StatusRateLimited], [StatusDropped].
+	JobResults *prometheus.CounterVec
+	// ProcessingDuration is bulk_action_job_processing_duration_ms{type}: time a processor ran
+	// (buckets 1 ms to 120 s).
+	ProcessingDuration *prometheus.HistogramVec
+	// RecordedResults is bulk_action_recorded_results_total{status}: results counted by the
+	// aggregator exactly once, status [StatusSuccess], [StatusFailed] or [StatusDuplicate]
+	// (a result that had already been counted).
+	RecordedResults *prometheus.CounterVec
+	// GroupCompletions is bulk_action_group_completions_total{state}, state [StateCompleted] or
+	// [StateCancelled].
+	GroupCompletions *prometheus.CounterVec
+	// DeadLetters is bulk_action_dead_letter_total{reason}: messages sent to the DLQ stream.
+	DeadLetters *prometheus.CounterVec
+	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
+	// (buckets 10 ms to 1 h).
+	SubmitLatency prometheus.Histogram
+}
+
+// NewMetrics creates every collector and registers it on reg. reg must not be nil: pass a
+// prometheus.NewRegistry() (and serve it with [NewServer]) or prometheus.DefaultRegisterer.
+// Several Metrics may coexist in one process as long as each has its own registry.
+//
+// Label values with a fixed set (denial reasons, destinations, recorded statuses, completion
+// states) are initialised to zero so their series exist before the first event.
+//
+// NewMetrics panics if reg is nil or if one of the names is already registered on reg, as
+// promauto does; both are programming errors.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		panic("telemetry: NewMetrics needs a non-nil prometheus.Registerer")
+	}
+	m := &Metrics{
+		EnqueueTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("enqueue_total"),
+			Help: "Jobs newly enqueued into the fair queue.",
+		}),
+		EnqueueDuplicateTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("enqueue_duplicate_total"),
+			Help: "Redelivered or duplicate job submissions that were no-ops.",
+		}),
+		DequeueTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("dequeue_total"),
+			Help: "Jobs taken out of the fair queue.",
+		}),
+		LuaDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    fqName("lua_duration_ms"),
+			Help:    "Duration of one Redis Lua script call, in milliseconds.",
+			Buckets: luaBucketsMs,
+		}, []string{"script"}),
+		RateLimitAllowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("rate_limit_allowed_total"),
+			Help: "Jobs allowed by the rate gate.",
+		}),
+		RateLimitDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("rate_limit_denied_total"),
+			Help: "Jobs or groups held back by the rate gate, by reason (global, group, pacing).",
+		}, []string{"reason"}),
+		DispatchMoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("dispatch_moved_total"),
+			Help: "Jobs moved by the dispatcher to the READY stream.",
+		}),
+		DispatchCycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    fqName("dispatch_cycle_duration_ms"),
+			Help:    "Duration of one dispatcher cycle, in milliseconds.",
+			Buckets: dispatchCycleBucketsMs,
+		}),
+		BackpressureAdmitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("backpressure_admitted_total"),
+			Help: "Jobs admitted by the fetcher, by destination (ready, non_ready).",
+		}, []string{"destination"}),
+		BackpressureRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("backpressure_rejected_total"),
+			Help: "Admission rounds skipped because the READY stream was full.",
+		}),
+		CongestionBackoff: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    fqName("congestion_backoff_ms"),
+			Help:    "Backoff given to a job parked in the non-ready queue, in milliseconds.",
+			Buckets: backoffBucketsMs,
+		}),
+		JobResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("job_results_total"),
+			Help: "Job attempt outcomes seen by workers, by job type and status.",
+		}, []string{"type", "status"}),
+		ProcessingDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    fqName("job_processing_duration_ms"),
+			Help:    "Time a processor ran for one job attempt, in milliseconds, by job type.",
+			Buckets: processingBucketsMs,
+		}, []string{"type"}),
+		RecordedResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("recorded_results_total"),
+			Help: "Results counted by the aggregator (exactly once), by status (SUCCESS, FAILED, DUPLICATE).",
+		}, []string{"status"}),
+		GroupCompletions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("group_completions_total"),
+			Help: "Groups that reached a final state, by state (COMPLETED, CANCELLED).",
+		}, []string{"state"}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("dead_letter_total"),
+			Help: "Messages sent to the dead-letter stream, by reason.",
+		}, []string{"reason"}),
+		SubmitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    fqName("job_latency_ms"),
+			Help:    "Time from job submission to its recorded result, in milliseconds.",
+			Buckets: latencyBucketsMs,
+		}),
+	}
+	reg.MustRegister(
+		m.EnqueueTotal, m.EnqueueDuplicateTotal, m.DequeueTotal, m.LuaDuration,
+		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
+		m.BackpressureAdmitted, m.BackpressureRejected, m.CongestionBackoff,
+		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.GroupCompletions,
+		m.DeadLetters, m.SubmitLatency,
+	)
+	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {
+		m.RateLimitDenied.WithLabelValues(r)
+	}
+	for _, d := range []string{DestinationReady, DestinationNonReady} {
+		m.BackpressureAdmitted.WithLabelValues(d)
+	}
+	for _, s := range []string{StatusSuccess, StatusFailed, StatusDuplicate} {
+		m.RecordedResults.WithLabelValues(s)
+	}
+	for _, s := range []string{StateCompleted, StateCancelled} {
+		m.GroupCompletions.WithLabelValues(s)
+	}
+	return m
+}
+
+// ObserveLua records one call of the Lua script named script that took d.
+func (m *Metrics) ObserveLua(script string, d time.Duration) {
+	m.LuaDuration.WithLabelValues(script).Observe(Milliseconds(d))
+}
+
+// ObserveProcessing records one processor run of a job of type jobType that took d.
+func (m *Metrics) ObserveProcessing(jobType string, d time.Duration) {
+	m.ProcessingDuration.WithLabelValues(jobType).Observe(Milliseconds(d))
+}
+
+// ObserveDispatchCycle records one dispatcher cycle that took d.
+func (m *Metrics) ObserveDispatchCycle(d time.Duration) {
+	m.DispatchCycleDuration.Observe(Milliseconds(d))
+}
+
+// ObserveBackoff records the backoff d given to a job parked in the non-ready queue.
+func (m *Metrics) ObserveBackoff(d time.Duration) {
+	m.CongestionBackoff.Observe(Milliseconds(d))
+}
+
+// ObserveSubmitLatency records the time d from a job's submission to its recorded result.
+func (m *Metrics) ObserveSubmitLatency(d time.Duration) {
+	m.SubmitLatency.Observe(Milliseconds(d))
+}
+
+// Milliseconds converts d to fractional milliseconds, the unit of every duration metric here.
+func Milliseconds(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond)
+}
+
+func fqName(name string) string {
+	return prometheus.BuildFQName(Namespace, "", name)
+}

@@ -1,0 +1,143 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestStateCollectorReportsState(t *testing.T) {
+	st := QueueState{
+		GroupsPerLevel:   map[string]int64{"high": 2, "low": 5, "urgent": 1},
+		ReadySize:        120,
+		NonReadySize:     7,
+		InflightSize:     3,
+		ActiveGroups:     8,
+		CongestionLevels: map[string]int64{"NONE": 6, "HIGH": 2},
+		GlobalRateLimit:  10000,
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) { return st, nil }, time.Second))
+
+	const want = `
+# HELP bulk_action_active_groups Groups sharing the global rate limit.
+# TYPE bulk_action_active_groups gauge
+bulk_action_active_groups 8
+# HELP bulk_action_congestion_level Groups at each congestion level.
+# TYPE bulk_action_congestion_level gauge
+bulk_action_congestion_level{level="CRITICAL"} 0
+bulk_action_congestion_level{level="HIGH"} 2
+bulk_action_congestion_level{level="LOW"} 0
+bulk_action_congestion_level{level="MODERATE"} 0
+bulk_action_congestion_level{level="NONE"} 6
+# HELP bulk_action_inflight_size Admitted jobs not yet confirmed on the READY stream.
+# TYPE bulk_action_inflight_size gauge
+bulk_action_inflight_size 3
+# HELP bulk_action_non_ready_queue_size Jobs parked in the non-ready (backoff) queue.
+# TYPE bulk_action_non_ready_queue_size gauge
+bulk_action_non_ready_queue_size 7
+# HELP bulk_action_queue_groups Groups waiting in the fair queue, by priority level.
+# TYPE bulk_action_queue_groups gauge
+bulk_action_queue_groups{priority="high"} 2
+bulk_action_queue_groups{priority="low"} 5
+bulk_action_queue_groups{priority="normal"} 0
+bulk_action_queue_groups{priority="urgent"} 1
+# HELP bulk_action_rate_limit_global Configured global rate limit, in jobs per second.
+# TYPE bulk_action_rate_limit_global gauge
+bulk_action_rate_limit_global 10000
+# HELP bulk_action_ready_queue_size Messages in the READY stream.
+# TYPE bulk_action_ready_queue_size gauge
+bulk_action_ready_queue_size 120
+# HELP bulk_action_state_up 1 if the last read of the queue state succeeded, else 0.
+# TYPE bulk_action_state_up gauge
+bulk_action_state_up 1
+`
+	if got := gatherText(t, reg); strings.TrimSpace(got) != strings.TrimSpace(want) {
+		t.Errorf("gathered:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestStateCollectorErrorReportsOnlyUp(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) {
+		return QueueState{ReadySize: 99}, errors.New("redis: connection refused")
+	}, time.Second))
+
+	const want = `
+# HELP bulk_action_state_up 1 if the last read of the queue state succeeded, else 0.
+# TYPE bulk_action_state_up gauge
+bulk_action_state_up 0
+`
+	if got := gatherText(t, reg); strings.TrimSpace(got) != strings.TrimSpace(want) {
+		t.Errorf("gathered:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestStateCollectorTimeout(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(func(ctx context.Context) (QueueState, error) {
+		<-ctx.Done() // a state read that never answers
+		return QueueState{}, ctx.Err()
+	}, 20*time.Millisecond))
+
+	up := gatherFamilies(t, reg)["bulk_action_state_up"]
+	if up == nil || up.GetMetric()[0].GetGauge().GetValue() != 0 {
+		t.Fatalf("state_up = %v, want 0 after timeout", up)
+	}
+	if n := len(gatherFamilies(t, reg)); n != 1 {
+		t.Errorf("gathered %d families after timeout, want only state_up", n)
+	}
+}
+
+func TestStateCollectorDeadline(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		want    time.Duration
+	}{
+		{"given", 300 * time.Millisecond, 300 * time.Millisecond},
+		{"zero means default", 0, DefaultStateTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var left time.Duration
+			c := NewStateCollector(func(ctx context.Context) (QueueState, error) {
+				dl, ok := ctx.Deadline()
+				if !ok {
+					return QueueState{}, errors.New("no deadline")
+				}
+				left = time.Until(dl)
+				return QueueState{}, nil
+			}, tt.timeout)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(c)
+			if n := countSeries(t, reg, "bulk_action_state_up"); n != 1 {
+				t.Fatalf("state_up series = %d", n)
+			}
+			if left <= 0 || left > tt.want {
+				t.Errorf("deadline %v away, want within %v", left, tt.want)
+			}
+			if left < tt.want/2 {
+				t.Errorf("deadline %v away, want close to %v", left, tt.want)
+			}
+		})
+	}
+}
+
+func TestStateCollectorBesideMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	observeAll(NewMetrics(reg))
+	if err := reg.Register(NewStateCollector(func(context.Context) (QueueState, error) { return QueueState{}, nil }, 0)); err != nil {
+		t.Fatalf("register state collector beside metrics: %v", err)
+	}
+	got := gatherFamilies(t, reg)
+	for _, name := range []string{"bulk_action_state_up", "bulk_action_ready_queue_size", "bulk_action_enqueue_total"} {
+		if got[name] == nil {
+			t.Errorf("%s missing", name)
+		}
+	}
+}

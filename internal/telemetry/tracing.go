@@ -1,0 +1,124 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// DefaultServiceName is the service.name [SetupTracing] uses when both OTEL_SERVICE_NAME and its
+// serviceName argument are empty.
+const DefaultServiceName = "bulkaction"
+
+// SetupTracing installs the global OpenTelemetry TracerProvider and TextMapPropagator and returns
+// a function that flushes and stops the provider (call it on shutdown, with a deadline).
+//
+// The propagator is W3C TraceContext plus Baggage, unless OTEL_PROPAGATORS names others. It is
+// installed in every case, so trace context keeps flowing through a target that does not export.
+//
+// Tracing is off — a no-op provider, nothing dialled, shutdown does nothing — unless one of
+// OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER is set;
+// OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true turn it off regardless. When on, the exporter
+// is configured by the standard variables (OTEL_TRACES_EXPORTER otlp|console, default otlp;
+// OTEL_EXPORTER_OTLP_PROTOCOL grpc|http/protobuf, default http/protobuf; endpoints, headers,
+// OTEL_TRACES_SAMPLER, OTEL_BSP_*). The resource's service.name is OTEL_SERVICE_NAME, else
+// serviceName, else [DefaultServiceName]; OTEL_RESOURCE_ATTRIBUTES adds attributes.
+//
+// An invalid variable value is an error.
+func SetupTracing(ctx context.Context, serviceName string) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(autoprop.NewTextMapPropagator())
+	off := func() (func(context.Context) error, error) {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		return func(context.Context) error { return nil }, nil
+	}
+	if !tracingRequested() {
+		return off()
+	}
+	exp, err := autoexport.NewSpanExporter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: trace exporter from OTEL_* variables: %w", err)
+	}
+	if autoexport.IsNoneSpanExporter(exp) {
+		return off()
+	}
+	if serviceName == "" {
+		serviceName = DefaultServiceName
+	}
+	res, err := resource.New(ctx,
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithAttributes(semconv.ServiceName(serviceName)),
+		resource.WithTelemetrySDK(),
+		resource.WithHost(),
+		resource.WithFromEnv(), // last, so OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
+	)
+	if err != nil {
+		_ = exp.Shutdown(ctx)
+		return nil, fmt.Errorf("telemetry: trace resource from OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// tracingRequested reports whether the environment asks for spans to be exported.
+func tracingRequested() bool {
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
+		return false
+	}
+	if exp := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); exp != "" {
+		return exp != "none"
+	}
+	return strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")) != "" ||
+		strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) != ""
+}
+
+// InjectHeader writes the trace context of ctx (traceparent, tracestate, baggage) into the NATS
+// header h with the global propagator. Keys are written in canonical MIME form ("Traceparent"),
+// as [ExtractHeader] expects. A nil h is left alone: create it with nats.Header{} or nats.NewMsg.
+func InjectHeader(ctx context.Context, h nats.Header) {
+	if h == nil {
+		return
+	}
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// ExtractHeader returns ctx carrying the remote trace context (and baggage) found in the NATS
+// header h by the global propagator; ctx itself when h holds none. Keys are matched regardless of
+// case, so a producer that wrote "traceparent" in lower case is understood too.
+func ExtractHeader(ctx context.Context, h nats.Header) context.Context {
+	if len(h) == 0 {
+		return ctx
+	}
+	carrier := propagation.HeaderCarrier(h)
+	for k := range h {
+		if textproto.CanonicalMIMEHeaderKey(k) != k {
+			carrier = canonicalCopy(h)
+			break
+		}
+	}
+	return otel.GetTextMapPropagator().Extract(ctx, carrier)
+}
+
+// canonicalCopy returns h with every key in canonical MIME form, values of equal keys merged.
+func canonicalCopy(h nats.Header) propagation.HeaderCarrier {
+	c := make(http.Header, len(h))
+	for k, vs := range h {
+		for _, v := range vs {
+			c.Add(k, v)
+		}
+	}
+	return propagation.HeaderCarrier(c)
+}
