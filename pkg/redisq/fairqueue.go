@@ -18,6 +18,9 @@ type Job struct {
 	// base priority of the first job that created it. "" means normal.
 	Priority     contracts.Priority
 	BasePriority int64
+	// Trace is the W3C traceparent of the job's submission ("" = none); it
+	// is kept with the job so later hops continue the same trace.
+	Trace string
 }
 
 // EnqueueOutcome says what Enqueue did with one job.
@@ -50,6 +53,14 @@ func (o EnqueueOutcome) String() string {
 	return fmt.Sprintf("EnqueueOutcome(%d)", byte(o))
 }
 
+// EnqueueResult is what EnqueueBatch did.
+type EnqueueResult struct {
+	// Outcomes has one entry per job, in order.
+	Outcomes []EnqueueOutcome
+	// Created lists the groups this call created.
+	Created []string
+}
+
 // Enqueue adds one job. Enqueueing a job that already exists in its group
 // changes nothing and returns Duplicate.
 func (q *Queue) Enqueue(ctx context.Context, job Job) (EnqueueOutcome, error) {
@@ -63,8 +74,17 @@ func (q *Queue) Enqueue(ctx context.Context, job Job) (EnqueueOutcome, error) {
 // EnqueueBatch adds jobs of any groups: one script call per group, all in
 // one pipelined round trip. It returns one outcome per job, in order.
 func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome, error) {
+	r, err := q.EnqueueJobs(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	return r.Outcomes, nil
+}
+
+// EnqueueJobs is EnqueueBatch reporting also the groups it created.
+func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, error) {
 	if len(jobs) == 0 {
-		return nil, nil
+		return &EnqueueResult{}, nil
 	}
 	type batch struct {
 		idx  []int
@@ -89,7 +109,7 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome,
 		}
 		b.idx = append(b.idx, i)
 		b.keys = append(b.keys, q.keys.Job(j.GroupID, j.ID))
-		b.args = append(b.args, j.ID, j.Type, j.Payload)
+		b.args = append(b.args, j.ID, j.Type, j.Payload, j.Trace)
 	}
 	replies, err := q.pipelineScripts(ctx, "enqueue", enqueueScript, len(order), func(i int) ([]string, []any) {
 		b := byGroup[order[i]]
@@ -98,9 +118,14 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome,
 	if err != nil {
 		return nil, err
 	}
-	out := make([]EnqueueOutcome, len(jobs))
+	res := &EnqueueResult{Outcomes: make([]EnqueueOutcome, len(jobs))}
+	out := res.Outcomes
 	for gi, gid := range order {
-		codes := toStr(toList(replies[gi])[0])
+		rep := toList(replies[gi])
+		if toInt(rep[4]) == 1 {
+			res.Created = append(res.Created, gid)
+		}
+		codes := toStr(rep[0])
 		b := byGroup[gid]
 		if len(codes) != len(b.idx) {
 			return nil, fmt.Errorf("redisq: enqueue script: %d outcomes for %d jobs", len(codes), len(b.idx))
@@ -109,7 +134,7 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome,
 			out[i] = EnqueueOutcome(codes[k])
 		}
 	}
-	return out, nil
+	return res, nil
 }
 
 // pipelineScripts runs n calls of one script in a single round trip.
@@ -153,6 +178,8 @@ type LeasedJob struct {
 	Payload []byte
 	// Attempt counts how many times the job has been handed out (1 first).
 	Attempt int
+	// Trace is the W3C traceparent stored with the job ("" = none).
+	Trace string
 }
 
 // AdmitResult is the outcome of one Admit call.

@@ -111,11 +111,11 @@ func (q *Queue) Claim(ctx context.Context, groupID, jobID string, attempt int) (
 }
 
 func parseJobs(flat []any) []LeasedJob {
-	jobs := make([]LeasedJob, 0, len(flat)/5)
-	for i := 0; i+4 < len(flat); i += 5 {
+	jobs := make([]LeasedJob, 0, len(flat)/6)
+	for i := 0; i+5 < len(flat); i += 6 {
 		jobs = append(jobs, LeasedJob{
 			GroupID: toStr(flat[i]), ID: toStr(flat[i+1]), Type: toStr(flat[i+2]),
-			Payload: []byte(toStr(flat[i+3])), Attempt: int(toInt(flat[i+4])),
+			Payload: []byte(toStr(flat[i+3])), Attempt: int(toInt(flat[i+4])), Trace: toStr(flat[i+5]),
 		})
 	}
 	return jobs

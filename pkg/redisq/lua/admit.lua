@@ -22,7 +22,8 @@
 -- ARGV[12]: max backoff ms (seed mode)
 -- ARGV[13]: '1' = congestion-aware backoff, '0' = fixed base (seed mode)
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedGroup, now }
---   jobs:    flat list gid, jid, type, payload, attempt for each admitted job
+--   jobs:    flat list gid, jid, type, payload, attempt, trace for each
+--            admitted job
 --   parked:  jobs sent to the non-ready queue (seed mode)
 --   wake:    -1 nothing is waiting; 0 call again now; > 0 ms until the rate
 --            gate opens again
@@ -181,7 +182,7 @@ while admitted < want do
       end
     end
     if allowed then
-      local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt')
+      local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'trace')
       local attempt = num(d[3]) + 1
       if lease_ms > 0 then
         redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
@@ -195,6 +196,7 @@ while admitted < want do
       jobs[#jobs + 1] = d[1]
       jobs[#jobs + 1] = d[2]
       jobs[#jobs + 1] = attempt
+      jobs[#jobs + 1] = d[4] or ''
       admitted = admitted + 1
       g.served = g.served + 1
       if gated then

@@ -9,12 +9,13 @@
 -- ARGV[3]: basePriority of a new group
 -- ARGV[4]: ALPHA
 -- ARGV[5]: now override in ms ('' = Redis TIME)
--- ARGV[5+3(i-1)+1..3]: jobId_i, type_i, payload_i
--- Returns: { outcomes, totalJobs, status, level }
+-- ARGV[5+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- Returns: { outcomes, totalJobs, status, level, created }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (already in the
 --   group: nothing changed), 'S' rejected (beyond the sealed total),
 --   'C' rejected (group cancelled or completed).
 --   level: the group's level (a group keeps the level of its first job).
+--   created: 1 when this call created the group, else 0.
 local gid = ARGV[1]
 local alpha = tonumber(ARGV[4])
 local now = now_ms(ARGV[5])
@@ -31,8 +32,10 @@ local declared = m[6] and tonumber(m[6]) or nil
 
 local out = {}
 local new_ids = {}
+local created = 0
 for i = 1, n do
-  local jid = ARGV[5 + 3 * (i - 1) + 1]
+  local a = 5 + 4 * (i - 1)
+  local jid = ARGV[a + 1]
   local job_key = KEYS[6 + i]
   if redis.call('EXISTS', job_key) == 1 then
     out[i] = 'D'
@@ -42,10 +45,11 @@ for i = 1, n do
     out[i] = 'S'
   else
     redis.call('HSET', job_key,
-      'id', jid, 'groupId', gid,
-      'type', ARGV[5 + 3 * (i - 1) + 2],
-      'payload', ARGV[5 + 3 * (i - 1) + 3],
+      'id', jid, 'groupId', gid, 'type', ARGV[a + 2], 'payload', ARGV[a + 3],
       'status', 'QUEUED', 'attempt', 0, 'createdAt', now)
+    if ARGV[a + 4] ~= '' then
+      redis.call('HSET', job_key, 'trace', ARGV[a + 4])
+    end
     new_ids[#new_ids + 1] = jid
     out[i] = 'A'
   end
@@ -58,6 +62,7 @@ if added > 0 then
   end
   if not status then
     status = 'CREATED'
+    created = 1
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base,
       'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
       'cancelledCount', 0, 'status', status, 'createdAt', now)
@@ -78,4 +83,4 @@ if added > 0 then
   end
 end
 
-return { table.concat(out), total, status or 'NONE', level }
+return { table.concat(out), total, status or 'NONE', level, created }

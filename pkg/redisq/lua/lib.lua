@@ -128,13 +128,15 @@ local function reply(meta_key, ...)
 end
 
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
--- until confirmed. Returns type, payload, attempt.
-local function lease(inflight_key, job_key, member, deadline)
-  local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt')
+-- until confirmed. Appends gid, jid, type, payload, attempt, trace to out.
+local function lease(out, inflight_key, job_key, gid, jid, deadline)
+  local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'trace')
   local attempt = num(d[3]) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
-  redis.call('ZADD', inflight_key, deadline, member)
-  return d[1], d[2], attempt
+  redis.call('ZADD', inflight_key, deadline, gid .. ':' .. jid)
+  for _, v in ipairs({ gid, jid, d[1], d[2], attempt, d[4] or '' }) do
+    out[#out + 1] = v
+  end
 end
 
 -- split_member splits "<gid>:<jid>" (ids never contain ':').

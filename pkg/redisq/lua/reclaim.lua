@@ -7,7 +7,7 @@
 -- ARGV[3]: lease in ms
 -- ARGV[4]: now override in ms ('' = Redis TIME)
 -- Returns: { jobs, next } where jobs is a flat list gid, jid, type, payload,
---   attempt and next is the earliest remaining deadline (-1 = none).
+--   attempt, trace and next is the earliest remaining deadline (-1 = none).
 local prefix = ARGV[1]
 local now = now_ms(ARGV[4])
 local deadline = now + tonumber(ARGV[3])
@@ -16,7 +16,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, to
 for _, mem in ipairs(expired) do
   local gid, jid = split_member(mem)
   local job_key = prefix .. 'job:' .. gid .. ':' .. jid
-  local d = redis.call('HMGET', job_key, 'status', 'type', 'payload', 'attempt')
+  local d = redis.call('HMGET', job_key, 'status', 'type', 'payload', 'attempt', 'trace')
   if d[1] == 'LEASED' then
     redis.call('ZADD', KEYS[1], deadline, mem)
     out[#out + 1] = gid
@@ -24,6 +24,7 @@ for _, mem in ipairs(expired) do
     out[#out + 1] = d[2]
     out[#out + 1] = d[3]
     out[#out + 1] = num(d[4])
+    out[#out + 1] = d[5] or ''
   else
     -- already running, finished or gone: nothing to recover
     redis.call('ZREM', KEYS[1], mem)

@@ -16,7 +16,7 @@
 -- ARGV[8]: paced burst tolerance in ms
 -- ARGV[9]: job TTL in seconds (cancelled jobs)
 -- Returns: { jobs, next, cancelled } where jobs is a flat list gid, jid,
---   type, payload, attempt; next is the due time (ms) of the earliest job
+--   type, payload, attempt, trace; next is the due time (ms) of the earliest job
 --   left, or -1 when the queue is empty; cancelled counts jobs of cancelled
 --   groups that were counted instead of released.
 local prefix = ARGV[1]
@@ -59,12 +59,7 @@ for _, mem in ipairs(due) do
       cancel_job(prefix, gid, job_key, meta_key, now, job_ttl)
       cancelled = cancelled + 1
     else
-      local typ, payload, attempt = lease(KEYS[2], job_key, mem, now + lease_ms)
-      out[#out + 1] = gid
-      out[#out + 1] = jid
-      out[#out + 1] = typ
-      out[#out + 1] = payload
-      out[#out + 1] = attempt
+      lease(out, KEYS[2], job_key, gid, jid, now + lease_ms)
       released = released + 1
     end
   end

@@ -1,0 +1,155 @@
+// Package config reads bulkaction's configuration from BULKACTION_*
+// environment variables (DESIGN §7) and checks it. Only main reads the
+// environment; services take the typed values.
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix is the environment variable prefix.
+const Prefix = "BULKACTION"
+
+// Config is every setting of every target. The `desc` tags feed `bulkaction
+// config` and the README's configuration table.
+type Config struct {
+	RedisURL      string `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0" desc:"Redis server (7.x+) holding queues and counters"`
+	RedisPrefix   string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:)"`
+	NatsURL       string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server with JetStream"`
+	SubjectPrefix string `envconfig:"SUBJECT_PREFIX" default:"bulkaction" desc:"first token of every subject; stream names derive from it"`
+	HTTPAddr      string `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz (empty = off)"`
+	LogFormat     string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
+	LogLevel      string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+
+	Alpha              float64 `envconfig:"ALPHA" default:"10000" desc:"fair-queue progress weight: >0 fair share, <0 shortest-job-first, 0 age order"`
+	AdmissionMode      string  `envconfig:"ADMISSION_MODE" default:"paced" desc:"paced or seed"`
+	GlobalRps          int     `envconfig:"GLOBAL_RPS" default:"10000" desc:"jobs admitted per rate-limit window across all groups"`
+	RateLimitWindowMs  int     `envconfig:"RATE_LIMIT_WINDOW_MS" default:"1000" desc:"rate-limit window"`
+	PacingBurstMs      int     `envconfig:"PACING_BURST_MS" default:"0" desc:"paced mode: how far ahead of the even pace admissions may run (0 = window/25)"`
+	ActiveGroupStaleMs int     `envconfig:"ACTIVE_GROUP_STALE_MS" default:"30000" desc:"a group that has not asked for capacity this long leaves the active set"`
+	ReadyQueueMaxSize  int     `envconfig:"READY_QUEUE_MAX_SIZE" default:"0" desc:"admit only while READY holds fewer jobs (0 = 4 x WORKER_COUNT x WORKER_INSTANCES)"`
+	WorkerInstances    int     `envconfig:"WORKER_INSTANCES" default:"1" desc:"expected worker instances, for the READY capacity default"`
+	AdmitBatchSize     int     `envconfig:"ADMIT_BATCH_SIZE" default:"256" desc:"most jobs one admission call takes"`
+	IngestBatchSize    int     `envconfig:"INGEST_BATCH_SIZE" default:"500" desc:"most submit messages the fetcher takes per fetch"`
+	LeaseMs            int     `envconfig:"LEASE_MS" default:"30000" desc:"an admitted job not confirmed on READY within this is re-published"`
+	BaseBackoffMs      int     `envconfig:"BASE_BACKOFF_MS" default:"1000" desc:"backoff of an uncongested group"`
+	MaxBackoffMs       int     `envconfig:"MAX_BACKOFF_MS" default:"120000" desc:"cap of every backoff"`
+	CongestionEnabled  bool    `envconfig:"CONGESTION_ENABLED" default:"true" desc:"false = fixed BASE_BACKOFF_MS for every backoff"`
+	DispatchIntervalMs int     `envconfig:"DISPATCH_INTERVAL_MS" default:"50" desc:"dispatcher's longest sleep between releases"`
+	DispatchBatchSize  int     `envconfig:"DISPATCH_BATCH_SIZE" default:"500" desc:"most jobs one release call moves"`
+
+	WorkerCount           int    `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
+	WorkerTypes           string `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
+	JobTimeoutMs          int    `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
+	MaxRetryCount         int    `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after the first attempt before a job is FAILED"`
+	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"deliveries of one attempt before it is FAILED without running (poison job)"`
+	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
+	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
+
+	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
+	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept"`
+	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept"`
+	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is reported stuck"`
+
+	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`
+	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas per stream"`
+	StreamMaxAge    time.Duration `envconfig:"STREAM_MAX_AGE" default:"168h" desc:"max age of EVENTS and DLQ messages"`
+	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW" default:"2m" desc:"JetStream dedupe window"`
+	MaxMsgSize      int           `envconfig:"MAX_MSG_SIZE" default:"1048576" desc:"largest message a stream accepts"`
+	MaxPayloadBytes int           `envconfig:"MAX_PAYLOAD_BYTES" default:"262144" desc:"largest job payload accepted"`
+}
+
+// Load reads the environment. An unparsable or out-of-range value is an
+// error naming the variable.
+func Load() (*Config, error) {
+	var c Config
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks ranges; errors name the environment variable.
+func (c *Config) Validate() error {
+	bad := func(name string, v any, want string) error {
+		return fmt.Errorf("config: %s_%s=%v: %s", Prefix, name, v, want)
+	}
+	type rng struct {
+		name string
+		v    int
+		min  int
+	}
+	for _, r := range []rng{
+		{"GLOBAL_RPS", c.GlobalRps, 1}, {"RATE_LIMIT_WINDOW_MS", c.RateLimitWindowMs, 1}, {"PACING_BURST_MS", c.PacingBurstMs, 0},
+		{"ACTIVE_GROUP_STALE_MS", c.ActiveGroupStaleMs, 1}, {"READY_QUEUE_MAX_SIZE", c.ReadyQueueMaxSize, 0},
+		{"WORKER_INSTANCES", c.WorkerInstances, 1}, {"ADMIT_BATCH_SIZE", c.AdmitBatchSize, 1}, {"INGEST_BATCH_SIZE", c.IngestBatchSize, 1},
+		{"LEASE_MS", c.LeaseMs, 100}, {"BASE_BACKOFF_MS", c.BaseBackoffMs, 0}, {"MAX_BACKOFF_MS", c.MaxBackoffMs, 0},
+		{"DISPATCH_INTERVAL_MS", c.DispatchIntervalMs, 1}, {"DISPATCH_BATCH_SIZE", c.DispatchBatchSize, 1},
+		{"WORKER_COUNT", c.WorkerCount, 1}, {"JOB_TIMEOUT_MS", c.JobTimeoutMs, 1}, {"MAX_RETRY_COUNT", c.MaxRetryCount, 0},
+		{"MAX_DELIVERIES", c.MaxDeliveries, 1}, {"SHUTDOWN_GRACE_PERIOD_MS", c.ShutdownGracePeriodMs, 0},
+		{"RESULT_BATCH_SIZE", c.ResultBatchSize, 1}, {"STREAM_REPLICAS", c.StreamReplicas, 1},
+		{"MAX_MSG_SIZE", c.MaxMsgSize, 1024}, {"MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 1},
+	} {
+		if r.v < r.min {
+			return bad(r.name, r.v, fmt.Sprintf("must be at least %d", r.min))
+		}
+	}
+	if c.PacingBurstMs > c.RateLimitWindowMs {
+		return bad("PACING_BURST_MS", c.PacingBurstMs, fmt.Sprintf("must not exceed RATE_LIMIT_WINDOW_MS (%d)", c.RateLimitWindowMs))
+	}
+	if c.MaxBackoffMs < c.BaseBackoffMs {
+		return bad("MAX_BACKOFF_MS", c.MaxBackoffMs, fmt.Sprintf("must be at least BASE_BACKOFF_MS (%d)", c.BaseBackoffMs))
+	}
+	if c.MaxPayloadBytes >= c.MaxMsgSize {
+		return bad("MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, fmt.Sprintf("must be below MAX_MSG_SIZE (%d), which also holds the envelope", c.MaxMsgSize))
+	}
+	switch c.AdmissionMode {
+	case "paced", "seed":
+	default:
+		return bad("ADMISSION_MODE", c.AdmissionMode, "must be paced or seed")
+	}
+	switch c.LogFormat {
+	case "json", "text":
+	default:
+		return bad("LOG_FORMAT", c.LogFormat, "must be json or text")
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "warning", "error":
+	default:
+		return bad("LOG_LEVEL", c.LogLevel, "must be debug, info, warn or error")
+	}
+	switch c.StreamStorage {
+	case "file", "memory":
+	default:
+		return bad("STREAM_STORAGE", c.StreamStorage, "must be file or memory")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"STUCK_AFTER", c.StuckAfter}, {"STREAM_MAX_AGE", c.StreamMaxAge}, {"DUPLICATE_WINDOW", c.DuplicateWindow}} {
+		if d.v <= 0 {
+			return bad(d.name, d.v, "must be positive")
+		}
+	}
+	return nil
+}
+
+// ReadyCapacity is READY_QUEUE_MAX_SIZE, or its default: four jobs per
+// worker slot. A newly arriving small group waits behind at most this many
+// jobs of other groups, so it stays small relative to worker throughput.
+func (c *Config) ReadyCapacity() int {
+	if c.ReadyQueueMaxSize > 0 {
+		return c.ReadyQueueMaxSize
+	}
+	return 4 * c.WorkerCount * c.WorkerInstances
+}
+
+// Ms turns a millisecond setting into a duration.
+func Ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }

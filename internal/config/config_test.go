@@ -1,0 +1,47 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Alpha != 10000 || c.GlobalRps != 10000 || c.BaseBackoffMs != 1000 || c.MaxBackoffMs != 120000 ||
+		c.WorkerCount != 10 || c.JobTimeoutMs != 30000 || c.MaxRetryCount != 3 || c.ShutdownGracePeriodMs != 30000 ||
+		c.AdmissionMode != "paced" || c.JobTTL != 24*time.Hour || c.GroupTTL != 7*24*time.Hour {
+		t.Fatalf("defaults %+v", c)
+	}
+	if c.ReadyCapacity() != 40 {
+		t.Fatalf("ready capacity %d", c.ReadyCapacity())
+	}
+}
+
+func TestBadValuesNameTheVariable(t *testing.T) {
+	cases := map[string]string{
+		"BULKACTION_GLOBAL_RPS":      "abc",
+		"BULKACTION_WORKER_COUNT":    "0",
+		"BULKACTION_ADMISSION_MODE":  "fifo",
+		"BULKACTION_MAX_BACKOFF_MS":  "10",
+		"BULKACTION_JOB_TTL":         "soon",
+		"BULKACTION_LOG_FORMAT":      "xml",
+		"BULKACTION_PACING_BURST_MS": "5000",
+	}
+	for name, v := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, v)
+			_, err := Load()
+			if err == nil {
+				t.Fatalf("%s=%s accepted", name, v)
+			}
+			short := strings.TrimPrefix(name, "BULKACTION_")
+			if !strings.Contains(err.Error(), name) && !strings.Contains(err.Error(), short) {
+				t.Fatalf("error does not name %s: %v", name, err)
+			}
+		})
+	}
+}

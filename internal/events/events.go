@@ -1,0 +1,63 @@
+// Package events publishes group state changes to bulkaction.events.<gid>
+// (DESIGN §3) and logs one line per change.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publisher publishes group events.
+type Publisher struct {
+	js    jetstream.JetStream
+	names contracts.Names
+	log   *slog.Logger
+}
+
+// NewPublisher returns a Publisher; log nil means slog.Default().
+func NewPublisher(js jetstream.JetStream, names contracts.Names, log *slog.Logger) *Publisher {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Publisher{js: js, names: names, log: log}
+}
+
+// Event builds the event of a group's counts.
+func Event(groupID string, c redisq.GroupCounts, at time.Time) contracts.GroupEvent {
+	total := c.Declared
+	if total < 0 {
+		total = 0
+	}
+	return contracts.GroupEvent{
+		V: contracts.Version, GroupID: groupID, State: c.State, Total: total, Jobs: c.Jobs,
+		Succeeded: c.Succeeded, Failed: c.Failed, Cancelled: c.Cancelled, At: at.UTC(),
+	}
+}
+
+// Publish publishes the group's current state and waits for the PubAck. The
+// message id is derived from the state and counts, so publishing the same
+// change again (after a crash) is deduplicated by JetStream.
+func (p *Publisher) Publish(ctx context.Context, groupID string, c redisq.GroupCounts) error {
+	ev := Event(groupID, c, time.Now())
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(p.names.Events(groupID))
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:%d:%d:%d", groupID, c.State, c.Done, c.Cancelled, c.Jobs))
+	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("events: publish %s %s: %w", groupID, c.State, err)
+	}
+	p.log.Info("group state", "group", groupID, "state", string(c.State), "total", ev.Total,
+		"jobs", c.Jobs, "succeeded", c.Succeeded, "failed", c.Failed, "cancelled", c.Cancelled)
+	return nil
+}
