@@ -185,3 +185,8 @@ func ReadyMsgID(groupID, jobID string, attempt int) string {
 func ResultMsgID(groupID, jobID string, attempt int) string {
 	return ReadyMsgID(groupID, jobID, attempt) + ":result"
 }
+
+// Notify is the core-NATS (not JetStream) subject on which services wake
+// each other: "<prefix>.notify.<topic>", e.g. topic "work" after new jobs
+// were enqueued. Losing a notification only delays work until the next poll.
+func (n Names) Notify(topic string) string { return n.prefix() + ".notify." + topic }

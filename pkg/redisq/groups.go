@@ -53,7 +53,9 @@ type RecordResult struct {
 	Outcome RecordOutcome
 	// Completed is true when this result completed the group.
 	Completed bool
-	Group     GroupCounts
+	// CreatedAtMs is when the job was enqueued (0 if unknown).
+	CreatedAtMs int64
+	Group       GroupCounts
 }
 
 // Record marks a job terminal exactly once (SUCCESS or FAILED) and counts it;
@@ -61,22 +63,43 @@ type RecordResult struct {
 // sealed group whose every job is terminal becomes COMPLETED: it leaves the
 // active set, its congestion state is dropped and its keys get their TTLs.
 func (q *Queue) Record(ctx context.Context, r contracts.JobResult) (*RecordResult, error) {
-	if r.Status != contracts.ResultSuccess && r.Status != contracts.ResultFailed {
-		return nil, fmt.Errorf("redisq: record: status %q: must be SUCCESS or FAILED", r.Status)
-	}
-	v, err := q.run(ctx, "record", recordScript,
-		[]string{q.keys.Job(r.GroupID, r.JobID), q.keys.GroupMeta(r.GroupID)},
-		q.keys.Prefix(), r.GroupID, string(r.Status), r.Error, q.now(),
-		secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), r.Attempt)
+	out, err := q.RecordBatch(ctx, []contracts.JobResult{r})
 	if err != nil {
 		return nil, err
 	}
-	l := toList(v)
-	return &RecordResult{
-		Outcome:   RecordOutcome(toStr(l[0])),
-		Completed: toStr(l[1]) == string(contracts.StateCompleted),
-		Group:     parseCounts(l[2:]),
-	}, nil
+	return out[0], nil
+}
+
+// RecordBatch records several results in one pipelined round trip (one
+// script call each), returning one RecordResult per result, in order.
+func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*RecordResult, error) {
+	for _, r := range rs {
+		if r.Status != contracts.ResultSuccess && r.Status != contracts.ResultFailed {
+			return nil, fmt.Errorf("redisq: record %s/%s: status %q: must be SUCCESS or FAILED", r.GroupID, r.JobID, r.Status)
+		}
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	replies, err := q.pipelineScripts(ctx, "record", recordScript, len(rs), func(i int) ([]string, []any) {
+		r := rs[i]
+		return []string{q.keys.Job(r.GroupID, r.JobID), q.keys.GroupMeta(r.GroupID)},
+			[]any{q.keys.Prefix(), r.GroupID, string(r.Status), r.Error, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), r.Attempt}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*RecordResult, len(rs))
+	for i, v := range replies {
+		l := toList(v)
+		out[i] = &RecordResult{
+			Outcome:     RecordOutcome(toStr(l[0])),
+			Completed:   toStr(l[1]) == string(contracts.StateCompleted),
+			CreatedAtMs: toInt(l[2]),
+			Group:       parseCounts(l[3:]),
+		}
+	}
+	return out, nil
 }
 
 // SealOutcome says what Seal did.
@@ -164,7 +187,9 @@ type GroupInfo struct {
 	CreatedAtMs  int64
 	StartedAtMs  int64
 	FinishedAtMs int64
-	Meta         map[string]string // the raw meta hash
+	// LastProgressAtMs is when the group's last result was recorded.
+	LastProgressAtMs int64
+	Meta             map[string]string // the raw meta hash
 }
 
 // Group reads a group's meta and its pending count. ok is false when the
@@ -194,7 +219,8 @@ func (q *Queue) Group(ctx context.Context, groupID string) (info *GroupInfo, ok 
 		},
 		Priority: contracts.Priority(h["priorityLevel"]), BasePriority: n("basePriority"),
 		Pending: pending, CreatedAtMs: n("createdAt"), StartedAtMs: n("startedAt"), FinishedAtMs: n("finishedAt"),
-		Meta: h,
+		LastProgressAtMs: n("lastProgressAt"),
+		Meta:             h,
 	}
 	return info, true, nil
 }

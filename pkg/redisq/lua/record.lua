@@ -10,20 +10,22 @@
 -- ARGV[6]: job TTL in seconds once terminal (0 = keep)
 -- ARGV[7]: group TTL in seconds once ended (0 = keep)
 -- ARGV[8]: attempt that produced the result
--- Returns: { outcome, transition, <group reply> } where outcome is
+-- Returns: { outcome, transition, createdAt, <group reply> } where outcome is
 --   'recorded', 'duplicate' (the job was already terminal: nothing changed)
 --   or 'unknown' (no such job); transition is 'COMPLETED' when this result
---   completed the group, else ''.
+--   completed the group, else ''; createdAt is the job's enqueue time (ms,
+--   0 if unknown).
 local prefix, gid, status = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms(ARGV[5])
 local job_ttl, group_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local cur = redis.call('HGET', KEYS[1], 'status')
+local j = redis.call('HMGET', KEYS[1], 'status', 'createdAt')
+local cur, created = j[1], num(j[2])
 if cur == false then
-  return reply(KEYS[2], 'unknown', '')
+  return reply(KEYS[2], 'unknown', '', 0)
 end
 if TERMINAL_JOB[cur] then
-  return reply(KEYS[2], 'duplicate', '')
+  return reply(KEYS[2], 'duplicate', '', created)
 end
 
 redis.call('HSET', KEYS[1], 'status', status, 'finishedAt', now, 'resultAttempt', ARGV[8])
@@ -34,6 +36,7 @@ if job_ttl > 0 then
   redis.call('EXPIRE', KEYS[1], job_ttl)
 end
 local done = redis.call('HINCRBY', KEYS[2], 'doneJobs', 1)
+redis.call('HSET', KEYS[2], 'lastProgressAt', now)
 if status == 'SUCCESS' then
   redis.call('HINCRBY', KEYS[2], 'successCount', 1)
 else
@@ -48,4 +51,4 @@ if throttles then
 end
 
 local transition = maybe_complete(prefix, gid, KEYS[2], now, group_ttl) or ''
-return reply(KEYS[2], 'recorded', transition)
+return reply(KEYS[2], 'recorded', transition, created)
