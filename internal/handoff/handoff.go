@@ -1,0 +1,185 @@
+package handoff
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// TracerName is the name of the tracer the hand-off spans come from.
+const TracerName = "github.com/bulkaction/bulkaction/internal/handoff"
+
+// Span names of the three hand-offs.
+const (
+	// SpanAdmit is the span of a job admitted by the fetcher.
+	SpanAdmit = "bulkaction.admit"
+	// SpanRelease is the span of a job released from the non-ready queue by the dispatcher.
+	SpanRelease = "bulkaction.release"
+	// SpanReclaim is the span of a job re-published by the dispatcher after its lease expired.
+	SpanReclaim = "bulkaction.reclaim"
+)
+
+// Span attribute keys set on every hand-off span.
+const (
+	// AttrGroupID is the job's group id (the same key as the client's).
+	AttrGroupID = attribute.Key("bulkaction.group_id")
+	// AttrJobID is the job's id within its group.
+	AttrJobID = attribute.Key("bulkaction.job_id")
+	// AttrJobType is the job's type, the last token of its READY subject.
+	AttrJobType = attribute.Key("bulkaction.job_type")
+	// AttrAttempt is the attempt the READY message carries (1 first).
+	AttrAttempt = attribute.Key("bulkaction.attempt")
+	// AttrDecision is the admission decision of an admitted job (see
+	// [DecisionReady]); only admit spans carry it.
+	AttrDecision = attribute.Key("bulkaction.admit.decision")
+)
+
+// DecisionReady is the [AttrDecision] of a job the rate gate let straight through to READY.
+const DecisionReady = "ready"
+
+// confirmTimeout bounds the Confirm call made after the PubAcks; it does not
+// depend on the caller's context so that a shutdown between publish and
+// confirm does not leave published jobs to be re-published.
+const confirmTimeout = 10 * time.Second
+
+// Publish hands jobs to READY: for each job it starts a span named span
+// (a child of the job's stored traceparent, with the group id, job id, type,
+// attempt and any extra attrs), publishes a [contracts.ReadyJob] to
+// d.Names.Ready(job.Type) with Nats-Msg-Id [contracts.ReadyMsgID] and the
+// span's trace context in the headers, waits for every PubAck
+// ([natsutil.PublishAll]) and then confirms the published jobs with one
+// [redisq.Queue.Confirm] call.
+//
+// It returns the jobs it confirmed, in the order of jobs. A job that was
+// not published is left leased, to be re-published once its lease expires;
+// err then reports how many failed and the first failure. If the Confirm
+// call fails, ok is nil and err says so: the jobs are on READY and their
+// leases expire into a re-publish with the same message id. d.JS, d.Queue
+// are required; a nil d.TracerProvider means the global provider.
+func Publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, span string, attrs ...attribute.KeyValue) (ok []redisq.LeasedJob, err error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	tp := d.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	tracer := tp.Tracer(TracerName)
+
+	msgs := make([]*nats.Msg, 0, len(jobs))
+	idx := make([]int, 0, len(jobs)) // jobs index of each message
+	spans := make([]trace.Span, len(jobs))
+	var failed int
+	var first error
+	fail := func(i int, e error) {
+		failed++
+		if first == nil {
+			first = fmt.Errorf("%s/%s attempt %d: %w", jobs[i].GroupID, jobs[i].ID, jobs[i].Attempt, e)
+		}
+		spans[i].RecordError(e)
+		spans[i].SetStatus(codes.Error, e.Error())
+	}
+	for i, j := range jobs {
+		subject := d.Names.Ready(j.Type)
+		sctx, sp := tracer.Start(parentContext(ctx, j.Trace), span,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(append([]attribute.KeyValue{
+				AttrGroupID.String(j.GroupID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
+				AttrAttempt.Int(j.Attempt),
+				attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.destination.name", subject),
+			}, attrs...)...))
+		spans[i] = sp
+		rj := contracts.ReadyJob{V: contracts.Version, GroupID: j.GroupID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}
+		if len(j.Payload) > 0 {
+			rj.Payload = json.RawMessage(j.Payload)
+		}
+		data, err := json.Marshal(&rj)
+		if err != nil {
+			fail(i, fmt.Errorf("encode ready job: %w", err))
+			continue
+		}
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, rj.MsgID())
+		telemetry.InjectHeader(sctx, m.Header)
+		msgs = append(msgs, m)
+		idx = append(idx, i)
+	}
+
+	published := make([]bool, len(jobs))
+	for k, e := range natsutil.PublishAll(ctx, d.JS, msgs) {
+		if e != nil {
+			fail(idx[k], e)
+			continue
+		}
+		published[idx[k]] = true
+	}
+	for i, j := range jobs {
+		if published[i] {
+			ok = append(ok, j)
+		}
+	}
+
+	if len(ok) > 0 {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+		cerr := d.Queue.Confirm(cctx, ok...)
+		cancel()
+		if cerr != nil {
+			for i := range jobs {
+				if published[i] {
+					spans[i].RecordError(cerr)
+					spans[i].SetStatus(codes.Error, cerr.Error())
+				}
+			}
+			endAll(spans)
+			return nil, fmt.Errorf("handoff: confirm %d published jobs: %w", len(ok), cerr)
+		}
+	}
+	endAll(spans)
+	if failed > 0 {
+		return ok, fmt.Errorf("handoff: %d of %d jobs not published, first %w", failed, len(jobs), first)
+	}
+	return ok, nil
+}
+
+// parentContext returns ctx carrying the remote span context of a stored
+// W3C traceparent; ctx itself when tp is empty or invalid.
+func parentContext(ctx context.Context, tp string) context.Context {
+	if tp == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
+}
+
+// Traceparent returns the W3C traceparent of the span context in ctx, or ""
+// when ctx carries no valid span context. It is the form a job's trace is
+// stored in ([redisq.Job.Trace]).
+func Traceparent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+func endAll(spans []trace.Span) {
+	for _, s := range spans {
+		if s != nil {
+			s.End()
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package handoff_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+func TestMain(m *testing.M) {
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	testenv.Main(m)
+}
+
+// lease enqueues n jobs per group and admits them all.
+func lease(t *testing.T, e *handofftest.Env, groups []string, n int, trace string) []redisq.LeasedJob {
+	t.Helper()
+	ctx := context.Background()
+	var jobs []redisq.Job
+	for _, g := range groups {
+		for i := range n {
+			jobs = append(jobs, redisq.Job{GroupID: g, ID: fmt.Sprintf("j%03d", i), Type: "type-" + g,
+				Payload: []byte(fmt.Sprintf(`{"g":%q,"i":%d}`, g, i)), Trace: trace})
+		}
+	}
+	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Queue.Admit(ctx, len(jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) != len(jobs) {
+		t.Fatalf("admitted %d of %d jobs", len(res.Jobs), len(jobs))
+	}
+	return res.Jobs
+}
+
+// stored returns every message of the READY stream, in order.
+func stored(t *testing.T, e *handofftest.Env) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.JS.Stream(ctx, e.Names.StreamReady())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get %d: %v", seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestPublishPublishesAndConfirms(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	jobs := lease(t, e, []string{"ga", "gb"}, 25, "")
+	if got := e.Inflight(t); got != 50 {
+		t.Fatalf("inflight %d before publish, want 50", got)
+	}
+	ok, err := handoff.Publish(context.Background(), e.Deps(), jobs, handoff.SpanAdmit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ok) != len(jobs) {
+		t.Fatalf("confirmed %d of %d", len(ok), len(jobs))
+	}
+	if got := e.Inflight(t); got != 0 {
+		t.Fatalf("inflight %d after publish, want 0 (all confirmed)", got)
+	}
+	msgs := stored(t, e)
+	if len(msgs) != len(jobs) {
+		t.Fatalf("READY holds %d messages, want %d", len(msgs), len(jobs))
+	}
+	for i, m := range msgs {
+		j := jobs[i]
+		if m.Subject != e.Names.Ready(j.Type) {
+			t.Errorf("message %d on %s, want %s", i, m.Subject, e.Names.Ready(j.Type))
+		}
+		if got, want := m.Header.Get(jetstream.MsgIDHeader), contracts.ReadyMsgID(j.GroupID, j.ID, 1); got != want {
+			t.Errorf("message %d: Nats-Msg-Id %q, want %q", i, got, want)
+		}
+		rj, err := contracts.DecodeReadyJob(m.Data, contracts.Limits{})
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		var n int
+		fmt.Sscanf(j.ID, "j%d", &n)
+		want := fmt.Sprintf(`{"g":%q,"i":%d}`, j.GroupID, n)
+		if rj.GroupID != j.GroupID || rj.JobID != j.ID || rj.Type != j.Type || rj.Attempt != 1 || string(rj.Payload) != want {
+			t.Errorf("message %d = %+v payload %s, want %s/%s %s attempt 1 payload %s", i, rj, rj.Payload, j.GroupID, j.ID, j.Type, want)
+		}
+	}
+
+	// Publishing the same attempts again (an expired lease re-published) is
+	// dropped by JetStream's duplicate window.
+	if _, err := handoff.Publish(context.Background(), e.Deps(), jobs, handoff.SpanReclaim); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != uint64(len(jobs)) {
+		t.Fatalf("READY holds %d messages after a re-publish, want %d", got, len(jobs))
+	}
+}
+
+func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{Lease: 200 * time.Millisecond})
+	ctx := context.Background()
+	// READY refuses messages beyond the sixth.
+	st, err := e.JS.Stream(ctx, e.Names.StreamReady())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	full := cfg
+	full.MaxMsgs, full.Discard = 6, jetstream.DiscardNew
+	if _, err := e.JS.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	jobs := lease(t, e, []string{"g"}, 10, "")
+	ok, err := handoff.Publish(ctx, e.Deps(), jobs, handoff.SpanAdmit)
+	if err == nil || !strings.Contains(err.Error(), "4 of 10") {
+		t.Fatalf("err = %v, want 4 of 10 jobs not published", err)
+	}
+	if len(ok) != 6 {
+		t.Fatalf("confirmed %d jobs, want the 6 stored", len(ok))
+	}
+	if got := e.Inflight(t); got != 4 {
+		t.Fatalf("inflight %d, want the 4 unpublished jobs still leased", got)
+	}
+
+	// The failed jobs come back once their lease expires, with the same
+	// attempt, and go through when READY has room.
+	if _, err := e.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var again []redisq.LeasedJob
+	handofftest.WaitFor(t, "expired leases", 5*time.Second, func() bool {
+		r, err := e.Queue.Reclaim(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, r.Jobs...)
+		return len(again) >= 4
+	})
+	okIDs := map[string]bool{}
+	for _, j := range ok {
+		okIDs[j.ID] = true
+	}
+	for _, j := range again {
+		if okIDs[j.ID] || j.Attempt != 1 {
+			t.Fatalf("reclaimed %s attempt %d: want only unpublished jobs, attempt 1", j.ID, j.Attempt)
+		}
+	}
+	if ok2, err := handoff.Publish(ctx, e.Deps(), again, handoff.SpanReclaim); err != nil || len(ok2) != 4 {
+		t.Fatalf("re-publish: %d confirmed, %v", len(ok2), err)
+	}
+	var ids []string
+	for _, m := range stored(t, e) {
+		rj, err := contracts.DecodeReadyJob(m.Data, contracts.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rj.JobID)
+	}
+	slices.Sort(ids)
+	want := []string{"j000", "j001", "j002", "j003", "j004", "j005", "j006", "j007", "j008", "j009"}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("READY holds %v, want each of %v once", ids, want)
+	}
+	if got := e.Inflight(t); got != 0 {
+		t.Fatalf("inflight %d, want 0", got)
+	}
+}
+
+func TestPublishContinuesStoredTrace(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	jobs := lease(t, e, []string{"g"}, 3, "00-"+traceID+"-"+parentID+"-01")
+	d := e.Deps()
+	d.TracerProvider = tp
+	if _, err := handoff.Publish(context.Background(), d, jobs, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady)); err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want 3", len(spans))
+	}
+	bySpanID := map[string]sdktrace.ReadOnlySpan{}
+	for i, s := range spans {
+		bySpanID[s.SpanContext().SpanID().String()] = s
+		if s.Name() != handoff.SpanAdmit {
+			t.Errorf("span %d named %q", i, s.Name())
+		}
+		if s.SpanContext().TraceID().String() != traceID || s.Parent().SpanID().String() != parentID {
+			t.Errorf("span %d: trace %s parent %s, want %s %s", i, s.SpanContext().TraceID(), s.Parent().SpanID(), traceID, parentID)
+		}
+		attrs := attribute.NewSet(s.Attributes()...)
+		for k, want := range map[attribute.Key]string{
+			handoff.AttrGroupID: "g", handoff.AttrJobType: "type-g", handoff.AttrDecision: handoff.DecisionReady,
+		} {
+			if v, ok := attrs.Value(k); !ok || v.AsString() != want {
+				t.Errorf("span %d: %s = %v, want %s", i, k, v.Emit(), want)
+			}
+		}
+		if v, ok := attrs.Value(handoff.AttrAttempt); !ok || v.AsInt64() != 1 {
+			t.Errorf("span %d: attempt %v", i, v.Emit())
+		}
+		if v, ok := attrs.Value(handoff.AttrJobID); !ok || !strings.HasPrefix(v.AsString(), "j00") {
+			t.Errorf("span %d: job id %v", i, v.Emit())
+		}
+	}
+	// Each READY message carries its own admit span as the parent.
+	for _, m := range stored(t, e) {
+		tpHdr := m.Header.Get("Traceparent")
+		parts := strings.Split(tpHdr, "-")
+		if len(parts) != 4 || parts[1] != traceID {
+			t.Fatalf("traceparent %q, want trace %s", tpHdr, traceID)
+		}
+		if _, ok := bySpanID[parts[2]]; !ok {
+			t.Fatalf("traceparent %q does not name an admit span", tpHdr)
+		}
+	}
+}
+
+func TestTraceparent(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	if got := handoff.Traceparent(ctx); got != tp {
+		t.Fatalf("Traceparent = %q, want %q", got, tp)
+	}
+	if got := handoff.Traceparent(context.Background()); got != "" {
+		t.Fatalf("Traceparent of no span = %q, want empty", got)
+	}
+}
+
+func TestPublishNothing(t *testing.T) {
+	ok, err := handoff.Publish(context.Background(), handofftest.NewEnv(t, redisq.Config{}).Deps(), nil, handoff.SpanAdmit)
+	if ok != nil || err != nil {
+		t.Fatalf("Publish(nil) = %v, %v", ok, err)
+	}
+}

@@ -1,0 +1,393 @@
+package handofftest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// DefaultTimeout is how long the Wait helpers wait when given 0.
+const DefaultTimeout = 30 * time.Second
+
+// Env is one test's Redis queue and NATS server, with the five streams
+// created. Every field is ready to use.
+type Env struct {
+	// URL is the NATS server's client URL.
+	URL string
+	// Redis is the client of the queue's server.
+	Redis *redis.Client
+	// Queue is the queue under the test's key prefix.
+	Queue *redisq.Queue
+	// NC is a connection to the NATS server, and JS a JetStream handle on it.
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// Names are the default names (prefix "bulkaction").
+	Names contracts.Names
+	// Metrics are the collectors every Deps of the Env shares.
+	Metrics *telemetry.Metrics
+	// Registry holds Metrics.
+	Registry *prometheus.Registry
+	// Log writes warnings and errors to the test log while the test runs.
+	Log *slog.Logger
+}
+
+// NewEnv starts the servers for t: a queue configured by cfg on the shared
+// test Redis (cfg.Prefix is replaced by a prefix of the test's own) and an
+// embedded JetStream server with the streams of the default names (plus a
+// stream of its own, HANDOFFTEST_WARMUP, used once so that the JetStream
+// handle's background goroutines exist before the test starts counting).
+func NewEnv(t testing.TB, cfg redisq.Config) *Env {
+	t.Helper()
+	renv := testenv.Redis(t)
+	cfg.Prefix = renv.Prefix
+	return NewEnvWithRedis(t, renv.Client, cfg)
+}
+
+// NewEnvWithRedis is [NewEnv] on the Redis server of rdb, with cfg.Prefix as
+// given; tests that stop and restart a server of their own use it.
+func NewEnvWithRedis(t testing.TB, rdb *redis.Client, cfg redisq.Config) *Env {
+	t.Helper()
+	e := &Env{Log: testLogger(t)}
+	q, err := redisq.New(context.Background(), rdb, cfg)
+	if err != nil {
+		t.Fatalf("handofftest: queue: %v", err)
+	}
+	e.Redis, e.Queue = rdb, q
+	e.URL, e.NC, e.JS = testenv.NATS(t)
+	if err := natsutil.EnsureStreams(context.Background(), e.JS, e.Names, natsutil.StreamSettings{}); err != nil {
+		t.Fatalf("handofftest: streams: %v", err)
+	}
+	warmUp(t, e.JS)
+	e.Registry = prometheus.NewRegistry()
+	e.Metrics = telemetry.NewMetrics(e.Registry)
+	return e
+}
+
+// warmUp makes one asynchronous publish on js so that the handle's
+// long-lived reply subscription exists before a test takes a goroutine
+// snapshot (goleak.IgnoreCurrent).
+func warmUp(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "HANDOFFTEST_WARMUP", Subjects: []string{"handofftest.warmup"}, Storage: jetstream.MemoryStorage,
+	}); err != nil {
+		t.Fatalf("handofftest: warm-up stream: %v", err)
+	}
+	if err := natsutil.PublishAll(ctx, js, []*nats.Msg{nats.NewMsg("handofftest.warmup")})[0]; err != nil {
+		t.Fatalf("handofftest: warm-up publish: %v", err)
+	}
+}
+
+// Deps returns service dependencies on the environment, filled with defaults.
+func (e *Env) Deps() deps.Deps {
+	return deps.Deps{NC: e.NC, JS: e.JS, Queue: e.Queue, Names: e.Names, Metrics: e.Metrics, Log: e.Log}.Fill()
+}
+
+// Connect opens another connection to the NATS server, as a separate
+// process would have, and returns it with a JetStream handle on it. It is
+// closed when the test ends.
+func (e *Env) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(e.URL, nats.Name(t.Name()))
+	if err != nil {
+		t.Fatalf("handofftest: connect %s: %v", e.URL, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("handofftest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// DepsWith returns service dependencies like [Env.Deps] on the connection
+// nc and its JetStream handle js.
+func (e *Env) DepsWith(nc *nats.Conn, js jetstream.JetStream) deps.Deps {
+	return deps.Deps{NC: nc, JS: js, Queue: e.Queue, Names: e.Names, Metrics: e.Metrics, Log: e.Log}.Fill()
+}
+
+// StreamMsgs returns the number of messages stream holds, failing t on error.
+func (e *Env) StreamMsgs(t testing.TB, stream string) uint64 {
+	t.Helper()
+	n, err := natsutil.StreamMsgs(context.Background(), e.JS, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// WaitReadyDrained waits until the READY stream is empty (a [Reader] has
+// acknowledged every message), failing t after [DefaultTimeout]. Once no
+// job is leased or queued, this means every message published is in the
+// reader's record.
+func (e *Env) WaitReadyDrained(t testing.TB) {
+	t.Helper()
+	WaitFor(t, "READY drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamReady()) == 0 })
+}
+
+// Inflight returns the number of leased jobs not yet confirmed.
+func (e *Env) Inflight(t testing.TB) int64 {
+	t.Helper()
+	n, err := e.Redis.ZCard(context.Background(), e.Queue.Keys().Inflight()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Msg is one READY message as the reader received it.
+type Msg struct {
+	// Job is the decoded body; the zero value when Err is set.
+	Job contracts.ReadyJob
+	// Err is the decoding error of a body that is not a valid ReadyJob.
+	Err error
+	// Data is the raw body.
+	Data []byte
+	// Subject is the READY subject the message was published on.
+	Subject string
+	// Header holds the message's headers (Nats-Msg-Id, trace context).
+	Header nats.Header
+	// Seq is the message's sequence in the READY stream.
+	Seq uint64
+	// Stored is when the READY stream stored it (the server's timestamp).
+	Stored time.Time
+	// At is when the reader received it.
+	At time.Time
+}
+
+// Key returns "<groupId>:<jobId>" of the message's job.
+func (m Msg) Key() string { return m.Job.GroupID + ":" + m.Job.JobID }
+
+// Reader is a durable consumer over every READY subject that acknowledges
+// what it reads and records each stream message once (a redelivery of the
+// same stream sequence is acknowledged and not recorded again).
+type Reader struct {
+	mu   sync.Mutex
+	msgs []Msg
+	seen map[uint64]bool
+	cc   jetstream.ConsumeContext
+	once sync.Once
+}
+
+// ReaderOptions configure [NewReader]. The zero value reads as fast as it can.
+type ReaderOptions struct {
+	// Name is the durable consumer's name; "" means "test-reader".
+	Name string
+	// Delay is how long the reader waits before acknowledging each message
+	// (a slow worker); 0 means none.
+	Delay time.Duration
+}
+
+// NewReader starts reading READY. It is stopped when the test ends, or
+// earlier by [Reader.Stop].
+func NewReader(t testing.TB, e *Env, opts ReaderOptions) *Reader {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = "test-reader"
+	}
+	ctx := context.Background()
+	cons, err := e.JS.CreateOrUpdateConsumer(ctx, e.Names.StreamReady(), jetstream.ConsumerConfig{
+		Durable:       opts.Name,
+		FilterSubject: e.Names.ReadyAll(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("handofftest: reader consumer: %v", err)
+	}
+	r := &Reader{seen: map[uint64]bool{}}
+	r.cc, err = cons.Consume(func(m jetstream.Msg) {
+		at := time.Now()
+		if opts.Delay > 0 {
+			time.Sleep(opts.Delay)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			_ = m.Term()
+			return
+		}
+		rec := Msg{Data: append([]byte(nil), m.Data()...), Subject: m.Subject(), Header: m.Headers(), Seq: md.Sequence.Stream, Stored: md.Timestamp, At: at}
+		if j, err := contracts.DecodeReadyJob(m.Data(), contracts.Limits{}); err != nil {
+			rec.Err = err
+		} else {
+			rec.Job = *j
+		}
+		r.mu.Lock()
+		if !r.seen[rec.Seq] {
+			r.seen[rec.Seq] = true
+			r.msgs = append(r.msgs, rec)
+		}
+		r.mu.Unlock()
+		_ = m.Ack()
+	})
+	if err != nil {
+		t.Fatalf("handofftest: reader: %v", err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Stop stops reading and waits until the consumer has stopped.
+func (r *Reader) Stop() {
+	r.once.Do(func() {
+		r.cc.Stop()
+		select {
+		case <-r.cc.Closed():
+		case <-time.After(10 * time.Second):
+		}
+	})
+}
+
+// Msgs returns a copy of the messages read so far, in the order received.
+func (r *Reader) Msgs() []Msg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Msg(nil), r.msgs...)
+}
+
+// Jobs returns the messages read so far that are valid ready jobs.
+func (r *Reader) Jobs() []Msg {
+	var out []Msg
+	for _, m := range r.Msgs() {
+		if m.Err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// WaitJobs waits until at least n valid ready jobs were read and returns
+// them; it fails t after timeout (0 means [DefaultTimeout]).
+func (r *Reader) WaitJobs(t testing.TB, n int, timeout time.Duration) []Msg {
+	t.Helper()
+	var got []Msg
+	WaitFor(t, fmt.Sprintf("%d ready jobs", n), timeout, func() bool {
+		got = r.Jobs()
+		return len(got) >= n
+	})
+	return got
+}
+
+// Counts returns how many times each job ("<groupId>:<jobId>") was read.
+func Counts(msgs []Msg) map[string]int {
+	c := make(map[string]int, len(msgs))
+	for _, m := range msgs {
+		c[m.Key()]++
+	}
+	return c
+}
+
+// WaitFor polls cond every 5 ms until it holds, failing t with what after
+// timeout (0 means [DefaultTimeout]).
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Service is anything with a blocking Run, such as the fetcher and the
+// dispatcher.
+type Service interface {
+	Run(ctx context.Context) error
+}
+
+// Start runs s in a goroutine and returns a function that cancels it and
+// waits for Run to return, failing t if Run does not return nil within
+// 10 seconds. The function is also called when the test ends; calling it
+// again does nothing.
+func Start(t testing.TB, s Service) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v after cancel, want nil", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("Run did not return within 10s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// testLogger returns a logger writing warnings and errors to t's log until
+// the test ends (later lines are dropped).
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(string(p))
+	}
+	return len(p), nil
+}
+
+// Value returns the value of a counter or gauge, or the sample count of a
+// histogram (or summary).
+func Value(t testing.TB, m prometheus.Metric) float64 {
+	t.Helper()
+	var pb dto.Metric
+	if err := m.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case pb.Counter != nil:
+		return pb.GetCounter().GetValue()
+	case pb.Gauge != nil:
+		return pb.GetGauge().GetValue()
+	case pb.Histogram != nil:
+		return float64(pb.GetHistogram().GetSampleCount())
+	case pb.Summary != nil:
+		return float64(pb.GetSummary().GetSampleCount())
+	}
+	t.Fatalf("handofftest: metric %s has no value", m.Desc())
+	return 0
+}

@@ -1,0 +1,350 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+)
+
+// Defaults of the [Config] fields.
+const (
+	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
+	DefaultReadyCapacity = 40
+	// DefaultBatchSize is the default of [Config.BatchSize].
+	DefaultBatchSize = 500
+	// DefaultInterval is the default of [Config.Interval].
+	DefaultInterval = 50 * time.Millisecond
+	// DefaultReclaimInterval is the default of [Config.ReclaimInterval].
+	DefaultReclaimInterval = time.Second
+	// DefaultCorrectInterval is the default of [Config.CorrectInterval].
+	DefaultCorrectInterval = 30 * time.Second
+	// DefaultSnapshotInterval is the default of [Config.SnapshotInterval].
+	DefaultSnapshotInterval = 10 * time.Second
+)
+
+const (
+	// minWait is the shortest sleep of the release loop when it did not
+	// release a full batch (rate-gated, or a due time in the past by the
+	// local clock), so that it never spins.
+	minWait = time.Millisecond
+	// maxGatedWait caps the sleep while due jobs remain unreleased (the
+	// rate gate held them back); it starts at minWait and doubles.
+	maxGatedWait = 10 * time.Millisecond
+	// minFullWait is the first sleep while READY is full; it doubles up to
+	// Interval.
+	minFullWait = 2 * time.Millisecond
+	// cycleTimeout bounds one release or reclaim cycle; a cycle that has
+	// started finishes even when Run's context is cancelled.
+	cycleTimeout = 30 * time.Second
+)
+
+// Config configures a [Dispatcher]. The zero value is valid: every zero
+// field means its documented default.
+type Config struct {
+	// ReadyCapacity: jobs are released (and reclaimed jobs re-published)
+	// only while the READY stream holds fewer messages; default 40.
+	ReadyCapacity int
+	// BatchSize is the most jobs one release or reclaim call moves;
+	// default 500.
+	BatchSize int
+	// Interval is the longest sleep between releases; default 50ms. The
+	// loop wakes earlier when the next backed-off job is due sooner.
+	Interval time.Duration
+	// ReclaimInterval is how often expired admission leases are looked
+	// for; default 1s.
+	ReclaimInterval time.Duration
+	// CorrectInterval is how often the groups' non-ready counters are
+	// re-derived from the non-ready queue; default 30s.
+	CorrectInterval time.Duration
+	// SnapshotInterval is how often the congestion summary is appended to
+	// the bounded history; default 10s.
+	SnapshotInterval time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.ReadyCapacity == 0 {
+		c.ReadyCapacity = DefaultReadyCapacity
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.ReclaimInterval == 0 {
+		c.ReclaimInterval = DefaultReclaimInterval
+	}
+	if c.CorrectInterval == 0 {
+		c.CorrectInterval = DefaultCorrectInterval
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+}
+
+func (c *Config) validate() error {
+	for _, v := range []struct {
+		name string
+		val  int64
+	}{
+		{"ReadyCapacity", int64(c.ReadyCapacity)}, {"BatchSize", int64(c.BatchSize)},
+		{"Interval", int64(c.Interval)}, {"ReclaimInterval", int64(c.ReclaimInterval)},
+		{"CorrectInterval", int64(c.CorrectInterval)}, {"SnapshotInterval", int64(c.SnapshotInterval)},
+	} {
+		if v.val < 0 {
+			return fmt.Errorf("dispatcher: %s: must not be negative", v.name)
+		}
+	}
+	return nil
+}
+
+// Dispatcher releases backed-off jobs and recovers expired leases. Create
+// it with [New] (the zero value is not usable); any number may run against
+// the same Redis and NATS.
+type Dispatcher struct {
+	cfg Config
+	d   deps.Deps
+	log *slog.Logger
+}
+
+// New returns a Dispatcher. d.JS and d.Queue are required; the other
+// dependencies take the defaults of [deps.Deps.Fill].
+func New(cfg Config, d deps.Deps) (*Dispatcher, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if d.JS == nil || d.Queue == nil {
+		return nil, errors.New("dispatcher: deps JS and Queue are required")
+	}
+	if err := d.Names.Validate(); err != nil {
+		return nil, fmt.Errorf("dispatcher: names: %w", err)
+	}
+	d = d.Fill()
+	return &Dispatcher{cfg: cfg, d: d, log: d.Log.With("target", "dispatcher")}, nil
+}
+
+// Run releases, reclaims, corrects and snapshots until ctx is cancelled,
+// finishes the cycles under way, and returns nil.
+func (p *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	loops := []func(context.Context){
+		p.releaseLoop,
+		p.reclaimLoop,
+		p.every(p.cfg.CorrectInterval, "correct counters", p.correct),
+		p.every(p.cfg.SnapshotInterval, "congestion snapshot", p.snapshot),
+	}
+	wg.Add(len(loops))
+	for _, loop := range loops {
+		go func() {
+			defer wg.Done()
+			loop(ctx)
+		}()
+	}
+	p.log.Info("dispatcher started", "readyCapacity", p.cfg.ReadyCapacity, "batch", p.cfg.BatchSize,
+		"interval", p.cfg.Interval, "reclaimInterval", p.cfg.ReclaimInterval)
+	wg.Wait()
+	p.log.Info("dispatcher stopped")
+	return nil
+}
+
+// room returns how many more messages READY may hold now.
+func (p *Dispatcher) room(ctx context.Context) (int, error) {
+	held, err := natsutil.StreamMsgs(ctx, p.d.JS, p.d.Names.StreamReady())
+	if err != nil {
+		return 0, err
+	}
+	if held >= uint64(p.cfg.ReadyCapacity) {
+		return 0, nil
+	}
+	return p.cfg.ReadyCapacity - int(held), nil
+}
+
+// releaseLoop moves due jobs to READY and sleeps until the next one is
+// due, at most Interval.
+func (p *Dispatcher) releaseLoop(ctx context.Context) {
+	fullWait, gatedWait := minFullWait, minWait
+	for ctx.Err() == nil {
+		start := time.Now()
+		wait, st := p.release(ctx)
+		p.d.Metrics.ObserveDispatchCycle(time.Since(start))
+		switch st {
+		case stateFull:
+			wait = fullWait
+			fullWait = min(2*fullWait, p.cfg.Interval)
+		case stateGated:
+			wait = gatedWait
+			gatedWait = min(2*gatedWait, maxGatedWait, p.cfg.Interval)
+		}
+		if st != stateFull {
+			fullWait = minFullWait
+		}
+		if st != stateGated {
+			gatedWait = minWait
+		}
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// releaseState tells the release loop how a cycle ended.
+type releaseState int
+
+const (
+	stateNormal releaseState = iota // sleep the returned wait
+	stateFull                       // READY was full: back off, growing
+	stateGated                      // due jobs were held back: retry soon, growing
+)
+
+// release runs one release cycle and says how long to sleep after it.
+func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseState) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
+	defer cancel()
+	room, err := p.room(ctx)
+	if err != nil {
+		p.log.Warn("dispatcher: READY size", "err", err)
+		return p.cfg.Interval, stateNormal
+	}
+	if room == 0 {
+		return 0, stateFull
+	}
+	want := min(room, p.cfg.BatchSize)
+	res, err := p.d.Queue.Release(ctx, want)
+	if err != nil {
+		p.log.Warn("dispatcher: release", "err", err)
+		return p.cfg.Interval, stateNormal
+	}
+	if len(res.Jobs) > 0 {
+		ok, err := handoff.Publish(ctx, p.d, res.Jobs, handoff.SpanRelease)
+		p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
+		if err != nil {
+			p.log.Warn("dispatcher: publish released jobs; the rest is re-published when the leases expire",
+				"jobs", len(res.Jobs), "published", len(ok), "err", err)
+		}
+		p.log.Debug("dispatcher: released", "jobs", len(res.Jobs), "published", len(ok), "cancelled", res.Cancelled)
+	}
+	switch {
+	case len(res.Jobs) == want:
+		return 0, stateNormal // more may be due
+	case res.NextDueMs < 0:
+		return p.cfg.Interval, stateNormal
+	}
+	until := time.Duration(res.NextDueMs-p.nowMs()) * time.Millisecond
+	if until <= 0 {
+		// Due by now: it fell due during the cycle, or the rate gate held
+		// it back.
+		return 0, stateGated
+	}
+	return max(minWait, min(until, p.cfg.Interval)), stateNormal
+}
+
+// nowMs is the time the queue's scripts use, by the local clock.
+func (p *Dispatcher) nowMs() int64 {
+	if c := p.d.Queue.Config().Clock; c != nil {
+		return c().UnixMilli()
+	}
+	return time.Now().UnixMilli()
+}
+
+// reclaimLoop re-publishes jobs whose admission lease expired, every
+// ReclaimInterval (at once again after a full batch).
+func (p *Dispatcher) reclaimLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		more := p.reclaim(ctx)
+		wait := p.cfg.ReclaimInterval
+		if more {
+			wait = 0
+		}
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// reclaim runs one reclaim cycle; it reports whether a full batch was
+// taken (more may be waiting).
+func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
+	defer cancel()
+	room, err := p.room(ctx)
+	if err != nil {
+		p.log.Warn("dispatcher: READY size", "err", err)
+		return false
+	}
+	if room == 0 {
+		return false
+	}
+	want := min(room, p.cfg.BatchSize)
+	res, err := p.d.Queue.Reclaim(ctx, want)
+	if err != nil {
+		p.log.Warn("dispatcher: reclaim", "err", err)
+		return false
+	}
+	if len(res.Jobs) == 0 {
+		return false
+	}
+	ok, err := handoff.Publish(ctx, p.d, res.Jobs, handoff.SpanReclaim)
+	p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
+	if err != nil {
+		p.log.Warn("dispatcher: re-publish reclaimed jobs", "jobs", len(res.Jobs), "published", len(ok), "err", err)
+	}
+	p.log.Info("dispatcher: re-published jobs whose lease expired", "jobs", len(res.Jobs), "published", len(ok))
+	return len(res.Jobs) == want
+}
+
+func (p *Dispatcher) correct(ctx context.Context) error {
+	n, err := p.d.Queue.CorrectCounters(ctx)
+	if err == nil && n > 0 {
+		p.log.Info("dispatcher: corrected non-ready counters", "groups", n)
+	}
+	return err
+}
+
+func (p *Dispatcher) snapshot(ctx context.Context) error {
+	_, err := p.d.Queue.Snapshot(ctx)
+	return err
+}
+
+// every returns a loop that calls fn each interval until ctx is cancelled.
+func (p *Dispatcher) every(interval time.Duration, what string, fn func(context.Context) error) func(context.Context) {
+	return func(ctx context.Context) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cycleTimeout)
+				if err := fn(cctx); err != nil {
+					p.log.Warn("dispatcher: "+what, "err", err)
+				}
+				cancel()
+			}
+		}
+	}
+}
+
+// sleep waits for d or until ctx is done; it reports whether ctx is still
+// live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

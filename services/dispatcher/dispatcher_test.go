@@ -1,0 +1,272 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/dispatcher"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func newDispatcher(t *testing.T, e *handofftest.Env, cfg dispatcher.Config) *dispatcher.Dispatcher {
+	t.Helper()
+	p, err := dispatcher.New(cfg, e.Deps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// leaseJobs enqueues n jobs in each group and admits them all (leased, not
+// published).
+func leaseJobs(t *testing.T, e *handofftest.Env, groups []string, n int) []redisq.LeasedJob {
+	t.Helper()
+	ctx := context.Background()
+	var jobs []redisq.Job
+	for _, g := range groups {
+		for i := range n {
+			jobs = append(jobs, redisq.Job{GroupID: g, ID: fmt.Sprintf("j%04d", i), Type: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+		}
+	}
+	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	var leased []redisq.LeasedJob
+	for len(leased) < len(jobs) {
+		res, err := e.Queue.Admit(ctx, len(jobs)-len(leased))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Jobs) == 0 {
+			t.Fatalf("admitted %d of %d jobs", len(leased), len(jobs))
+		}
+		leased = append(leased, res.Jobs...)
+	}
+	return leased
+}
+
+// park runs every job (claim of attempt 1) and sends it back to the
+// non-ready queue with the delay of its index; it returns each job's due
+// time (the non-ready ZSET score, ms) by "<gid>:<jid>".
+func park(t *testing.T, e *handofftest.Env, jobs []redisq.LeasedJob, delay func(i int) time.Duration) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.Queue.Confirm(ctx, jobs...); err != nil {
+		t.Fatal(err)
+	}
+	due := map[string]int64{}
+	for i, j := range jobs {
+		if out, err := e.Queue.Claim(ctx, j.GroupID, j.ID, j.Attempt); err != nil || out != redisq.ClaimRun {
+			t.Fatalf("claim %s/%s: %v %v", j.GroupID, j.ID, out, err)
+		}
+		if r, err := e.Queue.Retry(ctx, j.GroupID, j.ID, j.Attempt, delay(i), "busy"); err != nil || r.Outcome != "parked" {
+			t.Fatalf("retry %s/%s: %+v %v", j.GroupID, j.ID, r, err)
+		}
+		key := j.GroupID + ":" + j.ID
+		score, err := e.Redis.ZScore(ctx, e.Queue.Keys().NonReadyQueue(), key).Result()
+		if err != nil {
+			t.Fatalf("due time of %s: %v", key, err)
+		}
+		due[key] = int64(score)
+	}
+	return due
+}
+
+func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	jobs := leaseJobs(t, e, []string{"ga", "gb"}, 20)
+	due := park(t, e, jobs, func(i int) time.Duration { return time.Duration(150+(i%8)*100) * time.Millisecond })
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}))
+
+	got := r.WaitJobs(t, len(jobs), 10*time.Second)
+	counts := handofftest.Counts(got)
+	var lates []int64
+	defer func() {
+		slices.Sort(lates)
+		if len(lates) > 0 {
+			t.Logf("lateness ms: median %d, max %d", lates[len(lates)/2], lates[len(lates)-1])
+		}
+	}()
+	for _, m := range got {
+		key := m.Key()
+		d, ok := due[key]
+		if !ok {
+			t.Fatalf("unexpected job %s on READY", key)
+		}
+		if counts[key] != 1 {
+			t.Errorf("%s on READY %d times", key, counts[key])
+		}
+		if m.Job.Attempt != 2 {
+			t.Errorf("%s: attempt %d, want 2 (the retry)", key, m.Job.Attempt)
+		}
+		at := m.Stored.UnixMilli()
+		if at < d {
+			t.Errorf("%s reached READY %d ms before it was due", key, d-at)
+		}
+		lates = append(lates, at-d)
+		if late := at - d; late > 200 {
+			t.Errorf("%s reached READY %d ms after it was due, want at most 200", key, late)
+		}
+	}
+	if n, _ := e.Redis.ZCard(context.Background(), e.Queue.Keys().NonReadyQueue()).Result(); n != 0 {
+		t.Fatalf("non-ready queue still holds %d jobs", n)
+	}
+	// The metric counts a job once its publish is acknowledged, which may
+	// be just after the reader saw it.
+	handofftest.WaitFor(t, "dispatch moved metric", 5*time.Second, func() bool {
+		return handofftest.Value(t, e.Metrics.DispatchMoved) == float64(len(jobs))
+	})
+}
+
+func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
+	jobs := leaseJobs(t, e, []string{"ga", "gb", "gc"}, 10)
+	// A third of them did reach READY before their holder died (published,
+	// never confirmed): the re-publish must not duplicate them.
+	d := e.Deps()
+	first := jobs[:10]
+	ok, err := handoff.Publish(context.Background(), d, first, handoff.SpanAdmit)
+	if err != nil || len(ok) != len(first) {
+		t.Fatalf("publish: %d, %v", len(ok), err)
+	}
+	// Undo the confirmation so these leases expire too.
+	for _, j := range first {
+		e.Redis.ZAdd(context.Background(), e.Queue.Keys().Inflight(), redisZ(j))
+	}
+	if got := e.Inflight(t); got != int64(len(jobs)) {
+		t.Fatalf("inflight %d, want %d", got, len(jobs))
+	}
+
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}))
+	handofftest.WaitFor(t, "every lease recovered", 10*time.Second, func() bool { return e.Inflight(t) == 0 })
+	r.WaitJobs(t, len(jobs), 10*time.Second)
+	e.WaitReadyDrained(t)
+	got := r.Jobs()
+	for key, n := range handofftest.Counts(got) {
+		if n != 1 {
+			t.Errorf("%s on READY %d times", key, n)
+		}
+	}
+	if len(got) != len(jobs) {
+		t.Fatalf("READY got %d messages, want %d", len(got), len(jobs))
+	}
+	for _, m := range got {
+		if m.Job.Attempt != 1 {
+			t.Errorf("%s: attempt %d, want 1 (a reclaim keeps the attempt)", m.Key(), m.Job.Attempt)
+		}
+	}
+}
+
+func TestReleaseRespectsReadyCapacity(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	jobs := leaseJobs(t, e, []string{"g"}, 60)
+	park(t, e, jobs, func(int) time.Duration { return 0 })
+	const capacity = 10
+	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}))
+
+	ready := e.Names.StreamReady()
+	handofftest.WaitFor(t, "READY filled", 10*time.Second, func() bool { return e.StreamMsgs(t, ready) >= capacity })
+	// Let the dispatcher run many more cycles against a full READY.
+	cycles := func() float64 { return handofftest.Value(t, e.Metrics.DispatchCycleDuration) }
+	base := cycles()
+	handofftest.WaitFor(t, "20 more dispatch cycles", 10*time.Second, func() bool { return cycles() >= base+20 })
+	if got := e.StreamMsgs(t, ready); got != capacity {
+		t.Fatalf("READY holds %d messages, want %d (the capacity)", got, capacity)
+	}
+	if n, _ := e.Redis.ZCard(context.Background(), e.Queue.Keys().NonReadyQueue()).Result(); n != int64(len(jobs)-capacity) {
+		t.Fatalf("non-ready queue holds %d, want %d still waiting", n, len(jobs)-capacity)
+	}
+
+	// A slow reader drains it; READY stays within the capacity throughout.
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{Delay: 5 * time.Millisecond})
+	var most uint64
+	handofftest.WaitFor(t, "every job read", 20*time.Second, func() bool {
+		most = max(most, e.StreamMsgs(t, ready))
+		return len(r.Jobs()) >= len(jobs)
+	})
+	if most > capacity {
+		t.Fatalf("READY held %d messages, more than the capacity %d", most, capacity)
+	}
+}
+
+func TestCorrectsCountersAndSnapshots(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	jobs := leaseJobs(t, e, []string{"g"}, 5)
+	park(t, e, jobs, func(int) time.Duration { return time.Hour })
+	ctx := context.Background()
+	key := e.Queue.Keys().CongestionCount("g")
+	if err := e.Redis.Set(ctx, key, 99, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{
+		CorrectInterval: 20 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond,
+	}))
+	handofftest.WaitFor(t, "counter corrected", 10*time.Second, func() bool {
+		v, _ := e.Redis.Get(ctx, key).Int()
+		return v == 5
+	})
+	handofftest.WaitFor(t, "congestion snapshots", 10*time.Second, func() bool {
+		h, err := e.Queue.History(ctx, 10)
+		return err == nil && len(h) >= 2 && h[len(h)-1].TotalNonReady == 5
+	})
+}
+
+func TestRunReturnsPromptlyOnCancel(t *testing.T) {
+	e := handofftest.NewEnv(t, redisq.Config{})
+	jobs := leaseJobs(t, e, []string{"g"}, 50)
+	park(t, e, jobs, func(i int) time.Duration { return time.Duration(i) * 10 * time.Millisecond })
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p := newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	handofftest.WaitFor(t, "releases under way", 10*time.Second, func() bool {
+		return e.StreamMsgs(t, e.Names.StreamReady()) > 0
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return within 2s of cancel")
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	e := handofftest.NewEnv(t, redisq.Config{})
+	for _, cfg := range []dispatcher.Config{
+		{ReadyCapacity: -1}, {BatchSize: -1}, {Interval: -time.Second}, {ReclaimInterval: -1},
+		{CorrectInterval: -1}, {SnapshotInterval: -1},
+	} {
+		if _, err := dispatcher.New(cfg, e.Deps()); err == nil || !strings.HasPrefix(err.Error(), "dispatcher: ") {
+			t.Errorf("New(%+v) = %v, want an error", cfg, err)
+		}
+	}
+	d := e.Deps()
+	d.Queue = nil
+	if _, err := dispatcher.New(dispatcher.Config{}, d); err == nil {
+		t.Error("New without a queue succeeded")
+	}
+	if _, err := dispatcher.New(dispatcher.Config{}, e.Deps()); err != nil {
+		t.Errorf("New with the zero Config: %v", err)
+	}
+}

@@ -1,0 +1,135 @@
+package fetcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// next says how the admit loop waits after a round.
+type next struct {
+	wait time.Duration // sleep this long (0 = go on at once)
+	full bool          // READY was full: back off, growing
+	idle bool          // nothing queued: wait for a notification or MaxIdle
+}
+
+// admitLoop runs admission rounds until ctx is cancelled. wake receives a
+// value when another fetcher (or this one) enqueued jobs.
+func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
+	bp := minBackpressureWait
+	idle := time.NewTimer(f.cfg.MaxIdle)
+	defer idle.Stop()
+	for ctx.Err() == nil {
+		n := f.admit(ctx)
+		switch {
+		case n.full:
+			if !sleep(ctx, bp) {
+				return
+			}
+			bp = min(2*bp, maxBackpressureWait)
+			continue
+		case n.idle:
+			idle.Reset(f.cfg.MaxIdle)
+			select {
+			case <-wake:
+			case <-idle.C:
+			case <-ctx.Done():
+				return
+			}
+		default:
+			if !sleep(ctx, n.wait) {
+				return
+			}
+		}
+		bp = minBackpressureWait
+	}
+}
+
+// admit runs one round: measure READY's free room, admit up to that many
+// jobs, publish and confirm them, and publish the group transitions seen.
+// A round that has started is finished even if ctx is cancelled meanwhile.
+func (f *Fetcher) admit(parent context.Context) next {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
+	defer cancel()
+	held, err := natsutil.StreamMsgs(ctx, f.d.JS, f.d.Names.StreamReady())
+	if err != nil {
+		f.log.Warn("fetcher: READY size", "err", err)
+		return next{wait: errorWait}
+	}
+	free := f.cfg.ReadyCapacity
+	if held >= uint64(free) {
+		f.d.Metrics.BackpressureRejected.Inc()
+		return next{full: true}
+	}
+	free -= int(held)
+	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize))
+	if err != nil {
+		f.log.Warn("fetcher: admit", "err", err)
+		return next{wait: errorWait}
+	}
+	m := f.d.Metrics
+	m.DequeueTotal.Add(float64(len(res.Jobs) + res.Parked))
+	m.RateLimitAllowed.Add(float64(len(res.Jobs)))
+	m.RateLimitDenied.WithLabelValues(telemetry.DenyReasonGlobal).Add(float64(res.DeniedGlobal))
+	groupReason := telemetry.DenyReasonGroup
+	if f.d.Queue.Config().Mode == redisq.ModePaced {
+		groupReason = telemetry.DenyReasonPacing
+	}
+	m.RateLimitDenied.WithLabelValues(groupReason).Add(float64(res.DeniedGroup))
+	m.BackpressureAdmitted.WithLabelValues(telemetry.DestinationReady).Add(float64(len(res.Jobs)))
+	m.BackpressureAdmitted.WithLabelValues(telemetry.DestinationNonReady).Add(float64(res.Parked))
+
+	if len(res.Jobs) > 0 {
+		f.publish(ctx, res.Jobs)
+	}
+	f.transitions(ctx, res.Started, contracts.StateRunning)
+	f.transitions(ctx, res.Drained, contracts.StateAggregating)
+
+	switch {
+	case res.WakeMs == 0:
+		return next{}
+	case res.WakeMs > 0:
+		return next{wait: time.Duration(res.WakeMs) * time.Millisecond}
+	}
+	return next{idle: true}
+}
+
+// publish hands admitted jobs to READY. Jobs that are not published stay
+// leased until the dispatcher re-publishes them.
+func (f *Fetcher) publish(ctx context.Context, jobs []redisq.LeasedJob) {
+	if f.cfg.BeforePublish != nil {
+		if err := f.cfg.BeforePublish(jobs); err != nil {
+			f.log.Warn("fetcher: publish skipped; leases left to expire", "jobs", len(jobs), "err", err)
+			return
+		}
+	}
+	ok, err := handoff.Publish(ctx, f.d, jobs, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady))
+	if err != nil {
+		f.log.Warn("fetcher: publish to READY; the rest is re-published when the leases expire",
+			"jobs", len(jobs), "published", len(ok), "err", err)
+	}
+	f.log.Debug("fetcher: admitted", "jobs", len(jobs), "published", len(ok))
+}
+
+// transitions publishes an event in state for each group, with the
+// group's current counters.
+func (f *Fetcher) transitions(ctx context.Context, gids []string, state contracts.GroupState) {
+	for _, gid := range gids {
+		info, ok, err := f.d.Queue.Group(ctx, gid)
+		if err != nil {
+			f.log.Warn("fetcher: group event", "group", gid, "state", string(state), "err", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		c := info.GroupCounts
+		c.State = state
+		f.publishEvent(ctx, gid, c)
+	}
+}

@@ -1,0 +1,257 @@
+package fetcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// TracerName is the name of the tracer the fetcher's spans come from.
+const TracerName = "github.com/bulkaction/bulkaction/services/fetcher"
+
+// Defaults of the [Config] fields.
+const (
+	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
+	DefaultReadyCapacity = 40
+	// DefaultAdmitBatchSize is the default of [Config.AdmitBatchSize].
+	DefaultAdmitBatchSize = 256
+	// DefaultIngestBatchSize is the default of [Config.IngestBatchSize].
+	DefaultIngestBatchSize = 500
+	// DefaultDurable is the default of [Config.Durable].
+	DefaultDurable = "fetcher"
+	// DefaultMaxIdle is the default of [Config.MaxIdle].
+	DefaultMaxIdle = time.Second
+	// DefaultAckWait is how long the SUBMIT consumer waits for an ack
+	// before redelivering a message.
+	DefaultAckWait = 30 * time.Second
+)
+
+// Dead-letter reasons of the fetcher, beside the validation reasons of
+// package contracts.
+const (
+	// ReasonOverTotal: a new job of a group that is sealed and already has
+	// its declared number of distinct jobs.
+	ReasonOverTotal = "over_total"
+	// ReasonGroupEnded: a job of a group that was cancelled or completed.
+	ReasonGroupEnded = "group_ended"
+	// ReasonBadSeal: a seal whose total differs from an earlier seal's, or
+	// is below the number of distinct jobs already received.
+	ReasonBadSeal = "bad_seal"
+)
+
+// Timing of the loops.
+const (
+	// retryDelay is the redelivery delay of a message whose state could not
+	// be stored (Redis or DLQ unavailable).
+	retryDelay = time.Second
+	// minBackpressureWait and maxBackpressureWait bound the wait while
+	// READY is full; it doubles on every full round.
+	minBackpressureWait = 2 * time.Millisecond
+	maxBackpressureWait = 50 * time.Millisecond
+	// pumpErrorWait is the pause after the consumer iterator reports an
+	// error (it keeps pulling by itself).
+	pumpErrorWait = 50 * time.Millisecond
+	// errorWait is the pause after a failed admission round.
+	errorWait = 100 * time.Millisecond
+	// cycleTimeout bounds one ingest batch or admission round; a round that
+	// has started finishes even when Run's context is cancelled.
+	cycleTimeout = 30 * time.Second
+)
+
+// Config configures a [Fetcher]. The zero value is valid: every zero field
+// means its documented default.
+type Config struct {
+	// ReadyCapacity: the fetcher admits only while the READY stream holds
+	// fewer messages (waiting plus unacknowledged); default 40.
+	ReadyCapacity int
+	// AdmitBatchSize is the most jobs one admission round takes; default 256.
+	AdmitBatchSize int
+	// IngestBatchSize is the most submit messages handled in one batch;
+	// default 500. The consumer's MaxAckPending is four times this.
+	IngestBatchSize int
+	// Durable is the name of the submit consumer that every fetcher shares;
+	// default "fetcher".
+	Durable string
+	// MaxIdle is the longest wait when no job is queued and no notification
+	// arrives; default 1s.
+	MaxIdle time.Duration
+	// BeforePublish, when set, is called with each admitted batch before it
+	// is published; an error skips the publish and leaves the leases to
+	// expire (fault injection for tests). nil means none.
+	BeforePublish func(jobs []redisq.LeasedJob) error
+}
+
+func (c *Config) setDefaults() {
+	if c.ReadyCapacity == 0 {
+		c.ReadyCapacity = DefaultReadyCapacity
+	}
+	if c.AdmitBatchSize == 0 {
+		c.AdmitBatchSize = DefaultAdmitBatchSize
+	}
+	if c.IngestBatchSize == 0 {
+		c.IngestBatchSize = DefaultIngestBatchSize
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
+	if c.MaxIdle == 0 {
+		c.MaxIdle = DefaultMaxIdle
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.ReadyCapacity < 0:
+		return fmt.Errorf("fetcher: ReadyCapacity %d: must be >= 0", c.ReadyCapacity)
+	case c.AdmitBatchSize < 0:
+		return fmt.Errorf("fetcher: AdmitBatchSize %d: must be >= 0", c.AdmitBatchSize)
+	case c.IngestBatchSize < 0:
+		return fmt.Errorf("fetcher: IngestBatchSize %d: must be >= 0", c.IngestBatchSize)
+	case c.MaxIdle < 0:
+		return fmt.Errorf("fetcher: MaxIdle %s: must be >= 0", c.MaxIdle)
+	}
+	return nil
+}
+
+// Fetcher ingests submissions and admits jobs to READY. Create it with
+// [New] (the zero value is not usable); any number may run against the
+// same Redis and NATS, sharing one durable submit consumer.
+type Fetcher struct {
+	cfg    Config
+	d      deps.Deps
+	log    *slog.Logger
+	tracer trace.Tracer
+}
+
+// New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
+// dependencies take the defaults of [deps.Deps.Fill].
+func New(cfg Config, d deps.Deps) (*Fetcher, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if d.NC == nil || d.JS == nil || d.Queue == nil {
+		return nil, errors.New("fetcher: deps NC, JS and Queue are required")
+	}
+	if err := d.Names.Validate(); err != nil {
+		return nil, fmt.Errorf("fetcher: names: %w", err)
+	}
+	d = d.Fill()
+	return &Fetcher{
+		cfg:    cfg,
+		d:      d,
+		log:    d.Log.With("target", "fetcher"),
+		tracer: d.TracerProvider.Tracer(TracerName),
+	}, nil
+}
+
+// Run ingests and admits until ctx is cancelled, then stops taking
+// messages, handles the ones already received, finishes the admission round
+// under way, and returns nil. It returns an error only when it cannot
+// start (the submit consumer or the notification subscription cannot be
+// created).
+func (f *Fetcher) Run(ctx context.Context) error {
+	cons, err := f.d.JS.CreateOrUpdateConsumer(ctx, f.d.Names.StreamSubmit(), jetstream.ConsumerConfig{
+		Durable:       f.cfg.Durable,
+		Description:   "bulkaction fetchers: submissions into the fair queue",
+		FilterSubject: f.d.Names.SubmitAll(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       DefaultAckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 4 * f.cfg.IngestBatchSize,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("fetcher: submit consumer %s: %w", f.cfg.Durable, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(f.cfg.IngestBatchSize))
+	if err != nil {
+		return fmt.Errorf("fetcher: consume %s: %w", f.cfg.Durable, err)
+	}
+	wake := make(chan struct{}, 1)
+	sub, err := f.d.NC.Subscribe(f.d.Names.Notify("work"), func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		iter.Stop()
+		return fmt.Errorf("fetcher: subscribe %s: %w", f.d.Names.Notify("work"), err)
+	}
+
+	msgs := make(chan jetstream.Msg, f.cfg.IngestBatchSize)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		f.pump(iter, msgs)
+	}()
+	go func() {
+		defer wg.Done()
+		f.ingestLoop(ctx, msgs)
+	}()
+	go func() {
+		defer wg.Done()
+		f.admitLoop(ctx, wake)
+	}()
+	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.ReadyCapacity,
+		"admitBatch", f.cfg.AdmitBatchSize, "ingestBatch", f.cfg.IngestBatchSize)
+
+	<-ctx.Done()
+	// Stop pulling; the messages already received are still handed to the
+	// ingest loop, which handles them before it returns.
+	iter.Drain()
+	wg.Wait()
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		f.log.Warn("fetcher: unsubscribe", "err", err)
+	}
+	f.log.Info("fetcher stopped")
+	return nil
+}
+
+// pump moves messages from the consumer iterator to out until the iterator
+// is closed, then closes out.
+func (f *Fetcher) pump(iter jetstream.MessagesContext, out chan<- jetstream.Msg) {
+	defer close(out)
+	for {
+		m, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			f.log.Debug("fetcher: submit consumer", "err", err)
+			time.Sleep(pumpErrorWait)
+			continue
+		}
+		out <- m
+	}
+}
+
+// sleep waits for d or until ctx is done; it reports whether ctx is still
+// live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,795 @@
+package fetcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/dispatcher"
+	"github.com/bulkaction/bulkaction/services/fetcher"
+)
+
+func TestMain(m *testing.M) {
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	testenv.Main(m)
+}
+
+func newFetcher(t *testing.T, cfg fetcher.Config, d deps.Deps) *fetcher.Fetcher {
+	t.Helper()
+	f, err := fetcher.New(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// payload is the payload of job i of group gid.
+func payload(gid string, i int) string { return fmt.Sprintf(`{"g":%q,"i":%d}`, gid, i) }
+
+func jobID(i int) string { return fmt.Sprintf("j%05d", i) }
+
+// clientJobs returns jobs from..to-1 of group gid.
+func clientJobs(gid string, from, to int) []client.Job {
+	jobs := make([]client.Job, 0, to-from)
+	for i := from; i < to; i++ {
+		jobs = append(jobs, client.Job{ID: jobID(i), Type: "t", Payload: json.RawMessage(payload(gid, i))})
+	}
+	return jobs
+}
+
+func groupName(g int) string { return fmt.Sprintf("g%02d", g) }
+
+// checkOnce fails t unless msgs hold exactly the jobs 0..n-1 of each group,
+// each once, with its payload.
+func checkOnce(t *testing.T, msgs []handofftest.Msg, groups []string, n int) {
+	t.Helper()
+	counts := handofftest.Counts(msgs)
+	for _, g := range groups {
+		for i := range n {
+			if c := counts[g+":"+jobID(i)]; c != 1 {
+				t.Errorf("%s/%s on READY %d times, want once", g, jobID(i), c)
+			}
+		}
+	}
+	if len(msgs) != len(groups)*n {
+		t.Errorf("READY got %d jobs, want %d", len(msgs), len(groups)*n)
+	}
+	for _, m := range msgs {
+		var i int
+		fmt.Sscanf(m.Job.JobID, "j%d", &i)
+		if want := payload(m.Job.GroupID, i); string(m.Job.Payload) != want {
+			t.Errorf("%s: payload %s, want %s", m.Key(), m.Job.Payload, want)
+		}
+	}
+}
+
+func groupInfo(t *testing.T, e *handofftest.Env, gid string) *redisq.GroupInfo {
+	t.Helper()
+	info, ok, err := e.Queue.Group(context.Background(), gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return &redisq.GroupInfo{ID: gid}
+	}
+	return info
+}
+
+func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
+	t.Parallel()
+	const nGroups, perGroup, capacity = 20, 500, 500
+	e := handofftest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+
+	// READY starts full so that admission waits until every job is queued:
+	// from then on all groups are backlogged together.
+	hold := make([]*nats.Msg, capacity)
+	for i := range hold {
+		hold[i] = nats.NewMsg(e.Names.Ready("hold"))
+		hold[i].Data = []byte(`"hold"`)
+	}
+	for _, err := range natsutil.PublishAll(ctx, e.JS, hold) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client.New(e.JS, client.Options{})
+	var groups []string
+	for g := range nGroups {
+		gid := groupName(g)
+		groups = append(groups, gid)
+		if err := c.Submit(ctx, gid, clientJobs(gid, 0, perGroup)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	handofftest.WaitFor(t, "every job queued", 60*time.Second, func() bool {
+		for _, gid := range groups {
+			if info := groupInfo(t, e, gid); info.Jobs != perGroup || info.Pending != perGroup {
+				return false
+			}
+		}
+		return true
+	})
+	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != capacity {
+		t.Fatalf("READY holds %d messages while full, want only the %d held", got, capacity)
+	}
+
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	r.WaitJobs(t, nGroups*perGroup, 120*time.Second)
+	e.WaitReadyDrained(t)
+	got := r.Jobs()
+	checkOnce(t, got, groups, perGroup)
+	if n := len(r.Msgs()) - len(got); n != capacity {
+		t.Errorf("reader saw %d held messages, want %d", n, capacity)
+	}
+
+	// Fairness, in READY order, over the stretch where every group still
+	// had jobs: no group has more than 2 of any 20 consecutive messages.
+	sort.Slice(got, func(i, j int) bool { return got[i].Seq < got[j].Seq })
+	last := map[string]int{}
+	for i, m := range got {
+		last[m.Job.GroupID] = i
+	}
+	end := len(got)
+	for _, i := range last {
+		end = min(end, i+1)
+	}
+	if end < len(got)/2 {
+		t.Fatalf("the first group finished after %d of %d messages: the groups were not served together", end, len(got))
+	}
+	for i := 0; i+20 <= end; i++ {
+		per := map[string]int{}
+		for _, m := range got[i : i+20] {
+			per[m.Job.GroupID]++
+			if per[m.Job.GroupID] > 2 {
+				t.Fatalf("group %s has %d of the 20 messages from READY position %d", m.Job.GroupID, per[m.Job.GroupID], i)
+			}
+		}
+	}
+	if v := handofftest.Value(t, e.Metrics.EnqueueTotal); v != nGroups*perGroup {
+		t.Errorf("enqueue total %v, want %d", v, nGroups*perGroup)
+	}
+	if v := handofftest.Value(t, e.Metrics.DequeueTotal); v != nGroups*perGroup {
+		t.Errorf("dequeue total %v, want %d", v, nGroups*perGroup)
+	}
+	if v := handofftest.Value(t, e.Metrics.BackpressureRejected); v == 0 {
+		t.Error("no backpressure counted while READY was full")
+	}
+}
+
+func TestDuplicateSubmissionsChangeNothing(t *testing.T) {
+	t.Parallel()
+	const n = 100
+	e := handofftest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	c := client.New(e.JS, client.Options{})
+	jobs := clientJobs("g", 0, n)
+	// The same submission twice: JetStream drops the second (same Msg-Id).
+	for range 2 {
+		if err := c.Submit(ctx, "g", jobs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.StreamMsgs(t, e.Names.StreamSubmit()); got != n {
+		t.Fatalf("SUBMIT holds %d messages, want %d", got, n)
+	}
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	r.WaitJobs(t, n, 0)
+
+	// The same messages delivered again (a producer retry after the
+	// duplicate window, a redelivery): each is a no-op.
+	again := make([]*nats.Msg, n)
+	for i, j := range jobs {
+		data, err := json.Marshal(contracts.Submission{V: 1, Kind: contracts.KindJob, GroupID: "g", JobID: j.ID, Type: j.Type, Payload: j.Payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again[i] = nats.NewMsg(e.Names.Submit("g"))
+		again[i].Data = data
+		again[i].Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("again-%d", i))
+	}
+	for _, err := range natsutil.PublishAll(ctx, e.JS, again) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	handofftest.WaitFor(t, "redelivered jobs handled", 0, func() bool {
+		return handofftest.Value(t, e.Metrics.EnqueueDuplicateTotal) == n
+	})
+	if err := c.Seal(ctx, "g", n); err != nil {
+		t.Fatal(err)
+	}
+	handofftest.WaitFor(t, "group sealed", 0, func() bool { return groupInfo(t, e, "g").Declared == n })
+	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+
+	info := groupInfo(t, e, "g")
+	if info.Jobs != n || info.Pending != 0 {
+		t.Fatalf("group has totalJobs %d pending %d, want %d and 0", info.Jobs, info.Pending, n)
+	}
+	if info.State != contracts.StateAggregating {
+		t.Fatalf("group state %s, want AGGREGATING (sealed, every job handed out)", info.State)
+	}
+	if got := e.Inflight(t); got != 0 {
+		t.Fatalf("inflight %d, want 0", got)
+	}
+	if v := handofftest.Value(t, e.Metrics.EnqueueTotal); v != n {
+		t.Fatalf("enqueue total %v, want %d", v, n)
+	}
+	e.WaitReadyDrained(t)
+	checkOnce(t, r.Jobs(), []string{"g"}, n)
+}
+
+var tagRE = regexp.MustCompile(`"tag":"([a-z_]+)-[0-9]+"`)
+
+func TestInvalidMessagesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	const perReason, valid = 200, 500
+	e := handofftest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	d := e.Deps()
+	d.Limits = contracts.Limits{MaxPayloadBytes: 1024}
+	big := strings.Repeat("x", 2000)
+	invalid := map[string]func(i int) string{
+		contracts.ReasonBadJSON: func(i int) string {
+			return fmt.Sprintf(`{"tag":"bad_json-%d","v":1,"kind":"job",`, i)
+		},
+		contracts.ReasonBadVersion: func(i int) string {
+			return fmt.Sprintf(`{"tag":"bad_version-%d","v":2,"kind":"job","groupId":"g","jobId":"v%d","type":"t"}`, i, i)
+		},
+		contracts.ReasonInvalidField: func(i int) string {
+			return fmt.Sprintf(`{"tag":"invalid_field-%d","v":1,"kind":"job","groupId":"g","jobId":"bad id %d","type":"t"}`, i, i)
+		},
+		contracts.ReasonTooLarge: func(i int) string {
+			return fmt.Sprintf(`{"tag":"too_large-%d","v":1,"kind":"job","groupId":"g","jobId":"big%d","type":"t","payload":{"x":%q}}`, i, i, big)
+		},
+		contracts.ReasonUnknownKind: func(i int) string {
+			return fmt.Sprintf(`{"tag":"unknown_kind-%d","v":1,"kind":"frobnicate","groupId":"g"}`, i)
+		},
+	}
+	reasons := make([]string, 0, len(invalid))
+	for r := range invalid {
+		reasons = append(reasons, r)
+	}
+	slices.Sort(reasons)
+	var msgs []*nats.Msg
+	add := func(body string) {
+		m := nats.NewMsg(e.Names.Submit("g"))
+		m.Data = []byte(body)
+		msgs = append(msgs, m)
+	}
+	v := 0
+	for i := range perReason {
+		for k, r := range reasons {
+			add(invalid[r](i))
+			if (i*len(reasons)+k)%2 == 1 && v < valid {
+				add(fmt.Sprintf(`{"v":1,"kind":"job","groupId":"g","jobId":%q,"type":"t","payload":%s}`, jobID(v), payload("g", v)))
+				v++
+			}
+		}
+	}
+	for v < valid {
+		add(fmt.Sprintf(`{"v":1,"kind":"job","groupId":"g","jobId":%q,"type":"t","payload":%s}`, jobID(v), payload("g", v)))
+		v++
+	}
+	for i, err := range natsutil.PublishAll(ctx, e.JS, msgs) {
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000}, d))
+	r.WaitJobs(t, valid, 0)
+	total := perReason * len(reasons)
+	handofftest.WaitFor(t, "every invalid message dead-lettered", 0, func() bool {
+		return e.StreamMsgs(t, e.Names.StreamDLQ()) >= uint64(total)
+	})
+	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	e.WaitReadyDrained(t)
+	checkOnce(t, r.Jobs(), []string{"g"}, valid)
+
+	st, err := e.JS.Stream(ctx, e.Names.StreamDLQ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byReason := map[string]int{}
+	seen := map[string]bool{}
+	for seq := uint64(1); seq <= uint64(total); seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("DLQ message %d: %v", seq, err)
+		}
+		var dl contracts.DeadLetter
+		if err := json.Unmarshal(raw.Data, &dl); err != nil {
+			t.Fatalf("DLQ message %d: %v", seq, err)
+		}
+		body := dl.Raw + string(dl.Message)
+		tag := tagRE.FindStringSubmatch(body)
+		if tag == nil {
+			t.Fatalf("DLQ message %d carries no tag: %s", seq, raw.Data)
+		}
+		if dl.Reason != tag[1] || raw.Subject != e.Names.DLQ(tag[1]) {
+			t.Errorf("DLQ message %d (%s): reason %q on %s, want %q", seq, tag[0], dl.Reason, raw.Subject, tag[1])
+		}
+		if dl.Subject != e.Names.Submit("g") || dl.Error == "" || dl.V != 1 {
+			t.Errorf("DLQ message %d: subject %q error %q v %d", seq, dl.Subject, dl.Error, dl.V)
+		}
+		if seen[tag[0]] {
+			t.Errorf("%s dead-lettered twice", tag[0])
+		}
+		seen[tag[0]] = true
+		byReason[dl.Reason]++
+	}
+	for _, reason := range reasons {
+		if byReason[reason] != perReason {
+			t.Errorf("%d dead letters with reason %s, want %d", byReason[reason], reason, perReason)
+		}
+		if got := handofftest.Value(t, e.Metrics.DeadLetters.WithLabelValues(reason)); got != perReason {
+			t.Errorf("dead letter metric %s = %v, want %d", reason, got, perReason)
+		}
+	}
+	if got := e.StreamMsgs(t, e.Names.StreamDLQ()); got != uint64(total) {
+		t.Errorf("DLQ holds %d messages, want %d", got, total)
+	}
+}
+
+func TestReadyNeverExceedsCapacity(t *testing.T) {
+	t.Parallel()
+	const capacity, nGroups, perGroup = 20, 4, 100
+	e := handofftest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	c := client.New(e.JS, client.Options{})
+	var groups []string
+	for g := range nGroups {
+		groups = append(groups, groupName(g))
+		if err := c.Submit(ctx, groupName(g), clientJobs(groupName(g), 0, perGroup)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{Delay: 2 * time.Millisecond})
+	var most uint64
+	handofftest.WaitFor(t, "every job read", 60*time.Second, func() bool {
+		most = max(most, e.StreamMsgs(t, e.Names.StreamReady()))
+		return len(r.Jobs()) >= nGroups*perGroup
+	})
+	if most > capacity {
+		t.Fatalf("READY held %d messages, more than the capacity %d", most, capacity)
+	}
+	if most < capacity/2 {
+		t.Fatalf("READY never held more than %d messages: the slow reader was not the bottleneck", most)
+	}
+	if handofftest.Value(t, e.Metrics.BackpressureRejected) == 0 {
+		t.Fatal("no admission round was held back by a full READY")
+	}
+	checkOnce(t, r.Jobs(), groups, perGroup)
+}
+
+func TestKilledFetcherLosesNothing(t *testing.T) {
+	t.Parallel()
+	const perGroup = 100
+	e := handofftest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
+	ctx := context.Background()
+	c := client.New(e.JS, client.Options{})
+	groups := []string{"ga", "gb"}
+	for _, g := range groups {
+		if err := c.Submit(ctx, g, clientJobs(g, 0, perGroup)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The fetcher leases jobs and dies before publishing them.
+	killed := errors.New("killed before publishing")
+	stop := handofftest.Start(t, newFetcher(t, fetcher.Config{
+		ReadyCapacity:  1000,
+		BeforePublish:  func([]redisq.LeasedJob) error { return killed },
+		AdmitBatchSize: 64,
+	}, e.Deps()))
+	handofftest.WaitFor(t, "every job leased", 0, func() bool { return e.Inflight(t) == int64(len(groups)*perGroup) })
+	stop()
+	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != 0 {
+		t.Fatalf("READY holds %d messages, want none before recovery", got)
+	}
+
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}, e.Deps()))
+	handofftest.WaitFor(t, "every lease recovered", 0, func() bool { return e.Inflight(t) == 0 })
+	r.WaitJobs(t, len(groups)*perGroup, 0)
+	e.WaitReadyDrained(t)
+	got := r.Jobs()
+	checkOnce(t, got, groups, perGroup)
+	for _, m := range got {
+		if m.Job.Attempt != 1 {
+			t.Fatalf("%s: attempt %d, want 1", m.Key(), m.Job.Attempt)
+		}
+	}
+}
+
+func newDispatcher(t *testing.T, cfg dispatcher.Config, d deps.Deps) *dispatcher.Dispatcher {
+	t.Helper()
+	p, err := dispatcher.New(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestTwoFetchersTwoDispatchers(t *testing.T) {
+	t.Parallel()
+	const nGroups, perGroup = 10, 200
+	// Seed admission with a low limit parks most jobs, so the dispatchers
+	// release them while the fetchers admit the rest.
+	e := handofftest.NewEnv(t, redisq.Config{
+		Mode: redisq.ModeSeed, GlobalLimit: 500, BaseBackoff: 100 * time.Millisecond,
+		MaxBackoff: time.Second, DisableCongestion: true, Lease: 2 * time.Second,
+	})
+	ctx := context.Background()
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	for range 2 {
+		nc, js := e.Connect(t)
+		handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 500, IngestBatchSize: 100}, e.DepsWith(nc, js)))
+		nc2, js2 := e.Connect(t)
+		handofftest.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 500, Interval: 20 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond}, e.DepsWith(nc2, js2)))
+	}
+	c := client.New(e.JS, client.Options{})
+	var groups []string
+	for g := range nGroups {
+		gid := groupName(g)
+		groups = append(groups, gid)
+		if err := c.Submit(ctx, gid, clientJobs(gid, 0, perGroup)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.WaitJobs(t, nGroups*perGroup, 120*time.Second)
+	handofftest.WaitFor(t, "queues empty", 0, func() bool {
+		nr, _ := e.Redis.ZCard(ctx, e.Queue.Keys().NonReadyQueue()).Result()
+		return nr == 0 && e.Inflight(t) == 0
+	})
+	// Every hand-off is over: a duplicate would be on READY by now.
+	e.WaitReadyDrained(t)
+	checkOnce(t, r.Jobs(), groups, perGroup)
+	if v := handofftest.Value(t, e.Metrics.BackpressureAdmitted.WithLabelValues(telemetry.DestinationNonReady)); v == 0 {
+		t.Fatal("no job was parked: the dispatchers had nothing to do")
+	}
+	if v := handofftest.Value(t, e.Metrics.DispatchMoved); v == 0 {
+		t.Fatal("the dispatchers moved nothing")
+	}
+	for _, gid := range groups {
+		if info := groupInfo(t, e, gid); info.Jobs != perGroup {
+			t.Errorf("group %s: totalJobs %d, want %d", gid, info.Jobs, perGroup)
+		}
+	}
+}
+
+func TestSealCancelAndGroupEvents(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	var msgs []*nats.Msg
+	add := func(gid, body string) {
+		m := nats.NewMsg(e.Names.Submit(gid))
+		m.Data = []byte(body)
+		msgs = append(msgs, m)
+	}
+	job := func(gid string, i int) {
+		add(gid, fmt.Sprintf(`{"v":1,"kind":"job","groupId":%q,"jobId":%q,"type":"t","payload":%s}`, gid, jobID(i), payload(gid, i)))
+	}
+	seal := func(gid string, total int) {
+		add(gid, fmt.Sprintf(`{"v":1,"kind":"seal","groupId":%q,"total":%d}`, gid, total))
+	}
+	// "sealed": five jobs and a seal of 5; a sixth job is over the total
+	// and a second seal contradicts the first.
+	for i := range 5 {
+		job("sealed", i)
+	}
+	seal("sealed", 5)
+	job("sealed", 5)
+	seal("sealed", 7)
+	// "early": the seal comes before the jobs.
+	seal("early", 3)
+	for i := range 3 {
+		job("early", i)
+	}
+	// "cancelled": three jobs, a cancel, then a job of the ended group.
+	for i := range 3 {
+		job("cancelled", i)
+	}
+	add("cancelled", `{"v":1,"kind":"cancel","groupId":"cancelled"}`)
+	job("cancelled", 3)
+	for _, err := range natsutil.PublishAll(ctx, e.JS, msgs) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	handofftest.WaitFor(t, "sealed groups drained", 0, func() bool {
+		return groupInfo(t, e, "sealed").State == contracts.StateAggregating &&
+			groupInfo(t, e, "early").State == contracts.StateAggregating
+	})
+
+	// Dead letters: one per reason of the fetcher.
+	wantDLQ := map[string]string{fetcher.ReasonOverTotal: "sealed", fetcher.ReasonBadSeal: "sealed", fetcher.ReasonGroupEnded: "cancelled"}
+	st, err := e.JS.Stream(ctx, e.Names.StreamDLQ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != uint64(len(wantDLQ)) {
+		t.Fatalf("DLQ holds %d messages, want %d", n, len(wantDLQ))
+	}
+	for seq := uint64(1); seq <= uint64(len(wantDLQ)); seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dl contracts.DeadLetter
+		if err := json.Unmarshal(raw.Data, &dl); err != nil {
+			t.Fatal(err)
+		}
+		gid, ok := wantDLQ[dl.Reason]
+		if !ok || dl.Subject != e.Names.Submit(gid) || raw.Subject != e.Names.DLQ(dl.Reason) {
+			t.Fatalf("unexpected dead letter %s on %s", raw.Data, raw.Subject)
+		}
+		delete(wantDLQ, dl.Reason)
+	}
+
+	info := groupInfo(t, e, "sealed")
+	if info.Jobs != 5 || info.Declared != 5 {
+		t.Errorf("sealed: jobs %d declared %d, want 5 and 5", info.Jobs, info.Declared)
+	}
+	if info := groupInfo(t, e, "cancelled"); info.State != contracts.StateCancelled || info.Jobs != 3 {
+		t.Errorf("cancelled: state %s jobs %d, want CANCELLED with 3 jobs", info.State, info.Jobs)
+	}
+
+	// Group events: every state each group went through.
+	want := map[string][]contracts.GroupState{
+		"sealed": {contracts.StateCreated, contracts.StateRunning, contracts.StateAggregating},
+		"early":  {contracts.StateCreated, contracts.StateRunning, contracts.StateAggregating},
+	}
+	var events map[string][]contracts.GroupState
+	handofftest.WaitFor(t, "group events", 0, func() bool {
+		events = readEvents(t, e)
+		for gid, w := range want {
+			if !sameStates(events[gid], w) {
+				return false
+			}
+		}
+		c := events["cancelled"]
+		return len(c) > 0 && c[0] == contracts.StateCreated && c[len(c)-1] == contracts.StateCancelled
+	})
+	for gid, states := range events {
+		seen := map[contracts.GroupState]bool{}
+		for _, s := range states {
+			if seen[s] {
+				t.Errorf("%s: state %s published twice: %v", gid, s, states)
+			}
+			seen[s] = true
+		}
+	}
+	if v := handofftest.Value(t, e.Metrics.GroupCompletions.WithLabelValues(telemetry.StateCancelled)); v != 1 {
+		t.Errorf("cancelled completions %v, want 1", v)
+	}
+	// The admitted jobs of the cancelled group (if any) and of the others are on READY once.
+	for key, n := range handofftest.Counts(r.Jobs()) {
+		if n != 1 {
+			t.Errorf("%s on READY %d times", key, n)
+		}
+	}
+}
+
+// sameStates reports whether got holds exactly the states of want, in any
+// order (a CREATED event may be published just after the RUNNING one).
+func sameStates(got, want []contracts.GroupState) bool {
+	a, b := slices.Clone(got), slices.Clone(want)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// readEvents returns the states of every event on the EVENTS stream, by group.
+func readEvents(t *testing.T, e *handofftest.Env) map[string][]contracts.GroupState {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.JS.Stream(ctx, e.Names.StreamEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]contracts.GroupState{}
+	s := st.CachedInfo().State
+	for seq := s.FirstSeq; s.Msgs > 0 && seq <= s.LastSeq; seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := contracts.DecodeGroupEvent(raw.Data)
+		if err != nil {
+			t.Fatalf("event %d: %v", seq, err)
+		}
+		out[ev.GroupID] = append(out[ev.GroupID], ev.State)
+	}
+	return out
+}
+
+func TestRedisOutageRedeliversUntilStored(t *testing.T) {
+	t.Parallel()
+	const n = 50
+	srv := testenv.NewRedisServer(t)
+	opt, err := redis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.MaxRetries = -1
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := handofftest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "outage:"})
+	ctx := context.Background()
+	handofftest.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+
+	srv.Stop()
+	c := client.New(e.JS, client.Options{})
+	if err := c.Submit(ctx, "g", clientJobs("g", 0, n)...); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := e.JS.Consumer(ctx, e.Names.StreamSubmit(), fetcher.DefaultDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handofftest.WaitFor(t, "submissions redelivered", 0, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumRedelivered > 0
+	})
+	if got := e.StreamMsgs(t, e.Names.StreamSubmit()); got != n {
+		t.Fatalf("SUBMIT holds %d messages while Redis is down, want all %d (none acknowledged)", got, n)
+	}
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	r.WaitJobs(t, n, 0)
+	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	handofftest.WaitFor(t, "nothing leased", 0, func() bool { return e.Inflight(t) == 0 })
+	e.WaitReadyDrained(t)
+	checkOnce(t, r.Jobs(), []string{"g"}, n)
+}
+
+func TestTraceContinuesFromSubmit(t *testing.T) {
+	t.Parallel()
+	e := handofftest.NewEnv(t, redisq.Config{})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	d := e.Deps()
+	d.TracerProvider = tp
+	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	handofftest.Start(t, newFetcher(t, fetcher.Config{}, d))
+	c := client.New(e.JS, client.Options{TracerProvider: tp})
+	if err := c.Submit(context.Background(), "g", clientJobs("g", 0, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	got := r.WaitJobs(t, 3, 0)
+
+	var submit sdktrace.ReadOnlySpan
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	handofftest.WaitFor(t, "spans ended", 0, func() bool {
+		n := 0
+		for _, s := range rec.Ended() {
+			spans[s.SpanContext().SpanID().String()] = s
+			if s.Name() == "bulkaction.submit" {
+				submit = s
+			}
+			if s.Name() == handoff.SpanAdmit {
+				n++
+			}
+		}
+		return submit != nil && n == 3
+	})
+	for _, m := range got {
+		parts := strings.Split(m.Header.Get("Traceparent"), "-")
+		if len(parts) != 4 || parts[1] != submit.SpanContext().TraceID().String() {
+			t.Fatalf("%s: traceparent %q is not in the submit trace %s", m.Key(), m.Header.Get("Traceparent"), submit.SpanContext().TraceID())
+		}
+		admit, ok := spans[parts[2]]
+		if !ok || admit.Name() != handoff.SpanAdmit {
+			t.Fatalf("%s: traceparent does not name an admit span", m.Key())
+		}
+		ingest, ok := spans[admit.Parent().SpanID().String()]
+		if !ok || ingest.Name() != fetcher.SpanIngest {
+			t.Fatalf("%s: the admit span's parent is not an ingest span", m.Key())
+		}
+		if ingest.Parent().SpanID() != submit.SpanContext().SpanID() {
+			t.Fatalf("%s: the ingest span's parent is not the submit span", m.Key())
+		}
+	}
+}
+
+func TestRunReturnsPromptlyOnCancel(t *testing.T) {
+	const n = 2000
+	e := handofftest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	c := client.New(e.JS, client.Options{})
+	if err := c.Submit(ctx, "g", clientJobs("g", 0, n)...); err != nil {
+		t.Fatal(err)
+	}
+	// A first run creates the shared submit consumer, whose goroutines in
+	// the embedded server outlive any fetcher.
+	stop := handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10}, e.Deps()))
+	handofftest.WaitFor(t, "first jobs queued", 0, func() bool { return groupInfo(t, e, "g").Jobs > 0 })
+	stop()
+
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	nc, js := e.Connect(t)
+	defer nc.Close()
+	f := newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(runCtx) }()
+	before := groupInfo(t, e, "g").Jobs
+	handofftest.WaitFor(t, "work under way", 0, func() bool { return groupInfo(t, e, "g").Jobs > before })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return within 2s of cancel")
+	}
+	// Nothing received was lost: every submission is either queued or still
+	// on SUBMIT to be delivered again.
+	queued := groupInfo(t, e, "g").Jobs
+	if left := e.StreamMsgs(t, e.Names.StreamSubmit()); int64(left)+queued < n {
+		t.Fatalf("%d jobs queued and %d left on SUBMIT, want %d in all", queued, left, n)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	e := handofftest.NewEnv(t, redisq.Config{})
+	for _, cfg := range []fetcher.Config{
+		{ReadyCapacity: -1}, {AdmitBatchSize: -1}, {IngestBatchSize: -1}, {MaxIdle: -time.Second},
+	} {
+		if _, err := fetcher.New(cfg, e.Deps()); err == nil || !strings.HasPrefix(err.Error(), "fetcher: ") {
+			t.Errorf("New(%+v) = %v, want an error", cfg, err)
+		}
+	}
+	d := e.Deps()
+	d.NC = nil
+	if _, err := fetcher.New(fetcher.Config{}, d); err == nil {
+		t.Error("New without a NATS connection succeeded")
+	}
+	d = e.Deps()
+	d.Names = contracts.Names{Prefix: "bad prefix"}
+	if _, err := fetcher.New(fetcher.Config{}, d); err == nil {
+		t.Error("New with an invalid prefix succeeded")
+	}
+	if _, err := fetcher.New(fetcher.Config{}, e.Deps()); err != nil {
+		t.Errorf("New with the zero Config: %v", err)
+	}
+}
