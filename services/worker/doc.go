@@ -1,0 +1,44 @@
+// Package worker is the bulkaction worker service: it runs admitted jobs with
+// the processors of a [processor.Mux] and publishes their results.
+//
+// A [Worker] keeps one durable pull consumer per job type on the READY
+// subject of that type (<prefix>.ready.<type>); any number of worker
+// instances share these consumers. Across all its types a worker runs at
+// most Config.Concurrency jobs at once and never pulls a message it has no
+// free slot for.
+//
+// Each delivery follows the worker's side of the reliability protocol
+// (DESIGN §6.3):
+//
+//  1. The body is decoded; a message that is not a valid ready job, or whose
+//     type differs from its subject's, goes to the dead-letter stream and is
+//     terminated.
+//  2. The job is claimed in Redis ([redisq.Queue.Claim]). A delivery that
+//     does not carry the job's current attempt is stale and is acknowledged
+//     without running; so is a job of a cancelled group (it is counted as
+//     cancelled). A message delivered more than Config.MaxDeliveries times
+//     (a poison job) becomes a FAILED result without running.
+//  3. The processor runs under Config.JobTimeout, through [processor.Run]
+//     (a panic fails the job; the worker keeps running), while the worker
+//     tells JetStream the message is in progress.
+//  4. [processor.Classify] decides the outcome. Success and permanent
+//     failure publish a SUCCESS or FAILED result; a retryable error or a
+//     rate limit sends the job back to the non-ready queue with
+//     congestion-aware backoff (a Retry-After wins), until the attempts are
+//     used up (Config.MaxRetryCount retries), when it publishes FAILED.
+//  5. The READY message is acknowledged only after the result's PubAck (or
+//     after the job was parked in Redis). If the result cannot be published
+//     the message is negatively acknowledged: it is delivered again, the same
+//     attempt runs again, and the aggregator still counts it once.
+//
+// Processors therefore run at least once and must be idempotent (see
+// package processor).
+//
+// # Shutdown
+//
+// When the context of [Worker.Run] ends, the worker stops pulling, gives
+// running jobs Config.ShutdownGrace to finish (their results are published as
+// usual), then cancels the contexts of those still running and hands their
+// messages back to JetStream (a negative acknowledgement) so that another
+// worker runs them at once.
+package worker

@@ -1,0 +1,347 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// Span names.
+const (
+	// SpanProcess is the consumer span of one delivery of a READY message, a
+	// child of the trace context the message carries. The result message
+	// carries this span's context.
+	SpanProcess = "bulkaction.process"
+	// SpanBackoff is the span of sending a job back to the non-ready queue
+	// after a retryable error or a rate limit; a child of [SpanProcess].
+	SpanBackoff = "bulkaction.backoff"
+)
+
+// Span attribute keys. The job attributes use the same keys as the spans
+// of the fetcher and the dispatcher.
+const (
+	// AttrGroupID is the job's group id.
+	AttrGroupID = attribute.Key("bulkaction.group_id")
+	// AttrJobID is the job's id within its group.
+	AttrJobID = attribute.Key("bulkaction.job_id")
+	// AttrJobType is the job's type.
+	AttrJobType = attribute.Key("bulkaction.job_type")
+	// AttrAttempt is the attempt the READY message carries (1 first).
+	AttrAttempt = attribute.Key("bulkaction.attempt")
+	// AttrDelivered is how often the READY message has been delivered.
+	AttrDelivered = attribute.Key("bulkaction.delivered")
+	// AttrOutcome is what the delivery came to: a result status (SUCCESS,
+	// FAILED), RETRY, RATE_LIMITED, DROPPED (stale or cancelled) or
+	// HANDED_BACK (negatively acknowledged for redelivery).
+	AttrOutcome = attribute.Key("bulkaction.outcome")
+	// AttrBackoffMs is the delay a backed-off job waits before its next
+	// attempt, in milliseconds (on [SpanBackoff]).
+	AttrBackoffMs = attribute.Key("bulkaction.backoff_ms")
+)
+
+// outcomeHandedBack is the [AttrOutcome] of a delivery negatively
+// acknowledged for redelivery.
+const outcomeHandedBack = "HANDED_BACK"
+
+// handle runs one delivery of a READY message (DESIGN §6.3). ctx is Run's
+// context; the delivery does not stop when it ends: every Redis or NATS
+// call made for it has its own timeout (settleTimeout), and the processor
+// runs under the tracker's job context.
+func (w *Worker) handle(ctx context.Context, jobType string, msg jetstream.Msg, jobs *tracker) {
+	base := context.WithoutCancel(ctx)
+	job, err := contracts.DecodeReadyJob(msg.Data(), w.d.Limits)
+	if err == nil && job.Type != jobType {
+		err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "type",
+			Problem: fmt.Sprintf("%q differs from subject token %q", job.Type, jobType),
+			Limit:   "must equal the <type> token of the subject"}
+	}
+	if err != nil {
+		w.deadLetter(base, msg, err)
+		return
+	}
+	delivered := 1
+	if md, err := msg.Metadata(); err == nil {
+		delivered = int(md.NumDelivered)
+	}
+
+	base, span := w.tracer.Start(telemetry.ExtractHeader(base, msg.Headers()), SpanProcess,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
+			AttrAttempt.Int(job.Attempt), AttrDelivered.Int(delivered),
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", msg.Subject()),
+		))
+	defer span.End()
+
+	cctx, cancel := context.WithTimeout(base, settleTimeout)
+	claim, err := w.d.Queue.Claim(cctx, job.GroupID, job.JobID, job.Attempt)
+	cancel()
+	if err != nil {
+		w.handBack(msg, span, job, "claim", err)
+		return
+	}
+	switch claim {
+	case redisq.ClaimRun:
+	case redisq.ClaimStale, redisq.ClaimCancelled:
+		w.log.Debug("delivery dropped", "group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "claim", string(claim))
+		w.count(span, job.Type, telemetry.StatusDropped)
+		w.ack(base, msg, job)
+		return
+	default:
+		w.handBack(msg, span, job, "claim", fmt.Errorf("unexpected claim outcome %q", claim))
+		return
+	}
+
+	if delivered > w.cfg.MaxDeliveries {
+		w.publishResult(base, msg, span, job, contracts.ResultFailed,
+			fmt.Sprintf("poison: delivered %d times", delivered), 0)
+		return
+	}
+
+	d, ok := jobs.begin(msg)
+	if !ok { // the shutdown grace is over
+		_ = msg.Nak()
+		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+		return
+	}
+	jctx, jcancel := context.WithTimeout(trace.ContextWithSpan(jobs.base, span), w.cfg.JobTimeout)
+	stopBeat := w.heartbeat(msg)
+	start := time.Now()
+	perr := processor.Run(jctx, w.mux, &processor.Job{
+		GroupID: job.GroupID, JobID: job.JobID, Type: job.Type, Payload: job.Payload, Attempt: job.Attempt,
+	})
+	elapsed := time.Since(start)
+	stopBeat()
+	jcancel()
+	if !jobs.finish(d) { // handed back by the shutdown while it ran
+		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+		return
+	}
+	w.d.Metrics.ObserveProcessing(job.Type, elapsed)
+	if perr != nil {
+		span.RecordError(perr)
+	}
+
+	switch kind, after := processor.Classify(perr); kind {
+	case processor.OutcomeSuccess:
+		w.publishResult(base, msg, span, job, contracts.ResultSuccess, "", elapsed)
+	case processor.OutcomeFailed:
+		w.publishResult(base, msg, span, job, contracts.ResultFailed, perr.Error(), elapsed)
+	default: // retry or rate limited
+		if job.Attempt > w.cfg.MaxRetryCount {
+			w.publishResult(base, msg, span, job, contracts.ResultFailed, perr.Error(), elapsed)
+			return
+		}
+		retryAfter := time.Duration(-1) // the congestion-aware backoff decides
+		status := telemetry.StatusRetry
+		if kind == processor.OutcomeRateLimited {
+			status = telemetry.StatusRateLimited
+			if after > 0 {
+				retryAfter = after
+			}
+		}
+		w.backoff(base, msg, span, job, status, retryAfter, perr.Error())
+	}
+}
+
+// publishResult publishes the attempt's result, waits for the PubAck and
+// then acknowledges the READY message. A failed publish hands the message
+// back: the same attempt runs again, and the aggregator counts it once.
+func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, span trace.Span, job *contracts.ReadyJob,
+	status contracts.ResultStatus, errText string, elapsed time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	res := contracts.JobResult{
+		V: contracts.Version, GroupID: job.GroupID, JobID: job.JobID, Attempt: job.Attempt,
+		Status: status, Error: truncate(errText, maxErrorLen), DurationMs: elapsed.Milliseconds(),
+	}
+	data, err := json.Marshal(&res)
+	if err != nil {
+		w.handBack(msg, span, job, "encode result", err)
+		return
+	}
+	m := nats.NewMsg(w.d.Names.Result(job.GroupID))
+	m.Data = data
+	m.Header.Set(jetstream.MsgIDHeader, res.MsgID())
+	telemetry.InjectHeader(ctx, m.Header)
+	if _, err := w.d.JS.PublishMsg(ctx, m); err != nil {
+		w.handBack(msg, span, job, "publish result", err)
+		return
+	}
+	if status == contracts.ResultFailed {
+		span.SetStatus(codes.Error, res.Error)
+	}
+	w.count(span, job.Type, string(status))
+	w.ack(ctx, msg, job)
+}
+
+// backoff sends the job back to the non-ready queue (retryAfter < 0 means
+// the congestion-aware backoff) and acknowledges the READY message.
+func (w *Worker) backoff(ctx context.Context, msg jetstream.Msg, span trace.Span, job *contracts.ReadyJob,
+	status string, retryAfter time.Duration, errText string) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	bctx, bspan := w.tracer.Start(ctx, SpanBackoff, trace.WithAttributes(
+		AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
+		AttrAttempt.Int(job.Attempt)))
+	rr, err := w.d.Queue.Retry(bctx, job.GroupID, job.JobID, job.Attempt, retryAfter, truncate(errText, maxErrorLen))
+	if err != nil {
+		bspan.RecordError(err)
+		bspan.SetStatus(codes.Error, err.Error())
+		bspan.End()
+		w.handBack(msg, span, job, "back off", err)
+		return
+	}
+	bspan.SetAttributes(AttrBackoffMs.Int64(rr.Delay.Milliseconds()), AttrOutcome.String(rr.Outcome))
+	bspan.End()
+	if rr.Outcome == "parked" {
+		w.d.Metrics.ObserveBackoff(rr.Delay)
+	} else { // stale or cancelled: the job is no longer this delivery's
+		status = telemetry.StatusDropped
+	}
+	w.count(span, job.Type, status)
+	w.ack(ctx, msg, job)
+}
+
+// count records the delivery's outcome on the span and in
+// bulk_action_job_results_total.
+func (w *Worker) count(span trace.Span, jobType, status string) {
+	span.SetAttributes(AttrOutcome.String(status))
+	w.d.Metrics.JobResults.WithLabelValues(jobType, status).Inc()
+}
+
+// ack acknowledges msg and waits for the server to confirm. A lost ack only
+// means a redelivery, which the claim drops as stale.
+func (w *Worker) ack(ctx context.Context, msg jetstream.Msg, job *contracts.ReadyJob) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if err := msg.DoubleAck(ctx); err != nil {
+		w.warn("ack of READY message failed; it will be redelivered and dropped",
+			"group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "err", err)
+	}
+}
+
+// handBack negatively acknowledges msg with a delay after a transient
+// failure: the message is delivered again and the same attempt runs again.
+func (w *Worker) handBack(msg jetstream.Msg, span trace.Span, job *contracts.ReadyJob, what string, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, what+": "+err.Error())
+	span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+	w.warn("job handed back for redelivery", "step", what, "group", job.GroupID, "job", job.JobID,
+		"attempt", job.Attempt, "err", err)
+	_ = msg.NakWithDelay(nakDelay)
+}
+
+// deadLetter publishes a message that is not a valid ready job to the DLQ
+// stream, waits for the PubAck and terminates it. If the DLQ is not
+// reachable the message is handed back instead.
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	dl := contracts.NewDeadLetter(msg.Subject(), msg.Data(), cause)
+	data, err := json.Marshal(&dl)
+	if err == nil {
+		m := nats.NewMsg(w.d.Names.DLQ(dl.Reason))
+		m.Data = data
+		if md, merr := msg.Metadata(); merr == nil {
+			m.Header.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+strconv.FormatUint(md.Sequence.Stream, 10))
+		}
+		_, err = w.d.JS.PublishMsg(ctx, m)
+	}
+	if err != nil {
+		w.warn("dead-letter publish failed; message handed back", "subject", msg.Subject(), "err", err)
+		_ = msg.NakWithDelay(nakDelay)
+		return
+	}
+	w.d.Metrics.DeadLetters.WithLabelValues(dl.Reason).Inc()
+	w.warn("invalid READY message dead-lettered", "subject", msg.Subject(), "reason", dl.Reason, "err", cause)
+	if err := msg.Term(); err != nil {
+		w.warn("terminate of dead-lettered message failed", "subject", msg.Subject(), "err", err)
+	}
+}
+
+// heartbeat marks msg in progress every AckWait/3 until the returned
+// function is called; that function returns once the marking has stopped.
+func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(w.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// warn logs at warn level, at most once per second; the lines left out in
+// between are logged at debug level and counted in the next warn line.
+func (w *Worker) warn(msg string, args ...any) {
+	if ok, skipped := w.warnLimit.allow(); ok {
+		if skipped > 0 {
+			args = append(args, "suppressed", skipped)
+		}
+		w.log.Warn(msg, args...)
+		return
+	}
+	w.log.Debug(msg, args...)
+}
+
+// logLimiter lets one line through per interval and counts the others.
+type logLimiter struct {
+	mu       sync.Mutex
+	interval time.Duration
+	last     time.Time
+	skipped  int
+}
+
+func (l *logLimiter) allow() (ok bool, skipped int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
+		l.skipped++
+		return false, 0
+	}
+	l.last, skipped, l.skipped = now, l.skipped, 0
+	return true, skipped
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut
+// with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	i := n - len(mark)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + mark
+}

@@ -1,0 +1,472 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+)
+
+// TracerName is the name of the tracer the worker's spans come from.
+const TracerName = "github.com/bulkaction/bulkaction/services/worker"
+
+// Defaults of [Config].
+const (
+	// DefaultConcurrency is the number of jobs a worker runs at once.
+	DefaultConcurrency = 10
+	// DefaultJobTimeout bounds one run of a processor.
+	DefaultJobTimeout = 30 * time.Second
+	// DefaultMaxRetryCount is the number of retries after the first attempt.
+	DefaultMaxRetryCount = 3
+	// DefaultMaxDeliveries is how often one READY message may be delivered
+	// before it becomes a FAILED result without running.
+	DefaultMaxDeliveries = 5
+	// DefaultShutdownGrace is how long running jobs may take to finish after
+	// the worker is told to stop.
+	DefaultShutdownGrace = 30 * time.Second
+	// DefaultAckWaitMargin is added to the job timeout for the default AckWait.
+	DefaultAckWaitMargin = 15 * time.Second
+	// DefaultDurable is the prefix of the consumer names.
+	DefaultDurable = "worker"
+	// ConsumerMaxAckPending is the least MaxAckPending of the READY consumers:
+	// every worker instance sharing a consumer pulls only what it can run, so
+	// the limit is a safety net, not the flow control. A Concurrency above it
+	// raises it.
+	ConsumerMaxAckPending = 10000
+)
+
+// Timing of the pull loops and of the hand-back paths.
+const (
+	// idleWait is how long a pull request waits for a message when the
+	// consumer is empty; it also bounds how long stopping takes.
+	idleWait = time.Second
+	// nakDelay is the redelivery delay of a message handed back after a
+	// transient failure (Redis or NATS unavailable).
+	nakDelay = time.Second
+	// settleTimeout bounds each Redis or NATS call made for one delivery; it
+	// does not depend on Run's context, so a delivery in progress is settled
+	// even while the worker stops.
+	settleTimeout = 10 * time.Second
+	// abandonWait is how long Run waits, after cancelling the jobs still
+	// running at the end of the grace period, for their processors to return.
+	abandonWait = 5 * time.Second
+	// maxErrorLen is the longest error text put into a result or the job hash.
+	maxErrorLen = 1024
+)
+
+// Config configures a [Worker]. The zero value is ready to use: every zero
+// field means the default stated with it.
+type Config struct {
+	// Concurrency is the number of jobs run at once, across all types;
+	// 0 means [DefaultConcurrency] (10). The worker never holds more READY
+	// messages than it has free slots for: a type with no work waiting
+	// keeps one slot for its pending pull (up to a second at a time), so
+	// with more types than slots the idle types take turns.
+	Concurrency int
+	// Types are the job types to serve; nil or empty means every type the
+	// Mux has ([processor.Mux.Types]). Each must have a processor in the Mux.
+	Types []string
+	// JobTimeout bounds one run of a processor, through its context; 0 means
+	// [DefaultJobTimeout] (30 s). A job that times out is retried like any
+	// other retryable error.
+	JobTimeout time.Duration
+	// MaxRetryCount is the number of retries after the first attempt, so a
+	// job runs at most MaxRetryCount+1 times; 0 means [DefaultMaxRetryCount]
+	// (3), a negative value means no retries (the first retryable error
+	// fails the job).
+	MaxRetryCount int
+	// MaxDeliveries is how often one READY message may be delivered: a
+	// message delivered more often (a poison job, for example one whose
+	// processor crashes the worker) becomes a FAILED result without running.
+	// 0 means [DefaultMaxDeliveries] (5).
+	MaxDeliveries int
+	// ShutdownGrace is how long running jobs get to finish after Run's
+	// context ends; then their contexts are cancelled and their messages
+	// handed back for redelivery. 0 means [DefaultShutdownGrace] (30 s); a
+	// negative value means no grace (cancel and hand back at once).
+	ShutdownGrace time.Duration
+	// AckWait is the READY consumers' ack wait: a message not acknowledged
+	// or marked in progress for this long is delivered again. The worker
+	// marks running jobs in progress every AckWait/3. 0 means JobTimeout +
+	// [DefaultAckWaitMargin] (15 s).
+	AckWait time.Duration
+	// Durable is the prefix of the durable consumer names: the consumer of
+	// type t is "<Durable>-<t>". "" means [DefaultDurable] ("worker"). Worker
+	// instances that share consumers must use the same Config apart from
+	// Concurrency and ShutdownGrace.
+	Durable string
+}
+
+func (c *Config) setDefaults(mux *processor.Mux) {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if len(c.Types) == 0 {
+		c.Types = mux.Types()
+	} else {
+		c.Types = slices.Clone(c.Types)
+		slices.Sort(c.Types)
+		c.Types = slices.Compact(c.Types)
+	}
+	if c.JobTimeout == 0 {
+		c.JobTimeout = DefaultJobTimeout
+	}
+	if c.MaxRetryCount == 0 {
+		c.MaxRetryCount = DefaultMaxRetryCount
+	} else if c.MaxRetryCount < 0 {
+		c.MaxRetryCount = 0
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	} else if c.ShutdownGrace < 0 {
+		c.ShutdownGrace = 0
+	}
+	if c.AckWait == 0 {
+		c.AckWait = c.JobTimeout + DefaultAckWaitMargin
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
+}
+
+func (c *Config) validate(mux *processor.Mux) error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("worker: Concurrency %d: must be at least 1", c.Concurrency)
+	case c.JobTimeout < 0:
+		return fmt.Errorf("worker: JobTimeout %s: must not be negative", c.JobTimeout)
+	case c.MaxDeliveries < 1:
+		return fmt.Errorf("worker: MaxDeliveries %d: must be at least 1", c.MaxDeliveries)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("worker: AckWait %s: must be at least 1s", c.AckWait)
+	case strings.ContainsAny(c.Durable, ".*> \t\r\n"):
+		return fmt.Errorf("worker: Durable %q: must not contain '.', '*', '>' or white space", c.Durable)
+	case len(c.Types) == 0:
+		return errors.New("worker: no job types: register processors in the Mux or set Types")
+	}
+	have := mux.Types()
+	for _, t := range c.Types {
+		if !processor.ValidType(t) {
+			return fmt.Errorf("worker: type %q: must match ^[A-Za-z0-9_-]{1,64}$", t)
+		}
+		if !slices.Contains(have, t) {
+			return fmt.Errorf("worker: type %q: no processor registered in the Mux", t)
+		}
+	}
+	return nil
+}
+
+// Worker runs jobs from the READY stream. Create it with [New] and start it
+// with [Worker.Run]; a Worker runs once.
+type Worker struct {
+	cfg    Config
+	mux    *processor.Mux
+	d      deps.Deps
+	log    *slog.Logger
+	tracer trace.Tracer
+	slots  chan struct{} // one token per running (or being pulled) job
+	// warnLimit keeps failures that hit every job (Redis or NATS down) from
+	// logging one warning per job.
+	warnLimit logLimiter
+}
+
+// New returns a Worker that runs jobs with mux. cfg's zero fields take the
+// defaults documented on [Config]; d.JS and d.Queue are required and d's
+// other fields default as [deps.Deps.Fill] says.
+func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
+	if mux == nil {
+		return nil, errors.New("worker: nil Mux")
+	}
+	if d.JS == nil || d.Queue == nil {
+		return nil, errors.New("worker: deps JS and Queue are required")
+	}
+	cfg.setDefaults(mux)
+	if err := cfg.validate(mux); err != nil {
+		return nil, err
+	}
+	d = d.Fill()
+	return &Worker{
+		cfg:       cfg,
+		mux:       mux,
+		d:         d,
+		log:       d.Log.With("service", "worker"),
+		tracer:    d.TracerProvider.Tracer(TracerName),
+		slots:     make(chan struct{}, cfg.Concurrency),
+		warnLimit: logLimiter{interval: time.Second},
+	}, nil
+}
+
+// Config returns the worker's configuration with the defaults filled in.
+func (w *Worker) Config() Config {
+	c := w.cfg
+	c.Types = slices.Clone(c.Types)
+	return c
+}
+
+// ConsumerName returns the name of the durable READY consumer of jobType:
+// "<Durable>-<jobType>".
+func (w *Worker) ConsumerName(jobType string) string { return w.cfg.Durable + "-" + jobType }
+
+func (w *Worker) consumerConfig(jobType string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       w.ConsumerName(jobType),
+		Description:   "bulkaction workers of job type " + jobType,
+		FilterSubject: w.d.Names.Ready(jobType),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    -1, // deliveries are counted by the worker (MaxDeliveries)
+		MaxAckPending: max(w.cfg.Concurrency, ConsumerMaxAckPending),
+	}
+}
+
+// Run creates or updates the READY consumers and runs jobs until ctx ends.
+// Then it stops pulling, lets running jobs finish within the shutdown grace,
+// cancels and hands back the rest, and returns nil. It returns an error only
+// when a consumer cannot be set up before ctx ends.
+func (w *Worker) Run(ctx context.Context) error {
+	consumers := make([]jetstream.Consumer, len(w.cfg.Types))
+	for i, t := range w.cfg.Types {
+		c, err := w.d.JS.CreateOrUpdateConsumer(ctx, w.d.Names.StreamReady(), w.consumerConfig(t))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("worker: consumer %s: %w", w.ConsumerName(t), err)
+		}
+		consumers[i] = c
+	}
+
+	jobs := newTracker(ctx)
+	var loops sync.WaitGroup
+	for i, t := range w.cfg.Types {
+		loops.Go(func() { w.pull(ctx, t, consumers[i], jobs) })
+	}
+	w.log.Info("worker started", "types", w.cfg.Types, "concurrency", w.cfg.Concurrency)
+	<-ctx.Done()
+	loops.Wait()
+
+	if !jobs.wait(w.cfg.ShutdownGrace) {
+		n := jobs.abandon()
+		w.log.Warn("shutdown grace over: cancelled running jobs and handed them back", "jobs", n,
+			"grace", w.cfg.ShutdownGrace)
+		if !jobs.wait(abandonWait) {
+			w.log.Warn("processors still running after cancellation", "wait", abandonWait)
+		}
+	}
+	jobs.cancel(errShutdown)
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// pull fetches messages of one type while ctx lasts and starts a job for
+// each; it holds a slot for every message it asks for. With no work waiting
+// it asks for one message and waits for it (idle); after a message came it
+// asks for as many as there are free slots, without waiting (busy).
+func (w *Worker) pull(ctx context.Context, jobType string, cons jetstream.Consumer, jobs *tracker) {
+	idle := true
+	for {
+		if !w.acquire(ctx) {
+			return
+		}
+		n := 1
+		var batch jetstream.MessageBatch
+		var err error
+		if idle {
+			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(idleWait))
+		} else {
+			n += w.tryAcquire(w.cfg.Concurrency - 1)
+			batch, err = cons.FetchNoWait(n)
+		}
+		if err != nil {
+			w.release(n)
+			w.pullFailed(ctx, jobType, err)
+			idle = true
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			w.start(ctx, jobType, msg, jobs)
+		}
+		w.release(n - got)
+		if err := batch.Error(); err != nil {
+			w.pullFailed(ctx, jobType, err)
+		}
+		idle = got == 0
+	}
+}
+
+// pullFailed logs a failed pull and waits a moment (or until ctx ends)
+// before the next one.
+func (w *Worker) pullFailed(ctx context.Context, jobType string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	w.warn("pull from READY failed", "type", jobType, "err", err)
+	t := time.NewTimer(nakDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// acquire takes a slot, waiting for one; false when ctx ended first.
+func (w *Worker) acquire(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	select {
+	case w.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// tryAcquire takes up to n free slots without waiting and returns how many.
+func (w *Worker) tryAcquire(n int) int {
+	for i := 0; i < n; i++ {
+		select {
+		case w.slots <- struct{}{}:
+		default:
+			return i
+		}
+	}
+	return n
+}
+
+func (w *Worker) release(n int) {
+	for i := 0; i < n; i++ {
+		<-w.slots
+	}
+}
+
+// start runs one delivery in its own goroutine, which gives back the slot
+// the message was pulled with. A message that arrives after ctx ended is
+// handed back at once.
+func (w *Worker) start(ctx context.Context, jobType string, msg jetstream.Msg, jobs *tracker) {
+	if ctx.Err() != nil {
+		_ = msg.Nak()
+		w.release(1)
+		return
+	}
+	jobs.wg.Add(1)
+	jobs.handling.Add(1)
+	go func() {
+		defer jobs.wg.Done()
+		defer jobs.handling.Add(-1)
+		defer w.release(1)
+		w.handle(ctx, jobType, msg, jobs)
+	}()
+}
+
+// errShutdown is the cause of a job context cancelled when the shutdown
+// grace ran out.
+var errShutdown = errors.New("worker: shutting down")
+
+// tracker knows the deliveries whose processor is running, so that the
+// shutdown can cancel them and hand their messages back.
+type tracker struct {
+	wg       sync.WaitGroup // every delivery being handled
+	handling atomic.Int64   // deliveries being handled, as counted by wg
+	base     context.Context
+	cancel   context.CancelCauseFunc
+	mu       sync.Mutex
+	closed   bool
+	running  map[*delivery]struct{}
+}
+
+// delivery is one message whose processor runs. Exactly one of finish and
+// the shutdown's abandon settles it.
+type delivery struct {
+	msg     jetstream.Msg
+	settled bool // guarded by tracker.mu
+}
+
+// newTracker returns a tracker whose job contexts outlive ctx: they end
+// only when the shutdown grace is over.
+func newTracker(ctx context.Context) *tracker {
+	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	return &tracker{base: base, cancel: cancel, running: map[*delivery]struct{}{}}
+}
+
+// begin registers a delivery about to run its processor; ok is false when
+// the worker has already handed back its running jobs, and the caller must
+// hand msg back itself.
+func (t *tracker) begin(msg jetstream.Msg) (d *delivery, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, false
+	}
+	d = &delivery{msg: msg}
+	t.running[d] = struct{}{}
+	return d, true
+}
+
+// finish ends a delivery's run; false means the shutdown already handed
+// its message back and the caller must not settle it.
+func (t *tracker) finish(d *delivery) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.running, d)
+	if d.settled {
+		return false
+	}
+	d.settled = true
+	return true
+}
+
+// abandon cancels the contexts of every job and hands the messages of
+// those still running back to JetStream for immediate redelivery. It
+// returns how many it handed back.
+func (t *tracker) abandon() int {
+	t.mu.Lock()
+	t.closed = true
+	var msgs []jetstream.Msg
+	for d := range t.running {
+		d.settled = true
+		msgs = append(msgs, d.msg)
+	}
+	t.mu.Unlock()
+	t.cancel(errShutdown)
+	for _, m := range msgs {
+		_ = m.Nak()
+	}
+	return len(msgs)
+}
+
+// wait waits up to d for every delivery to be handled; true if they were.
+func (t *tracker) wait(d time.Duration) bool {
+	if t.handling.Load() == 0 {
+		return true
+	}
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}

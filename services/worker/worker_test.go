@@ -1,0 +1,665 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/worker"
+)
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	mux := processor.NewMux()
+	mux.HandleFunc("a", func(context.Context, *processor.Job) error { return nil })
+	for _, tt := range []struct {
+		name string
+		cfg  worker.Config
+		mux  *processor.Mux
+		want string
+	}{
+		{"nil mux", worker.Config{}, nil, "nil Mux"},
+		{"empty mux", worker.Config{}, processor.NewMux(), "no job types"},
+		{"type without processor", worker.Config{Types: []string{"a", "b"}}, mux, `type "b": no processor`},
+		{"invalid type", worker.Config{Types: []string{"a.b"}}, mux, `type "a.b"`},
+		{"negative concurrency", worker.Config{Concurrency: -1}, mux, "Concurrency"},
+		{"negative timeout", worker.Config{JobTimeout: -time.Second}, mux, "JobTimeout"},
+		{"negative deliveries", worker.Config{MaxDeliveries: -1}, mux, "MaxDeliveries"},
+		{"short ack wait", worker.Config{AckWait: time.Millisecond}, mux, "AckWait"},
+		{"bad durable", worker.Config{Durable: "a.b"}, mux, "Durable"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := worker.New(tt.cfg, tt.mux, b.d)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	w, err := worker.New(worker.Config{JobTimeout: 2 * time.Second, MaxRetryCount: -1, ShutdownGrace: -1}, mux, b.d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := w.Config()
+	if got.Concurrency != 10 || len(got.Types) != 1 || got.Types[0] != "a" || got.MaxRetryCount != 0 ||
+		got.MaxDeliveries != 5 || got.ShutdownGrace != 0 || got.AckWait != 17*time.Second || got.Durable != "worker" {
+		t.Fatalf("defaults = %+v", got)
+	}
+	if w.ConsumerName("a") != "worker-a" {
+		t.Fatalf("ConsumerName = %q", w.ConsumerName("a"))
+	}
+}
+
+func TestSuccess(t *testing.T) {
+	checkLeaks(t)
+	b := setup(t, redisq.Config{})
+	ctx := context.Background()
+
+	// The job carries the trace of its submission; the worker continues it.
+	root := trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, trace.NewSpanContext(root)), carrier)
+	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{GroupID: "g", ID: "j", Type: "t", Payload: []byte(`{"to":"x"}`), Trace: carrier["traceparent"]}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.q.Seal(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+
+	var got processor.Job
+	var jobSpan trace.SpanContext
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, job *processor.Job) error {
+		got = *job
+		jobSpan = trace.SpanContextFromContext(ctx)
+		return nil
+	})
+	runWorker(t, b, worker.Config{}, mux)
+
+	res := b.results.wait(t, "g", "j")
+	if res.Status != contracts.ResultSuccess || res.Attempt != 1 || res.Error != "" {
+		t.Fatalf("result = %+v", res.JobResult)
+	}
+	if id := res.Header.Get(jetstream.MsgIDHeader); id != contracts.ResultMsgID("g", "j", 1) {
+		t.Fatalf("result Nats-Msg-Id = %q", id)
+	}
+	if got.GroupID != "g" || got.JobID != "j" || got.Type != "t" || got.Attempt != 1 || string(got.Payload) != `{"to":"x"}` {
+		t.Fatalf("processor got %+v", got)
+	}
+	info := b.waitCompleted(t, "g")
+	if info.Succeeded != 1 || info.Failed != 0 {
+		t.Fatalf("group = %+v", info.GroupCounts)
+	}
+	waitFor(t, "READY acknowledged", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+	if n := b.jobResults("t", telemetry.StatusSuccess); n != 1 {
+		t.Fatalf("job_results{t,SUCCESS} = %d, want 1", n)
+	}
+
+	// Tracing: the process span is a consumer span in the job's trace, the
+	// processor runs under it, and the result carries it.
+	var process sdktrace.ReadOnlySpan
+	waitFor(t, "process span", func() bool {
+		for _, s := range b.spans.Ended() {
+			if s.Name() == worker.SpanProcess {
+				process = s
+				return true
+			}
+		}
+		return false
+	})
+	if process.SpanKind() != trace.SpanKindConsumer || process.Parent().SpanID() != root.SpanID ||
+		process.SpanContext().TraceID() != root.TraceID {
+		t.Fatalf("process span kind %v parent %v trace %v", process.SpanKind(), process.Parent(), process.SpanContext().TraceID())
+	}
+	if jobSpan.SpanID() != process.SpanContext().SpanID() {
+		t.Fatalf("processor ran under span %v, want the process span %v", jobSpan.SpanID(), process.SpanContext().SpanID())
+	}
+	want := map[attribute.Key]attribute.Value{
+		worker.AttrGroupID: attribute.StringValue("g"), worker.AttrJobID: attribute.StringValue("j"),
+		worker.AttrJobType: attribute.StringValue("t"), worker.AttrAttempt: attribute.IntValue(1),
+		worker.AttrOutcome: attribute.StringValue("SUCCESS"),
+	}
+	for _, kv := range process.Attributes() {
+		if v, ok := want[kv.Key]; ok && v == kv.Value {
+			delete(want, kv.Key)
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("process span lacks %v (has %v)", want, process.Attributes())
+	}
+	resCtx := telemetry.ExtractHeader(ctx, res.Header)
+	if sc := trace.SpanContextFromContext(resCtx); sc.SpanID() != process.SpanContext().SpanID() {
+		t.Fatalf("result carries span %v, want the process span", sc)
+	}
+}
+
+func TestRetryThenSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error {
+		if n := c.add(job); n != job.Attempt {
+			return processor.Permanent(fmt.Errorf("run %d has attempt %d", n, job.Attempt))
+		}
+		if job.Attempt < 3 {
+			return fmt.Errorf("flaky downstream (attempt %d)", job.Attempt)
+		}
+		return nil
+	})
+	runWorker(t, b, worker.Config{}, mux)
+	b.submit(t, "g", "t", 1)
+
+	res := b.results.wait(t, "g", "j0")
+	if res.Status != contracts.ResultSuccess || res.Attempt != 3 {
+		t.Fatalf("result = %+v, want SUCCESS on attempt 3", res.JobResult)
+	}
+	if n := c.count("g:j0"); n != 3 {
+		t.Fatalf("processor ran %d times, want 3", n)
+	}
+	if n := b.jobResults("t", telemetry.StatusRetry); n != 2 {
+		t.Fatalf("job_results{t,RETRY} = %d, want 2", n)
+	}
+	// The retries went through the congestion-aware backoff, with a span each.
+	var backoffs int
+	for _, s := range b.spans.Ended() {
+		if s.Name() == worker.SpanBackoff {
+			backoffs++
+			var delay int64 = -1
+			for _, kv := range s.Attributes() {
+				if kv.Key == worker.AttrBackoffMs {
+					delay = kv.Value.AsInt64()
+				}
+			}
+			if delay < 20 {
+				t.Errorf("backoff span delay %d ms, want the queue's backoff (>= 20)", delay)
+			}
+		}
+	}
+	if backoffs != 2 {
+		t.Fatalf("%d backoff spans, want 2", backoffs)
+	}
+	if info := b.waitCompleted(t, "g"); info.Succeeded != 1 {
+		t.Fatalf("group = %+v", info.GroupCounts)
+	}
+}
+
+func TestRateLimitedHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	const retryAfter = 700 * time.Millisecond
+	c := newCalls()
+	var limitedAt time.Time
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error {
+		c.add(job)
+		if job.Attempt == 1 {
+			limitedAt = time.Now()
+			return processor.RateLimited(retryAfter, errors.New("429 Too Many Requests"))
+		}
+		return nil
+	})
+	runWorker(t, b, worker.Config{}, mux)
+	b.submit(t, "g", "t", 1)
+
+	res := b.results.wait(t, "g", "j0")
+	if res.Status != contracts.ResultSuccess || res.Attempt != 2 {
+		t.Fatalf("result = %+v, want SUCCESS on attempt 2", res.JobResult)
+	}
+	runs := c.of("g:j0")
+	if len(runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(runs))
+	}
+	// The queue's own backoff is 20 ms: only the Retry-After explains the wait.
+	if gap := runs[1].Sub(limitedAt); gap < retryAfter {
+		t.Fatalf("second attempt %s after the 429, want at least the Retry-After %s", gap, retryAfter)
+	}
+	if n := b.jobResults("t", telemetry.StatusRateLimited); n != 1 {
+		t.Fatalf("job_results{t,RATE_LIMITED} = %d, want 1", n)
+	}
+}
+
+func TestPermanentFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error {
+		c.add(job)
+		return processor.Permanent(errors.New("invalid recipient"))
+	})
+	runWorker(t, b, worker.Config{}, mux)
+	b.submit(t, "g", "t", 1)
+
+	res := b.results.wait(t, "g", "j0")
+	if res.Status != contracts.ResultFailed || res.Attempt != 1 || res.Error != "invalid recipient" {
+		t.Fatalf("result = %+v", res.JobResult)
+	}
+	if info := b.waitCompleted(t, "g"); info.Failed != 1 || info.Succeeded != 0 {
+		t.Fatalf("group = %+v", info.GroupCounts)
+	}
+	if n := c.count("g:j0"); n != 1 {
+		t.Fatalf("processor ran %d times, want 1", n)
+	}
+	if n := b.jobResults("t", telemetry.StatusFailed); n != 1 {
+		t.Fatalf("job_results{t,FAILED} = %d, want 1", n)
+	}
+}
+
+func TestRetriesExhausted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		maxRetry int
+		runs     int
+	}{
+		{maxRetry: 2, runs: 3},
+		{maxRetry: 0, runs: 4}, // the default, 3
+		{maxRetry: -1, runs: 1},
+	} {
+		t.Run(fmt.Sprintf("MaxRetryCount=%d", tt.maxRetry), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, redisq.Config{})
+			c := newCalls()
+			mux := processor.NewMux()
+			mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error {
+				c.add(job)
+				if job.Attempt%2 == 0 {
+					return processor.RateLimited(0, errors.New("busy"))
+				}
+				return errors.New("down")
+			})
+			runWorker(t, b, worker.Config{MaxRetryCount: tt.maxRetry}, mux)
+			b.submit(t, "g", "t", 1)
+
+			res := b.results.wait(t, "g", "j0")
+			if res.Status != contracts.ResultFailed || res.Attempt != tt.runs {
+				t.Fatalf("result = %+v, want FAILED on attempt %d", res.JobResult, tt.runs)
+			}
+			if n := c.count("g:j0"); n != tt.runs {
+				t.Fatalf("processor ran %d times, want %d", n, tt.runs)
+			}
+			if info := b.waitCompleted(t, "g"); info.Failed != 1 {
+				t.Fatalf("group = %+v", info.GroupCounts)
+			}
+			if n := len(b.results.of("g", "j0")); n != 1 {
+				t.Fatalf("%d results, want 1", n)
+			}
+		})
+	}
+}
+
+func TestPanicFailsJobAndWorkerKeepsServing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	mux := processor.NewMux()
+	mux.HandleFunc("boom", func(context.Context, *processor.Job) error { panic("kaboom") })
+	mux.HandleFunc("ok", func(context.Context, *processor.Job) error { return nil })
+	runWorker(t, b, worker.Config{Concurrency: 2}, mux)
+	b.submit(t, "bad", "boom", 3)
+	b.submit(t, "good", "ok", 5)
+
+	for _, id := range []string{"j0", "j1", "j2"} {
+		res := b.results.wait(t, "bad", id)
+		if res.Status != contracts.ResultFailed || !strings.Contains(res.Error, "kaboom") {
+			t.Fatalf("panicking job %s: %+v", id, res.JobResult)
+		}
+	}
+	if info := b.waitCompleted(t, "good"); info.Succeeded != 5 {
+		t.Fatalf("group good = %+v", info.GroupCounts)
+	}
+	if info := b.waitCompleted(t, "bad"); info.Failed != 3 {
+		t.Fatalf("group bad = %+v", info.GroupCounts)
+	}
+}
+
+func TestStaleDeliveryIsDropped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	ctx := context.Background()
+	// Enqueue without the feeder seeing it: the test hands the job out itself.
+	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{GroupID: "g", ID: "j", Type: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newCalls()
+	var attempts []int
+	var mu sync.Mutex
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error {
+		c.add(job)
+		mu.Lock()
+		attempts = append(attempts, job.Attempt)
+		mu.Unlock()
+		return nil
+	})
+	// The feeder admits attempt 1 and publishes it; wait until it is on READY
+	// before the worker runs, then move the job on to attempt 2 behind it.
+	waitFor(t, "attempt 1 on READY", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
+	if r, err := b.q.Retry(ctx, "g", "j", 1, 0, "moved on"); err != nil || r.Outcome != "parked" {
+		t.Fatalf("retry: %+v %v", r, err)
+	}
+	waitFor(t, "attempt 2 on READY", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 2 })
+	runWorker(t, b, worker.Config{Concurrency: 1}, mux)
+
+	res := b.results.wait(t, "g", "j")
+	if res.Attempt != 2 || res.Status != contracts.ResultSuccess {
+		t.Fatalf("result = %+v, want SUCCESS of attempt 2", res.JobResult)
+	}
+	waitFor(t, "both deliveries acknowledged", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 1 || attempts[0] != 2 {
+		t.Fatalf("processor ran attempts %v, want only 2", attempts)
+	}
+	if n := b.jobResults("t", telemetry.StatusDropped); n != 1 {
+		t.Fatalf("job_results{t,DROPPED} = %d, want 1", n)
+	}
+}
+
+func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	ctx := context.Background()
+	b.submit(t, "g", "t", 1)
+	waitFor(t, "job on READY", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
+
+	// Deliver the message three times to the workers' consumer without
+	// settling it, as workers that crash on it would.
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.names.StreamReady(), jetstream.ConsumerConfig{
+		Durable: "worker-t", FilterSubject: b.names.Ready("t"), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Minute, MaxDeliver: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if md, _ := m.Metadata(); md.NumDelivered != uint64(i) {
+				t.Fatalf("delivery %d: NumDelivered %d", i, md.NumDelivered)
+			}
+			if err := m.Nak(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error { c.add(job); return nil })
+	runWorker(t, b, worker.Config{MaxDeliveries: 2}, mux)
+
+	res := b.results.wait(t, "g", "j0")
+	if res.Status != contracts.ResultFailed || res.Error != "poison: delivered 4 times" || res.Attempt != 1 {
+		t.Fatalf("result = %+v", res.JobResult)
+	}
+	if n := c.count("g:j0"); n != 0 {
+		t.Fatalf("processor ran %d times, want 0", n)
+	}
+	if info := b.waitCompleted(t, "g"); info.Failed != 1 {
+		t.Fatalf("group = %+v", info.GroupCounts)
+	}
+}
+
+func TestWorkerDiesMidJob(t *testing.T) {
+	checkLeaks(t)
+	b := setup(t, redisq.Config{})
+
+	started := make(chan struct{})
+	var firstErr atomic.Value
+	first := processor.NewMux()
+	first.HandleFunc("t", func(ctx context.Context, _ *processor.Job) error {
+		close(started)
+		<-ctx.Done()
+		firstErr.Store(context.Cause(ctx))
+		return ctx.Err()
+	})
+	stopFirst := runWorker(t, b, worker.Config{ShutdownGrace: -1}, first)
+	b.submit(t, "g", "t", 1)
+	<-started
+
+	c := newCalls()
+	second := processor.NewMux()
+	second.HandleFunc("t", func(_ context.Context, job *processor.Job) error { c.add(job); return nil })
+	runWorker(t, b, worker.Config{}, second)
+	stopFirst() // no grace: the running job is cancelled and handed back
+
+	if err, _ := firstErr.Load().(error); err == nil {
+		t.Fatal("the first worker's job context was not cancelled")
+	}
+	res := b.results.wait(t, "g", "j0")
+	if res.Status != contracts.ResultSuccess || res.Attempt != 1 {
+		t.Fatalf("result = %+v, want SUCCESS of the same attempt", res.JobResult)
+	}
+	info := b.waitCompleted(t, "g")
+	if info.Done != 1 || info.Succeeded != 1 || info.Failed != 0 {
+		t.Fatalf("group = %+v, want the job counted once", info.GroupCounts)
+	}
+	if n := len(b.results.of("g", "j0")); n != 1 {
+		t.Fatalf("%d results published, want 1 (the handed-back run publishes none)", n)
+	}
+	if n := c.count("g:j0"); n != 1 {
+		t.Fatalf("second worker ran the job %d times, want 1", n)
+	}
+}
+
+func TestJobTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	var seen atomic.Value
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, _ *processor.Job) error {
+		<-ctx.Done()
+		seen.Store(ctx.Err())
+		return ctx.Err()
+	})
+	runWorker(t, b, worker.Config{JobTimeout: 100 * time.Millisecond, MaxRetryCount: -1}, mux)
+	b.submit(t, "g", "t", 1)
+
+	res := b.results.wait(t, "g", "j0")
+	if res.Status != contracts.ResultFailed || res.Error != context.DeadlineExceeded.Error() {
+		t.Fatalf("result = %+v, want FAILED with the deadline", res.JobResult)
+	}
+	if err, _ := seen.Load().(error); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("processor saw %v, want the job timeout", err)
+	}
+	if res.DurationMs < 100 {
+		t.Fatalf("durationMs = %d, want at least the 100 ms timeout", res.DurationMs)
+	}
+}
+
+func TestShutdownLetsRunningJobsFinish(t *testing.T) {
+	checkLeaks(t)
+	b := setup(t, redisq.Config{})
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var ctxErr atomic.Value
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, job *processor.Job) error {
+		c.add(job)
+		started <- struct{}{}
+		<-release
+		ctxErr.Store(fmt.Sprint(ctx.Err()))
+		return nil
+	})
+	w, err := worker.New(worker.Config{Concurrency: 1, ShutdownGrace: 20 * time.Second}, mux, b.d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	b.submit(t, "g", "t", 2)
+	<-started
+	cancel()
+	// With its one slot taken the worker pulls nothing more, so Run would
+	// return at once if it did not wait for the running job.
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a job was running within the grace", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after the job finished")
+	}
+	if got := ctxErr.Load(); got != "<nil>" {
+		t.Fatalf("the job's context ended (%v) within the grace", got)
+	}
+	var first string
+	for _, id := range []string{"j0", "j1"} {
+		if c.count("g:"+id) == 1 {
+			first = id
+		}
+	}
+	if first == "" || c.count("g:j0")+c.count("g:j1") != 1 {
+		t.Fatalf("runs j0=%d j1=%d, want exactly one job run", c.count("g:j0"), c.count("g:j1"))
+	}
+	// The finished job's result was published and its message acknowledged
+	// before Run returned; the other job stays on READY for the next worker.
+	if res := b.results.wait(t, "g", first); res.Status != contracts.ResultSuccess {
+		t.Fatalf("result = %+v", res.JobResult)
+	}
+	if n := b.streamMsgs(t, b.names.StreamReady()); n != 1 {
+		t.Fatalf("READY holds %d messages after shutdown, want the 1 not started", n)
+	}
+}
+
+func TestConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	release := make(chan struct{})
+	var running, peak atomic.Int64
+	block := func(ctx context.Context, _ *processor.Job) error {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		defer running.Add(-1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	mux := processor.NewMux()
+	mux.HandleFunc("a", block)
+	mux.HandleFunc("b", block)
+	w, err := worker.New(worker.Config{Concurrency: 3}, mux, b.d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	b.submit(t, "ga", "a", 6)
+	b.submit(t, "gb", "b", 6)
+
+	waitFor(t, "3 jobs running", func() bool { return running.Load() == 3 })
+	// Every slot is taken: the consumers hold exactly the running messages.
+	pending := func() int {
+		var n int
+		for _, typ := range []string{"a", "b"} {
+			cons, err := b.js.Consumer(context.Background(), b.names.StreamReady(), w.ConsumerName(typ))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := cons.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += info.NumAckPending
+		}
+		return n
+	}
+	waitFor(t, "READY fully published", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 12 })
+	if n := pending(); n != 3 {
+		t.Fatalf("%d READY messages pulled with 3 slots", n)
+	}
+	close(release)
+	b.waitCompleted(t, "ga")
+	b.waitCompleted(t, "gb")
+	if p := peak.Load(); p != 3 {
+		t.Fatalf("peak concurrency %d, want 3", p)
+	}
+}
+
+func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	ctx := context.Background()
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error { c.add(job); return nil })
+	runWorker(t, b, worker.Config{}, mux)
+
+	other, _ := json.Marshal(contracts.ReadyJob{V: 1, GroupID: "g", JobID: "j", Type: "u", Attempt: 1})
+	for _, body := range [][]byte{[]byte("not json"), other} {
+		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.names.Ready("t"), Data: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "2 dead letters", func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 2 })
+	waitFor(t, "READY emptied", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+
+	st, err := b.js.Stream(ctx, b.names.StreamDLQ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dl contracts.DeadLetter
+		if err := json.Unmarshal(m.Data, &dl); err != nil {
+			t.Fatal(err)
+		}
+		if dl.Subject != b.names.Ready("t") || m.Subject != b.names.DLQ(dl.Reason) {
+			t.Fatalf("dead letter %+v on %s", dl, m.Subject)
+		}
+		reasons = append(reasons, dl.Reason)
+	}
+	if reasons[0] != contracts.ReasonBadJSON || reasons[1] != contracts.ReasonSubjectMismatch {
+		t.Fatalf("reasons %v", reasons)
+	}
+	if n := c.count("g:j"); n != 0 {
+		t.Fatalf("processor ran %d times for invalid messages", n)
+	}
+}
