@@ -25,7 +25,7 @@ type Config struct {
 	LogFormat     string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
 	LogLevel      string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 
-	Alpha              float64 `envconfig:"ALPHA" default:"10000" desc:"fair-queue progress weight: >0 fair share, <0 shortest-job-first, 0 age order"`
+	Alpha              float64 `envconfig:"ALPHA" default:"0" desc:"fair-queue progress weight in ms: 0 round robin by age; >0 pushes well-progressed groups back; <0 favours nearly-done groups (see README)"`
 	AdmissionMode      string  `envconfig:"ADMISSION_MODE" default:"paced" desc:"paced or seed"`
 	GlobalRps          int     `envconfig:"GLOBAL_RPS" default:"10000" desc:"jobs admitted per rate-limit window across all groups"`
 	RateLimitWindowMs  int     `envconfig:"RATE_LIMIT_WINDOW_MS" default:"1000" desc:"rate-limit window"`

@@ -11,7 +11,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Alpha != 10000 || c.GlobalRps != 10000 || c.BaseBackoffMs != 1000 || c.MaxBackoffMs != 120000 ||
+	if c.Alpha != 0 || c.GlobalRps != 10000 || c.BaseBackoffMs != 1000 || c.MaxBackoffMs != 120000 ||
 		c.WorkerCount != 10 || c.JobTimeoutMs != 30000 || c.MaxRetryCount != 3 || c.ShutdownGracePeriodMs != 30000 ||
 		c.AdmissionMode != "paced" || c.JobTTL != 24*time.Hour || c.GroupTTL != 7*24*time.Hour {
 		t.Fatalf("defaults %+v", c)

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/spf13/cobra"
+)
+
+// targetCommands are `bulkaction fetcher`, `dispatcher`, `worker`, `aggregator`.
+func targetCommands() []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, t := range stack.AllTargets {
+		cmds = append(cmds, &cobra.Command{
+			Use:   t,
+			Short: "Run the " + t + " target",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return serve(cmd, []string{t})
+			},
+		})
+	}
+	return cmds
+}
+
+func newRunCmd() *cobra.Command {
+	var targets string
+	cmd := &cobra.Command{
+		Use:   "run --targets fetcher,dispatcher,...",
+		Short: "Run one or more targets in one process",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ts, err := stack.ParseTargets(targets)
+			if err != nil {
+				return err
+			}
+			return serve(cmd, ts)
+		},
+	}
+	cmd.Flags().StringVar(&targets, "targets", "all", "comma-separated targets: "+strings.Join(stack.AllTargets, ", ")+", or all")
+	return cmd
+}
+
+// serve runs targets until SIGINT/SIGTERM, then drains and returns nil.
+func serve(cmd *cobra.Command, targets []string) error {
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	ctx := cmd.Context()
+	shutdown, err := telemetry.SetupTracing(ctx, "bulkaction-"+strings.Join(targets, "-"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdown(ctx) }()
+	return stack.Run(ctx, stack.Options{Config: cfg, Targets: targets, Log: log})
+}
+
+func newConfigCmd() *cobra.Command {
+	var markdown bool
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "List every BULKACTION_* variable with its default and meaning",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			t := reflect.TypeOf(config.Config{})
+			if markdown {
+				fmt.Fprintln(out, "| variable | default | meaning |")
+				fmt.Fprintln(out, "| --- | --- | --- |")
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			for i := 0; i < t.NumField(); i++ {
+				f := t.Field(i)
+				name := config.Prefix + "_" + f.Tag.Get("envconfig")
+				def := f.Tag.Get("default")
+				if markdown {
+					if def == "" {
+						def = " "
+					} else {
+						def = "`" + def + "`"
+					}
+					fmt.Fprintf(out, "| `%s` | %s | %s |\n", name, def, f.Tag.Get("desc"))
+				} else {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", name, def, f.Tag.Get("desc"))
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&markdown, "markdown", false, "print a Markdown table")
+	return cmd
+}

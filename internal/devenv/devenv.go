@@ -1,0 +1,172 @@
+// Package devenv provides the servers `bulkaction dev` runs on when none is
+// configured: an embedded NATS JetStream server, and Redis as a
+// redis-server child process or, when none is installed, an in-process
+// Redis-compatible server (miniredis, for trying things out only).
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis kinds.
+const (
+	RedisExternal = "external"
+	RedisChild    = "redis-server"
+	RedisMini     = "miniredis"
+)
+
+// Env is the set of dev servers started; Close stops them.
+type Env struct {
+	NatsURL   string
+	RedisURL  string
+	RedisKind string
+
+	nats  *server.Server
+	child *exec.Cmd
+	mini  *miniredis.Miniredis
+}
+
+// Options say where the dev servers live.
+type Options struct {
+	// Dir holds the servers' data (NATS store, Redis dump).
+	Dir string
+	// NatsURL / RedisURL, when set, are used instead of starting servers.
+	NatsURL, RedisURL string
+	// NatsPort and RedisPort are tried first (0 = 4222 and 6379); a busy
+	// port falls back to a free one.
+	NatsPort, RedisPort int
+	// ForceMiniredis skips the redis-server child.
+	ForceMiniredis bool
+	Log            *slog.Logger
+}
+
+// Start starts what Options do not point at.
+func Start(ctx context.Context, o Options) (*Env, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	e := &Env{NatsURL: o.NatsURL, RedisURL: o.RedisURL, RedisKind: RedisExternal}
+	if e.NatsURL == "" {
+		port := pick(o.NatsPort, 4222)
+		s, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{Dir: filepath.Join(o.Dir, "nats"), Port: port})
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: %w", err)
+		}
+		e.nats = s
+		e.NatsURL = s.ClientURL()
+		o.Log.Info("embedded NATS JetStream started", "url", e.NatsURL, "store", filepath.Join(o.Dir, "nats"))
+	}
+	if e.RedisURL == "" {
+		port := pick(o.RedisPort, 6379)
+		if path, err := exec.LookPath("redis-server"); err == nil && !o.ForceMiniredis {
+			if err := e.startChild(ctx, path, filepath.Join(o.Dir, "redis"), port); err != nil {
+				e.Close()
+				return nil, err
+			}
+			o.Log.Info("redis-server started", "url", e.RedisURL, "dir", filepath.Join(o.Dir, "redis"))
+		} else {
+			m := miniredis.NewMiniRedis()
+			if err := m.StartAddr(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("miniredis: %w", err)
+			}
+			e.mini, e.RedisKind = m, RedisMini
+			e.RedisURL = "redis://" + m.Addr() + "/0"
+			o.Log.Warn("redis-server not found: using the in-process miniredis, for trying things out only "+
+				"(no persistence; install redis-server 7+ or set BULKACTION_REDIS_URL for real use)", "url", e.RedisURL)
+		}
+	}
+	return e, nil
+}
+
+// pick returns the wanted port (or def) if it is free, else -1 (random for
+// NATS) or a free port.
+func pick(want, def int) int {
+	if want == 0 {
+		want = def
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(want)))
+	if err == nil {
+		l.Close()
+		return want
+	}
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return want
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (e *Env) startChild(ctx context.Context, path, dir string, port int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--save", "60 1", "--appendonly", "no", "--logfile", filepath.Join(dir, "redis.log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	e.child, e.RedisKind = cmd, RedisChild
+	e.RedisURL = "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
+	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || errors.Is(ctx.Err(), context.Canceled) {
+			return fmt.Errorf("redis-server did not answer on port %d: %w (see %s)", port, err, filepath.Join(dir, "redis.log"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Close stops the servers it started: redis-server saves its data on the
+// way down, NATS flushes its store.
+func (e *Env) Close() {
+	if e.child != nil {
+		_ = e.child.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = e.child.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = e.child.Process.Kill()
+			<-done
+		}
+		e.child = nil
+	}
+	if e.mini != nil {
+		e.mini.Close()
+		e.mini = nil
+	}
+	if e.nats != nil {
+		e.nats.Shutdown()
+		e.nats.WaitForShutdown()
+		e.nats = nil
+	}
+}

@@ -1,0 +1,58 @@
+// Package server runs bulkaction targets inside a program of your own,
+// typically a worker binary with your own processors:
+//
+//	mux := processor.NewMux()
+//	mux.HandleFunc("send-email", sendEmail)
+//	if err := server.RunWorker(ctx, mux); err != nil { ... }
+//
+// Configuration comes from the same BULKACTION_* environment variables as
+// the bulkaction binary (NATS and Redis URLs, WORKER_COUNT, JOB_TIMEOUT_MS,
+// MAX_RETRY_COUNT, HTTP_ADDR for /metrics and /healthz, ...). The worker
+// serves the job types its Mux has (or BULKACTION_WORKER_TYPES).
+//
+// Processors run at least once: make them idempotent (a job's
+// Job.IdempotencyKey is stable across attempts).
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+)
+
+// RunWorker runs a worker with mux's processors until ctx ends, then lets
+// in-flight jobs finish (BULKACTION_SHUTDOWN_GRACE_PERIOD_MS) and returns
+// nil. A bad setting is an error naming its variable.
+func RunWorker(ctx context.Context, mux *processor.Mux) error {
+	return Run(ctx, []string{stack.TargetWorker}, mux)
+}
+
+// Run runs the named targets ("fetcher", "dispatcher", "worker",
+// "aggregator") in this process, the worker with mux (nil = the built-in
+// processors).
+func Run(ctx context.Context, targets []string, mux *processor.Mux) error {
+	if len(targets) == 0 {
+		return errors.New("server: no target")
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	shutdown, err := telemetry.SetupTracing(ctx, "bulkaction-worker")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdown(context.WithoutCancel(ctx)) }()
+	slog.SetDefault(log)
+	return stack.Run(ctx, stack.Options{Config: cfg, Targets: targets, Mux: mux, Log: log})
+}
