@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// watchPoll is how often watch and cancel --wait read the group.
+const watchPoll = 500 * time.Millisecond
+
+func newStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status GROUP",
+		Short: "Show a group's state, counts, position, rate, ETA and congestion",
+		Long: `Status reads a group from Redis: its state and counts, its position among the
+groups waiting in the fair queue, its rate since its first admission, the
+ETA at that rate, and its congestion level.
+
+With --json it prints the group's meta hash (numbers as JSON numbers) plus
+the derived fields groupId, state, total, jobs, done, succeeded, failed,
+cancelled, pending, nonReady, position, waitingGroups, rate, etaSeconds,
+congestionLevel, backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			s, err := cli.Status(cmd.Context(), c.Queue, args[0])
+			if err != nil {
+				return notFoundHint(err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(s)
+			}
+			return writeStatus(out, s)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func dialFromEnv(ctx context.Context, need cli.Need) (*cli.Conn, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return nil, err
+	}
+	return cli.Dial(ctx, cfg, need)
+}
+
+func notFoundHint(err error) error {
+	if errors.Is(err, cli.ErrGroupNotFound) {
+		return fmt.Errorf("%w (never submitted, not ingested yet, or ended longer ago than %s_GROUP_TTL)", err, config.Prefix)
+	}
+	return err
+}
+
+// writeStatus prints a status as a two-column table.
+func writeStatus(w io.Writer, s *cli.GroupStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
+	row("group", "%s", s.GroupID)
+	row("state", "%s", s.State)
+	row("priority", "%s (base %d)", s.Priority.OrDefault(), s.BasePriority)
+	sealed := "not sealed yet"
+	if s.Declared >= 0 {
+		sealed = fmt.Sprintf("sealed at %d", s.Declared)
+	}
+	row("jobs", "%d received, %s", s.Jobs, sealed)
+	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
+	row("queued", "%d waiting, %d backing off", s.Pending, s.NonReady)
+	if s.Position > 0 {
+		row("position", "%d of %d waiting groups", s.Position, s.Waiting)
+	} else {
+		row("position", "not waiting (%d groups wait)", s.Waiting)
+	}
+	row("rate", "%.1f jobs/s", s.Rate)
+	row("eta", "%s", etaText(s))
+	row("congestion", "%s (backoff %s, %d throttles, %.2f per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond, s.Throttles, s.ThrottlesPerJob())
+	if !s.StartedAt.IsZero() {
+		row("elapsed", "%s since the first admission", s.Elapsed().Round(100*time.Millisecond))
+	}
+	return tw.Flush()
+}
+
+func etaText(s *cli.GroupStatus) string {
+	switch {
+	case s.Ended():
+		return "ended"
+	case s.ETASeconds < 0:
+		return "unknown"
+	}
+	return (time.Duration(math.Ceil(s.ETASeconds)) * time.Second).String()
+}
+
+// progressLine is one plain line of watch.
+func progressLine(s *cli.GroupStatus) string {
+	pct := 0.0
+	if t := s.Target(); t > 0 {
+		pct = 100 * float64(s.Done+s.Cancelled) / float64(t)
+	}
+	return fmt.Sprintf("%s %s %d/%d (%.1f%%) %.1f/s eta %s congestion %s",
+		s.GroupID, s.State, s.Done+s.Cancelled, s.Target(), pct, s.Rate, etaText(s), s.Congestion)
+}
+
+// endLine is the line printed when a group has ended.
+func endLine(s *cli.GroupStatus) string {
+	return fmt.Sprintf("%s %s: %s (%d succeeded, %d failed, %d cancelled) in %s",
+		s.GroupID, s.State, plural(s.Jobs, "job"), s.Succeeded, s.Failed, s.Cancelled, s.Elapsed().Round(100*time.Millisecond))
+}
+
+// endCode is watch's result for an ended group: nil for COMPLETED,
+// exitCancelled for CANCELLED.
+func endCode(s *cli.GroupStatus) error {
+	if s.State == contracts.StateCancelled {
+		return exitCancelled
+	}
+	return nil
+}
+
+func newWatchCmd() *cobra.Command {
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch GROUP",
+		Short: "Follow a group's progress until it ends",
+		Long: `Watch shows a group's progress (a bar on a terminal, a plain line every
+--interval otherwise) until the group ends, then prints its counts. A group
+that does not exist yet is waited for.
+
+Exit codes: 0 when the group COMPLETED, 3 when it was CANCELLED, 1 on
+errors (including an interrupt).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := dialFromEnv(ctx, cli.NeedRedis)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out := cmd.OutOrStdout()
+			var v watchView = &plainWatch{out: out, every: every}
+			if isTerminal(out) {
+				v = newBarWatch(out)
+			}
+			s, err := follow(ctx, c.Queue, args[0], v.update, func() {
+				fmt.Fprintf(out, "waiting for group %s to appear...\n", args[0])
+			})
+			v.close(s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, endLine(s))
+			return endCode(s)
+		},
+	}
+	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often a plain line is printed when the output is not a terminal")
+	return cmd
+}
+
+// follow reads the group every watchPoll until it has ended, passing each
+// reading (with its rate over the last few seconds) to update; missing is
+// called once if the group does not exist yet. It returns the last reading.
+func follow(ctx context.Context, q *redisq.Queue, gid string, update func(*cli.GroupStatus), missing func()) (*cli.GroupStatus, error) {
+	if err := contracts.ValidateID("groupId", gid); err != nil {
+		return nil, err
+	}
+	var hist []*cli.GroupStatus
+	var last *cli.GroupStatus
+	warned := false
+	t := time.NewTicker(watchPoll)
+	defer t.Stop()
+	for {
+		s, err := cli.Status(ctx, q, gid)
+		switch {
+		case errors.Is(err, cli.ErrGroupNotFound):
+			if !warned && missing != nil {
+				missing()
+			}
+			warned = true
+		case err != nil:
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
+			return last, err
+		default:
+			hist = append(hist, s)
+			for len(hist) > 2 && s.At.Sub(hist[1].At) >= 3*time.Second {
+				hist = hist[1:]
+			}
+			last = s
+			if !s.Ended() && len(hist) > 1 {
+				last = s.Since(hist[0])
+			}
+			if update != nil {
+				update(last)
+			}
+			if s.Ended() {
+				return last, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// watchView shows watch's readings.
+type watchView interface {
+	update(*cli.GroupStatus)
+	close(last *cli.GroupStatus)
+}
+
+type plainWatch struct {
+	out   io.Writer
+	every time.Duration
+	last  time.Time
+}
+
+func (v *plainWatch) update(s *cli.GroupStatus) {
+	if s.Ended() || time.Since(v.last) < v.every {
+		return
+	}
+	v.last = time.Now()
+	fmt.Fprintln(v.out, progressLine(s))
+}
+
+func (v *plainWatch) close(*cli.GroupStatus) {}
+
+// barWatch is a progress bar with done/total, rate, ETA and congestion.
+type barWatch struct {
+	p   *mpb.Progress
+	bar *mpb.Bar
+	mu  sync.Mutex
+	cur *cli.GroupStatus
+}
+
+func newBarWatch(out io.Writer) *barWatch {
+	return &barWatch{p: mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond))}
+}
+
+func (v *barWatch) update(s *cli.GroupStatus) {
+	v.mu.Lock()
+	v.cur = s
+	v.mu.Unlock()
+	if v.bar == nil {
+		v.bar = v.p.AddBar(0,
+			mpb.PrependDecorators(decor.Name(s.GroupID+" "), decor.CountersNoUnit("%d/%d")),
+			mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
+				v.mu.Lock()
+				defer v.mu.Unlock()
+				return fmt.Sprintf(" %s  %.1f/s  eta %s  congestion %s", v.cur.State, v.cur.Rate, etaText(v.cur), v.cur.Congestion)
+			})),
+		)
+	}
+	v.bar.SetTotal(s.Target(), false)
+	v.bar.SetCurrent(s.Done + s.Cancelled)
+}
+
+func (v *barWatch) close(last *cli.GroupStatus) {
+	if v.bar != nil {
+		if last != nil && last.State == contracts.StateCompleted {
+			v.bar.SetTotal(-1, true)
+		} else {
+			v.bar.Abort(false)
+		}
+	}
+	v.p.Wait()
+}
+
+func newCancelCmd() *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "cancel GROUP",
+		Short: "Cancel a group: queued and backed-off jobs are dropped and counted as cancelled",
+		Long: `Cancel asks for a group to end early: its queued and backed-off jobs are
+dropped and counted as cancelled; jobs already running finish and are
+counted. With --wait it waits until the group has ended and prints its
+counts. A group that has already ended is left as it is.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := dialFromEnv(ctx, cli.NeedRedis|cli.NeedNATS)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out := cmd.OutOrStdout()
+			gid := args[0]
+			s, err := cli.Status(ctx, c.Queue, gid)
+			if err != nil {
+				return notFoundHint(err)
+			}
+			if s.Ended() {
+				fmt.Fprintf(out, "group %s has already ended: %s\n", gid, endLine(s))
+				return nil
+			}
+			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
+				return err
+			}
+			cl := client.New(c.JS, client.Options{Names: c.Names})
+			if err := cl.Cancel(ctx, gid); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "cancel of group %s accepted\n", gid)
+			if !wait {
+				return nil
+			}
+			s, err = follow(ctx, c.Queue, gid, nil, nil)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, endLine(s))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the group has ended and print its counts")
+	return cmd
+}
+
+func newStatsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show the system: waiting groups per level, READY depth, backoff queue, active groups, congestion",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := dialFromEnv(ctx, cli.NeedRedis|cli.NeedNATS)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.CheckStreams(ctx, c.Names.StreamReady()); err != nil {
+				return err
+			}
+			s, err := cli.Stats(ctx, c)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(s)
+			}
+			return writeStats(out, s, c.Config.ReadyCapacity())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func writeStats(w io.Writer, s *cli.SystemStats, readyCap int) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var levels []string
+	for _, p := range contracts.Priorities {
+		levels = append(levels, fmt.Sprintf("%s %d", p, s.GroupsPerLevel[string(p)]))
+	}
+	fmt.Fprintf(tw, "waiting groups\t%d (%s)\n", s.WaitingGroups, strings.Join(levels, ", "))
+	fmt.Fprintf(tw, "active groups\t%d (share %.0f jobs/s each)\n", s.Rate.ActiveGroups, s.Rate.GroupShare)
+	fmt.Fprintf(tw, "admitted\t%.0f jobs/s of %.0f jobs/s limit (last window)\n", s.Rate.Admitted, s.Rate.Limit)
+	fmt.Fprintf(tw, "READY depth\t%d (capacity %d)\n", s.ReadyDepth, readyCap)
+	fmt.Fprintf(tw, "non-ready\t%d backing off, %d admitted awaiting READY\n", s.NonReadySize, s.InflightSize)
+	cg := s.Congestion
+	var per []string
+	for _, l := range redisq.CongestionLevels {
+		per = append(per, fmt.Sprintf("%s %d", l, cg.GroupsPerLevel[l]))
+	}
+	worst := string(cg.WorstLevel)
+	if cg.WorstGroup != "" {
+		worst += " (" + cg.WorstGroup + ")"
+	}
+	fmt.Fprintf(tw, "congestion\tworst %s; %s\n", worst, strings.Join(per, ", "))
+	return tw.Flush()
+}

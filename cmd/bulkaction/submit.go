@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+func newSubmitCmd() *cobra.Command {
+	var (
+		group, jobType, priority, file string
+		basePriority                   int64
+		chunk                          int
+	)
+	cmd := &cobra.Command{
+		Use:   "submit --group G --type T --file jobs.jsonl|-",
+		Short: "Submit a group's jobs from a JSONL file, then seal the group",
+		Long: `Submit reads a JSONL file (or standard input with --file -): one job per line,
+either the job's payload (any JSON value) or an object whose only keys are
+"jobId" and/or "payload". A job's id is its "jobId", else its line number;
+blank lines are skipped.
+
+The whole file is read and every line checked first (ids, payload size,
+repeated ids); if any line is bad, each is reported as "line N: field F:
+problem" and nothing is submitted. Then the jobs are published in chunks and
+the group is sealed with the number of jobs. If publishing fails part-way,
+submit says how many jobs were stored; running the same command again is
+safe: stored jobs are recognised by their ids.`,
+		Example: `  printf '{"ms":10}\n{"jobId":"a","payload":{"ms":20}}\n' | bulkaction submit --group demo --type sleep --file -`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			if err := contracts.ValidateID("groupId", group); err != nil {
+				return fmt.Errorf("--group: %w", err)
+			}
+			if err := contracts.ValidateType(jobType); err != nil {
+				return fmt.Errorf("--type: %w", err)
+			}
+			prio, err := contracts.ParsePriority(priority)
+			if err != nil {
+				return fmt.Errorf("--priority: %w", err)
+			}
+			if basePriority < contracts.MinBasePriority || basePriority > contracts.MaxBasePriority {
+				return fmt.Errorf("--base-priority %d: must be within [%d, %d]", basePriority, int64(contracts.MinBasePriority), int64(contracts.MaxBasePriority))
+			}
+			var in io.Reader = cmd.InOrStdin()
+			name := "standard input"
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in, name = f, file
+			}
+			limits := contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}
+			jobs, err := cli.ReadJobs(in, cli.JobSpec{GroupID: group, Type: jobType, Priority: prio, BasePriority: basePriority, Limits: limits})
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if len(jobs) == 0 {
+				return fmt.Errorf("%s: no jobs (every line is blank); nothing was submitted", name)
+			}
+
+			ctx := cmd.Context()
+			c, err := cli.Dial(ctx, cfg, cli.NeedNATS)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
+				return err
+			}
+			cl := client.New(c.JS, client.Options{Names: c.Names, Limits: limits})
+
+			progress, finish := submitProgress(cmd.ErrOrStderr(), group, int64(len(jobs)))
+			err = cli.SubmitFile(ctx, cl, group, jobs, chunk, progress)
+			finish(err == nil)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s to group %s (type %s, priority %s) and sealed it at %d; follow it with: bulkaction watch %s\n",
+				plural(int64(len(jobs)), "job"), group, jobType, prio, len(jobs), group)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&group, "group", "g", "", "group id (^[A-Za-z0-9_-]{1,128}$)")
+	f.StringVarP(&jobType, "type", "t", "", "job type of every job, e.g. sleep, http, noop")
+	f.StringVar(&priority, "priority", "normal", "group priority level: high, normal or low")
+	f.Int64Var(&basePriority, "base-priority", 0, "added to the group's fair-queue score (smaller is served earlier)")
+	f.StringVarP(&file, "file", "f", "", "JSONL file of jobs, - for standard input")
+	f.IntVar(&chunk, "chunk", cli.DefaultChunk, "jobs per publish call")
+	for _, n := range []string{"group", "type", "file"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
+	return cmd
+}
+
+// submitProgress returns the progress callback of a submission and a
+// function that ends the display: a bar on a terminal, nothing otherwise.
+func submitProgress(w io.Writer, group string, total int64) (progress func(int), finish func(ok bool)) {
+	if !isTerminal(w) {
+		return nil, func(bool) {}
+	}
+	p := mpb.New(mpb.WithOutput(w))
+	bar := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name("submit "+group+" "), decor.CountersNoUnit("%d/%d")),
+		mpb.AppendDecorators(decor.Percentage(decor.WC{W: 5})),
+	)
+	return func(n int) { bar.SetCurrent(int64(n)) }, func(ok bool) {
+		if !ok {
+			bar.Abort(false)
+		}
+		p.Wait()
+	}
+}

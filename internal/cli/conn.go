@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// Need says which servers a verb talks to; combine with |. The zero value
+// needs no server.
+type Need uint8
+
+// The servers a verb may need.
+const (
+	// NeedRedis opens Redis and builds the queue (status, stats, watch).
+	NeedRedis Need = 1 << iota
+	// NeedNATS opens NATS and JetStream (submit, cancel).
+	NeedNATS
+)
+
+// DialTimeout bounds how long Dial waits for each server to answer.
+const DialTimeout = 5 * time.Second
+
+// ErrNotRunning is wrapped by Dial's and CheckStreams' errors when a server
+// does not answer or holds no bulkaction streams.
+var ErrNotRunning = errors.New("cli: bulkaction is not reachable")
+
+// Conn holds a verb's connections. Fields of servers that were not needed
+// are nil. The zero value holds nothing; build one with Dial.
+type Conn struct {
+	// Config is the configuration the connections were made from.
+	Config *config.Config
+	// Names gives subjects and stream names (Config.SubjectPrefix).
+	Names contracts.Names
+	// Redis and Queue are set with NeedRedis.
+	Redis redis.UniversalClient
+	Queue *redisq.Queue
+	// NC and JS are set with NeedNATS.
+	NC *nats.Conn
+	JS jetstream.JetStream
+}
+
+// Dial connects to the servers need names, using cfg's URLs, prefixes and
+// queue settings. An unreachable server is an error that names its
+// variable and wraps ErrNotRunning.
+func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
+	c := &Conn{Config: cfg, Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
+	if need&NeedRedis != 0 {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("%s_REDIS_URL=%s: %w", config.Prefix, cfg.RedisURL, err)
+		}
+		opt.DialTimeout = DialTimeout
+		c.Redis = redis.NewClient(opt)
+		pctx, cancel := context.WithTimeout(ctx, DialTimeout)
+		err = c.Redis.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; start everything with `bulkaction dev`", ErrNotRunning, cfg.RedisURL, config.Prefix, err)
+		}
+		if c.Queue, err = redisq.New(ctx, c.Redis, stack.QueueConfig(cfg)); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if need&NeedNATS != 0 {
+		nc, err := nats.Connect(cfg.NatsURL, nats.Name("bulkaction cli"), nats.Timeout(DialTimeout))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: NATS at %s (%s_NATS_URL): %v; start everything with `bulkaction dev`", ErrNotRunning, cfg.NatsURL, config.Prefix, err)
+		}
+		c.NC = nc
+		if c.JS, err = jetstream.New(nc); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// CheckStreams reports, as an error wrapping ErrNotRunning, a NATS server
+// that holds no stream named stream (nothing would store what is published).
+func (c *Conn) CheckStreams(ctx context.Context, streams ...string) error {
+	for _, s := range streams {
+		if _, err := c.JS.Stream(ctx, s); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("%w: NATS at %s has no stream %s; start bulkaction (`bulkaction dev`) with the same %s_SUBJECT_PREFIX first",
+					ErrNotRunning, c.Config.NatsURL, s, config.Prefix)
+			}
+			return fmt.Errorf("stream %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the connections; a nil or zero Conn is fine.
+func (c *Conn) Close() {
+	if c == nil {
+		return
+	}
+	if c.NC != nil {
+		c.NC.Close()
+		c.NC = nil
+	}
+	if c.Redis != nil {
+		_ = c.Redis.Close()
+		c.Redis = nil
+	}
+}

@@ -1,0 +1,110 @@
+package cli_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+var spec = cli.JobSpec{GroupID: "g", Type: "sleep", Priority: contracts.PriorityHigh, BasePriority: 7}
+
+func TestReadJobsForms(t *testing.T) {
+	in := strings.Join([]string{
+		`{"ms":5}`,                               // 1: payload, id "1"
+		``,                                       // 2: blank, skipped
+		`{"jobId":"a","payload":{"ms":1}}`,       // 3: envelope
+		`{"payload":[1,2]}`,                      // 4: envelope without id: id "4"
+		`{"jobId":"b"}`,                          // 5: envelope without payload
+		`{"jobId":"c","payload":1,"extra":true}`, // 6: other keys: the whole line is the payload
+		`  "text"  `,                             // 7: any JSON value, trimmed
+		`{}`,                                     // 8: empty object is a payload
+	}, "\r\n")
+	jobs, err := cli.ReadJobs(strings.NewReader(in), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		line    int
+		id      string
+		payload string
+	}{
+		{1, "1", `{"ms":5}`}, {3, "a", `{"ms":1}`}, {4, "4", `[1,2]`}, {5, "b", ``},
+		{6, "6", `{"jobId":"c","payload":1,"extra":true}`}, {7, "7", `"text"`}, {8, "8", `{}`},
+	}
+	if len(jobs) != len(want) {
+		t.Fatalf("got %d jobs, want %d: %+v", len(jobs), len(want), jobs)
+	}
+	for i, w := range want {
+		j := jobs[i]
+		if j.Line != w.line || j.ID != w.id || string(j.Payload) != w.payload {
+			t.Errorf("job %d = line %d id %q payload %q, want line %d id %q payload %q", i, j.Line, j.ID, j.Payload, w.line, w.id, w.payload)
+		}
+		if j.Type != "sleep" || j.Priority != contracts.PriorityHigh || j.BasePriority != 7 {
+			t.Errorf("job %d: spec not applied: %+v", i, j.Job)
+		}
+	}
+}
+
+func TestReadJobsReportsEveryBadLine(t *testing.T) {
+	big := `{"x":"` + strings.Repeat("a", 100) + `"}`
+	in := strings.Join([]string{
+		`{"ms":1}`,                   // 1 ok
+		`{"ms":`,                     // 2 bad JSON
+		`{"jobId":"has space"}`,      // 3 bad id
+		`{"jobId":5,"payload":{}}`,   // 4 id not a string
+		`{"jobId":"1","payload":{}}`, // 5 repeats line 1's id
+		big,                          // 6 too large for the limit below
+		`{"ms":2}`,                   // 7 ok
+	}, "\n")
+	s := spec
+	s.Limits = contracts.Limits{MaxPayloadBytes: 64}
+	jobs, err := cli.ReadJobs(strings.NewReader(in), s)
+	if jobs != nil {
+		t.Errorf("jobs = %d, want none when a line is bad", len(jobs))
+	}
+	var fe *cli.FileError
+	if !errors.As(err, &fe) {
+		t.Fatalf("err = %v, want *FileError", err)
+	}
+	want := []struct {
+		line  int
+		field string
+		has   string
+	}{
+		{2, "payload", "not valid JSON"},
+		{3, "jobId", `contains ' '`},
+		{4, "jobId", "must be a string, got 5"},
+		{5, "jobId", `"1" repeats the job id of line 1`},
+		{6, "payload", "limit 64"},
+	}
+	if len(fe.Lines) != len(want) {
+		t.Fatalf("got %d bad lines, want %d:\n%v", len(fe.Lines), len(want), err)
+	}
+	for i, w := range want {
+		l := fe.Lines[i]
+		if l.Line != w.line || l.Field != w.field || !strings.Contains(l.Problem, w.has) {
+			t.Errorf("bad line %d = %+v, want line %d field %s containing %q", i, l, w.line, w.field, w.has)
+		}
+		if msg := l.Error(); !strings.HasPrefix(msg, "line ") || !strings.Contains(msg, "field "+w.field+": ") {
+			t.Errorf("message %q is not `line N: field F: problem`", msg)
+		}
+	}
+	if msg := err.Error(); !strings.Contains(msg, "5 bad line(s); nothing was submitted") {
+		t.Errorf("error %q does not say nothing was submitted", msg)
+	}
+}
+
+func TestReadJobsLongLine(t *testing.T) {
+	// Lines longer than bufio.Scanner's default token still read.
+	payload := `{"x":"` + strings.Repeat("b", 200<<10) + `"}`
+	jobs, err := cli.ReadJobs(strings.NewReader(payload+"\n"+`{"ms":1}`), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 || len(jobs[0].Payload) != len(payload) || jobs[1].ID != "2" {
+		t.Fatalf("got %d jobs", len(jobs))
+	}
+}

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// ErrGroupNotFound is returned by Status for a group Redis does not know
+// (never submitted, or its meta expired after BULKACTION_GROUP_TTL).
+var ErrGroupNotFound = errors.New("cli: group not found")
+
+// GroupStatus is one reading of a group: its meta hash, and the figures
+// derived from it and from the queue. The zero value is a reading of
+// nothing.
+type GroupStatus struct {
+	// GroupID is the group's id.
+	GroupID string
+	// State is the group's state (meta "status").
+	State contracts.GroupState
+	// Priority is the group's level (meta "priorityLevel"); "" means normal.
+	Priority contracts.Priority
+	// BasePriority is the group's fair-queue offset (meta "basePriority").
+	BasePriority int64
+	// Declared is the sealed total, or -1 while the group is not sealed.
+	Declared int64
+	// Jobs counts the distinct jobs received.
+	Jobs int64
+	// Done counts the jobs with a result (Succeeded + Failed).
+	Done int64
+	// Succeeded, Failed and Cancelled count the jobs by outcome.
+	Succeeded, Failed, Cancelled int64
+	// Pending counts the jobs queued in the fair queue.
+	Pending int64
+	// NonReady counts the jobs backing off in the non-ready queue.
+	NonReady int64
+	// Position is the group's 1-based place among every group waiting in
+	// the fair queue (all of a higher level come first); 0 means the group
+	// is not waiting (nothing queued, or it has ended).
+	Position int64
+	// Waiting counts the groups waiting in the fair queue, all levels.
+	Waiting int64
+	// Rate is jobs done per second: since the group started for a single
+	// reading, over the interval between two readings after Since.
+	Rate float64
+	// ETASeconds is the time left until every job is done; 0 once the
+	// group has ended and -1 when unknown (no rate yet and no estimate).
+	ETASeconds float64
+	// Congestion is the group's congestion level (NONE when it has none).
+	Congestion redisq.CongestionLevel
+	// BackoffMs is the backoff the group's next retry would get.
+	BackoffMs int64
+	// Throttles counts the times a job of the group was sent back to the
+	// non-ready queue. Redis drops this figure when the group ends, so an
+	// ended group reads 0.
+	Throttles int64
+	// CreatedAt, StartedAt (first admission) and FinishedAt are zero when
+	// not (yet) set.
+	CreatedAt, StartedAt, FinishedAt time.Time
+	// At is the Redis time of the reading.
+	At time.Time
+	// Meta is the raw meta hash.
+	Meta map[string]string
+}
+
+// Target is the number of jobs the group will have: the sealed total, or
+// the jobs received so far while it is not sealed.
+func (s *GroupStatus) Target() int64 {
+	if s.Declared >= 0 {
+		return s.Declared
+	}
+	return s.Jobs
+}
+
+// Ended reports whether the group is COMPLETED or CANCELLED.
+func (s *GroupStatus) Ended() bool { return s.State.Terminal() }
+
+// ThrottlesPerJob is Throttles divided by the jobs received (0 without jobs).
+func (s *GroupStatus) ThrottlesPerJob() float64 {
+	if s.Jobs == 0 {
+		return 0
+	}
+	return float64(s.Throttles) / float64(s.Jobs)
+}
+
+// Elapsed is the time from the first admission to the end of the group, or
+// to the reading while it runs; 0 before it started.
+func (s *GroupStatus) Elapsed() time.Duration {
+	if s.StartedAt.IsZero() {
+		return 0
+	}
+	end := s.At
+	if !s.FinishedAt.IsZero() {
+		end = s.FinishedAt
+	}
+	if end.Before(s.StartedAt) {
+		return 0
+	}
+	return end.Sub(s.StartedAt)
+}
+
+// Status reads a group: its meta hash, queued and backed-off jobs, position
+// among waiting groups, congestion state, and its rate and ETA since it
+// started. A group Redis does not know is ErrGroupNotFound.
+func Status(ctx context.Context, q *redisq.Queue, groupID string) (*GroupStatus, error) {
+	if err := contracts.ValidateID("groupId", groupID); err != nil {
+		return nil, err
+	}
+	info, ok, err := q.Group(ctx, groupID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrGroupNotFound, groupID)
+	}
+	cong, err := q.Congestion(ctx, groupID)
+	if err != nil {
+		return nil, err
+	}
+	level := info.Priority.OrDefault()
+	keys := q.Keys()
+	pipe := q.Client().Pipeline()
+	now := pipe.Time(ctx)
+	cards := make(map[contracts.Priority]*redis.IntCmd, len(contracts.Priorities))
+	for _, p := range contracts.Priorities {
+		cards[p] = pipe.ZCard(ctx, keys.FairQueue(p))
+	}
+	rank := pipe.ZRank(ctx, keys.FairQueue(level), groupID)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("cli: status %s: %w", groupID, err)
+	}
+	s := &GroupStatus{
+		GroupID: groupID, State: info.State, Priority: info.Priority, BasePriority: info.BasePriority,
+		Declared: info.Declared, Jobs: info.Jobs, Done: info.Done,
+		Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
+		Pending: info.Pending, NonReady: cong.NonReadyCount,
+		Congestion: cong.Level, BackoffMs: cong.CurrentBackoffMs, Throttles: cong.TotalThrottleCount,
+		CreatedAt: msTime(info.CreatedAtMs), StartedAt: msTime(info.StartedAtMs), FinishedAt: msTime(info.FinishedAtMs),
+		At: now.Val(), Meta: info.Meta,
+	}
+	for _, p := range contracts.Priorities {
+		s.Waiting += cards[p].Val()
+	}
+	if r, err := rank.Result(); err == nil && !s.Ended() {
+		s.Position = r + 1
+		for _, p := range contracts.Priorities {
+			if p == level {
+				break
+			}
+			s.Position += cards[p].Val()
+		}
+	}
+	if secs := s.Elapsed().Seconds(); secs > 0 {
+		s.Rate = float64(s.Done) / secs
+	}
+	s.ETASeconds = s.eta(float64(cong.EstimatedSeconds))
+	return s, nil
+}
+
+// Since returns a copy of s whose Rate is measured over the interval from
+// prev (an earlier reading of the same group) and whose ETA follows from
+// it. With no usable prev (nil, or not earlier) it returns s unchanged.
+func (s *GroupStatus) Since(prev *GroupStatus) *GroupStatus {
+	if prev == nil || !prev.At.Before(s.At) {
+		return s
+	}
+	c := *s
+	c.Rate = float64(s.Done-prev.Done) / s.At.Sub(prev.At).Seconds()
+	if c.Rate < 0 {
+		c.Rate = 0
+	}
+	c.ETASeconds = c.eta(-1)
+	return &c
+}
+
+// eta is the time left at the current rate; fallback (< 0 = none) is used
+// when there is no rate yet.
+func (s *GroupStatus) eta(fallback float64) float64 {
+	if s.Ended() {
+		return 0
+	}
+	left := s.Target() - s.Done - s.Cancelled
+	if left <= 0 {
+		return 0
+	}
+	if s.Rate > 0 {
+		return math.Ceil(float64(left) / s.Rate)
+	}
+	if fallback > 0 {
+		return fallback
+	}
+	return -1
+}
+
+// MarshalJSON writes the meta hash (integer values as JSON numbers) with the
+// derived fields beside it: groupId, state, total (null until sealed), jobs,
+// done, succeeded, failed, cancelled, pending, nonReady, position (null when
+// not waiting), waitingGroups, rate (jobs/s), etaSeconds (null when
+// unknown), congestionLevel, backoffMs, throttles, throttlesPerJob,
+// elapsedSeconds and at (RFC 3339).
+func (s *GroupStatus) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(s.Meta)+20)
+	for k, v := range s.Meta {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			m[k] = n
+		} else {
+			m[k] = v
+		}
+	}
+	nullIf := func(cond bool, v any) any {
+		if cond {
+			return nil
+		}
+		return v
+	}
+	m["groupId"] = s.GroupID
+	m["state"] = s.State
+	m["total"] = nullIf(s.Declared < 0, s.Declared)
+	m["jobs"] = s.Jobs
+	m["done"] = s.Done
+	m["succeeded"] = s.Succeeded
+	m["failed"] = s.Failed
+	m["cancelled"] = s.Cancelled
+	m["pending"] = s.Pending
+	m["nonReady"] = s.NonReady
+	m["position"] = nullIf(s.Position == 0, s.Position)
+	m["waitingGroups"] = s.Waiting
+	m["rate"] = round2(s.Rate)
+	m["etaSeconds"] = nullIf(s.ETASeconds < 0, s.ETASeconds)
+	m["congestionLevel"] = s.Congestion
+	m["backoffMs"] = s.BackoffMs
+	m["throttles"] = s.Throttles
+	m["throttlesPerJob"] = round2(s.ThrottlesPerJob())
+	m["elapsedSeconds"] = round2(s.Elapsed().Seconds())
+	m["at"] = s.At.UTC().Format(time.RFC3339Nano)
+	return json.Marshal(m)
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}

@@ -1,0 +1,155 @@
+package demo
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+func TestForScale(t *testing.T) {
+	full, err := ForScale(ScaleFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := ForScale(ScaleSmall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.TotalJobs() != 21600 || small.TotalJobs() != 2160 {
+		t.Errorf("totals %d and %d, want 21600 and 2160", full.TotalJobs(), small.TotalJobs())
+	}
+	for _, w := range []Workload{full, small} {
+		if len(w.Groups) != 5 || w.JobType != "sleep" || w.GlobalRps <= 0 {
+			t.Fatalf("%s: %+v", w.Scale, w)
+		}
+		big, high := w.Groups[0], 0
+		for _, g := range w.Groups[1:] {
+			if big.Jobs < 20*g.Jobs/2 {
+				t.Errorf("%s: %s (%d) is not much bigger than %s (%d)", w.Scale, big.ID, big.Jobs, g.ID, g.Jobs)
+			}
+			if g.Priority == contracts.PriorityHigh {
+				high++
+				if g.After <= 0 {
+					t.Errorf("%s: the urgent group %s should arrive later", w.Scale, g.ID)
+				}
+			}
+		}
+		if high != 1 {
+			t.Errorf("%s: %d high-priority groups, want 1", w.Scale, high)
+		}
+		// A tenth of the jobs at 3/4 of the rate finishes within ~30 s
+		// only if the pure admission time is well below it.
+		if secs := float64(w.TotalJobs()) / float64(w.GlobalRps); w.Scale == ScaleSmall && secs > 10 {
+			t.Errorf("small scale needs %.1fs of admission alone", secs)
+		}
+	}
+	if _, err := ForScale("huge"); err == nil {
+		t.Error("unknown scale accepted")
+	}
+}
+
+func sampleSummary() *Summary {
+	return &Summary{Biggest: 0, Elapsed: 61 * time.Second, Groups: []GroupResult{
+		{ID: "big", Priority: "normal", Jobs: 1000, State: "COMPLETED", Succeeded: 990, Failed: 10, Makespan: 60 * time.Second, Throttles: 150, FinishedAt: 61 * time.Second, BiggestPercent: 100},
+		{ID: "mid", Priority: "normal", Jobs: 40, State: "COMPLETED", Succeeded: 40, Makespan: 8 * time.Second, FinishedAt: 9 * time.Second, BiggestPercent: 14},
+		{ID: "tiny", Priority: "normal", Jobs: 10, State: "COMPLETED", Succeeded: 10, Makespan: 2 * time.Second, FinishedAt: 3 * time.Second, BiggestPercent: 4},
+		{ID: "vip", Priority: "high", Jobs: 20, State: "COMPLETED", Succeeded: 20, Makespan: time.Second, SubmittedAt: 5 * time.Second, FinishedAt: 6500 * time.Millisecond, BiggestPercent: 9},
+	}}
+}
+
+func TestSummaryWrite(t *testing.T) {
+	s := sampleSummary()
+	if !s.AllCompleted() {
+		t.Fatal("AllCompleted = false")
+	}
+	var b bytes.Buffer
+	if err := s.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"group", "priority", "jobs", "succeeded", "failed", "makespan", "throttles/job",
+		"vip (high priority, submitted at 5.0s) finished at 6.5s while big was 9% done.",
+		"mid and tiny finished by 9.0s while big was 14% done",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	bigLine := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "big ") {
+			bigLine = l
+		}
+	}
+	if f := strings.Fields(bigLine); len(f) != 9 || f[3] != "1000" || f[4] != "990" || f[5] != "10" || f[6] != "60.0s" || f[7] != "0.15" {
+		t.Errorf("big's row = %q", bigLine)
+	}
+
+	s.Groups[2].State, s.Groups[2].FinishedAt = contracts.StateCancelled, 0
+	if s.AllCompleted() {
+		t.Error("AllCompleted with a cancelled group")
+	}
+	v := strings.Join(s.Verdicts(), "\n")
+	if !strings.Contains(v, "Not every group completed: tiny CANCELLED") || strings.Contains(v, "did not wait") {
+		t.Errorf("verdicts with a cancelled group:\n%s", v)
+	}
+}
+
+func snap(elapsed time.Duration, rows ...row) *snapshot {
+	return &snapshot{elapsed: elapsed, rate: cli.Rate{Admitted: 300, Limit: 300, ActiveGroups: 2}, groups: rows}
+}
+
+func TestPlainView(t *testing.T) {
+	var b bytes.Buffer
+	v := &plainView{out: &b, every: time.Hour}
+	running := row{id: "a", priority: "normal", total: 100, settled: 40, state: "RUNNING", rate: 12.5, eta: 5, level: redisq.CongestionLow}
+	v.update(snap(time.Second, running, row{id: "b", priority: "high", total: 10, state: "not submitted yet"}))
+	first := b.String()
+	for _, want := range []string{"admitted 300/s of 300/s limit", "a", "40/100", "40.0%", "12.5/s", "eta 5s", "congestion LOW", "not submitted yet"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first block lacks %q:\n%s", want, first)
+		}
+	}
+	// Within the interval only the end of a group is printed.
+	done := row{id: "b", priority: "high", total: 10, settled: 10, state: "COMPLETED", ended: true, completed: true}
+	v.update(snap(2*time.Second, running, done))
+	if got := strings.TrimPrefix(b.String(), first); got != "[   2.0s] b COMPLETED: 10/10 jobs\n" {
+		t.Errorf("update within the interval printed %q", got)
+	}
+	v.update(snap(3*time.Second, running, done))
+	if strings.Count(b.String(), "b COMPLETED") != 1 {
+		t.Error("the end of a group was printed twice")
+	}
+	v.close()
+	if strings.Count(b.String(), "global:") != 2 {
+		t.Errorf("close should print a final block:\n%s", b.String())
+	}
+}
+
+func TestBarView(t *testing.T) {
+	var b bytes.Buffer
+	groups := []*tracked{
+		{Group: Group{ID: "alpha", Jobs: 50}, id: "alpha", submitted: 0},
+		{Group: Group{ID: "beta", Jobs: 5, Priority: contracts.PriorityHigh}, id: "beta", submitted: -1},
+	}
+	v := newBarView(&b, groups, Workload{})
+	v.update(snap(time.Second,
+		row{id: "alpha", priority: "normal", total: 50, settled: 20, state: "RUNNING", rate: 9, eta: 4, level: redisq.CongestionNone},
+		row{id: "beta", priority: "high", total: 5, state: "not submitted yet"}))
+	v.update(snap(2*time.Second,
+		row{id: "alpha", priority: "normal", total: 50, settled: 50, state: "COMPLETED", ended: true, completed: true},
+		row{id: "beta", priority: "high", total: 5, settled: 2, state: "CANCELLED", ended: true}))
+	v.close() // returns only once every bar has ended
+	out := b.String()
+	for _, want := range []string{"alpha", "beta", "50/50", "COMPLETED", "CANCELLED", "global: admitted 300/s of 300/s limit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bars lack %q:\n%s", want, out)
+		}
+	}
+}

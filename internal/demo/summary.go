@@ -1,0 +1,179 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+// GroupResult is one group's line of the summary. The zero value is a
+// group of no jobs that was never read.
+type GroupResult struct {
+	// ID is the group id.
+	ID string
+	// Priority is the group's level.
+	Priority contracts.Priority
+	// Jobs is the number of jobs submitted.
+	Jobs int
+	// State is the last state read; "" when the group was never read.
+	State contracts.GroupState
+	// Succeeded, Failed and Cancelled count the jobs by outcome.
+	Succeeded, Failed, Cancelled int64
+	// Makespan is the time from the group's first admission to its end;
+	// 0 while it has not ended.
+	Makespan time.Duration
+	// Throttles counts the times one of its jobs went back to the
+	// non-ready queue (the most seen while it ran).
+	Throttles int64
+	// SubmittedAt and FinishedAt are times since the start of the demo;
+	// FinishedAt is 0 while the group has not ended.
+	SubmittedAt, FinishedAt time.Duration
+	// BiggestPercent is the biggest group's progress (0-100) when this
+	// group ended.
+	BiggestPercent float64
+}
+
+// ThrottlesPerJob is Throttles divided by Jobs.
+func (g GroupResult) ThrottlesPerJob() float64 {
+	if g.Jobs == 0 {
+		return 0
+	}
+	return float64(g.Throttles) / float64(g.Jobs)
+}
+
+// Summary is the outcome of a demo run. The zero value has no groups, and
+// AllCompleted reports false for it.
+type Summary struct {
+	// Groups are the workload's groups, in workload order.
+	Groups []GroupResult
+	// Biggest is the index in Groups of the group with the most jobs.
+	Biggest int
+	// Elapsed is the run's duration.
+	Elapsed time.Duration
+}
+
+// AllCompleted reports whether every group is COMPLETED.
+func (s *Summary) AllCompleted() bool {
+	for _, g := range s.Groups {
+		if g.State != contracts.StateCompleted {
+			return false
+		}
+	}
+	return len(s.Groups) > 0
+}
+
+func summarize(groups []*tracked, big int, elapsed time.Duration) *Summary {
+	s := &Summary{Biggest: big, Elapsed: elapsed}
+	for _, t := range groups {
+		g := GroupResult{ID: t.id, Priority: t.Priority.OrDefault(), Jobs: t.Jobs, Throttles: t.throttles, SubmittedAt: max(t.submitted, 0)}
+		if st := t.last; st != nil {
+			g.State, g.Succeeded, g.Failed, g.Cancelled = st.State, st.Succeeded, st.Failed, st.Cancelled
+			if st.Ended() {
+				g.Makespan = st.Elapsed()
+			}
+		}
+		if t.ended {
+			g.FinishedAt, g.BiggestPercent = t.endedAt, t.bigPercent
+		}
+		s.Groups = append(s.Groups, g)
+	}
+	return s
+}
+
+// Verdicts are one-line conclusions: how each high-priority group fared,
+// and how the smaller groups of the biggest group's level fared beside it.
+func (s *Summary) Verdicts() []string {
+	if len(s.Groups) == 0 {
+		return nil
+	}
+	big := s.Groups[s.Biggest]
+	var out []string
+	for i, g := range s.Groups {
+		if i == s.Biggest || g.Priority != contracts.PriorityHigh || g.FinishedAt == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%s priority, submitted at %s) finished at %s while %s was %.0f%% done.",
+			g.ID, g.Priority, secs(g.SubmittedAt), secs(g.FinishedAt), big.ID, g.BiggestPercent))
+	}
+	var small []string
+	var last GroupResult
+	for i, g := range s.Groups {
+		if i == s.Biggest || g.Priority != big.Priority {
+			continue
+		}
+		if g.FinishedAt == 0 {
+			small = nil
+			break
+		}
+		small = append(small, g.ID)
+		if g.FinishedAt >= last.FinishedAt {
+			last = g
+		}
+	}
+	if len(small) > 0 {
+		out = append(out, fmt.Sprintf("%s finished by %s while %s was %.0f%% done: the small tenants did not wait behind the big one.",
+			joinAnd(small), secs(last.FinishedAt), big.ID, last.BiggestPercent))
+	}
+	if !s.AllCompleted() {
+		var open []string
+		for _, g := range s.Groups {
+			if g.State != contracts.StateCompleted {
+				st := string(g.State)
+				if st == "" {
+					st = "not started"
+				}
+				open = append(open, g.ID+" "+st)
+			}
+		}
+		out = append(out, "Not every group completed: "+strings.Join(open, ", ")+".")
+	}
+	return out
+}
+
+// Write prints the summary table (group, priority, jobs, succeeded,
+// failed, makespan, throttles per job, finished at) and the verdicts.
+func (s *Summary) Write(w io.Writer) error {
+	fmt.Fprintf(w, "\nSummary (%s):\n", secs(s.Elapsed))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "group\tpriority\tstate\tjobs\tsucceeded\tfailed\tmakespan\tthrottles/job\tfinished at")
+	for _, g := range s.Groups {
+		state := string(g.State)
+		if state == "" {
+			state = "-"
+		}
+		fin, span := "-", "-"
+		if g.FinishedAt > 0 {
+			fin = secs(g.FinishedAt)
+		}
+		if g.Makespan > 0 {
+			span = secs(g.Makespan)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.2f\t%s\n",
+			g.ID, g.Priority, state, g.Jobs, g.Succeeded, g.Failed, span, g.ThrottlesPerJob(), fin)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range s.Verdicts() {
+		if _, err := fmt.Fprintln(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+
+func joinAnd(s []string) string {
+	switch len(s) {
+	case 0:
+		return ""
+	case 1:
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}

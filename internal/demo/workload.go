@@ -1,0 +1,98 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
+)
+
+// Scales of the demo workload.
+const (
+	// ScaleFull is about a minute of work: 21,600 jobs at 400 jobs/s.
+	ScaleFull = "full"
+	// ScaleSmall has the same shape with a tenth of the jobs and a shorter
+	// head start for the urgent group; it finishes in about ten seconds.
+	ScaleSmall = "small"
+)
+
+// Group is one tenant's bulk action in the workload. The zero value is not
+// usable: ID and Jobs are required.
+type Group struct {
+	// ID is the group id.
+	ID string
+	// Jobs is the number of jobs.
+	Jobs int
+	// Priority is the group's level; "" means normal.
+	Priority contracts.Priority
+	// After is how long after the start the group is submitted; 0 = at once.
+	After time.Duration
+	// Payload is the "sleep" payload of every job of the group.
+	Payload json.RawMessage
+}
+
+// Workload is the demo's groups and the settings under which they run.
+// The zero value has no groups; build one with ForScale.
+type Workload struct {
+	// Scale is ScaleFull or ScaleSmall.
+	Scale string
+	// Groups are the tenants' bulk actions, the biggest first.
+	Groups []Group
+	// GlobalRps is the global admission limit per second the demo runs
+	// with unless BULKACTION_GLOBAL_RPS is set.
+	GlobalRps int
+	// WorkerCount is the worker concurrency the demo runs with unless
+	// BULKACTION_WORKER_COUNT is set.
+	WorkerCount int
+	// JobType is the type of every job ("sleep").
+	JobType string
+}
+
+// TotalJobs is the number of jobs of every group.
+func (w Workload) TotalJobs() int {
+	n := 0
+	for _, g := range w.Groups {
+		n += g.Jobs
+	}
+	return n
+}
+
+// sleepPayload is a "sleep" job's payload: 5-20 ms of work, a few
+// retryable failures and rate-limit answers with a Retry-After, and rare
+// permanent failures.
+func sleepPayload(failRate, rateLimitRate float64, retryAfterMs int) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"ms": 5, "jitterMs": 15, "failRate": failRate, "rateLimitRate": rateLimitRate,
+		"retryAfterMs": retryAfterMs, "permanentFailRate": 0.002,
+	})
+	return b
+}
+
+// ForScale returns the workload of a scale: one big newsletter of 20,000
+// jobs, three tenants of a few hundred, and an urgent high-priority recall
+// of 150 jobs submitted a few seconds in (a tenth of each at ScaleSmall).
+// The big tenant's downstream answers 429 more often, so its throttles
+// show in the summary.
+func ForScale(scale string) (Workload, error) {
+	div, vipAfter, rps := 1, 5*time.Second, 400
+	switch scale {
+	case ScaleFull, "":
+		scale = ScaleFull
+	case ScaleSmall:
+		div, vipAfter, rps = 10, 2*time.Second, 300
+	default:
+		return Workload{}, fmt.Errorf("demo: scale %q: must be %s or %s", scale, ScaleFull, ScaleSmall)
+	}
+	return Workload{
+		Scale: scale, GlobalRps: rps, WorkerCount: 16, JobType: builtin.TypeSleep,
+		Groups: []Group{
+			{ID: "acme-newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.08, 2000)},
+			{ID: "globex-sync", Jobs: 800 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
+			{ID: "initech-billing", Jobs: 400 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
+			{ID: "umbrella-survey", Jobs: 250 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
+			{ID: "vip-recall", Jobs: 150 / div, Priority: contracts.PriorityHigh, After: vipAfter, Payload: sleepPayload(0.01, 0.02, 500)},
+		},
+	}, nil
+}
