@@ -1,0 +1,181 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// env is one test's servers: a Redis prefix and an embedded NATS.
+type env struct {
+	t        *testing.T
+	redisURL string
+	prefix   string
+	natsURL  string
+	js       jetstream.JetStream
+	client   *client.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	r := testenv.Redis(t)
+	url, _, js := testenv.NATS(t)
+	return &env{t: t, redisURL: r.URL, prefix: r.Prefix, natsURL: url, js: js, client: client.New(js, client.Options{})}
+}
+
+// config returns the defaults pointed at the test's servers, with short
+// backoffs so retries happen within a test.
+func (e *env) config(mutate func(*config.Config)) *config.Config {
+	cfg, err := config.Load()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL = e.redisURL, e.prefix, e.natsURL
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.BaseBackoffMs = 50
+	cfg.MaxBackoffMs = 2000
+	cfg.LeaseMs = 2000
+	cfg.LogFormat, cfg.LogLevel = "text", "warn"
+	if mutate != nil {
+		mutate(cfg)
+	}
+	return cfg
+}
+
+// running is a stack running in the background.
+type running struct {
+	st     *stack.Stack
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs targets on cfg until the test ends (or stop is called).
+func (e *env) start(cfg *config.Config, targets []string, mux *processor.Mux) *running {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan *stack.Stack, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	go func() {
+		r.done <- stack.Run(ctx, stack.Options{Config: cfg, Targets: targets, Mux: mux, Log: log,
+			Started: func(st *stack.Stack) { ready <- st }})
+	}()
+	select {
+	case r.st = <-ready:
+	case err := <-r.done:
+		e.t.Fatalf("stack did not start: %v", err)
+	case <-time.After(20 * time.Second):
+		e.t.Fatal("stack did not start in 20s")
+	}
+	e.t.Cleanup(func() { r.stop(e.t) })
+	return r
+}
+
+// stop cancels the stack (SIGTERM) and waits for it to return.
+func (r *running) stop(t *testing.T) {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("stack returned %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Error("stack did not stop in 60s")
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// submit sends n jobs of one type with the same payload, then seals.
+func (e *env) submit(gid, typ string, n int, payload string, prio contracts.Priority) {
+	e.t.Helper()
+	ctx := context.Background()
+	jobs := make([]client.Job, 0, 1000)
+	flush := func() {
+		if err := e.client.Submit(ctx, gid, jobs...); err != nil {
+			e.t.Fatal(err)
+		}
+		jobs = jobs[:0]
+	}
+	for i := 0; i < n; i++ {
+		jobs = append(jobs, client.Job{ID: fmt.Sprintf("job-%06d", i), Type: typ, Payload: []byte(payload), Priority: prio})
+		if len(jobs) == cap(jobs) {
+			flush()
+		}
+	}
+	if len(jobs) > 0 {
+		flush()
+	}
+	if err := e.client.Seal(ctx, gid, int64(n)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// wait blocks until the group ends and returns its final event.
+func (e *env) wait(gid string, timeout time.Duration) contracts.GroupEvent {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ev, err := e.client.Wait(ctx, gid)
+	if err != nil {
+		e.t.Fatalf("group %s did not end: %v", gid, err)
+	}
+	return ev
+}
+
+// group reads a group's meta from Redis.
+func group(t *testing.T, q *redisq.Queue, gid string) *redisq.GroupInfo {
+	t.Helper()
+	info, ok, err := q.Group(context.Background(), gid)
+	if err != nil || !ok {
+		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
+	}
+	return info
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
