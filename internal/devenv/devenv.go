@@ -60,6 +60,13 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	// redis-server changes into its --dir before opening its log file, so
+	// every path it gets must be absolute.
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	o.Dir = dir
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -90,8 +97,8 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 			}
 			e.mini, e.RedisKind = m, RedisMini
 			e.RedisURL = "redis://" + m.Addr() + "/0"
-			o.Log.Warn("redis-server not found: using the in-process miniredis, for trying things out only "+
-				"(no persistence; install redis-server 7+ or set BULKACTION_REDIS_URL for real use)", "url", e.RedisURL)
+			o.Log.Warn("using the in-process miniredis, for trying things out only "+
+				"(no persistence, slower scripts; install redis-server 7+ or set BULKACTION_REDIS_URL for real use)", "url", e.RedisURL)
 		}
 	}
 	return e, nil
