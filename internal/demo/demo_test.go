@@ -20,11 +20,11 @@ func TestForScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if full.TotalJobs() != 21600 || small.TotalJobs() != 2160 {
-		t.Errorf("totals %d and %d, want 21600 and 2160", full.TotalJobs(), small.TotalJobs())
+	if full.TotalJobs() != 23100 || small.TotalJobs() != 2310 {
+		t.Errorf("totals %d and %d, want 23100 and 2310", full.TotalJobs(), small.TotalJobs())
 	}
 	for _, w := range []Workload{full, small} {
-		if len(w.Groups) != 5 || w.JobType != "sleep" || w.GlobalRps <= 0 {
+		if len(w.Groups) != 6 || w.JobType != "sleep" || w.GlobalRps <= 0 {
 			t.Fatalf("%s: %+v", w.Scale, w)
 		}
 		big, high := w.Groups[0], 0
@@ -96,7 +96,9 @@ func TestSummaryWrite(t *testing.T) {
 		t.Error("AllCompleted with a cancelled group")
 	}
 	v := strings.Join(s.Verdicts(), "\n")
-	if !strings.Contains(v, "Not every group completed: tiny CANCELLED") || strings.Contains(v, "did not wait") {
+	// Only what finished early is claimed; the cancelled group is named as such.
+	if !strings.Contains(v, "Not every group completed: tiny CANCELLED") || strings.Contains(v, "tiny finished") ||
+		!strings.Contains(v, "mid finished by 9.0s while big was 14% done") {
 		t.Errorf("verdicts with a cancelled group:\n%s", v)
 	}
 }
@@ -151,5 +153,22 @@ func TestBarView(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("bars lack %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestVerdictReportsALateThrottledGroup(t *testing.T) {
+	s := &Summary{Biggest: 0, Groups: []GroupResult{
+		{ID: "big", Priority: contracts.PriorityNormal, Jobs: 1000, State: contracts.StateCompleted, FinishedAt: 60 * time.Second},
+		{ID: "crm", Priority: contracts.PriorityNormal, Jobs: 100, Throttles: 65, State: contracts.StateCompleted,
+			FinishedAt: 40 * time.Second, BiggestPercent: 70},
+		{ID: "tiny", Priority: contracts.PriorityNormal, Jobs: 10, State: contracts.StateCompleted,
+			FinishedAt: 2 * time.Second, BiggestPercent: 3},
+	}}
+	v := strings.Join(s.Verdicts(), "\n")
+	if !strings.Contains(v, "crm finished at 40.0s, when big was 70% done: its downstream rate-limited it (0.65 throttles per job)") {
+		t.Errorf("late group not reported as it is:\n%s", v)
+	}
+	if !strings.Contains(v, "tiny finished by 2.0s while big was 3% done") || strings.Contains(v, "crm and tiny") {
+		t.Errorf("early group claim:\n%s", v)
 	}
 }

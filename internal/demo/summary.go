@@ -99,24 +99,30 @@ func (s *Summary) Verdicts() []string {
 		out = append(out, fmt.Sprintf("%s (%s priority, submitted at %s) finished at %s while %s was %.0f%% done.",
 			g.ID, g.Priority, secs(g.SubmittedAt), secs(g.FinishedAt), big.ID, g.BiggestPercent))
 	}
-	var small []string
+	// Groups of the big one's level that finished while it was under half
+	// done did not wait behind it; any other is reported as it is.
+	var early []string
 	var last GroupResult
 	for i, g := range s.Groups {
-		if i == s.Biggest || g.Priority != big.Priority {
+		if i == s.Biggest || g.Priority != big.Priority || g.FinishedAt == 0 {
 			continue
 		}
-		if g.FinishedAt == 0 {
-			small = nil
-			break
+		if g.BiggestPercent < 50 {
+			early = append(early, g.ID)
+			if g.FinishedAt >= last.FinishedAt {
+				last = g
+			}
+			continue
 		}
-		small = append(small, g.ID)
-		if g.FinishedAt >= last.FinishedAt {
-			last = g
+		line := fmt.Sprintf("%s finished at %s, when %s was %.0f%% done", g.ID, secs(g.FinishedAt), big.ID, g.BiggestPercent)
+		if tpj := g.ThrottlesPerJob(); tpj >= 0.2 {
+			line += fmt.Sprintf(": its downstream rate-limited it (%.2f throttles per job), so its jobs backed off", tpj)
 		}
+		out = append(out, line+".")
 	}
-	if len(small) > 0 {
+	if len(early) > 0 {
 		out = append(out, fmt.Sprintf("%s finished by %s while %s was %.0f%% done: the small tenants did not wait behind the big one.",
-			joinAnd(small), secs(last.FinishedAt), big.ID, last.BiggestPercent))
+			joinAnd(early), secs(last.FinishedAt), big.ID, last.BiggestPercent))
 	}
 	if !s.AllCompleted() {
 		var open []string
