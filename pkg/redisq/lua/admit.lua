@@ -26,7 +26,7 @@
 --            admitted job
 --   parked:  jobs sent to the non-ready queue (seed mode)
 --   wake:    -1 nothing is waiting; 0 call again now; > 0 ms until the rate
---            gate opens again
+--            gate has room for several jobs again
 --   started: groups that moved CREATED -> RUNNING
 --   drained: sealed groups whose last queued job left (-> AGGREGATING)
 local prefix = ARGV[1]
@@ -129,7 +129,9 @@ while admitted < want do
       break
     end
     if tat - now > burst_ms then
-      wake = math.ceil(tat - burst_ms - now)
+      -- come back when half the burst tolerance is free again, so the next
+      -- call admits several jobs rather than one
+      wake = math.ceil(tat - burst_ms / 2 - now)
       if wake < 1 then wake = 1 end
       break
     end
