@@ -29,15 +29,16 @@ bench: bench-redisq bench-admission bench-e2e
 
 ## bench-redisq: fair queue throughput, latency and memory (own redis-server)
 bench-redisq: redis
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/redisq/bench/ -args -figures
+	$(GO) test -run '^$$' -bench '^BenchmarkRedisq' -benchtime 1x -count 1 -timeout 15m ./pkg/redisq/bench/ -args -figures
 
 ## bench-admission: seed 002's load test, both admission modes
 bench-admission: redis
-	$(GO) test -run '^$$' -bench BenchmarkAdmission -benchtime 1x -count 1 -timeout 30m ./pkg/redisq/bench/ -args -admission
+	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchtime 1x -count 1 -timeout 30m ./pkg/redisq/bench/ -args -admission
 
 ## bench-e2e: whole pipeline throughput, head-of-line delay and latency vs asynq
+# (bench/ is a module of its own; E2E_FLAGS passes -e2e.* flags, e.g. -e2e.only pipeline)
 bench-e2e: redis
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m .
+	cd bench && $(GO) test -run '^$$' -bench BenchmarkE2E -benchtime 1x -count 1 -timeout 30m . -args $(E2E_FLAGS)
 
 ## lint: gofmt, go vet and golangci-lint when installed
 lint:

@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+)
+
+var (
+	flagJobs    = flag.Int("e2e.jobs", 100_000, "throughput run: jobs")
+	flagGroups  = flag.Int("e2e.groups", 10, "throughput and latency runs: groups")
+	flagWorkers = flag.Int("e2e.workers", DefaultWorkers, "pipeline WorkerCount and asynq Concurrency")
+	flagBacklog = flag.Int("e2e.backlog", 50_000, "head-of-line run: jobs of the large group")
+	flagSmall   = flag.Int("e2e.small", 100, "head-of-line run: jobs of the small group")
+	flagLatency = flag.Duration("e2e.latency", 10*time.Second, "latency run: how long to submit")
+	flagLoad    = flag.Float64("e2e.load", 0.5, "latency run: submit rate as a fraction of the measured throughput")
+	flagOnly    = flag.String("e2e.only", "", "measure only pipeline or asynq")
+	flagLogs    = flag.Bool("e2e.logs", false, "print the services' warnings and errors on stderr")
+	flagScripts = flag.Bool("e2e.scripts", false, "diagnostic: time every redisq script of the pipeline's throughput run (slows Redis down)")
+)
+
+// BenchmarkE2E prints the figures of package bench as JSON lines (run it
+// once: -benchtime 1x). Goals are reported, not asserted.
+func BenchmarkE2E(b *testing.B) {
+	o := Options{
+		Jobs: *flagJobs, Groups: *flagGroups, Workers: *flagWorkers, Backlog: *flagBacklog, Small: *flagSmall,
+		LatencyDuration: *flagLatency, Load: *flagLoad, Only: *flagOnly, ScriptLog: *flagScripts,
+		Progress: func(s string) { b.Log(s) },
+	}
+	if *flagLogs {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	rep := &Reporter{W: os.Stdout}
+	for b.Loop() {
+		if err := Run(ctx, o, rep); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, f := range []struct{ fig, unit string }{
+		{FigThroughput, "jobs/s"}, {FigThroughputAsynq, "asynq-jobs/s"}, {FigThroughputRatio, "x-asynq"},
+		{FigHoL, "hol-ms"}, {FigHoLAsynq, "asynq-hol-ms"}, {FigLatencyP50, "p50-ms"}, {FigLatencyP99, "p99-ms"},
+	} {
+		if v, ok := rep.Get(f.fig); ok {
+			b.ReportMetric(v, f.unit)
+		}
+	}
+	if v, ok := rep.Get(FigThroughputRatio); ok && v < 2 {
+		b.Logf("goal missed: throughput %.2fx asynq, goal >= 2x", v)
+	}
+	if v, ok := rep.Get(FigHoL); ok && v > 100 {
+		b.Logf("goal missed: head-of-line %.1f ms, goal <= 100 ms", v)
+	}
+}

@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Figure is one measured value, printed as
+// {"bench":"e2e","name":NAME,"value":V}.
+type Figure struct {
+	// Bench is always "e2e".
+	Bench string `json:"bench"`
+	// Name names the figure (see the package documentation).
+	Name string `json:"name"`
+	// Value is the figure, rounded to three decimals.
+	Value float64 `json:"value"`
+}
+
+// Reporter prints figures as JSON lines and keeps them. It is safe for
+// concurrent use. The zero value discards the lines but keeps the figures.
+type Reporter struct {
+	// W receives one JSON line per figure; nil = none.
+	W io.Writer
+
+	mu   sync.Mutex
+	figs []Figure
+}
+
+// Add records a figure and prints it. Values are rounded to three decimals;
+// NaN and infinities are printed as 0.
+func (r *Reporter) Add(name string, v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	f := Figure{Bench: "e2e", Name: name, Value: math.Round(v*1000) / 1000}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.figs = append(r.figs, f)
+	if r.W != nil {
+		b, _ := json.Marshal(f)
+		_, _ = fmt.Fprintf(r.W, "%s\n", b)
+	}
+}
+
+// Get returns the last value recorded under name.
+func (r *Reporter) Get(name string) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.figs) - 1; i >= 0; i-- {
+		if r.figs[i].Name == name {
+			return r.figs[i].Value, true
+		}
+	}
+	return 0, false
+}
+
+// Figures returns a copy of the recorded figures, in order.
+func (r *Reporter) Figures() []Figure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.figs)
+}
+
+// Percentile returns the p-th percentile (0 < p <= 100, nearest rank) of
+// sorted, or 0 when it is empty.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	k = max(0, min(k, len(sorted)-1))
+	return sorted[k]
+}
+
+// Ms converts d to fractional milliseconds.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pace calls send with the number of jobs due so that, from its start, rate
+// jobs per second go out for d, checking every tick. A send that takes
+// longer than a tick is caught up at the next call (the schedule is kept, so
+// the rate is not lowered by slow sends). It returns the number of jobs sent.
+func pace(ctx context.Context, rate float64, d, tick time.Duration, send func(n int) error) (int, error) {
+	start := time.Now()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	sent := 0
+	for {
+		el := time.Since(start)
+		if el > d {
+			el = d
+		}
+		if due := int(rate*el.Seconds()) - sent; due > 0 {
+			if err := send(due); err != nil {
+				return sent, err
+			}
+			sent += due
+		}
+		if el >= d {
+			return sent, nil
+		}
+		select {
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// waitFor polls cond every interval until it returns true, returns an
+// error, or ctx ends.
+func waitFor(ctx context.Context, interval time.Duration, cond func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Figure names every run prints (more may follow).
+const (
+	FigThroughput      = "throughput_jobs_per_s"
+	FigThroughputAsynq = "throughput_jobs_per_s_asynq"
+	FigThroughputRatio = "throughput_ratio_vs_asynq"
+	FigHoL             = "hol_small_group_ms"
+	FigHoLAsynq        = "hol_small_group_ms_asynq"
+	FigLatencyP50      = "latency_p50_ms"
+	FigLatencyP99      = "latency_p99_ms"
+)
+
+// Systems a run can measure.
+const (
+	SystemPipeline = "pipeline"
+	SystemAsynq    = "asynq"
+)
+
+// Options configure [Run]. Zero fields take the defaults named on each.
+type Options struct {
+	// Jobs is the throughput run's size; 0 means 100,000.
+	Jobs int
+	// Groups is how many groups the throughput and latency runs spread
+	// their jobs over; 0 means 10.
+	Groups int
+	// Workers is the pipeline's WorkerCount and asynq's Concurrency; 0
+	// means [DefaultWorkers].
+	Workers int
+	// Backlog and Small are the head-of-line run's large and small group
+	// sizes; 0 means 50,000 and 100.
+	Backlog, Small int
+	// LatencyDuration is how long the latency run submits; 0 means 10 s.
+	LatencyDuration time.Duration
+	// Load is the latency run's submit rate as a fraction of the measured
+	// throughput; 0 means 0.5.
+	Load float64
+	// Warmup is how much of the latency run's start is left out; 0 means
+	// [DefaultWarmup].
+	Warmup time.Duration
+	// Only limits the run to one system ([SystemPipeline] or
+	// [SystemAsynq]); "" means both (and the ratio).
+	Only string
+	// Log receives the pipeline services' logs; nil means none.
+	Log *slog.Logger
+	// Progress, when set, is called with a line before each phase.
+	Progress func(string)
+	// ScriptLog logs every Redis command during the pipeline's throughput
+	// run and reports, through Progress, the time spent in each redisq
+	// script per job. A diagnostic: it slows the server down.
+	ScriptLog bool
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.Jobs, 100_000)
+	def(&o.Groups, 10)
+	def(&o.Workers, DefaultWorkers)
+	def(&o.Backlog, 50_000)
+	def(&o.Small, 100)
+	if o.LatencyDuration <= 0 {
+		o.LatencyDuration = 10 * time.Second
+	}
+	if o.Load <= 0 {
+		o.Load = 0.5
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = DefaultWarmup
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+}
+
+// Run starts the servers and measures the pipeline and asynq: throughput,
+// head-of-line delay, then latency at o.Load of the measured throughput,
+// adding every figure to rep.
+func Run(ctx context.Context, o Options, rep *Reporter) error {
+	o.setDefaults()
+	switch o.Only {
+	case "", SystemPipeline, SystemAsynq:
+	default:
+		return fmt.Errorf("bench: Options.Only %q: must be %q, %q or empty", o.Only, SystemPipeline, SystemAsynq)
+	}
+	env, err := StartEnv()
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	rep.Add("workers", float64(o.Workers))
+	rep.Add("host_load_1m", loadAvg())
+
+	var pl *Pipeline
+	if o.Only != SystemAsynq {
+		if pl, err = StartPipeline(ctx, PipelineOptions{
+			RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log,
+		}); err != nil {
+			return err
+		}
+		defer func() { _ = pl.Close() }()
+	}
+	var aq *Asynq
+	if o.Only != SystemPipeline {
+		if aq, err = StartAsynq(AsynqOptions{RedisAddr: env.RedisAddr(), DB: AsynqDB, Concurrency: o.Workers}); err != nil {
+			return err
+		}
+		defer aq.Close()
+	}
+
+	// Throughput.
+	var tp, tpAsynq float64
+	if pl != nil {
+		o.Progress(fmt.Sprintf("pipeline: throughput, %d jobs over %d groups", o.Jobs, o.Groups))
+		runs0 := pl.Runs()
+		var stopLog func() (ScriptTimes, error)
+		if o.ScriptLog {
+			if stopLog, err = env.startScriptLog(ctx, 64*o.Jobs); err != nil {
+				return err
+			}
+		}
+		r, st, err := measure(ctx, env, func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Jobs, o.Groups) })
+		if err != nil {
+			return fmt.Errorf("pipeline throughput: %w", err)
+		}
+		if stopLog != nil {
+			times, err := stopLog()
+			if err != nil {
+				return err
+			}
+			o.Progress("pipeline: redis scripts per job: " + times.perJob(o.Jobs))
+		}
+		tp = r.JobsPerSec()
+		rep.Add(FigThroughput, tp)
+		rep.Add("submit_jobs_per_s", r.SubmitJobsPerSec())
+		rep.Add("processor_runs_per_job", float64(pl.Runs()-runs0)/float64(o.Jobs))
+		addCost(rep, "", st, o.Jobs)
+		o.Progress("pipeline: redis commands per job: " + commandsPerJob(st.redis, o.Jobs))
+		d := pl.LastDepths()
+		rep.Add("depth_submit_mean", d.Submit)
+		rep.Add("depth_ready_mean", d.Ready)
+		rep.Add("depth_ready_below_workers_share", d.ReadyBelowWorkersShare)
+		rep.Add("depth_result_mean", d.Result)
+		rep.Add("depth_inflight_mean", d.Inflight)
+	}
+	if aq != nil {
+		o.Progress(fmt.Sprintf("asynq: throughput, %d tasks", o.Jobs))
+		r, st, err := measure(ctx, env, func() (ThroughputResult, error) { return aq.Throughput(ctx, o.Jobs) })
+		if err != nil {
+			return fmt.Errorf("asynq throughput: %w", err)
+		}
+		tpAsynq = r.JobsPerSec()
+		rep.Add(FigThroughputAsynq, tpAsynq)
+		rep.Add("submit_jobs_per_s_asynq", r.SubmitJobsPerSec())
+		addCost(rep, "_asynq", st, o.Jobs)
+		o.Progress("asynq: redis commands per job: " + commandsPerJob(st.redis, o.Jobs))
+	}
+	if pl != nil && aq != nil {
+		rep.Add(FigThroughputRatio, tp/tpAsynq)
+	}
+
+	// Head-of-line delay.
+	if pl != nil {
+		o.Progress(fmt.Sprintf("pipeline: head-of-line, %d queued then %d", o.Backlog, o.Small))
+		h, err := pl.HeadOfLine(ctx, o.Backlog, o.Small)
+		if err != nil {
+			return fmt.Errorf("pipeline head-of-line: %w", err)
+		}
+		rep.Add(FigHoL, Ms(h.Delay))
+		rep.Add("hol_backlog_done_first", float64(h.BacklogDoneFirst))
+	}
+	if aq != nil {
+		o.Progress(fmt.Sprintf("asynq: head-of-line, %d queued then %d", o.Backlog, o.Small))
+		h, err := aq.HeadOfLine(ctx, o.Backlog, o.Small)
+		if err != nil {
+			return fmt.Errorf("asynq head-of-line: %w", err)
+		}
+		rep.Add(FigHoLAsynq, Ms(h.Delay))
+		rep.Add("hol_backlog_done_first_asynq", float64(h.BacklogDoneFirst))
+	}
+
+	// Latency at a fraction of the measured throughput.
+	if pl != nil {
+		rate := o.Load * tp
+		o.Progress(fmt.Sprintf("pipeline: latency at %.0f jobs/s for %s", rate, o.LatencyDuration))
+		l, err := pl.Latency(ctx, rate, o.LatencyDuration, o.Warmup, o.Groups)
+		if err != nil {
+			return fmt.Errorf("pipeline latency: %w", err)
+		}
+		if len(l.Total) == 0 {
+			return errors.New("pipeline latency: no job after the warm-up")
+		}
+		rep.Add("latency_rate_jobs_per_s", float64(l.Sent)/l.Duration.Seconds())
+		rep.Add(FigLatencyP50, Ms(Percentile(l.Total, 50)))
+		rep.Add(FigLatencyP99, Ms(Percentile(l.Total, 99)))
+		rep.Add("latency_submit_to_enqueue_p50_ms", Ms(Percentile(l.SubmitToEnqueue, 50)))
+		rep.Add("latency_submit_to_enqueue_p99_ms", Ms(Percentile(l.SubmitToEnqueue, 99)))
+		rep.Add("latency_enqueue_to_record_p50_ms", Ms(Percentile(l.EnqueueToRecord, 50)))
+		rep.Add("latency_enqueue_to_record_p99_ms", Ms(Percentile(l.EnqueueToRecord, 99)))
+	}
+	if aq != nil {
+		rate := o.Load * tpAsynq
+		o.Progress(fmt.Sprintf("asynq: latency at %.0f tasks/s for %s", rate, o.LatencyDuration))
+		l, err := aq.Latency(ctx, rate, o.LatencyDuration, o.Warmup)
+		if err != nil {
+			return fmt.Errorf("asynq latency: %w", err)
+		}
+		if len(l.Total) == 0 {
+			return errors.New("asynq latency: no task after the warm-up")
+		}
+		rep.Add("latency_rate_jobs_per_s_asynq", float64(l.Sent)/l.Duration.Seconds())
+		rep.Add(FigLatencyP50+"_asynq", Ms(Percentile(l.Total, 50)))
+		rep.Add(FigLatencyP99+"_asynq", Ms(Percentile(l.Total, 99)))
+	}
+	rep.Add("host_load_1m_end", loadAvg())
+	return nil
+}
+
+// cost is what a run used: the redis-server's counters and this process's
+// CPU time (every Go part of the system under test runs in it).
+type cost struct {
+	redis RedisStats
+	cpu   time.Duration
+}
+
+// measure runs f and returns what it used.
+func measure(ctx context.Context, env *Env, f func() (ThroughputResult, error)) (ThroughputResult, cost, error) {
+	s0, err := env.RedisStats(ctx)
+	if err != nil {
+		return ThroughputResult{}, cost{}, err
+	}
+	c0 := processCPU()
+	r, err := f()
+	if err != nil {
+		return r, cost{}, err
+	}
+	c := cost{cpu: processCPU() - c0}
+	s1, err := env.RedisStats(ctx)
+	c.redis = s1.Sub(s0)
+	return r, c, err
+}
+
+// commandsPerJob describes the Redis commands of a run, most frequent
+// first: calls per job and, in brackets, µs per job.
+func commandsPerJob(st RedisStats, jobs int) string {
+	type kv struct {
+		cmd string
+		n   int64
+	}
+	var l []kv
+	for k, v := range st.ByCommand {
+		l = append(l, kv{k, v})
+	}
+	slices.SortFunc(l, func(a, b kv) int { return cmp.Compare(b.n, a.n) })
+	var sb strings.Builder
+	for i, e := range l {
+		if i == 14 {
+			break
+		}
+		fmt.Fprintf(&sb, " %s=%.2f(%.1fµs)", e.cmd, float64(e.n)/float64(jobs), float64(st.UsecByCommand[e.cmd])/float64(jobs))
+	}
+	return strings.TrimSpace(sb.String())
+}
+
+func addCost(rep *Reporter, suffix string, c cost, jobs int) {
+	k := float64(jobs) / 1000
+	rep.Add("redis_calls_per_job"+suffix, float64(c.redis.Calls)/float64(jobs))
+	rep.Add("redis_scripts_per_job"+suffix, float64(c.redis.Scripts)/float64(jobs))
+	rep.Add("redis_cpu_ms_per_1k_jobs"+suffix, c.redis.CPUSecs*1000/k)
+	rep.Add("process_cpu_ms_per_1k_jobs"+suffix, Ms(c.cpu)/k)
+}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunSmall runs every phase on a small workload and checks that the
+// figures exist and say what they claim: every job ran, asynq's small batch
+// waited for the whole backlog while the pipeline's small group did not,
+// and the latency parts add up.
+func TestRunSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server, NATS, the pipeline and asynq")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep := &Reporter{W: &out}
+	o := Options{Jobs: 2000, Groups: 4, Workers: 8, Backlog: 3000, Small: 20, LatencyDuration: 1500 * time.Millisecond, Warmup: 500 * time.Millisecond}
+	if err := Run(ctx, o, rep); err != nil {
+		t.Fatal(err)
+	}
+	// Every line is a figure of this bench.
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(rep.Figures()) {
+		t.Fatalf("%d lines for %d figures", len(lines), len(rep.Figures()))
+	}
+	for _, l := range lines {
+		var f map[string]any
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if f["bench"] != "e2e" || len(f) != 3 {
+			t.Fatalf("line %q: want {bench:e2e,name,value}", l)
+		}
+	}
+	get := func(name string) float64 {
+		t.Helper()
+		v, ok := rep.Get(name)
+		if !ok {
+			t.Fatalf("figure %s missing", name)
+		}
+		return v
+	}
+	for _, name := range []string{FigThroughput, FigThroughputAsynq, FigHoL, FigHoLAsynq, FigLatencyP50, FigLatencyP99} {
+		if v := get(name); v <= 0 {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
+	}
+	if r, want := get(FigThroughputRatio), get(FigThroughput)/get(FigThroughputAsynq); r < want*0.99 || r > want*1.01 {
+		t.Errorf("ratio %v, want %v", r, want)
+	}
+	if v := get("processor_runs_per_job"); v < 1 {
+		t.Errorf("processor_runs_per_job = %v: some jobs did not run", v)
+	}
+	// One FIFO queue: every backlog task ran before the small batch ended.
+	if v := get("hol_backlog_done_first_asynq"); v < float64(o.Backlog-o.Workers-o.Small) {
+		t.Errorf("asynq: %v backlog tasks done before the small batch, want about %d", v, o.Backlog)
+	}
+	// Fair queue: the small group does not wait for the backlog.
+	if v := get("hol_backlog_done_first"); v > float64(o.Backlog)/2 {
+		t.Errorf("pipeline: %v of %d backlog jobs done before the small group", v, o.Backlog)
+	}
+	if p50, p99 := get(FigLatencyP50), get(FigLatencyP99); p50 > p99 {
+		t.Errorf("p50 %v > p99 %v", p50, p99)
+	}
+	if a, b, tot := get("latency_submit_to_enqueue_p50_ms"), get("latency_enqueue_to_record_p50_ms"), get(FigLatencyP50); a > tot+1 || b > tot+1 {
+		t.Errorf("latency parts (%v, %v ms) exceed the total p50 %v ms", a, b, tot)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 5}, {99, 10}, {100, 10}, {10, 1}, {1, 1}, {91, 10}, {90, 9}} {
+		if got := Percentile(d, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if Percentile(nil, 50) != 0 {
+		t.Error("empty: want 0")
+	}
+}
+
+func TestPaceSendsTheScheduledCount(t *testing.T) {
+	var calls, total int
+	start := time.Now()
+	sent, err := pace(context.Background(), 2000, 300*time.Millisecond, 5*time.Millisecond, func(n int) error {
+		calls++
+		total += n
+		if calls == 3 {
+			time.Sleep(50 * time.Millisecond) // a slow send is caught up, not dropped
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent != 600 || total != 600 {
+		t.Fatalf("sent %d (callbacks %d), want 600", sent, total)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("returned after %v, before the 300ms schedule", el)
+	}
+}
+
+func TestReporter(t *testing.T) {
+	var out bytes.Buffer
+	r := &Reporter{W: &out}
+	r.Add("a", 1.23456)
+	r.Add("b", 0)
+	r.Add("a", 2)
+	if got, want := out.String(), "{\"bench\":\"e2e\",\"name\":\"a\",\"value\":1.235}\n{\"bench\":\"e2e\",\"name\":\"b\",\"value\":0}\n{\"bench\":\"e2e\",\"name\":\"a\",\"value\":2}\n"; got != want {
+		t.Fatalf("output\n%s want\n%s", got, want)
+	}
+	if v, ok := r.Get("a"); !ok || v != 2 {
+		t.Fatalf("Get(a) = %v, %v; want the last value 2", v, ok)
+	}
+	if _, ok := r.Get("c"); ok {
+		t.Fatal("Get(c) found a figure never added")
+	}
+}
