@@ -2,16 +2,15 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/bulkaction/bulkaction/internal/deadletter"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -393,32 +392,17 @@ func (a *Aggregator) logUnknown(r *contracts.JobResult, outcome redisq.RecordOut
 	a.log.Debug("result of an unknown job dropped", args...)
 }
 
-// deadLetter publishes a message that is not a valid result to the DLQ
-// stream, waits for the PubAck and terminates it. If the DLQ is not
-// reachable the message is handed back instead.
+// deadLetter sends a message that is not a valid result to the DLQ and
+// terminates it; if the DLQ is not reachable the message is handed back.
 func (a *Aggregator) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) {
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	dl := contracts.NewDeadLetter(msg.Subject(), msg.Data(), cause)
-	data, err := json.Marshal(&dl)
-	if err == nil {
-		m := nats.NewMsg(a.d.Names.DLQ(dl.Reason))
-		m.Data = data
-		if md, merr := msg.Metadata(); merr == nil {
-			m.Header.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+strconv.FormatUint(md.Sequence.Stream, 10))
-		}
-		_, err = a.d.JS.PublishMsg(ctx, m)
-	}
+	reason, err := deadletter.Send(ctx, a.d, msg, cause, nakDelay)
 	if err != nil {
-		a.warn("dead-letter publish failed; message handed back", "subject", msg.Subject(), "err", err)
-		_ = msg.NakWithDelay(nakDelay)
+		a.warn("dead-lettering failed; message handed back", "subject", msg.Subject(), "err", err)
 		return
 	}
-	a.d.Metrics.DeadLetters.WithLabelValues(dl.Reason).Inc()
-	a.warn("invalid result dead-lettered", "subject", msg.Subject(), "reason", dl.Reason, "err", cause)
-	if err := msg.Term(); err != nil {
-		a.warn("terminate of dead-lettered message failed", "subject", msg.Subject(), "err", err)
-	}
+	a.warn("invalid result dead-lettered", "subject", msg.Subject(), "reason", reason, "err", cause)
 }
 
 // warn logs at warn level, at most once per second; the lines left out in

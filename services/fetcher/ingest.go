@@ -2,9 +2,9 @@ package fetcher
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
+
+	"github.com/bulkaction/bulkaction/internal/deadletter"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -276,11 +276,9 @@ func (f *Fetcher) cancel(ctx context.Context, it *item) error {
 	return nil
 }
 
-// deadLetter publishes the rejected messages of items to the DLQ and waits
-// for the PubAcks; a message whose dead letter was not stored is
-// negatively acknowledged instead of terminated. The Nats-Msg-Id is the
-// message's stream and sequence, so a redelivered message is dead-lettered
-// once.
+// deadLetter publishes the rejected messages of items to the DLQ in one
+// batch and waits for the PubAcks; a message whose dead letter was not
+// stored is negatively acknowledged instead of terminated.
 func (f *Fetcher) deadLetter(ctx context.Context, items []*item) {
 	var rejected []*item
 	var msgs []*nats.Msg
@@ -288,16 +286,10 @@ func (f *Fetcher) deadLetter(ctx context.Context, items []*item) {
 		if it.fate != fateDLQ {
 			continue
 		}
-		dl := contracts.NewDeadLetter(it.msg.Subject(), it.msg.Data(), it.err)
-		data, err := json.Marshal(&dl)
+		m, _, err := deadletter.Message(f.d.Names, it.msg, it.err)
 		if err != nil {
 			it.nak(err)
 			continue
-		}
-		m := nats.NewMsg(f.d.Names.DLQ(dl.Reason))
-		m.Data = data
-		if md, err := it.msg.Metadata(); err == nil {
-			m.Header.Set(jetstream.MsgIDHeader, md.Stream+":"+strconv.FormatUint(md.Sequence.Stream, 10))
 		}
 		rejected = append(rejected, it)
 		msgs = append(msgs, m)

@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/bulkaction/bulkaction/internal/deadletter"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -248,32 +249,17 @@ func (w *Worker) handBack(msg jetstream.Msg, span trace.Span, job *contracts.Rea
 	_ = msg.NakWithDelay(nakDelay)
 }
 
-// deadLetter publishes a message that is not a valid ready job to the DLQ
-// stream, waits for the PubAck and terminates it. If the DLQ is not
-// reachable the message is handed back instead.
+// deadLetter sends a message that is not a valid ready job to the DLQ and
+// terminates it; if the DLQ is not reachable the message is handed back.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) {
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	dl := contracts.NewDeadLetter(msg.Subject(), msg.Data(), cause)
-	data, err := json.Marshal(&dl)
-	if err == nil {
-		m := nats.NewMsg(w.d.Names.DLQ(dl.Reason))
-		m.Data = data
-		if md, merr := msg.Metadata(); merr == nil {
-			m.Header.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+strconv.FormatUint(md.Sequence.Stream, 10))
-		}
-		_, err = w.d.JS.PublishMsg(ctx, m)
-	}
+	reason, err := deadletter.Send(ctx, w.d, msg, cause, nakDelay)
 	if err != nil {
-		w.warn("dead-letter publish failed; message handed back", "subject", msg.Subject(), "err", err)
-		_ = msg.NakWithDelay(nakDelay)
+		w.warn("dead-lettering failed; message handed back", "subject", msg.Subject(), "err", err)
 		return
 	}
-	w.d.Metrics.DeadLetters.WithLabelValues(dl.Reason).Inc()
-	w.warn("invalid READY message dead-lettered", "subject", msg.Subject(), "reason", dl.Reason, "err", cause)
-	if err := msg.Term(); err != nil {
-		w.warn("terminate of dead-lettered message failed", "subject", msg.Subject(), "err", err)
-	}
+	w.warn("invalid READY message dead-lettered", "subject", msg.Subject(), "reason", reason, "err", cause)
 }
 
 // heartbeat marks msg in progress every AckWait/3 until the returned
