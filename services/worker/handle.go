@@ -227,12 +227,12 @@ func (w *Worker) count(span trace.Span, jobType, status string) {
 	w.d.Metrics.JobResults.WithLabelValues(jobType, status).Inc()
 }
 
-// ack acknowledges msg and waits for the server to confirm. A lost ack only
-// means a redelivery, which the claim drops as stale.
-func (w *Worker) ack(ctx context.Context, msg jetstream.Msg, job *contracts.ReadyJob) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
-	defer cancel()
-	if err := msg.DoubleAck(ctx); err != nil {
+// ack acknowledges msg without waiting for the server: the result is
+// already stored, so a lost ack only means a redelivery, which the claim
+// drops as stale (or, before the result is recorded, a re-run whose result
+// carries the same message id and is counted once).
+func (w *Worker) ack(_ context.Context, msg jetstream.Msg, job *contracts.ReadyJob) {
+	if err := msg.Ack(); err != nil {
 		w.warn("ack of READY message failed; it will be redelivered and dropped",
 			"group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "err", err)
 	}
