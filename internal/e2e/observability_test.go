@@ -144,13 +144,19 @@ func TestTraceOfARetriedJob(t *testing.T) {
 	e.wait("traced", 30*time.Second)
 
 	var submit sdktrace.ReadOnlySpan
-	eventually(t, 5*time.Second, "record span", func() bool {
+	// The process span of attempt 2 ends after its result is recorded
+	// (it acks READY last): wait for both.
+	eventually(t, 10*time.Second, "record span and both process spans", func() bool {
+		var record, process int
 		for _, s := range rec.Ended() {
-			if s.Name() == "bulkaction.record" {
-				return true
+			switch s.Name() {
+			case "bulkaction.record":
+				record++
+			case "bulkaction.process":
+				process++
 			}
 		}
-		return false
+		return record >= 1 && process >= 2
 	})
 	spans := rec.Ended()
 	byName := map[string][]sdktrace.ReadOnlySpan{}
