@@ -146,8 +146,8 @@ type Aggregator struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 
-	unknownLog logLimiter
-	warnLimit  logLimiter // dead letters and hand-backs
+	unknownLog telemetry.WarnLimiter
+	warnLimit  telemetry.WarnLimiter // dead letters and hand-backs
 
 	mu         sync.Mutex
 	progressed map[string]struct{} // groups with recorded results, for the watch list
@@ -175,8 +175,8 @@ func New(cfg Config, d deps.Deps) (*Aggregator, error) {
 		d:          d,
 		log:        d.Log.With("service", "aggregator"),
 		tracer:     d.TracerProvider.Tracer(TracerName),
-		unknownLog: logLimiter{interval: unknownLogEvery},
-		warnLimit:  logLimiter{interval: time.Second},
+		unknownLog: telemetry.WarnLimiter{Interval: unknownLogEvery},
+		warnLimit:  telemetry.WarnLimiter{Interval: time.Second},
 		progressed: map[string]struct{}{},
 	}, nil
 }
@@ -381,15 +381,8 @@ func (a *Aggregator) noteProgress(gid string) {
 // logUnknown logs a result of a job Redis does not know: at warn level at
 // most once per unknownLogEvery, at debug level otherwise.
 func (a *Aggregator) logUnknown(r *contracts.JobResult, outcome redisq.RecordOutcome) {
-	args := []any{"group", r.GroupID, "job", r.JobID, "attempt", r.Attempt, "outcome", string(outcome)}
-	if ok, skipped := a.unknownLog.allow(); ok {
-		if skipped > 0 {
-			args = append(args, "suppressed", skipped)
-		}
-		a.log.Warn("result of an unknown job dropped", args...)
-		return
-	}
-	a.log.Debug("result of an unknown job dropped", args...)
+	a.unknownLog.Warn(a.log, "result of an unknown job dropped",
+		"group", r.GroupID, "job", r.JobID, "attempt", r.Attempt, "outcome", string(outcome))
 }
 
 // deadLetter sends a message that is not a valid result to the DLQ and
@@ -408,38 +401,11 @@ func (a *Aggregator) deadLetter(ctx context.Context, msg jetstream.Msg, cause er
 // warn logs at warn level, at most once per second; the lines left out in
 // between are logged at debug level and counted in the next warn line.
 func (a *Aggregator) warn(msg string, args ...any) {
-	if ok, skipped := a.warnLimit.allow(); ok {
-		if skipped > 0 {
-			args = append(args, "suppressed", skipped)
-		}
-		a.log.Warn(msg, args...)
-		return
-	}
-	a.log.Debug(msg, args...)
+	a.warnLimit.Warn(a.log, msg, args...)
 }
 
 func endWithError(span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 	span.End()
-}
-
-// logLimiter lets one line through per interval and counts the others.
-type logLimiter struct {
-	mu       sync.Mutex
-	interval time.Duration
-	last     time.Time
-	skipped  int
-}
-
-func (l *logLimiter) allow() (ok bool, skipped int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
-		l.skipped++
-		return false, 0
-	}
-	l.last, skipped, l.skipped = now, l.skipped, 0
-	return true, skipped
 }

@@ -288,34 +288,7 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 // warn logs at warn level, at most once per second; the lines left out in
 // between are logged at debug level and counted in the next warn line.
 func (w *Worker) warn(msg string, args ...any) {
-	if ok, skipped := w.warnLimit.allow(); ok {
-		if skipped > 0 {
-			args = append(args, "suppressed", skipped)
-		}
-		w.log.Warn(msg, args...)
-		return
-	}
-	w.log.Debug(msg, args...)
-}
-
-// logLimiter lets one line through per interval and counts the others.
-type logLimiter struct {
-	mu       sync.Mutex
-	interval time.Duration
-	last     time.Time
-	skipped  int
-}
-
-func (l *logLimiter) allow() (ok bool, skipped int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
-		l.skipped++
-		return false, 0
-	}
-	l.last, skipped, l.skipped = now, l.skipped, 0
-	return true, skipped
+	w.warnLimit.Warn(w.log, msg, args...)
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 )
 
@@ -181,7 +182,7 @@ type Worker struct {
 	slots  chan struct{} // one token per running (or being pulled) job
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
-	warnLimit logLimiter
+	warnLimit telemetry.WarnLimiter
 }
 
 // New returns a Worker that runs jobs with mux. cfg's zero fields take the
@@ -206,7 +207,7 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 		log:       d.Log.With("service", "worker"),
 		tracer:    d.TracerProvider.Tracer(TracerName),
 		slots:     make(chan struct{}, cfg.Concurrency),
-		warnLimit: logLimiter{interval: time.Second},
+		warnLimit: telemetry.WarnLimiter{Interval: time.Second},
 	}, nil
 }
 
