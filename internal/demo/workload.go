@@ -88,10 +88,10 @@ func ForScale(scale string) (Workload, error) {
 		Scale: scale, GlobalRps: rps, WorkerCount: 16, JobType: builtin.TypeSleep,
 		Groups: []Group{
 			{ID: "acme-newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.08, 2000)},
-			// Its partner API answers 429 (without Retry-After) to half the
-			// calls: its jobs back off with the congestion-aware backoff and
-			// its congestion level rises and falls.
-			{ID: "hooli-crm", Jobs: 1500 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.5, 0)},
+			// Its partner API answers 429 with "Retry-After: 4" to half the
+			// calls: its jobs pile up in the backoff queue and its congestion
+			// level rises, then falls as they drain.
+			{ID: "hooli-crm", Jobs: 1500 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.5, 4000)},
 			{ID: "globex-sync", Jobs: 800 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
 			{ID: "initech-billing", Jobs: 400 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
 			{ID: "umbrella-survey", Jobs: 250 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
