@@ -9,28 +9,21 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
-	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-func TestMain(m *testing.M) {
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { handofftest.Main(m) }
 
 // lease enqueues n jobs per group and admits them all.
 func lease(t *testing.T, e *handofftest.Env, groups []string, n int, trace string) []redisq.LeasedJob {
 	t.Helper()
-	ctx := context.Background()
 	var jobs []redisq.Job
 	for _, g := range groups {
 		for i := range n {
@@ -38,40 +31,13 @@ func lease(t *testing.T, e *handofftest.Env, groups []string, n int, trace strin
 				Payload: []byte(fmt.Sprintf(`{"g":%q,"i":%d}`, g, i)), Trace: trace})
 		}
 	}
-	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
-	res, err := e.Queue.Admit(ctx, len(jobs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Jobs) != len(jobs) {
-		t.Fatalf("admitted %d of %d jobs", len(res.Jobs), len(jobs))
-	}
-	return res.Jobs
+	return e.Lease(t, jobs)
 }
 
 // stored returns every message of the READY stream, in order.
 func stored(t *testing.T, e *handofftest.Env) []*jetstream.RawStreamMsg {
 	t.Helper()
-	ctx := context.Background()
-	st, err := e.JS.Stream(ctx, e.Names.StreamReady())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("get %d: %v", seq, err)
-		}
-		out = append(out, m)
-	}
-	return out
+	return e.StoredMsgs(t, e.Names.StreamReady())
 }
 
 func TestPublishPublishesAndConfirms(t *testing.T) {
@@ -199,9 +165,7 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 func TestPublishContinuesStoredTrace(t *testing.T) {
 	t.Parallel()
 	e := handofftest.NewEnv(t, redisq.Config{})
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, rec := handofftest.RecordSpans(t)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	jobs := lease(t, e, []string{"g"}, 3, "00-"+traceID+"-"+parentID+"-01")
 	d := e.Deps()

@@ -67,64 +67,46 @@ func DecodeSubmission(subject string, data []byte, lim Limits) (*Submission, err
 // [DecodeSubmission] except unknown_kind and subject_mismatch. The returned payload is in compact
 // form (nil when absent or null). DecodeReadyJob never panics.
 func DecodeReadyJob(data []byte, lim Limits) (*ReadyJob, error) {
-	var r ReadyJob
-	late, err := decodeObject(data, &r, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := checkHeader(late, r.V); err != nil {
-		return nil, err
-	}
-	if late != nil {
-		return nil, lateError(late)
-	}
-	if r.Payload, err = canonicalPayload(r.Payload); err != nil {
-		return nil, err
-	}
-	if err := r.validate(lim, true); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return decodeMessage(data, "", func(r *ReadyJob) int { return r.V }, func(r *ReadyJob) (err error) {
+		if r.Payload, err = canonicalPayload(r.Payload); err != nil {
+			return err
+		}
+		return r.validate(lim, true)
+	})
 }
 
 // DecodeJobResult decodes and validates the body of a result message, with reasons bad_json,
 // bad_version and invalid_field. DecodeJobResult never panics.
 func DecodeJobResult(data []byte) (*JobResult, error) {
-	var r JobResult
-	late, err := decodeObject(data, &r, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := checkHeader(late, r.V); err != nil {
-		return nil, err
-	}
-	if late != nil {
-		return nil, lateError(late)
-	}
-	if err := r.Validate(); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return decodeMessage(data, "", func(r *JobResult) int { return r.V }, (*JobResult).Validate)
 }
 
 // DecodeGroupEvent decodes and validates the body of an event message, with reasons bad_json,
 // bad_version and invalid_field. DecodeGroupEvent never panics.
 func DecodeGroupEvent(data []byte) (*GroupEvent, error) {
-	var e GroupEvent
-	late, err := decodeObject(data, &e, "at")
+	return decodeMessage(data, "at", func(e *GroupEvent) int { return e.V }, (*GroupEvent).Validate)
+}
+
+// decodeMessage decodes data into a new T with [decodeObject] (field names the field whose own
+// UnmarshalJSON error is reported), then checks in order the version (read by version), the first
+// field of the wrong JSON type, and whatever validate checks. It returns the value only when every
+// check passes.
+func decodeMessage[T any](data []byte, field string, version func(*T) int, validate func(*T) error) (*T, error) {
+	v := new(T)
+	late, err := decodeObject(data, v, field)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkHeader(late, e.V); err != nil {
+	if err := checkHeader(late, version(v)); err != nil {
 		return nil, err
 	}
 	if late != nil {
 		return nil, lateError(late)
 	}
-	if err := e.Validate(); err != nil {
+	if err := validate(v); err != nil {
 		return nil, err
 	}
-	return &e, nil
+	return v, nil
 }
 
 // decodeObject unmarshals a JSON object into v. A field of the wrong JSON type does not stop

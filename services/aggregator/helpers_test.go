@@ -12,37 +12,26 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
-	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
-	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/aggregator"
 )
 
-func TestMain(m *testing.M) {
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { handofftest.Main(m) }
 
 // checkLeaks fails the test if goroutines started during it are still
 // running once it and its cleanups are done. Call it first, so its check
 // runs after every other cleanup.
-func checkLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
+var checkLeaks = handofftest.CheckLeaks
 
 type testBundle struct {
+	env   *handofftest.Env
 	q     *redisq.Queue
 	rdb   *redis.Client
 	js    jetstream.JetStream
@@ -52,22 +41,14 @@ type testBundle struct {
 	d     deps.Deps
 }
 
+// setup starts the servers. The bundle's deps log into b.logs, trace into
+// b.spans and have no metrics (see newDeps).
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	ctx := context.Background()
-	env := testenv.Redis(t)
-	q, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, nc, js := testenv.NATS(t)
-	b := &testBundle{q: q, rdb: env.Client, js: js, spans: tracetest.NewSpanRecorder(), logs: &logRecorder{}}
-	if err := natsutil.EnsureStreams(ctx, js, b.names, natsutil.StreamSettings{}); err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	b.d = deps.Deps{NC: nc, JS: js, Queue: q, Names: b.names, Log: slog.New(b.logs), TracerProvider: tp}
+	e := handofftest.NewEnv(t, redisq.Config{})
+	tp, spans := handofftest.RecordSpans(t)
+	b := &testBundle{env: e, q: e.Queue, rdb: e.Redis, js: e.JS, names: e.Names, spans: spans, logs: &logRecorder{}}
+	b.d = deps.Deps{NC: e.NC, JS: e.JS, Queue: e.Queue, Names: e.Names, Log: slog.New(b.logs), TracerProvider: tp}
 	return b
 }
 
@@ -88,18 +69,7 @@ func (b *testBundle) admitted(t *testing.T, gid string, n int, seal int64) {
 	for i := range jobs {
 		jobs[i] = redisq.Job{GroupID: gid, ID: fmt.Sprintf("j%d", i), Type: "t"}
 	}
-	if _, err := b.q.EnqueueJobs(ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
-	var leased []redisq.LeasedJob
-	for len(leased) < n {
-		r, err := b.q.Admit(ctx, n-len(leased))
-		if err != nil {
-			t.Fatal(err)
-		}
-		leased = append(leased, r.Jobs...)
-	}
-	if err := b.q.Confirm(ctx, leased...); err != nil {
+	if err := b.q.Confirm(ctx, b.env.Lease(t, jobs)...); err != nil {
 		t.Fatal(err)
 	}
 	if seal >= 0 {
@@ -143,21 +113,8 @@ func failure(gid, jid string, attempt int, msg string) contracts.JobResult {
 // events returns every event of a group stored in EVENTS, in order.
 func (b *testBundle) events(t *testing.T, gid string) []contracts.GroupEvent {
 	t.Helper()
-	ctx := context.Background()
-	st, err := b.js.Stream(ctx, b.names.StreamEvents())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []contracts.GroupEvent
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range b.env.StoredMsgs(t, b.names.StreamEvents()) {
 		if m.Subject != b.names.Events(gid) {
 			continue
 		}
@@ -190,31 +147,17 @@ func (b *testBundle) waitEvent(t *testing.T, gid string, state contracts.GroupSt
 // and the aggregators' consumer holds nothing unacknowledged.
 func (b *testBundle) waitSettled(t *testing.T) {
 	t.Helper()
-	waitFor(t, "RESULT acknowledged", func() bool {
-		n, err := natsutil.StreamMsgs(context.Background(), b.js, b.names.StreamResult())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n == 0
-	})
+	waitFor(t, "RESULT acknowledged", func() bool { return b.streamMsgs(t, b.names.StreamResult()) == 0 })
 }
 
 func (b *testBundle) streamMsgs(t *testing.T, stream string) uint64 {
 	t.Helper()
-	n, err := natsutil.StreamMsgs(context.Background(), b.js, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return b.env.StreamMsgs(t, stream)
 }
 
 func (b *testBundle) group(t *testing.T, gid string) *redisq.GroupInfo {
 	t.Helper()
-	info, ok, err := b.q.Group(context.Background(), gid)
-	if err != nil || !ok {
-		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
-	}
-	return info
+	return b.env.Group(t, gid)
 }
 
 // run runs an aggregator in the background and returns it with a function
@@ -230,56 +173,20 @@ func run(t *testing.T, cfg aggregator.Config, d deps.Deps, prepare func(*aggrega
 	if prepare != nil {
 		prepare(a)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run = %v after cancel, want nil", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("Run did not return within 15s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return a, stop
+	return a, handofftest.StartWithin(t, a, 15*time.Second)
 }
 
 // waitFor polls cond every 5 ms until it holds; it fails the test after 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	handofftest.WaitFor(t, what, 20*time.Second, cond)
 }
 
 // counterValue reads a counter.
-func counterValue(c prometheus.Counter) int {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	return int(m.GetCounter().GetValue())
-}
+func counterValue(c prometheus.Counter) int { return int(handofftest.MustValue(c)) }
 
 // histogramCount reads a histogram's number of observations.
-func histogramCount(h prometheus.Histogram) int {
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		panic(err)
-	}
-	return int(m.GetHistogram().GetSampleCount())
-}
+func histogramCount(h prometheus.Histogram) int { return int(handofftest.MustValue(h)) }
 
 // logRecorder is a slog.Handler keeping every record, with the attributes
 // of the logger it came through.

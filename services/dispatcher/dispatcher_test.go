@@ -32,28 +32,13 @@ func newDispatcher(t *testing.T, e *handofftest.Env, cfg dispatcher.Config) *dis
 // published).
 func leaseJobs(t *testing.T, e *handofftest.Env, groups []string, n int) []redisq.LeasedJob {
 	t.Helper()
-	ctx := context.Background()
 	var jobs []redisq.Job
 	for _, g := range groups {
 		for i := range n {
 			jobs = append(jobs, redisq.Job{GroupID: g, ID: fmt.Sprintf("j%04d", i), Type: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
 		}
 	}
-	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
-	var leased []redisq.LeasedJob
-	for len(leased) < len(jobs) {
-		res, err := e.Queue.Admit(ctx, len(jobs)-len(leased))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.Jobs) == 0 {
-			t.Fatalf("admitted %d of %d jobs", len(leased), len(jobs))
-		}
-		leased = append(leased, res.Jobs...)
-	}
-	return leased
+	return e.Lease(t, jobs)
 }
 
 // park runs every job (claim of attempt 1) and sends it back to the
@@ -233,22 +218,11 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	jobs := leaseJobs(t, e, []string{"g"}, 50)
 	park(t, e, jobs, func(i int) time.Duration { return time.Duration(i) * 10 * time.Millisecond })
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	p := newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	stop := handofftest.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 2*time.Second)
 	handofftest.WaitFor(t, "releases under way", 10*time.Second, func() bool {
 		return e.StreamMsgs(t, e.Names.StreamReady()) > 0
 	})
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run = %v, want nil", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Run did not return within 2s of cancel")
-	}
+	stop()
 }
 
 func TestNewValidates(t *testing.T) {

@@ -15,10 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
@@ -34,10 +31,7 @@ import (
 	"github.com/bulkaction/bulkaction/services/fetcher"
 )
 
-func TestMain(m *testing.M) {
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { handofftest.Main(m) }
 
 func newFetcher(t *testing.T, cfg fetcher.Config, d deps.Deps) *fetcher.Fetcher {
 	t.Helper()
@@ -616,21 +610,11 @@ func sameStates(got, want []contracts.GroupState) bool {
 // readEvents returns the states of every event on the EVENTS stream, by group.
 func readEvents(t *testing.T, e *handofftest.Env) map[string][]contracts.GroupState {
 	t.Helper()
-	ctx := context.Background()
-	st, err := e.JS.Stream(ctx, e.Names.StreamEvents())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]contracts.GroupState{}
-	s := st.CachedInfo().State
-	for seq := s.FirstSeq; s.Msgs > 0 && seq <= s.LastSeq; seq++ {
-		raw, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, raw := range e.StoredMsgs(t, e.Names.StreamEvents()) {
 		ev, err := contracts.DecodeGroupEvent(raw.Data)
 		if err != nil {
-			t.Fatalf("event %d: %v", seq, err)
+			t.Fatalf("event %d: %v", raw.Sequence, err)
 		}
 		out[ev.GroupID] = append(out[ev.GroupID], ev.State)
 	}
@@ -683,9 +667,7 @@ func TestRedisOutageRedeliversUntilStored(t *testing.T) {
 func TestTraceContinuesFromSubmit(t *testing.T) {
 	t.Parallel()
 	e := handofftest.NewEnv(t, redisq.Config{})
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, rec := handofftest.RecordSpans(t)
 	d := e.Deps()
 	d.TracerProvider = tp
 	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
@@ -747,21 +729,10 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	nc, js := e.Connect(t)
 	defer nc.Close()
-	f := newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js))
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(runCtx) }()
+	stop = handofftest.StartWithin(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js)), 2*time.Second)
 	before := groupInfo(t, e, "g").Jobs
 	handofftest.WaitFor(t, "work under way", 0, func() bool { return groupInfo(t, e, "g").Jobs > before })
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run = %v, want nil", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Run did not return within 2s of cancel")
-	}
+	stop()
 	// Nothing received was lost: every submission is either queued or still
 	// on SUBMIT to be delivered again.
 	queued := groupInfo(t, e, "g").Jobs

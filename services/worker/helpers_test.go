@@ -2,54 +2,40 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
-	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
-	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/worker"
 )
 
-func TestMain(m *testing.M) {
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { handofftest.Main(m) }
 
 // checkLeaks fails the test if goroutines started during it are still
 // running once it and its cleanups are done. Call it first, so its check
 // runs after every other cleanup.
-func checkLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
+var checkLeaks = handofftest.CheckLeaks
 
 // testBundle is one test's pipeline around the workers under test: a Redis
 // queue, an embedded JetStream server with every stream, a feeder standing
 // in for the fetcher and the dispatcher, and a collector standing in for the
 // aggregator.
 type testBundle struct {
+	env     *handofftest.Env
 	q       *redisq.Queue
-	rdb     *redis.Client
 	js      jetstream.JetStream
 	names   contracts.Names
 	metrics *telemetry.Metrics
@@ -62,28 +48,16 @@ type testBundle struct {
 // jobs off for 20 ms (100 ms at most) unless qcfg says otherwise.
 func setup(t *testing.T, qcfg redisq.Config) *testBundle {
 	t.Helper()
-	ctx := context.Background()
-	env := testenv.Redis(t)
-	qcfg.Prefix = env.Prefix
 	if qcfg.BaseBackoff == 0 {
 		qcfg.BaseBackoff = 20 * time.Millisecond
 	}
 	if qcfg.MaxBackoff == 0 {
 		qcfg.MaxBackoff = 100 * time.Millisecond
 	}
-	q, err := redisq.New(ctx, env.Client, qcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, nc, js := testenv.NATS(t)
-	b := &testBundle{q: q, rdb: env.Client, js: js, spans: tracetest.NewSpanRecorder()}
-	if err := natsutil.EnsureStreams(ctx, js, b.names, natsutil.StreamSettings{}); err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	b.metrics = telemetry.NewMetrics(prometheus.NewRegistry())
-	b.d = deps.Deps{NC: nc, JS: js, Queue: q, Names: b.names, Metrics: b.metrics, Log: testLogger(t), TracerProvider: tp}
+	e := handofftest.NewEnv(t, qcfg)
+	tp, spans := handofftest.RecordSpans(t)
+	b := &testBundle{env: e, q: e.Queue, js: e.JS, names: e.Names, metrics: e.Metrics, spans: spans, d: e.Deps()}
+	b.d.TracerProvider = tp
 	b.results = startCollector(t, b)
 	startFeeder(t, b)
 	return b
@@ -118,11 +92,7 @@ func (b *testBundle) submit(t *testing.T, gid, jobType string, n int) []string {
 // group returns a group's counters.
 func (b *testBundle) group(t *testing.T, gid string) *redisq.GroupInfo {
 	t.Helper()
-	info, ok, err := b.q.Group(context.Background(), gid)
-	if err != nil || !ok {
-		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
-	}
-	return info
+	return b.env.Group(t, gid)
 }
 
 // waitCompleted waits until the group is COMPLETED and returns it.
@@ -139,66 +109,22 @@ func (b *testBundle) waitCompleted(t *testing.T, gid string) *redisq.GroupInfo {
 // streamMsgs returns how many messages a stream holds.
 func (b *testBundle) streamMsgs(t *testing.T, stream string) uint64 {
 	t.Helper()
-	n, err := natsutil.StreamMsgs(context.Background(), b.js, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return b.env.StreamMsgs(t, stream)
 }
 
 // jobResults reads bulk_action_job_results_total{type,status}.
 func (b *testBundle) jobResults(jobType, status string) int {
-	return int(counterValue(b.metrics.JobResults.WithLabelValues(jobType, status)))
-}
-
-// counterValue reads a counter.
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-// publishReady publishes READY messages exactly as the fetcher and the
-// dispatcher do (a ReadyJob on <prefix>.ready.<type>, Nats-Msg-Id
-// <gid>:<jid>:<attempt>, the job's trace context), waits for the PubAcks
-// and confirms the published jobs.
-func (b *testBundle) publishReady(ctx context.Context, jobs []redisq.LeasedJob) error {
-	if len(jobs) == 0 {
-		return nil
-	}
-	msgs := make([]*nats.Msg, len(jobs))
-	for i, j := range jobs {
-		rj := contracts.ReadyJob{V: contracts.Version, GroupID: j.GroupID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}
-		if len(j.Payload) > 0 {
-			rj.Payload = json.RawMessage(j.Payload)
-		}
-		data, err := json.Marshal(&rj)
-		if err != nil {
-			return err
-		}
-		m := nats.NewMsg(b.names.Ready(j.Type))
-		m.Data = data
-		m.Header.Set(jetstream.MsgIDHeader, rj.MsgID())
-		if j.Trace != "" {
-			m.Header.Set("traceparent", j.Trace)
-		}
-		msgs[i] = m
-	}
-	var ok []redisq.LeasedJob
-	for i, err := range natsutil.PublishAll(ctx, b.js, msgs) {
-		if err == nil {
-			ok = append(ok, jobs[i])
-		}
-	}
-	return b.q.Confirm(ctx, ok...)
+	return int(handofftest.MustValue(b.metrics.JobResults.WithLabelValues(jobType, status)))
 }
 
 // startFeeder runs, until the test ends, what the fetcher and the
 // dispatcher do for the worker: admit queued jobs, release due backed-off
-// jobs and re-publish expired leases, each onto READY.
+// jobs and re-publish expired leases, each onto READY with handoff.Publish.
+// The feeder starts no spans of its own, so a READY message carries the
+// trace context stored with its job.
 func startFeeder(t *testing.T, b *testBundle) {
+	d := b.d
+	d.TracerProvider = noop.NewTracerProvider()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -207,13 +133,13 @@ func startFeeder(t *testing.T, b *testBundle) {
 		defer tick.Stop()
 		for {
 			if r, err := b.q.Admit(ctx, 100); err == nil {
-				_ = b.publishReady(ctx, r.Jobs)
+				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.SpanAdmit)
 			}
 			if r, err := b.q.Release(ctx, 100); err == nil {
-				_ = b.publishReady(ctx, r.Jobs)
+				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.SpanRelease)
 			}
 			if r, err := b.q.Reclaim(ctx, 100); err == nil {
-				_ = b.publishReady(ctx, r.Jobs)
+				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.SpanReclaim)
 			}
 			select {
 			case <-ctx.Done():
@@ -318,37 +244,13 @@ func runWorker(t *testing.T, b *testBundle, cfg worker.Config, mux *processor.Mu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run = %v after cancel, want nil", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("Run did not return within 15s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return handofftest.StartWithin(t, w, 15*time.Second)
 }
 
 // waitFor polls cond every 5 ms until it holds; it fails the test after 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	handofftest.WaitFor(t, what, 20*time.Second, cond)
 }
 
 // calls counts processor runs per job.
@@ -374,29 +276,3 @@ func (c *calls) of(key string) []time.Time {
 }
 
 func (c *calls) count(key string) int { return len(c.of(key)) }
-
-// testLogger logs warnings and errors to the test log until the test ends.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(string(p))
-	}
-	return len(p), nil
-}

@@ -269,9 +269,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	jobs.cancel(errShutdown)
+	// Acks are sent without waiting; make sure the server has them before
+	// the caller closes the connection.
+	if err := w.d.NC.FlushTimeout(flushTimeout); err != nil {
+		w.log.Warn("flushing acks on shutdown", "err", err)
+	}
 	w.log.Info("worker stopped")
 	return nil
 }
+
+// flushTimeout bounds the final flush of acks on shutdown.
+const flushTimeout = 5 * time.Second
 
 // pull fetches messages of one type while ctx lasts and starts a job for
 // each; it holds a slot for every message it asks for. With no work waiting

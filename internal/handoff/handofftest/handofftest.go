@@ -13,6 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
@@ -24,6 +29,35 @@ import (
 
 // DefaultTimeout is how long the Wait helpers wait when given 0.
 const DefaultTimeout = 30 * time.Second
+
+// StopTimeout is how long the stop function of [Start] waits for Run to
+// return.
+const StopTimeout = 10 * time.Second
+
+// Main is a TestMain for the packages that use this one: it makes the W3C
+// trace context the global propagator (so that trace context travels in
+// NATS headers as in production) and runs the tests with testenv.Main.
+func Main(m *testing.M) {
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	testenv.Main(m)
+}
+
+// CheckLeaks fails t if goroutines started after the call are still running
+// once t and its cleanups are done. Call it first in a test, so that its
+// check runs after every other cleanup.
+func CheckLeaks(t testing.TB) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+// RecordSpans returns a tracer provider that keeps every span it ends in the
+// returned recorder. The provider is shut down when the test ends.
+func RecordSpans(t testing.TB) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp, rec
+}
 
 // Env is one test's Redis queue and NATS server, with the five streams
 // created. Every field is ready to use.
@@ -150,6 +184,65 @@ func (e *Env) Inflight(t testing.TB) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Group returns the counters of group gid, failing t if the group does not
+// exist or cannot be read.
+func (e *Env) Group(t testing.TB, gid string) *redisq.GroupInfo {
+	t.Helper()
+	info, ok, err := e.Queue.Group(context.Background(), gid)
+	if err != nil || !ok {
+		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
+	}
+	return info
+}
+
+// Lease enqueues jobs and admits them all, as the fetcher would before
+// publishing them: every job comes back leased (in inflight, not yet
+// confirmed), in the order of admission. It fails t if an admission round
+// admits nothing before every job is leased.
+func (e *Env) Lease(t testing.TB, jobs []redisq.Job) []redisq.LeasedJob {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	var leased []redisq.LeasedJob
+	for len(leased) < len(jobs) {
+		res, err := e.Queue.Admit(ctx, len(jobs)-len(leased))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Jobs) == 0 {
+			t.Fatalf("admitted %d of %d jobs", len(leased), len(jobs))
+		}
+		leased = append(leased, res.Jobs...)
+	}
+	return leased
+}
+
+// StoredMsgs returns every message stream holds, in stream order, failing t
+// on error.
+func (e *Env) StoredMsgs(t testing.TB, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.JS.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("%s message %d: %v", stream, seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // Msg is one READY message as the reader received it.
@@ -318,9 +411,18 @@ type Service interface {
 
 // Start runs s in a goroutine and returns a function that cancels it and
 // waits for Run to return, failing t if Run does not return nil within
-// 10 seconds. The function is also called when the test ends; calling it
+// [StopTimeout]. The function is also called when the test ends; calling it
 // again does nothing.
 func Start(t testing.TB, s Service) (stop func()) {
+	t.Helper()
+	return StartWithin(t, s, StopTimeout)
+}
+
+// StartWithin is [Start] with within in place of [StopTimeout]: the stop
+// function fails t if Run has not returned nil within that long of the
+// cancel. within must be positive (0 would fail any Run that does not
+// return the instant it is cancelled).
+func StartWithin(t testing.TB, s Service, within time.Duration) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -334,8 +436,8 @@ func Start(t testing.TB, s Service) (stop func()) {
 				if err != nil {
 					t.Errorf("Run returned %v after cancel, want nil", err)
 				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("Run did not return within 10s of cancel")
+			case <-time.After(within):
+				t.Errorf("Run did not return within %s of cancel", within)
 			}
 		})
 	}
@@ -371,23 +473,40 @@ func (w *testWriter) Write(p []byte) (int, error) {
 }
 
 // Value returns the value of a counter or gauge, or the sample count of a
-// histogram (or summary).
+// histogram (or summary), failing t if m cannot be read.
 func Value(t testing.TB, m prometheus.Metric) float64 {
 	t.Helper()
+	v, err := metricValue(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// MustValue is [Value] for callers without a testing.TB: it panics if m
+// cannot be read.
+func MustValue(m prometheus.Metric) float64 {
+	v, err := metricValue(m)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func metricValue(m prometheus.Metric) (float64, error) {
 	var pb dto.Metric
 	if err := m.Write(&pb); err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	switch {
 	case pb.Counter != nil:
-		return pb.GetCounter().GetValue()
+		return pb.GetCounter().GetValue(), nil
 	case pb.Gauge != nil:
-		return pb.GetGauge().GetValue()
+		return pb.GetGauge().GetValue(), nil
 	case pb.Histogram != nil:
-		return float64(pb.GetHistogram().GetSampleCount())
+		return float64(pb.GetHistogram().GetSampleCount()), nil
 	case pb.Summary != nil:
-		return float64(pb.GetSummary().GetSampleCount())
+		return float64(pb.GetSummary().GetSampleCount()), nil
 	}
-	t.Fatalf("handofftest: metric %s has no value", m.Desc())
-	return 0
+	return 0, fmt.Errorf("handofftest: metric %s has no value", m.Desc())
 }
