@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/cli"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/config"
@@ -271,7 +273,18 @@ func TestCancelEndsWatchWithExitCode3(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		if m := statusJSON(t, ctx, "slow"); m["state"] == "RUNNING" && m["done"].(float64) > 0 {
+		// submit returns once the stream has the jobs; the fetcher may not
+		// have ingested them yet.
+		out, _, err := run(ctx, "", "status", "slow", "--json")
+		var m map[string]any
+		if err == nil {
+			if err := json.Unmarshal([]byte(out), &m); err != nil {
+				t.Fatalf("status --json: %v\n%s", err, out)
+			}
+		} else if !errors.Is(err, cli.ErrGroupNotFound) {
+			t.Fatalf("status slow: %v", err)
+		}
+		if m["state"] == "RUNNING" && m["done"].(float64) > 0 {
 			break
 		}
 		select {
