@@ -183,3 +183,33 @@ func endAll(spans []trace.Span) {
 		}
 	}
 }
+
+// Room returns how many more messages the READY stream may hold now under
+// capacity (0 when it is full). Fetchers and dispatchers hand jobs over
+// only while there is room: that is the system's backpressure.
+func Room(ctx context.Context, d deps.Deps, capacity int) (int, error) {
+	held, err := natsutil.StreamMsgs(ctx, d.JS, d.Names.StreamReady())
+	if err != nil {
+		return 0, err
+	}
+	if held >= uint64(capacity) {
+		return 0, nil
+	}
+	return capacity - int(held), nil
+}
+
+// Sleep waits for d or until ctx is done; it reports whether ctx is still
+// live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
-	"github.com/bulkaction/bulkaction/internal/natsutil"
 )
 
 // Defaults of the [Config] fields.
@@ -155,18 +154,6 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// room returns how many more messages READY may hold now.
-func (p *Dispatcher) room(ctx context.Context) (int, error) {
-	held, err := natsutil.StreamMsgs(ctx, p.d.JS, p.d.Names.StreamReady())
-	if err != nil {
-		return 0, err
-	}
-	if held >= uint64(p.cfg.ReadyCapacity) {
-		return 0, nil
-	}
-	return p.cfg.ReadyCapacity - int(held), nil
-}
-
 // releaseLoop moves due jobs to READY and sleeps until the next one is
 // due, at most Interval.
 func (p *Dispatcher) releaseLoop(ctx context.Context) {
@@ -189,7 +176,7 @@ func (p *Dispatcher) releaseLoop(ctx context.Context) {
 		if st != stateGated {
 			gatedWait = minWait
 		}
-		if !sleep(ctx, wait) {
+		if !handoff.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -208,7 +195,7 @@ const (
 func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	room, err := p.room(ctx)
+	room, err := handoff.Room(ctx, p.d, p.cfg.ReadyCapacity)
 	if err != nil {
 		p.log.Warn("dispatcher: READY size", "err", err)
 		return p.cfg.Interval, stateNormal
@@ -263,7 +250,7 @@ func (p *Dispatcher) reclaimLoop(ctx context.Context) {
 		if more {
 			wait = 0
 		}
-		if !sleep(ctx, wait) {
+		if !handoff.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -274,7 +261,7 @@ func (p *Dispatcher) reclaimLoop(ctx context.Context) {
 func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	room, err := p.room(ctx)
+	room, err := handoff.Room(ctx, p.d, p.cfg.ReadyCapacity)
 	if err != nil {
 		p.log.Warn("dispatcher: READY size", "err", err)
 		return false
@@ -330,21 +317,5 @@ func (p *Dispatcher) every(interval time.Duration, what string, fn func(context.
 				cancel()
 			}
 		}
-	}
-}
-
-// sleep waits for d or until ctx is done; it reports whether ctx is still
-// live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

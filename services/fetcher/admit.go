@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/handoff"
-	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -28,7 +27,7 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 		n := f.admit(ctx)
 		switch {
 		case n.full:
-			if !sleep(ctx, bp) {
+			if !handoff.Sleep(ctx, bp) {
 				return
 			}
 			bp = min(2*bp, maxBackpressureWait)
@@ -42,7 +41,7 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 				return
 			}
 		default:
-			if !sleep(ctx, n.wait) {
+			if !handoff.Sleep(ctx, n.wait) {
 				return
 			}
 		}
@@ -56,17 +55,15 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 func (f *Fetcher) admit(parent context.Context) next {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	held, err := natsutil.StreamMsgs(ctx, f.d.JS, f.d.Names.StreamReady())
+	free, err := handoff.Room(ctx, f.d, f.cfg.ReadyCapacity)
 	if err != nil {
 		f.log.Warn("fetcher: READY size", "err", err)
 		return next{wait: errorWait}
 	}
-	free := f.cfg.ReadyCapacity
-	if held >= uint64(free) {
+	if free == 0 {
 		f.d.Metrics.BackpressureRejected.Inc()
 		return next{full: true}
 	}
-	free -= int(held)
 	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize))
 	if err != nil {
 		f.log.Warn("fetcher: admit", "err", err)

@@ -239,19 +239,3 @@ func (f *Fetcher) pump(iter jetstream.MessagesContext, out chan<- jetstream.Msg)
 		out <- m
 	}
 }
-
-// sleep waits for d or until ctx is done; it reports whether ctx is still
-// live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
