@@ -218,7 +218,7 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	jobs := leaseJobs(t, e, []string{"g"}, 50)
 	park(t, e, jobs, func(i int) time.Duration { return time.Duration(i) * 10 * time.Millisecond })
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	stop := handofftest.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 2*time.Second)
+	stop := handofftest.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 10*time.Second)
 	handofftest.WaitFor(t, "releases under way", 10*time.Second, func() bool {
 		return e.StreamMsgs(t, e.Names.StreamReady()) > 0
 	})

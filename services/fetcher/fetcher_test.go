@@ -729,7 +729,7 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	nc, js := e.Connect(t)
 	defer nc.Close()
-	stop = handofftest.StartWithin(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js)), 2*time.Second)
+	stop = handofftest.StartWithin(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js)), 10*time.Second)
 	before := groupInfo(t, e, "g").Jobs
 	handofftest.WaitFor(t, "work under way", 0, func() bool { return groupInfo(t, e, "g").Jobs > before })
 	stop()
