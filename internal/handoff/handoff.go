@@ -37,13 +37,13 @@ const (
 // Span attribute keys set on every hand-off span.
 const (
 	// AttrGroupID is the job's group id (the same key as the client's).
-	AttrGroupID = attribute.Key("bulkaction.group_id")
+	AttrGroupID = telemetry.AttrGroupID
 	// AttrJobID is the job's id within its group.
-	AttrJobID = attribute.Key("bulkaction.job_id")
+	AttrJobID = telemetry.AttrJobID
 	// AttrJobType is the job's type, the last token of its READY subject.
-	AttrJobType = attribute.Key("bulkaction.job_type")
+	AttrJobType = telemetry.AttrJobType
 	// AttrAttempt is the attempt the READY message carries (1 first).
-	AttrAttempt = attribute.Key("bulkaction.attempt")
+	AttrAttempt = telemetry.AttrAttempt
 	// AttrDecision is the admission decision of an admitted job (see
 	// [DecisionReady]); only admit spans carry it.
 	AttrDecision = attribute.Key("bulkaction.admit.decision")

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -122,3 +123,16 @@ func canonicalCopy(h nats.Header) propagation.HeaderCarrier {
 	}
 	return propagation.HeaderCarrier(c)
 }
+
+// Span attribute keys every service puts on a job's spans, so one job's
+// spans can be searched by the same keys whichever service made them.
+const (
+	// AttrGroupID is the job's group id.
+	AttrGroupID = attribute.Key("bulkaction.group_id")
+	// AttrJobID is the job's id within its group.
+	AttrJobID = attribute.Key("bulkaction.job_id")
+	// AttrJobType is the job's type.
+	AttrJobType = attribute.Key("bulkaction.job_type")
+	// AttrAttempt is the job's attempt (1 first).
+	AttrAttempt = attribute.Key("bulkaction.attempt")
+)

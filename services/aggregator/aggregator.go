@@ -33,11 +33,11 @@ const SpanRecord = "bulkaction.record"
 // of the other services.
 const (
 	// AttrGroupID is the result's group id.
-	AttrGroupID = attribute.Key("bulkaction.group_id")
+	AttrGroupID = telemetry.AttrGroupID
 	// AttrJobID is the result's job id.
-	AttrJobID = attribute.Key("bulkaction.job_id")
+	AttrJobID = telemetry.AttrJobID
 	// AttrAttempt is the attempt the result belongs to.
-	AttrAttempt = attribute.Key("bulkaction.attempt")
+	AttrAttempt = telemetry.AttrAttempt
 	// AttrStatus is the result's status, SUCCESS or FAILED.
 	AttrStatus = attribute.Key("bulkaction.status")
 	// AttrOutcome is what recording did: recorded, duplicate or unknown

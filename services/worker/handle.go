@@ -37,13 +37,13 @@ const (
 // of the fetcher and the dispatcher.
 const (
 	// AttrGroupID is the job's group id.
-	AttrGroupID = attribute.Key("bulkaction.group_id")
+	AttrGroupID = telemetry.AttrGroupID
 	// AttrJobID is the job's id within its group.
-	AttrJobID = attribute.Key("bulkaction.job_id")
+	AttrJobID = telemetry.AttrJobID
 	// AttrJobType is the job's type.
-	AttrJobType = attribute.Key("bulkaction.job_type")
+	AttrJobType = telemetry.AttrJobType
 	// AttrAttempt is the attempt the READY message carries (1 first).
-	AttrAttempt = attribute.Key("bulkaction.attempt")
+	AttrAttempt = telemetry.AttrAttempt
 	// AttrDelivered is how often the READY message has been delivered.
 	AttrDelivered = attribute.Key("bulkaction.delivered")
 	// AttrOutcome is what the delivery came to: a result status (SUCCESS,
