@@ -322,10 +322,16 @@ func TestRedisFailureHandsBatchBack(t *testing.T) {
 		}
 		return info.Delivered.Consumer > 3
 	})
-	if n := b.streamMsgs(t, b.names.StreamResult()); n != 3 {
-		t.Fatalf("RESULT holds %d messages while recording fails, want 3", n)
+	// A result fetched in a batch of its own (before the others arrived) is
+	// rightly recorded and acknowledged, and results of the failed batch may
+	// be recorded already (their redelivery is a harmless duplicate); but a
+	// result may leave RESULT only once recorded, and j1's must still be there.
+	n := b.streamMsgs(t, b.names.StreamResult())
+	g := b.group(t, "g")
+	if n < 1 || int64(n)+g.Done < 3 {
+		t.Fatalf("RESULT holds %d messages and %d are recorded while recording fails: a result left RESULT unrecorded", n, g.Done)
 	}
-	if g := b.group(t, "g"); g.State == contracts.StateCompleted || g.Done > 2 {
+	if g.State == contracts.StateCompleted || g.Done > 2 {
 		t.Fatalf("group %+v while j1 cannot be recorded", g.GroupCounts)
 	}
 	if len(b.events(t, "g")) != 0 {
