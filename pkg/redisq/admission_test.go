@@ -343,3 +343,57 @@ func TestPacedSpreadsWithinWindow(t *testing.T) {
 		t.Fatalf("%d jobs in %v, want %d (one per 10ms)", total, elapsed, want)
 	}
 }
+
+// TestClaimBatch claims, in one call, deliveries of two groups, one of them
+// cancelled while its jobs were leased: each delivery gets the outcome a
+// single Claim would give, a job delivered twice in the batch runs once,
+// and every claimed job leaves the inflight set.
+func TestClaimBatch(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Lease: 5 * time.Second}, true)
+	enqueueN(t, q, "a", 3, "", 0)
+	enqueueN(t, q, "c", 2, "", 0)
+	r := admit(t, q, 5)
+	if len(r.Jobs) != 5 {
+		t.Fatalf("admitted %d", len(r.Jobs))
+	}
+	if _, err := q.Cancel(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	a, c := []redisq.LeasedJob{}, []redisq.LeasedJob{}
+	for _, j := range r.Jobs {
+		if j.GroupID == "a" {
+			a = append(a, j)
+		} else {
+			c = append(c, j)
+		}
+	}
+	d := func(j redisq.LeasedJob, attempt int) redisq.Delivery {
+		return redisq.Delivery{GroupID: j.GroupID, JobID: j.ID, Attempt: attempt}
+	}
+	got, err := q.ClaimBatch(ctx, []redisq.Delivery{
+		d(a[0], 1), d(c[0], 1), d(a[1], 2), d(a[0], 1), {GroupID: "a", JobID: "nope", Attempt: 1}, d(c[1], 1), d(a[2], 1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []redisq.ClaimOutcome{redisq.ClaimRun, redisq.ClaimCancelled, redisq.ClaimStale, redisq.ClaimStale,
+		redisq.ClaimStale, redisq.ClaimCancelled, redisq.ClaimRun}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	// a[1] was delivered with a stale attempt: it stays leased.
+	if left, _ := b.rdb.ZRange(ctx, q.Keys().Inflight(), 0, -1).Result(); fmt.Sprint(left) != "[a:"+a[1].ID+"]" {
+		t.Fatalf("inflight after claim: %v", left)
+	}
+	if info, ok, err := q.Group(ctx, "c"); err != nil || !ok || info.Cancelled != 2 {
+		t.Fatalf("cancelled group: %+v %v %v", info, ok, err)
+	}
+	// A redelivery of a claimed attempt (its worker died) may run again.
+	if o, err := q.Claim(ctx, "a", a[0].ID, 1); err != nil || o != redisq.ClaimRun {
+		t.Fatalf("redelivered claim: %v %v", o, err)
+	}
+	if out, err := q.ClaimBatch(ctx, nil); err != nil || len(out) != 0 {
+		t.Fatalf("empty batch: %v %v", out, err)
+	}
+}

@@ -99,15 +99,57 @@ const (
 
 // Claim marks a delivered job RUNNING if the delivery's attempt is the
 // job's current one (DESIGN §6.3). A redelivery of the same attempt (the
-// previous worker died) may run again.
+// previous worker died) may run again. It is a [Queue.ClaimBatch] of one.
 func (q *Queue) Claim(ctx context.Context, groupID, jobID string, attempt int) (ClaimOutcome, error) {
-	v, err := q.run(ctx, "claim", claimScript,
-		[]string{q.keys.Job(groupID, jobID), q.keys.GroupMeta(groupID), q.keys.Inflight()},
-		q.keys.Prefix(), groupID, jobID, attempt, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
+	out, err := q.ClaimBatch(ctx, []Delivery{{GroupID: groupID, JobID: jobID, Attempt: attempt}})
 	if err != nil {
 		return "", err
 	}
-	return ClaimOutcome(toStr(toList(v)[0])), nil
+	return out[0], nil
+}
+
+// Delivery identifies one delivered attempt of a job, as a READY message
+// carries it.
+type Delivery struct {
+	GroupID, JobID string
+	Attempt        int
+}
+
+// maxClaimBatch is the most deliveries one claim script call takes; a
+// larger ClaimBatch makes several calls in one pipeline.
+const maxClaimBatch = 512
+
+// ClaimBatch claims several deliveries in one round trip and returns one
+// outcome per delivery, in order; each is claimed as [Queue.Claim] would.
+// The same job twice in one batch runs at most once: the second delivery
+// is stale.
+func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]ClaimOutcome, error) {
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	calls := (len(ds) + maxClaimBatch - 1) / maxClaimBatch
+	replies, err := q.pipelineScripts(ctx, "claim", claimScript, calls, func(c int) ([]string, []any) {
+		part := ds[c*maxClaimBatch : min(len(ds), (c+1)*maxClaimBatch)]
+		args := make([]any, 0, 3+3*len(part))
+		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL))
+		for _, d := range part {
+			args = append(args, d.GroupID, d.JobID, d.Attempt)
+		}
+		return []string{q.keys.Inflight()}, args
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClaimOutcome, 0, len(ds))
+	for _, v := range replies {
+		for _, o := range toList(v) {
+			out = append(out, ClaimOutcome(toStr(o)))
+		}
+	}
+	if len(out) != len(ds) {
+		return nil, fmt.Errorf("redisq: claim script: %d outcomes for %d deliveries", len(out), len(ds))
+	}
+	return out, nil
 }
 
 func parseJobs(flat []any) []LeasedJob {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -59,12 +58,70 @@ const (
 // acknowledged for redelivery.
 const outcomeHandedBack = "HANDED_BACK"
 
-// handle runs one delivery of a READY message (DESIGN §6.3). ctx is Run's
-// context; the delivery does not stop when it ends: every Redis or NATS
-// call made for it has its own timeout (settleTimeout), and the processor
-// runs under the tracker's job context.
-func (w *Worker) handle(ctx context.Context, jobType string, msg jetstream.Msg, jobs *tracker) {
+// claimed is a delivery whose job is being claimed or run.
+type claimed struct {
+	msg       jetstream.Msg
+	job       *contracts.ReadyJob
+	delivered int
+	base      context.Context // carries span
+	span      trace.Span
+}
+
+// handle runs the deliveries of one pull (DESIGN §6.3): invalid messages
+// are dead-lettered, the others are claimed in one Redis call, and each
+// claimed job runs in its own goroutine. Every delivery gives back its
+// slot when it is settled. ctx is Run's context; a delivery does not stop
+// when it ends: every Redis or NATS call made for it has its own timeout
+// (settleTimeout), and the processor runs under the tracker's job context.
+func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Msg, jobs *tracker) {
 	base := context.WithoutCancel(ctx)
+	cs := make([]claimed, 0, len(msgs))
+	for _, msg := range msgs {
+		if c, ok := w.open(base, jobType, msg); ok {
+			cs = append(cs, c)
+		} else {
+			w.release(1)
+		}
+	}
+	if len(cs) == 0 {
+		return
+	}
+	ds := make([]redisq.Delivery, len(cs))
+	for i, c := range cs {
+		ds[i] = redisq.Delivery{GroupID: c.job.GroupID, JobID: c.job.JobID, Attempt: c.job.Attempt}
+	}
+	cctx, cancel := context.WithTimeout(base, settleTimeout)
+	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds)
+	cancel()
+	for i, c := range cs {
+		switch {
+		case err != nil:
+			w.handBack(c.msg, c.span, c.job, "claim", err)
+		case outcomes[i] == redisq.ClaimRun:
+			jobs.add(1)
+			go func() {
+				defer jobs.done()
+				defer w.release(1)
+				defer c.span.End()
+				w.run(c, jobs)
+			}()
+			continue
+		case outcomes[i] == redisq.ClaimStale, outcomes[i] == redisq.ClaimCancelled:
+			w.log.Debug("delivery dropped", "group", c.job.GroupID, "job", c.job.JobID, "attempt", c.job.Attempt,
+				"claim", string(outcomes[i]))
+			w.count(c.span, c.job.Type, telemetry.StatusDropped)
+			w.ack(c.msg, c.job)
+		default:
+			w.handBack(c.msg, c.span, c.job, "claim", fmt.Errorf("unexpected claim outcome %q", outcomes[i]))
+		}
+		c.span.End()
+		w.release(1)
+	}
+}
+
+// open decodes a delivery and starts its span; a message that is not a
+// valid ready job of jobType is dead-lettered and ok is false.
+func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (c claimed, ok bool) {
 	job, err := contracts.DecodeReadyJob(msg.Data(), w.d.Limits)
 	if err == nil && job.Type != jobType {
 		err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "type",
@@ -73,13 +130,12 @@ func (w *Worker) handle(ctx context.Context, jobType string, msg jetstream.Msg, 
 	}
 	if err != nil {
 		w.deadLetter(base, msg, err)
-		return
+		return claimed{}, false
 	}
 	delivered := 1
 	if md, err := msg.Metadata(); err == nil {
 		delivered = int(md.NumDelivered)
 	}
-
 	base, span := w.tracer.Start(telemetry.ExtractHeader(base, msg.Headers()), SpanProcess,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -88,27 +144,13 @@ func (w *Worker) handle(ctx context.Context, jobType string, msg jetstream.Msg, 
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", msg.Subject()),
 		))
-	defer span.End()
+	return claimed{msg: msg, job: job, delivered: delivered, base: base, span: span}, true
+}
 
-	cctx, cancel := context.WithTimeout(base, settleTimeout)
-	claim, err := w.d.Queue.Claim(cctx, job.GroupID, job.JobID, job.Attempt)
-	cancel()
-	if err != nil {
-		w.handBack(msg, span, job, "claim", err)
-		return
-	}
-	switch claim {
-	case redisq.ClaimRun:
-	case redisq.ClaimStale, redisq.ClaimCancelled:
-		w.log.Debug("delivery dropped", "group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "claim", string(claim))
-		w.count(span, job.Type, telemetry.StatusDropped)
-		w.ack(base, msg, job)
-		return
-	default:
-		w.handBack(msg, span, job, "claim", fmt.Errorf("unexpected claim outcome %q", claim))
-		return
-	}
-
+// run runs a claimed job's processor and settles the delivery: result,
+// back-off, or hand-back.
+func (w *Worker) run(c claimed, jobs *tracker) {
+	base, msg, span, job, delivered := c.base, c.msg, c.span, c.job, c.delivered
 	if delivered > w.cfg.MaxDeliveries {
 		w.publishResult(base, msg, span, job, contracts.ResultFailed,
 			fmt.Sprintf("poison: delivered %d times", delivered), 0)
@@ -122,13 +164,11 @@ func (w *Worker) handle(ctx context.Context, jobType string, msg jetstream.Msg, 
 		return
 	}
 	jctx, jcancel := context.WithTimeout(trace.ContextWithSpan(jobs.base, span), w.cfg.JobTimeout)
-	stopBeat := w.heartbeat(msg)
 	start := time.Now()
 	perr := processor.Run(jctx, w.mux, &processor.Job{
 		GroupID: job.GroupID, JobID: job.JobID, Type: job.Type, Payload: job.Payload, Attempt: job.Attempt,
 	})
 	elapsed := time.Since(start)
-	stopBeat()
 	jcancel()
 	if !jobs.finish(d) { // handed back by the shutdown while it ran
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
@@ -189,7 +229,7 @@ func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, span trac
 		span.SetStatus(codes.Error, res.Error)
 	}
 	w.count(span, job.Type, string(status))
-	w.ack(ctx, msg, job)
+	w.ack(msg, job)
 }
 
 // backoff sends the job back to the non-ready queue (retryAfter < 0 means
@@ -217,7 +257,7 @@ func (w *Worker) backoff(ctx context.Context, msg jetstream.Msg, span trace.Span
 		status = telemetry.StatusDropped
 	}
 	w.count(span, job.Type, status)
-	w.ack(ctx, msg, job)
+	w.ack(msg, job)
 }
 
 // count records the delivery's outcome on the span and in
@@ -231,7 +271,7 @@ func (w *Worker) count(span trace.Span, jobType, status string) {
 // already stored, so a lost ack only means a redelivery, which the claim
 // drops as stale (or, before the result is recorded, a re-run whose result
 // carries the same message id and is counted once).
-func (w *Worker) ack(_ context.Context, msg jetstream.Msg, job *contracts.ReadyJob) {
+func (w *Worker) ack(msg jetstream.Msg, job *contracts.ReadyJob) {
 	if err := msg.Ack(); err != nil {
 		w.warn("ack of READY message failed; it will be redelivered and dropped",
 			"group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "err", err)
@@ -260,29 +300,6 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error)
 		return
 	}
 	w.warn("invalid READY message dead-lettered", "subject", msg.Subject(), "reason", reason, "err", cause)
-}
-
-// heartbeat marks msg in progress every AckWait/3 until the returned
-// function is called; that function returns once the marking has stopped.
-func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(w.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
 }
 
 // warn logs at warn level, at most once per second; the lines left out in

@@ -256,6 +256,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	for i, t := range w.cfg.Types {
 		loops.Go(func() { w.pull(ctx, t, consumers[i], jobs) })
 	}
+	stopBeat := make(chan struct{})
+	var beat sync.WaitGroup
+	beat.Go(func() { jobs.beat(w.cfg.AckWait/3, stopBeat) })
+	defer func() {
+		close(stopBeat)
+		beat.Wait()
+	}()
 	w.log.Info("worker started", "types", w.cfg.Types, "concurrency", w.cfg.Concurrency)
 	<-ctx.Done()
 	loops.Wait()
@@ -306,12 +313,15 @@ func (w *Worker) pull(ctx context.Context, jobType string, cons jetstream.Consum
 			idle = true
 			continue
 		}
-		got := 0
+		var msgs []jetstream.Msg
 		for msg := range batch.Messages() {
-			got++
-			w.start(ctx, jobType, msg, jobs)
+			msgs = append(msgs, msg)
 		}
+		got := len(msgs)
 		w.release(n - got)
+		if got > 0 {
+			w.start(ctx, jobType, msgs, jobs)
+		}
 		if err := batch.Error(); err != nil {
 			w.pullFailed(ctx, jobType, err)
 		}
@@ -365,22 +375,22 @@ func (w *Worker) release(n int) {
 	}
 }
 
-// start runs one delivery in its own goroutine, which gives back the slot
-// the message was pulled with. A message that arrives after ctx ended is
-// handed back at once.
-func (w *Worker) start(ctx context.Context, jobType string, msg jetstream.Msg, jobs *tracker) {
+// start handles the deliveries of one pull in a goroutine of their own:
+// they are claimed together, and each claimed job then runs in its own
+// goroutine, which gives back the slot its message was pulled with.
+// Messages that arrive after ctx ended are handed back at once.
+func (w *Worker) start(ctx context.Context, jobType string, msgs []jetstream.Msg, jobs *tracker) {
 	if ctx.Err() != nil {
-		_ = msg.Nak()
-		w.release(1)
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+		w.release(len(msgs))
 		return
 	}
-	jobs.wg.Add(1)
-	jobs.handling.Add(1)
+	jobs.add(1)
 	go func() {
-		defer jobs.wg.Done()
-		defer jobs.handling.Add(-1)
-		defer w.release(1)
-		w.handle(ctx, jobType, msg, jobs)
+		defer jobs.done()
+		w.handle(ctx, jobType, msgs, jobs)
 	}()
 }
 
@@ -391,8 +401,8 @@ var errShutdown = errors.New("worker: shutting down")
 // tracker knows the deliveries whose processor is running, so that the
 // shutdown can cancel them and hand their messages back.
 type tracker struct {
-	wg       sync.WaitGroup // every delivery being handled
-	handling atomic.Int64   // deliveries being handled, as counted by wg
+	wg       sync.WaitGroup // every batch and delivery being handled
+	handling atomic.Int64   // batches and deliveries being handled, as counted by wg
 	base     context.Context
 	cancel   context.CancelCauseFunc
 	mu       sync.Mutex
@@ -405,6 +415,41 @@ type tracker struct {
 type delivery struct {
 	msg     jetstream.Msg
 	settled bool // guarded by tracker.mu
+}
+
+// add counts n more batches or deliveries being handled; done ends one.
+func (t *tracker) add(n int) {
+	t.wg.Add(n)
+	t.handling.Add(int64(n))
+}
+
+func (t *tracker) done() {
+	t.handling.Add(-1)
+	t.wg.Done()
+}
+
+// beat marks the message of every running job in progress each interval,
+// until stop is closed, so that long jobs are not delivered again.
+func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var msgs []jetstream.Msg
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		msgs = msgs[:0]
+		t.mu.Lock()
+		for d := range t.running {
+			msgs = append(msgs, d.msg)
+		}
+		t.mu.Unlock()
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+	}
 }
 
 // newTracker returns a tracker whose job contexts outlive ctx: they end

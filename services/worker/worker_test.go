@@ -487,6 +487,38 @@ func TestJobTimeout(t *testing.T) {
 	}
 }
 
+// TestLongJobIsKeptInProgress runs jobs for 2.5 times the READY ack wait:
+// the worker marks them in progress, so none is delivered again while it
+// runs, and each runs once.
+func TestLongJobIsKeptInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	var runs atomic.Int64
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, _ *processor.Job) error {
+		runs.Add(1)
+		select {
+		case <-time.After(2500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	runWorker(t, b, worker.Config{AckWait: time.Second, Concurrency: 4}, mux)
+	b.submit(t, "g", "t", 3)
+	for _, id := range []string{"j0", "j1", "j2"} {
+		if res := b.results.wait(t, "g", id); res.Status != contracts.ResultSuccess || res.Attempt != 1 {
+			t.Fatalf("%s: result = %+v", id, res.JobResult)
+		}
+	}
+	if n := runs.Load(); n != 3 {
+		t.Fatalf("processor ran %d times for 3 jobs: a running job was delivered again", n)
+	}
+	if n := b.jobResults("t", telemetry.StatusDropped); n != 0 {
+		t.Fatalf("job_results{t,DROPPED} = %d, want 0 (no redelivery)", n)
+	}
+}
+
 func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 	checkLeaks(t)
 	b := setup(t, redisq.Config{})

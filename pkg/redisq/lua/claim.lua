@@ -1,31 +1,48 @@
--- claim.lua: a worker claims a delivered job before running it. The
--- delivery must carry the job's current attempt; otherwise it is stale.
--- KEYS[1]: job:<gid>:<jid>
--- KEYS[2]: group:<gid>:meta
--- KEYS[3]: inflight
--- ARGV[1]: key prefix
--- ARGV[2]: groupId
--- ARGV[3]: jobId
--- ARGV[4]: attempt carried by the delivery
--- ARGV[5]: now override in ms ('' = Redis TIME)
--- ARGV[6]: job TTL in seconds
--- ARGV[7]: group TTL in seconds
--- Returns: { outcome, transition } where outcome is 'run' (run it),
---   'stale' (another attempt is current, or the job is terminal or gone:
---   drop the delivery) or 'cancelled' (the group was cancelled: the job is
---   counted as cancelled and must not run); transition is 'COMPLETED' when
---   that cancellation settled the group's counts, else ''.
-local prefix, gid, jid = ARGV[1], ARGV[2], ARGV[3]
-local attempt = tonumber(ARGV[4])
-local now = now_ms(ARGV[5])
-local d = redis.call('HMGET', KEYS[1], 'status', 'attempt')
-if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING') then
-  return { 'stale', '' }
+-- claim.lua: a worker claims delivered jobs before running them. A delivery
+-- must carry its job's current attempt; otherwise it is stale.
+-- KEYS[1]: inflight
+-- ARGV[1]: key prefix (job and group keys are built from it)
+-- ARGV[2]: now override in ms ('' = Redis TIME)
+-- ARGV[3]: job TTL in seconds
+-- ARGV[3+3(i-1)+1..3]: groupId_i, jobId_i, attempt_i carried by delivery i
+-- Returns: one outcome per delivery, in order: 'run' (run it), 'stale'
+--   (another attempt is current, or the job is terminal or gone: drop the
+--   delivery) or 'cancelled' (the group was cancelled: the job is counted as
+--   cancelled and must not run).
+local prefix = ARGV[1]
+local now = now_ms(ARGV[2])
+local job_ttl = tonumber(ARGV[3])
+local n = (#ARGV - 3) / 3
+
+local out, seen, members, group_status = {}, {}, {}, {}
+for i = 1, n do
+  local a = 3 + 3 * (i - 1)
+  local gid, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
+  local job_key = prefix .. 'job:' .. gid .. ':' .. jid
+  local d = redis.call('HMGET', job_key, 'status', 'attempt')
+  if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING')
+      or seen[job_key] then
+    -- a second delivery of the same job in this call is a duplicate
+    out[i] = 'stale'
+  else
+    seen[job_key] = true
+    members[#members + 1] = gid .. ':' .. jid
+    local meta_key = prefix .. 'group:' .. gid .. ':meta'
+    local st = group_status[gid]
+    if st == nil then
+      st = redis.call('HGET', meta_key, 'status') or ''
+      group_status[gid] = st
+    end
+    if st == 'CANCELLED' then
+      cancel_job(prefix, gid, job_key, meta_key, now, job_ttl)
+      out[i] = 'cancelled'
+    else
+      redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now)
+      out[i] = 'run'
+    end
+  end
 end
-redis.call('ZREM', KEYS[3], gid .. ':' .. jid)
-if redis.call('HGET', KEYS[2], 'status') == 'CANCELLED' then
-  cancel_job(prefix, gid, KEYS[1], KEYS[2], now, tonumber(ARGV[6]))
-  return { 'cancelled', '' }
+for i = 1, #members, 4000 do
+  redis.call('ZREM', KEYS[1], unpack(members, i, math.min(i + 3999, #members)))
 end
-redis.call('HSET', KEYS[1], 'status', 'RUNNING', 'claimedAt', now)
-return { 'run', '' }
+return out
