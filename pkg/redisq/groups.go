@@ -70,8 +70,20 @@ func (q *Queue) Record(ctx context.Context, r contracts.JobResult) (*RecordResul
 	return out[0], nil
 }
 
-// RecordBatch records several results in one pipelined round trip (one
-// script call each), returning one RecordResult per result, in order.
+// recordChunk is the most results one record script call takes.
+const recordChunk = 512
+
+// recordReplyWidth is the number of reply values per result: outcome,
+// completed, createdAt and the 7 values parseCounts reads.
+const recordReplyWidth = 10
+
+// RecordBatch records several results, returning one RecordResult per
+// result, in order, as if they were recorded one after the other: a later
+// result for a job an earlier one made terminal is a DuplicateResult. It
+// takes one script call per 512 results, all in one round trip. A call that
+// fails records none of its results; with more than 512 results, the calls
+// before it stay recorded (recording those results again reports them as
+// duplicates).
 func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*RecordResult, error) {
 	for _, r := range rs {
 		if r.Status != contracts.ResultSuccess && r.Status != contracts.ResultFailed {
@@ -81,25 +93,56 @@ func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*R
 	if len(rs) == 0 {
 		return nil, nil
 	}
-	replies, err := q.pipelineScripts(ctx, "record", recordScript, len(rs), func(i int) ([]string, []any) {
-		r := rs[i]
-		return []string{q.keys.Job(r.GroupID, r.JobID), q.keys.GroupMeta(r.GroupID)},
-			[]any{q.keys.Prefix(), r.GroupID, string(r.Status), r.Error, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), r.Attempt}
+	chunk := func(c int) []contracts.JobResult { return rs[c*recordChunk : min((c+1)*recordChunk, len(rs))] }
+	n := (len(rs) + recordChunk - 1) / recordChunk
+	replies, err := q.pipelineScripts(ctx, "record", recordScript, n, func(c int) ([]string, []any) {
+		return q.recordCall(chunk(c))
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*RecordResult, len(rs))
-	for i, v := range replies {
-		l := toList(v)
-		out[i] = &RecordResult{
-			Outcome:     RecordOutcome(toStr(l[0])),
-			Completed:   toStr(l[1]) == string(contracts.StateCompleted),
-			CreatedAtMs: toInt(l[2]),
-			Group:       parseCounts(l[3:]),
+	out := make([]*RecordResult, 0, len(rs))
+	for c, v := range replies {
+		l, want := toList(v), len(chunk(c))
+		if len(l) != want*recordReplyWidth {
+			return nil, fmt.Errorf("redisq: record script: %d reply values for %d results", len(l), want)
+		}
+		for i := 0; i < want; i++ {
+			e := l[i*recordReplyWidth : (i+1)*recordReplyWidth]
+			out = append(out, &RecordResult{
+				Outcome:     RecordOutcome(toStr(e[0])),
+				Completed:   toInt(e[1]) == 1,
+				CreatedAtMs: toInt(e[2]),
+				Group:       parseCounts(e[3:]),
+			})
 		}
 	}
 	return out, nil
+}
+
+// recordCall builds the keys and arguments of one record script call (see
+// lua/record.lua): the meta key of each group touched, in order of first
+// appearance, then each result with its group's index.
+func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
+	index := make(map[string]int, 8)
+	var keys []string
+	var gids []any
+	results := make([]any, 0, 5*len(rs))
+	for _, r := range rs {
+		g, ok := index[r.GroupID]
+		if !ok {
+			keys = append(keys, q.keys.GroupMeta(r.GroupID))
+			gids = append(gids, r.GroupID)
+			g = len(keys)
+			index[r.GroupID] = g
+		}
+		results = append(results, g, r.JobID, string(r.Status), r.Error, r.Attempt)
+	}
+	args := make([]any, 0, 4+len(gids)+len(results))
+	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
+	args = append(args, gids...)
+	args = append(args, results...)
+	return keys, args
 }
 
 // SealOutcome says what Seal did.

@@ -53,15 +53,21 @@ local function group_cleanup(prefix, gid, meta_key, group_ttl)
   end
 end
 
+-- completion_due is the completion rule: the group is sealed (declared is
+-- its total; false or nil = not sealed), has not ended, and its done and
+-- cancelled jobs reach the declared total.
+local function completion_due(status, declared, done, cancelled)
+  if not declared or TERMINAL_GROUP[status] then
+    return false
+  end
+  return done + cancelled >= declared
+end
+
 -- maybe_complete completes a sealed group whose every job is terminal.
 -- Returns the new state or false.
 local function maybe_complete(prefix, gid, meta_key, now, group_ttl)
   local m = redis.call('HMGET', meta_key, 'status', 'declaredTotal', 'doneJobs', 'cancelledCount')
-  local status, declared = m[1], m[2]
-  if declared == false or TERMINAL_GROUP[status] then
-    return false
-  end
-  if num(m[3]) + num(m[4]) < tonumber(declared) then
+  if not completion_due(m[1], m[2] and tonumber(m[2]), num(m[3]), num(m[4])) then
     return false
   end
   redis.call('HSET', meta_key, 'status', 'COMPLETED', 'finishedAt', now)

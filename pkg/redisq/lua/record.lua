@@ -1,54 +1,125 @@
--- record.lua: records a job's terminal result exactly once and completes the
--- group when it is sealed and every job is terminal.
--- KEYS[1]: job:<gid>:<jid>
--- KEYS[2]: group:<gid>:meta
--- ARGV[1]: key prefix
--- ARGV[2]: groupId
--- ARGV[3]: status: SUCCESS or FAILED
--- ARGV[4]: error text ('' = none)
--- ARGV[5]: now override in ms ('' = Redis TIME)
--- ARGV[6]: job TTL in seconds once terminal (0 = keep)
--- ARGV[7]: group TTL in seconds once ended (0 = keep)
--- ARGV[8]: attempt that produced the result
--- Returns: { outcome, transition, createdAt, <group reply> } where outcome is
---   'recorded', 'duplicate' (the job was already terminal: nothing changed)
---   or 'unknown' (no such job); transition is 'COMPLETED' when this result
---   completed the group, else ''; createdAt is the job's enqueue time (ms,
---   0 if unknown).
-local prefix, gid, status = ARGV[1], ARGV[2], ARGV[3]
-local now = now_ms(ARGV[5])
-local job_ttl, group_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+-- record.lua: records a batch of job results, each job's terminal result
+-- exactly once, and completes every group of the batch that is sealed and
+-- has every job terminal.
+-- KEYS[1..G]: group:<gid>:meta of each group the batch touches
+-- ARGV[1]:    key prefix (job and congestion keys are built from it)
+-- ARGV[2]:    now override in ms ('' = Redis TIME)
+-- ARGV[3]:    job TTL in seconds once terminal (0 = keep)
+-- ARGV[4]:    group TTL in seconds once ended (0 = keep)
+-- ARGV[5..4+G]: groupId of KEYS[1..G]
+-- ARGV[5+G..]: 5 values per result, in order: group index g (KEYS[g]),
+--             jobId, status (SUCCESS or FAILED), error text ('' = none),
+--             attempt that produced the result
+-- Returns: a flat list of 10 values per result, in the order of the results:
+--   outcome, completed, createdAt, <group reply>
+--   outcome is 'recorded', 'duplicate' (the job was already terminal, maybe
+--   through an earlier result of this batch: nothing changed) or 'unknown'
+--   (no such job); completed is 1 on the result that completed its group,
+--   else 0; createdAt is the job's enqueue time (ms, 0 if unknown); the group
+--   reply (as lib.lua's group_reply) holds the group's state and counters
+--   right after that result.
+-- Every read comes before the first write, so a call that fails on a read
+-- (a key of the wrong type) changes nothing.
+local prefix = ARGV[1]
+local now = now_ms(ARGV[2])
+local job_ttl, group_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local ngroups = #KEYS
 
-local j = redis.call('HMGET', KEYS[1], 'status', 'createdAt')
-local cur, created = j[1], num(j[2])
-if cur == false then
-  return reply(KEYS[2], 'unknown', '', 0)
-end
-if TERMINAL_JOB[cur] then
-  return reply(KEYS[2], 'duplicate', '', created)
-end
-
-redis.call('HSET', KEYS[1], 'status', status, 'finishedAt', now, 'resultAttempt', ARGV[8])
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'error', ARGV[4])
-end
-if job_ttl > 0 then
-  redis.call('EXPIRE', KEYS[1], job_ttl)
-end
-local done = redis.call('HINCRBY', KEYS[2], 'doneJobs', 1)
-redis.call('HSET', KEYS[2], 'lastProgressAt', now)
-if status == 'SUCCESS' then
-  redis.call('HINCRBY', KEYS[2], 'successCount', 1)
-else
-  redis.call('HINCRBY', KEYS[2], 'failedCount', 1)
+-- Each group's meta is read once; its counters are then kept here and
+-- written back once, after all of its results.
+local groups = {}
+for g = 1, ngroups do
+  local m = redis.call('HMGET', KEYS[g], 'status', 'declaredTotal', 'totalJobs', 'doneJobs',
+    'successCount', 'failedCount', 'cancelledCount')
+  groups[g] = {
+    gid = ARGV[4 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
+    done = num(m[4]), succeeded = num(m[5]), failed = num(m[6]), cancelled = num(m[7]),
+    completed = false,
+  }
 end
 
--- seed 002: avgThrottlePerJob follows the completed jobs
-local stats_key = prefix .. 'congestion:' .. gid .. ':stats'
-local throttles = redis.call('HGET', stats_key, 'totalThrottleCount')
-if throttles then
-  redis.call('HSET', stats_key, 'avgThrottlePerJob', string.format('%.2f', tonumber(throttles) / done))
+local out = {}
+local function emit(outcome, completed, created, s)
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3] = outcome, completed, created
+  out[n + 4], out[n + 5], out[n + 6] = s.status or 'NONE', s.declared or -1, s.jobs
+  out[n + 7], out[n + 8], out[n + 9], out[n + 10] = s.done, s.succeeded, s.failed, s.cancelled
 end
 
-local transition = maybe_complete(prefix, gid, KEYS[2], now, group_ttl) or ''
-return reply(KEYS[2], 'recorded', transition, created)
+-- terminal: job key -> createdAt of every job found terminal or recorded by
+-- this call, so a later result of the same job is a duplicate.
+local terminal = {}
+-- recorded: job key and the ARGV index of each result to write.
+local recorded = {}
+for i = 5 + ngroups, #ARGV, 5 do
+  local s = groups[tonumber(ARGV[i])]
+  local job_key = prefix .. 'job:' .. s.gid .. ':' .. ARGV[i + 1]
+  local created = terminal[job_key]
+  if created then
+    emit('duplicate', 0, created, s)
+  else
+    local j = redis.call('HMGET', job_key, 'status', 'createdAt')
+    created = num(j[2])
+    if j[1] == false then
+      emit('unknown', 0, 0, s)
+    elseif TERMINAL_JOB[j[1]] then
+      terminal[job_key] = created
+      emit('duplicate', 0, created, s)
+    else
+      terminal[job_key] = created
+      recorded[#recorded + 1] = { job_key, i }
+      s.recorded = true
+      s.done = s.done + 1
+      if ARGV[i + 2] == 'SUCCESS' then
+        s.succeeded = s.succeeded + 1
+      else
+        s.failed = s.failed + 1
+      end
+      local completed = 0
+      if completion_due(s.status, s.declared, s.done, s.cancelled) then
+        s.status, s.completed, completed = 'COMPLETED', true, 1
+      end
+      emit('recorded', completed, created, s)
+    end
+  end
+end
+
+-- seed 002: avgThrottlePerJob follows the completed jobs (a completed
+-- group's congestion stats are dropped instead).
+for g = 1, ngroups do
+  local s = groups[g]
+  if s.recorded and not s.completed then
+    s.stats_key = prefix .. 'congestion:' .. s.gid .. ':stats'
+    s.throttles = redis.call('HGET', s.stats_key, 'totalThrottleCount')
+  end
+end
+
+-- Writes only from here on.
+for _, r in ipairs(recorded) do
+  local job_key, i = r[1], r[2]
+  if ARGV[i + 3] ~= '' then
+    redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4],
+      'error', ARGV[i + 3])
+  else
+    redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4])
+  end
+  if job_ttl > 0 then
+    redis.call('EXPIRE', job_key, job_ttl)
+  end
+end
+for g = 1, ngroups do
+  local s = groups[g]
+  if s.completed then
+    redis.call('HSET', KEYS[g], 'doneJobs', s.done, 'successCount', s.succeeded,
+      'failedCount', s.failed, 'lastProgressAt', now, 'status', 'COMPLETED', 'finishedAt', now)
+    group_cleanup(prefix, s.gid, KEYS[g], group_ttl)
+  elseif s.recorded then
+    redis.call('HSET', KEYS[g], 'doneJobs', s.done, 'successCount', s.succeeded,
+      'failedCount', s.failed, 'lastProgressAt', now)
+    if s.throttles then
+      redis.call('HSET', s.stats_key, 'avgThrottlePerJob', string.format('%.2f', tonumber(s.throttles) / s.done))
+    end
+  end
+end
+
+return out
