@@ -127,12 +127,11 @@ func ValidateType(v string) error {
 }
 
 func validateToken(field, v string, maxLen int, pattern string) error {
-	limit := "must match " + pattern
 	if v == "" {
-		return invalidField(field, "empty", limit)
+		return invalidField(field, "empty", "must match "+pattern)
 	}
 	if len(v) > maxLen {
-		return invalidField(field, strconv.Itoa(len(v))+" characters", limit)
+		return invalidField(field, strconv.Itoa(len(v))+" characters", "must match "+pattern)
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
@@ -141,9 +140,9 @@ func validateToken(field, v string, maxLen int, pattern string) error {
 		}
 		r, size := utf8.DecodeRuneInString(v[i:])
 		if r == utf8.RuneError && size <= 1 {
-			return invalidField(field, fmt.Sprintf("contains invalid UTF-8 byte 0x%02x", c), limit)
+			return invalidField(field, fmt.Sprintf("contains invalid UTF-8 byte 0x%02x", c), "must match "+pattern)
 		}
-		return invalidField(field, fmt.Sprintf("contains %q", r), limit)
+		return invalidField(field, fmt.Sprintf("contains %q", r), "must match "+pattern)
 	}
 	return nil
 }
