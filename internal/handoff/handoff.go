@@ -96,14 +96,16 @@ func Publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, span str
 	}
 	for i, j := range jobs {
 		subject := d.Names.Ready(j.Type)
-		sctx, sp := tracer.Start(parentContext(ctx, j.Trace), span,
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(append([]attribute.KeyValue{
+		sctx, sp := tracer.Start(parentContext(ctx, j.Trace), span, trace.WithSpanKind(trace.SpanKindProducer))
+		if sp.IsRecording() {
+			sp.SetAttributes(
 				AttrGroupID.String(j.GroupID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
 				AttrAttempt.Int(j.Attempt),
 				attribute.String("messaging.system", "nats"),
 				attribute.String("messaging.destination.name", subject),
-			}, attrs...)...))
+			)
+			sp.SetAttributes(attrs...)
+		}
 		spans[i] = sp
 		rj := contracts.ReadyJob{V: contracts.Version, GroupID: j.GroupID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}
 		if len(j.Payload) > 0 {
@@ -171,6 +173,9 @@ func parentContext(ctx context.Context, tp string) context.Context {
 // when ctx carries no valid span context. It is the form a job's trace is
 // stored in ([redisq.Job.Trace]).
 func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
 	c := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, c)
 	return c["traceparent"]

@@ -228,12 +228,16 @@ func (c *Client) publishControl(ctx context.Context, spanName string, sub *contr
 }
 
 func (c *Client) startSpan(ctx context.Context, name, subject, groupID string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	attrs = append(attrs,
-		AttrGroupID.String(groupID),
-		attribute.String("messaging.system", "nats"),
-		attribute.String("messaging.destination.name", subject),
-	)
-	return c.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	ctx, span := c.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(attrs...)
+		span.SetAttributes(
+			AttrGroupID.String(groupID),
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", subject),
+		)
+	}
+	return ctx, span
 }
 
 // newMsg builds a message with its Nats-Msg-Id and the trace context of ctx.

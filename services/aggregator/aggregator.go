@@ -278,13 +278,15 @@ func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 			continue
 		}
 		_, span := a.tracer.Start(telemetry.ExtractHeader(base, m.Headers()), SpanRecord,
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(
+			trace.WithSpanKind(trace.SpanKindConsumer))
+		if span.IsRecording() {
+			span.SetAttributes(
 				AttrGroupID.String(r.GroupID), AttrJobID.String(r.JobID), AttrAttempt.Int(r.Attempt),
 				AttrStatus.String(string(r.Status)),
 				attribute.String("messaging.system", "nats"),
 				attribute.String("messaging.destination.name", m.Subject()),
-			))
+			)
+		}
 		items = append(items, item{msg: m, res: r, span: span})
 		results = append(results, *r)
 	}

@@ -89,11 +89,13 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 	for i, m := range msgs {
 		it := &item{msg: m}
 		mctx, span := f.tracer.Start(telemetry.ExtractHeader(ctx, m.Headers()), SpanIngest,
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(
+			trace.WithSpanKind(trace.SpanKindConsumer))
+		if span.IsRecording() {
+			span.SetAttributes(
 				attribute.String("messaging.system", "nats"),
 				attribute.String("messaging.destination.name", m.Subject()),
-			))
+			)
+		}
 		it.span = span
 		sub, err := contracts.DecodeSubmission(m.Subject(), m.Data(), f.d.Limits)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkaction/bulkaction/internal/natsutil/jspub"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
@@ -137,13 +138,15 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 		delivered = int(md.NumDelivered)
 	}
 	base, span := w.tracer.Start(telemetry.ExtractHeader(base, msg.Headers()), SpanProcess,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(
 			AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
 			AttrAttempt.Int(job.Attempt), AttrDelivered.Int(delivered),
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", msg.Subject()),
-		))
+		)
+	}
 	return claimed{msg: msg, job: job, delivered: delivered, base: base, span: span}, true
 }
 
@@ -221,7 +224,9 @@ func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, span trac
 	m.Data = data
 	m.Header.Set(jetstream.MsgIDHeader, res.MsgID())
 	telemetry.InjectHeader(ctx, m.Header)
-	if _, err := w.d.JS.PublishMsg(ctx, m); err != nil {
+	// An asynchronous publish awaited here costs less than a synchronous
+	// request, and the publishes of concurrent jobs share their writes.
+	if err := jspub.PublishWindow(ctx, w.d.JS, []*nats.Msg{m}, 0)[0]; err != nil {
 		w.handBack(msg, span, job, "publish result", err)
 		return
 	}
