@@ -47,6 +47,15 @@
 //     (admitted, not yet confirmed on READY) and
 //     depth_ready_below_workers_share (share of samples in which READY held
 //     fewer messages than there are workers: the workers were starved).
+//   - floor_nats_jobs_per_s and floor_nats_cpu_us_per_job: [NatsFloor], the
+//     three stored JetStream hops of a job (SUBMIT, READY, RESULT, configured
+//     as the pipeline's) relayed alone in batches of 256, with no Redis and
+//     no service logic: the most any design with those hops can carry on
+//     this machine. ceiling_jobs_per_s: the cores of the machine divided by
+//     floor_nats_cpu_us_per_job plus the pipeline's Redis CPU per job
+//     (redis_cpu_ms_per_1k_jobs), that is the throughput if every core did
+//     nothing but that NATS and Redis work. floor_nats_ratio_vs_asynq and
+//     ceiling_ratio_vs_asynq divide them by asynq's throughput.
 //   - submit_jobs_per_s(_asynq): how fast the producers got their jobs
 //     accepted; processor_runs_per_job: processor calls per job in the
 //     throughput run (above 1 means redeliveries).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +21,13 @@ const (
 	FigHoLAsynq        = "hol_small_group_ms_asynq"
 	FigLatencyP50      = "latency_p50_ms"
 	FigLatencyP99      = "latency_p99_ms"
+	// FigFloorNats is the throughput of the three stored JetStream hops of
+	// a job alone ([NatsFloor]).
+	FigFloorNats = "floor_nats_jobs_per_s"
+	// FigCeiling bounds the pipeline's throughput on this machine: every
+	// core busy with nothing but the NATS work of [NatsFloor] and the Redis
+	// work the pipeline's throughput run measured per job.
+	FigCeiling = "ceiling_jobs_per_s"
 )
 
 // Systems a run can measure.
@@ -171,6 +179,25 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 	}
 	if pl != nil && aq != nil {
 		rep.Add(FigThroughputRatio, tp/tpAsynq)
+	}
+
+	// What the three stored hops alone allow, and what that leaves.
+	if pl != nil {
+		o.Progress(fmt.Sprintf("floor: %d jobs through three stored JetStream hops alone", o.Jobs))
+		f, err := NatsFloor(ctx, env.NatsURL(), o.Jobs)
+		if err != nil {
+			return err
+		}
+		natsUs := float64(f.CPUPerJob()) / float64(time.Microsecond)
+		rep.Add(FigFloorNats, f.JobsPerSec())
+		rep.Add("floor_nats_cpu_us_per_job", natsUs)
+		redisUs, _ := rep.Get("redis_cpu_ms_per_1k_jobs") // ms per 1,000 jobs = µs per job
+		ceiling := float64(runtime.NumCPU()) * 1e6 / (natsUs + redisUs)
+		rep.Add(FigCeiling, ceiling)
+		if aq != nil {
+			rep.Add("floor_nats_ratio_vs_asynq", f.JobsPerSec()/tpAsynq)
+			rep.Add("ceiling_ratio_vs_asynq", ceiling/tpAsynq)
+		}
 	}
 
 	// Head-of-line delay.
