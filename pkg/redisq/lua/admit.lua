@@ -94,12 +94,15 @@ end
 -- next_group finds the first group in fair order that may be served. In
 -- paced mode a group whose share of this window is used up is skipped
 -- (keeping its place) unless share limits are lifted (work-conserving).
-local capped, ncapped, lifted = {}, { 0, 0, 0 }, false
+-- A level found empty stays empty for the rest of the call: only enqueue
+-- adds groups to a level.
+local capped, ncapped, lifted, empty = {}, { 0, 0, 0 }, false, {}
 local function next_group()
   for li = 1, 3 do
     local fq = KEYS[li]
-    while true do
+    while not empty[li] do
       local r = redis.call('ZRANGE', fq, 0, ncapped[li])
+      if #r == 0 then empty[li] = true end
       local pick = nil
       for j = 1, #r do
         if not capped[r[j]] then pick = r[j]; break end
