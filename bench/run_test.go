@@ -55,6 +55,15 @@ func TestRunSmall(t *testing.T) {
 	if r, want := get(FigThroughputRatio), get(FigThroughput)/get(FigThroughputAsynq); r < want*0.99 || r > want*1.01 {
 		t.Errorf("ratio %v, want %v", r, want)
 	}
+	// The three hops alone carry jobs faster than the whole pipeline, and
+	// the ceiling (those hops' NATS work plus the pipeline's Redis work) lies
+	// above what the pipeline did.
+	if floor, tp := get(FigFloorNats), get(FigThroughput); floor <= tp {
+		t.Errorf("NATS floor %v jobs/s, not above the pipeline's %v", floor, tp)
+	}
+	if c, tp := get(FigCeiling), get(FigThroughput); c <= tp {
+		t.Errorf("ceiling %v jobs/s, not above the pipeline's %v", c, tp)
+	}
 	if v := get("processor_runs_per_job"); v < 1 {
 		t.Errorf("processor_runs_per_job = %v: some jobs did not run", v)
 	}
