@@ -13,14 +13,16 @@
 //  1. The body is decoded; a message that is not a valid ready job, or whose
 //     type differs from its subject's, goes to the dead-letter stream and is
 //     terminated.
-//  2. The job is claimed in Redis ([redisq.Queue.Claim]). A delivery that
+//  2. The job is claimed in Redis; the deliveries of one pull are claimed
+//     together, in one call ([redisq.Queue.ClaimBatch]). A delivery that
 //     does not carry the job's current attempt is stale and is acknowledged
 //     without running; so is a job of a cancelled group (it is counted as
 //     cancelled). A message delivered more than Config.MaxDeliveries times
 //     (a poison job) becomes a FAILED result without running.
 //  3. The processor runs under Config.JobTimeout, through [processor.Run]
-//     (a panic fails the job; the worker keeps running), while the worker
-//     tells JetStream the message is in progress.
+//     (a panic fails the job; the worker keeps running). Every
+//     Config.AckWait/3 one ticker tells JetStream that the messages of all
+//     running jobs are in progress, so a long job is not delivered again.
 //  4. [processor.Classify] decides the outcome. Success and permanent
 //     failure publish a SUCCESS or FAILED result; a retryable error or a
 //     rate limit sends the job back to the non-ready queue with
