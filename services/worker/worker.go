@@ -443,7 +443,9 @@ func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
 		msgs = msgs[:0]
 		t.mu.Lock()
 		for d := range t.running {
-			msgs = append(msgs, d.msg)
+			if !d.settled { // not handed back by the shutdown
+				msgs = append(msgs, d.msg)
+			}
 		}
 		t.mu.Unlock()
 		for _, m := range msgs {
