@@ -170,6 +170,24 @@ func (q *Queue) pipelineScripts(ctx context.Context, name string, s *redis.Scrip
 	}
 }
 
+// scriptChunk is the most items (results, deliveries) one batched script
+// call takes; a larger batch makes several calls in one pipeline.
+const scriptChunk = 512
+
+// chunkOf returns chunk c of items, cut in chunks of scriptChunk.
+func chunkOf[T any](items []T, c int) []T {
+	return items[c*scriptChunk : min((c+1)*scriptChunk, len(items))]
+}
+
+// pipelineChunks runs script s once per chunk of items (see chunkOf), all
+// in one round trip, call building each chunk's keys and arguments; it
+// returns one reply per chunk, in order.
+func pipelineChunks[T any](ctx context.Context, q *Queue, name string, s *redis.Script, items []T,
+	call func(part []T) ([]string, []any)) ([]any, error) {
+	n := (len(items) + scriptChunk - 1) / scriptChunk
+	return q.pipelineScripts(ctx, name, s, n, func(c int) ([]string, []any) { return call(chunkOf(items, c)) })
+}
+
 // LeasedJob is a job taken out of the queue.
 type LeasedJob struct {
 	GroupID string

@@ -70,9 +70,6 @@ func (q *Queue) Record(ctx context.Context, r contracts.JobResult) (*RecordResul
 	return out[0], nil
 }
 
-// recordChunk is the most results one record script call takes.
-const recordChunk = 512
-
 // recordReplyWidth is the number of reply values per result: outcome,
 // completed, createdAt and the 7 values parseCounts reads.
 const recordReplyWidth = 10
@@ -93,17 +90,13 @@ func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*R
 	if len(rs) == 0 {
 		return nil, nil
 	}
-	chunk := func(c int) []contracts.JobResult { return rs[c*recordChunk : min((c+1)*recordChunk, len(rs))] }
-	n := (len(rs) + recordChunk - 1) / recordChunk
-	replies, err := q.pipelineScripts(ctx, "record", recordScript, n, func(c int) ([]string, []any) {
-		return q.recordCall(chunk(c))
-	})
+	replies, err := pipelineChunks(ctx, q, "record", recordScript, rs, q.recordCall)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*RecordResult, 0, len(rs))
 	for c, v := range replies {
-		l, want := toList(v), len(chunk(c))
+		l, want := toList(v), len(chunkOf(rs, c))
 		if len(l) != want*recordReplyWidth {
 			return nil, fmt.Errorf("redisq: record script: %d reply values for %d results", len(l), want)
 		}

@@ -115,10 +115,6 @@ type Delivery struct {
 	Attempt        int
 }
 
-// maxClaimBatch is the most deliveries one claim script call takes; a
-// larger ClaimBatch makes several calls in one pipeline.
-const maxClaimBatch = 512
-
 // ClaimBatch claims several deliveries in one round trip and returns one
 // outcome per delivery, in order; each is claimed as [Queue.Claim] would.
 // The same job twice in one batch runs at most once: the second delivery
@@ -127,9 +123,7 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]ClaimOutcome, 
 	if len(ds) == 0 {
 		return nil, nil
 	}
-	calls := (len(ds) + maxClaimBatch - 1) / maxClaimBatch
-	replies, err := q.pipelineScripts(ctx, "claim", claimScript, calls, func(c int) ([]string, []any) {
-		part := ds[c*maxClaimBatch : min(len(ds), (c+1)*maxClaimBatch)]
+	replies, err := pipelineChunks(ctx, q, "claim", claimScript, ds, func(part []Delivery) ([]string, []any) {
 		args := make([]any, 0, 3+3*len(part))
 		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL))
 		for _, d := range part {
