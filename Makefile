@@ -3,7 +3,7 @@ PKGS     ?= ./...
 BIN      ?= bin/bulkaction
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short bench bench-redisq bench-admission bench-e2e lint fmt vet fuzz redis clean
+.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e lint fmt vet fuzz redis clean
 
 all: build
 
@@ -15,10 +15,14 @@ build:
 run: build
 	$(BIN) dev --demo
 
-## test: the whole suite against real redis-server and embedded NATS
-test: redis
+## test: the whole suite against real redis-server and embedded NATS, and the deployment checks
+test: redis test-deployments
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+## test-deployments: the deployment files checked offline, and the image's healthcheck command
+test-deployments:
+	cd deployments/healthprobe && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## redis: make sure redis-server is installed (installs Debian's package if missing)
 redis:

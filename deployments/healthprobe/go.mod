@@ -1,0 +1,3 @@
+module github.com/bulkaction/bulkaction/deployments/healthprobe
+
+go 1.26.8
