@@ -20,8 +20,11 @@ test: redis test-deployments
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-## test-deployments: the deployment files checked offline, and the image's healthcheck command
+## test-deployments: Helm chart, compose stack and Dockerfile checked offline (deployments/validate,
+# a module of its own so that Helm, Kubernetes and compose-spec stay out of go.mod), and the
+# image's healthcheck command (deployments/healthprobe)
 test-deployments:
+	cd deployments/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deployments/healthprobe && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## redis: make sure redis-server is installed (installs Debian's package if missing)

@@ -1,0 +1,130 @@
+package validate
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/dotenv"
+)
+
+const composeDir = "../compose"
+
+// composeCopy copies the compose directory and the dashboard it mounts into a temporary tree of
+// the same shape, with .env made from .env.example (as the stack's instructions say), and
+// returns the copy's compose directory.
+func composeCopy(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "deployments", "compose")
+	copyDir(t, composeDir, dir)
+	copyDir(t, "../grafana", filepath.Join(root, "deployments", "grafana"))
+	b, err := os.ReadFile(filepath.Join(dir, ".env.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".env"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// checkComposeVariant loads and checks one variant of the stack in dir.
+func checkComposeVariant(t *testing.T, dir string, files, profiles []string) error {
+	t.Helper()
+	envFile := filepath.Join(dir, ".env")
+	p, err := LoadCompose(context.Background(), dir, envFile, files, profiles)
+	if err != nil {
+		return err
+	}
+	env, err := dotenv.Read(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []string
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, string(b))
+	}
+	if err := CheckCompose(p, raw, env); err != nil {
+		return err
+	}
+	t.Logf("services: %v; disabled: %v", p.ServiceNames(), p.DisabledServiceNames())
+	return nil
+}
+
+var composeVariants = map[string]struct{ files, profiles []string }{
+	"single":  {[]string{"compose.yaml"}, nil},
+	"cluster": {[]string{"compose.yaml", "compose.cluster.yaml"}, []string{"cluster"}},
+}
+
+func TestCompose(t *testing.T) {
+	dir := composeCopy(t)
+	for name, v := range composeVariants {
+		t.Run(name, func(t *testing.T) {
+			if err := checkComposeVariant(t, dir, v.files, v.profiles); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The cluster override without its profile leaves the cluster without two of its nodes: the
+// check must see it.
+func TestComposeClusterNeedsProfile(t *testing.T) {
+	err := checkComposeVariant(t, composeCopy(t), []string{"compose.yaml", "compose.cluster.yaml"}, nil)
+	if err == nil {
+		t.Fatal("the cluster override loaded without the cluster profile passed")
+	}
+	t.Logf("failed as expected: %.300s", err)
+}
+
+// Broken compose files are rejected.
+func TestBrokenComposeFails(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, old, new, want string
+		cluster                    bool
+	}{
+		{"typo in a setting", "compose.yaml", "BULKACTION_LOG_FORMAT: json", "BULKACTION_LOG_FORMT: json", "BULKACTION_LOG_FORMT", false},
+		{"setting the binary rejects", "compose.yaml", "BULKACTION_LOG_FORMAT: json", "BULKACTION_LOG_FORMAT: xml", "LOG_FORMAT", false},
+		{"typo in the env file", ".env", "BULKACTION_GLOBAL_RPS=10000", "BULKACTION_GLOBAL_RSP=10000", "BULKACTION_GLOBAL_RSP", false},
+		{"worker with a fixed name", "compose.yaml", "command: [\"worker\"]", "command: [\"worker\"]\n    container_name: worker", "scaling", false},
+		{"no healthcheck", "compose.yaml", "test: [\"CMD\", \"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:9090/-/ready\"]", "disable: true", "no healthcheck", false},
+		{"dependency on a missing service", "compose.yaml", "      prometheus:\n        condition: service_healthy", "      prometheus:\n        condition: service_healthy\n      loki:\n        condition: service_healthy", "loki", false},
+		{"password written inline", "compose.yaml", "NATS_SERVER_NAME: nats\n", "NATS_SERVER_NAME: nats\n      NATS_PASSWORD: change-me-nats\n", "NATS_PASSWORD", false},
+		{"Redis may evict", "redis/redis.conf", "maxmemory-policy noeviction", "maxmemory-policy allkeys-lru", "maxmemory-policy", false},
+		{"NATS message too small", "nats/nats.conf", "max_payload: 2MB", "max_payload: 512KB", "max_payload", false},
+		{"NATS password differs", ".env", "BULKACTION_NATS_URL=nats://bulkaction:change-me-nats@", "BULKACTION_NATS_URL=nats://bulkaction:other@", "password", false},
+		{"unscraped target", "prometheus/prometheus.yml", "names: [aggregator]", "names: [aggregatr]", "aggregator", false},
+		{"unknown metric in an alert", "prometheus/alerts.yml", "bulk_action_inflight_size", "bulk_action_inflight_jobs", "bulk_action_inflight_jobs", false},
+		{"missing mounted file", "compose.yaml", "./redis/redis.conf:", "./redis/redis.cnf:", "redis.cnf", false},
+		{"cluster without a route", "nats/cluster.conf", "    nats-route://nats-3:6222\n", "", "routes", true},
+		{"cluster with one stream replica", "compose.cluster.yaml", "BULKACTION_STREAM_REPLICAS: \"3\"", "BULKACTION_STREAM_REPLICAS: \"1\"", "STREAM_REPLICAS", true},
+		{"cluster URL without a node", ".env", ",nats://bulkaction:change-me-nats@nats-3:4222", "", "nats-3", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := composeCopy(t)
+			p := filepath.Join(dir, tc.file)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), tc.old) {
+				t.Fatalf("%s no longer contains %q: update this test", tc.file, tc.old)
+			}
+			if err := os.WriteFile(p, []byte(strings.Replace(string(b), tc.old, tc.new, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			v := composeVariants["single"]
+			if tc.cluster {
+				v = composeVariants["cluster"]
+			}
+			mustFail(t, checkComposeVariant(t, dir, v.files, v.profiles), tc.want)
+		})
+	}
+}
