@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
-	"github.com/bulkaction/bulkaction/internal/natsutil/jspub"
-	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/jspub"
 )
 
 // FloorPrefix is the subject prefix of the streams [NatsFloor] relays
@@ -69,7 +69,7 @@ func NatsFloor(ctx context.Context, natsURL string, jobs int) (FloorResult, erro
 	}
 	names := contracts.Names{Prefix: FloorPrefix}
 	floorSeq.Add(1)
-	if err := natsutil.EnsureStreams(ctx, js, names, stack.StreamSettings(cfg)); err != nil {
+	if err := natsutil.EnsureStreams(ctx, js, names, conns.StreamSettings(cfg)); err != nil {
 		return FloorResult{}, err
 	}
 	hops := []struct {

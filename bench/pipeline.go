@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -57,7 +58,7 @@ type PipelineOptions struct {
 // overlap.
 type Pipeline struct {
 	cfg    *config.Config
-	conns  *stack.Conns
+	conns  *conns.Conns
 	client *client.Client
 	batch  int
 
@@ -67,8 +68,7 @@ type Pipeline struct {
 
 	lastDepths Depths // of the last throughput run
 
-	cancel context.CancelFunc
-	done   chan error
+	stack *stack.Stack
 }
 
 // StartPipeline connects, provisions the streams and starts every target,
@@ -102,46 +102,27 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	conns, err := stack.Connect(ctx, cfg, "bench", nil)
+	conns, err := conns.Connect(ctx, cfg, "bench", nil)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{cfg: cfg, conns: conns, batch: o.SubmitBatch, done: make(chan error, 1)}
+	p := &Pipeline{cfg: cfg, conns: conns, batch: o.SubmitBatch}
 	p.client = client.New(conns.JS, client.Options{Names: conns.Names})
 	mux := processor.NewMux()
 	mux.HandleFunc(builtin.TypeNoop, p.process)
 
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	started := make(chan struct{})
-	go func() {
-		p.done <- stack.Run(rctx, stack.Options{
-			Config: cfg, Targets: stack.AllTargets, Conns: conns, Mux: mux, Log: o.Log,
-			Started: func(*stack.Stack) { close(started) },
-		})
-	}()
-	select {
-	case <-started:
-		return p, nil
-	case err := <-p.done:
-		cancel()
+	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.AllTargets, Conns: conns, Mux: mux, Log: o.Log})
+	if err != nil {
 		conns.Close()
-		if err == nil {
-			err = errors.New("stopped before it started")
-		}
 		return nil, fmt.Errorf("bench: pipeline: %w", err)
-	case <-ctx.Done():
-		p.cancel()
-		<-p.done
-		conns.Close()
-		return nil, ctx.Err()
 	}
+	p.stack = st
+	return p, nil
 }
 
 // Close stops the targets (producers first) and closes the connections.
 func (p *Pipeline) Close() error {
-	p.cancel()
-	err := <-p.done
+	err := p.stack.Stop()
 	p.conns.Close()
 	return err
 }
@@ -150,7 +131,7 @@ func (p *Pipeline) Close() error {
 func (p *Pipeline) Config() *config.Config { return p.cfg }
 
 // Conns are the pipeline's connections.
-func (p *Pipeline) Conns() *stack.Conns { return p.conns }
+func (p *Pipeline) Conns() *conns.Conns { return p.conns }
 
 // LastDepths returns the stream depths sampled during the last
 // [Pipeline.Throughput] run.

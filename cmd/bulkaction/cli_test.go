@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
@@ -53,35 +54,22 @@ func startSystem(t *testing.T, withTargets bool, env ...string) *system {
 	s := &system{js: js, cfg: cfg}
 	ctx := context.Background()
 	if !withTargets {
-		if err := natsutil.EnsureStreams(ctx, js, contracts.Names{Prefix: cfg.SubjectPrefix}, stack.StreamSettings(cfg)); err != nil {
+		if err := natsutil.EnsureStreams(ctx, js, contracts.Names{Prefix: cfg.SubjectPrefix}, conns.StreamSettings(cfg)); err != nil {
 			t.Fatal(err)
 		}
-		if s.queue, err = redisq.New(ctx, r.Client, stack.QueueConfig(cfg)); err != nil {
+		if s.queue, err = redisq.New(ctx, r.Client, conns.QueueConfig(cfg)); err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
 	log, _ := telemetry.NewLogger(os.Stderr, "text", "warn")
-	runCtx, cancel := context.WithCancel(ctx)
-	started := make(chan *stack.Stack, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- stack.Run(runCtx, stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log,
-			Started: func(st *stack.Stack) { started <- st }})
-	}()
-	select {
-	case st := <-started:
-		s.queue = st.Conns.Queue
-	case err := <-done:
-		cancel()
+	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log})
+	if err != nil {
 		t.Fatalf("stack: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("stack did not start")
 	}
+	s.queue = st.Conns.Queue
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := st.Stop(); err != nil {
 			t.Errorf("stack: %v", err)
 		}
 	})

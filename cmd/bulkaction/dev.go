@@ -211,26 +211,10 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
 
-	stackCtx, stopStack := context.WithCancel(ctx)
-	defer stopStack()
-	started := make(chan *stack.Stack, 1)
-	stackDone := make(chan error, 1)
-	go func() {
-		stackDone <- stack.Run(stackCtx, stack.Options{
-			Config: cfg, Targets: stack.AllTargets, Log: log,
-			Started: func(st *stack.Stack) { started <- st },
-		})
-	}()
-	var st *stack.Stack
-	select {
-	case st = <-started:
-	case err := <-stackDone:
-		if err == nil {
-			err = ctx.Err()
-		}
+	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log})
+	if err != nil {
 		return err
 	}
-
 	httpAddr := ""
 	if st.Server != nil {
 		httpAddr = reachable(st.Server.Addr())
@@ -238,7 +222,11 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	fmt.Fprint(out, devBanner(cfg, env, httpAddr, logFile, o.demo))
 
 	if !o.demo {
-		err := <-stackDone
+		select {
+		case <-ctx.Done():
+		case <-st.Failed():
+		}
+		err := st.Stop()
 		fmt.Fprintln(out, "bulkaction dev stopped")
 		return err
 	}
@@ -248,25 +236,30 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		// Servers this run did not start keep the ids of earlier runs.
 		suffix = "-" + strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)
 	}
-	fmt.Fprintf(out, "demo (%s): %d groups, %d %s jobs, global limit %d jobs/s, %d worker slots\n\n",
+	return runDemo(ctx, st, w, demo.Options{Out: out, Terminal: live, Suffix: suffix, Log: log})
+}
+
+// runDemo runs the demo workload w on the running stack st, stops the
+// stack and prints the summary. o's Client and Queue are filled in here.
+func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Options) error {
+	cfg := st.Config()
+	fmt.Fprintf(o.Out, "demo (%s): %d groups, %d %s jobs, global limit %d jobs/s, %d worker slots\n\n",
 		w.Scale, len(w.Groups), w.TotalJobs(), w.JobType, cfg.GlobalRps, cfg.WorkerCount)
 	demoCtx, stopDemo := context.WithCancel(ctx)
 	defer stopDemo()
-	var stackErr error
-	stackEnded := make(chan struct{})
 	go func() {
-		stackErr = <-stackDone
-		close(stackEnded)
-		stopDemo() // a failed stack ends the demo
+		select {
+		case <-st.Failed():
+			stopDemo() // a failed stack ends the demo
+		case <-demoCtx.Done():
+		}
 	}()
-	cl := client.New(st.Conns.JS, client.Options{Names: st.Conns.Names, Limits: contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}})
-	sum, runErr := demo.Run(demoCtx, w, demo.Options{
-		Client: cl, Queue: st.Conns.Queue, Out: out, Terminal: live, Suffix: suffix, Log: log,
-	})
-	stopStack()
-	<-stackEnded
+	o.Client = client.New(st.Conns.JS, client.Options{Names: st.Conns.Names, Limits: contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}})
+	o.Queue = st.Conns.Queue
+	sum, runErr := demo.Run(demoCtx, w, o)
+	stackErr := st.Stop()
 	if sum != nil {
-		if err := sum.Write(out); err != nil {
+		if err := sum.Write(o.Out); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/config"
-	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -69,7 +69,7 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 			c.Close()
 			return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; start everything with `bulkaction dev`", ErrNotRunning, cfg.RedisURL, config.Prefix, err)
 		}
-		if c.Queue, err = redisq.New(ctx, c.Redis, stack.QueueConfig(cfg)); err != nil {
+		if c.Queue, err = redisq.New(ctx, c.Redis, conns.QueueConfig(cfg)); err != nil {
 			c.Close()
 			return nil, err
 		}

@@ -1,5 +1,5 @@
 // Package config reads bulkaction's configuration from BULKACTION_*
-// environment variables (DESIGN §7) and checks it. Only main reads the
+// environment variables (docs/ARCHITECTURE.md §7) and checks it. Only main reads the
 // environment; services take the typed values.
 package config
 
@@ -148,8 +148,12 @@ func (c *Config) ReadyCapacity() int {
 	if c.ReadyQueueMaxSize > 0 {
 		return c.ReadyQueueMaxSize
 	}
-	return 4 * c.WorkerCount * c.WorkerInstances
+	return readyPerWorkerSlot * c.WorkerCount * c.WorkerInstances
 }
 
 // Ms turns a millisecond setting into a duration.
 func Ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// readyPerWorkerSlot is the READY capacity per worker slot of the default
+// capacity; the services' default uses the same (a test checks it).
+const readyPerWorkerSlot = 4

@@ -46,7 +46,7 @@ func (d Deps) Fill() Deps {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
 	if d.Events == nil {
-		d.Events = events.NewPublisher(d.JS, d.Names, d.Log)
+		d.Events = events.NewPublisher(d.JS, d.Names, d.Log, d.Metrics)
 	}
 	return d
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
@@ -59,56 +60,36 @@ func (e *env) config(mutate func(*config.Config)) *config.Config {
 
 // running is a stack running in the background.
 type running struct {
-	st     *stack.Stack
-	cancel context.CancelFunc
-	done   chan error
+	st      *stack.Stack
+	stopped bool
 }
 
 // start runs targets on cfg until the test ends (or stop is called).
 func (e *env) start(cfg *config.Config, targets []string, mux *processor.Mux) *running {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan *stack.Stack, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		log = testkit.Logger(e.t)
 	}
-	go func() {
-		r.done <- stack.Run(ctx, stack.Options{Config: cfg, Targets: targets, Mux: mux, Log: log,
-			Started: func(st *stack.Stack) { ready <- st }})
-	}()
-	select {
-	case r.st = <-ready:
-	case err := <-r.done:
+	st, err := stack.Start(context.Background(), stack.Options{Config: cfg, Targets: targets, Mux: mux, Log: log})
+	if err != nil {
 		e.t.Fatalf("stack did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		e.t.Fatal("stack did not start in 20s")
 	}
+	r := &running{st: st}
 	e.t.Cleanup(func() { r.stop(e.t) })
 	return r
 }
 
-// stop cancels the stack (SIGTERM) and waits for it to return.
+// stop stops the stack as SIGTERM does and waits for it.
 func (r *running) stop(t *testing.T) {
-	if r.cancel == nil {
+	if r.stopped {
 		return
 	}
-	r.cancel()
-	r.cancel = nil
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Errorf("stack returned %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Error("stack did not stop in 60s")
+	r.stopped = true
+	if err := r.st.Stop(); err != nil {
+		t.Errorf("stack returned %v", err)
 	}
 }
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // submit sends n jobs of one type with the same payload, then seals.
 func (e *env) submit(gid, typ string, n int, payload string, prio contracts.Priority) {
@@ -155,18 +136,6 @@ func group(t *testing.T, q *redisq.Queue, gid string) *redisq.GroupInfo {
 		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
 	}
 	return info
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func get(t *testing.T, url string) (int, string) {

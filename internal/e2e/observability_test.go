@@ -11,6 +11,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/prometheus/common/expfmt"
@@ -68,7 +69,7 @@ func TestMetricsMatchARun(t *testing.T) {
 	e.wait("m2", time.Minute)
 	addr := r.st.Server.Addr()
 	var m map[string]float64
-	eventually(t, 10*time.Second, "gauges back at zero", func() bool {
+	testkit.WaitFor(t, "gauges back at zero", 10*time.Second, func() bool {
 		m = scrape(t, addr)
 		return m["bulk_action_ready_queue_size"] == 0 && m["bulk_action_non_ready_queue_size"] == 0 &&
 			m["bulk_action_inflight_size"] == 0 && m["bulk_action_queue_groups{priority=normal}"] == 0 &&
@@ -105,7 +106,7 @@ func TestReadyzFollowsRedis(t *testing.T) {
 		t.Fatalf("readyz %d before stopping redis", code)
 	}
 	srv.Stop()
-	eventually(t, 10*time.Second, "readyz 503", func() bool { code, _ := get(t, url+"/readyz"); return code == 503 })
+	testkit.WaitFor(t, "readyz 503", 10*time.Second, func() bool { code, _ := get(t, url+"/readyz"); return code == 503 })
 	_, body := get(t, url+"/readyz")
 	if !strings.Contains(body, "redis") {
 		t.Fatalf("readyz body does not name redis: %s", body)
@@ -116,7 +117,7 @@ func TestReadyzFollowsRedis(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "readyz 200", func() bool { code, _ := get(t, url+"/readyz"); return code == 200 })
+	testkit.WaitFor(t, "readyz 200", 15*time.Second, func() bool { code, _ := get(t, url+"/readyz"); return code == 200 })
 }
 
 // One job's spans across fetcher, worker and aggregator share one trace; a
@@ -146,7 +147,7 @@ func TestTraceOfARetriedJob(t *testing.T) {
 	var submit sdktrace.ReadOnlySpan
 	// The process span of attempt 2 ends after its result is recorded
 	// (it acks READY last): wait for both.
-	eventually(t, 10*time.Second, "record span and both process spans", func() bool {
+	testkit.WaitFor(t, "record span and both process spans", 10*time.Second, func() bool {
 		var record, process int
 		for _, s := range rec.Ended() {
 			switch s.Name() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
@@ -186,7 +187,7 @@ func TestCancelMidRun(t *testing.T) {
 	q := r.st.Conns.Queue
 	const n = 3000
 	e.submit("victim", "sleep", n, `{"ms":2}`, "")
-	eventually(t, 30*time.Second, "some progress", func() bool {
+	testkit.WaitFor(t, "some progress", 30*time.Second, func() bool {
 		info, ok, _ := q.Group(context.Background(), "victim")
 		return ok && info.Done >= 100
 	})
@@ -199,7 +200,7 @@ func TestCancelMidRun(t *testing.T) {
 	}
 	// Jobs already handed out finish and are counted; the counts add up.
 	var info = group(t, q, "victim")
-	eventually(t, 30*time.Second, "counts to settle", func() bool {
+	testkit.WaitFor(t, "counts to settle", 30*time.Second, func() bool {
 		info = group(t, q, "victim")
 		return info.Succeeded+info.Failed+info.Cancelled == n
 	})
@@ -229,7 +230,7 @@ func TestWorkerSigtermMidRun(t *testing.T) {
 	w1 := e.start(&wcfg, []string{stack.TargetWorker}, nil)
 	const n = 3000 // about 1.5s of work for 10 slots
 	e.submit("g", "sleep", n, `{"ms":5}`, "")
-	eventually(t, 30*time.Second, "progress", func() bool {
+	testkit.WaitFor(t, "progress", 30*time.Second, func() bool {
 		info, ok, _ := q.Group(context.Background(), "g")
 		return ok && info.Done >= 100
 	})

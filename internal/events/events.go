@@ -1,5 +1,5 @@
 // Package events publishes group state changes to bulkaction.events.<gid>
-// (DESIGN §3) and logs one line per change.
+// (docs/ARCHITECTURE.md §3) and logs one line per change.
 package events
 
 import (
@@ -9,25 +9,41 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Publisher publishes group events.
+// Publisher publishes group events. It is the one place that publishes
+// them and the one place that counts ended groups
+// (bulk_action_group_completions_total).
 type Publisher struct {
-	js    jetstream.JetStream
-	names contracts.Names
-	log   *slog.Logger
+	js      jetstream.JetStream
+	names   contracts.Names
+	log     *slog.Logger
+	metrics *telemetry.Metrics
 }
 
-// NewPublisher returns a Publisher; log nil means slog.Default().
-func NewPublisher(js jetstream.JetStream, names contracts.Names, log *slog.Logger) *Publisher {
+// NewPublisher returns a Publisher; log nil means slog.Default(), metrics
+// nil means none are counted.
+func NewPublisher(js jetstream.JetStream, names contracts.Names, log *slog.Logger, metrics *telemetry.Metrics) *Publisher {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Publisher{js: js, names: names, log: log}
+	return &Publisher{js: js, names: names, log: log.With(telemetry.LogComponent, "events"), metrics: metrics}
+}
+
+// Change is one change of a group to publish.
+type Change struct {
+	Group  string
+	Counts redisq.GroupCounts
+	// Ended is set when this change ended the group (COMPLETED or
+	// CANCELLED): it is counted once, by state, whether or not the event
+	// is published. Events repeated for a group that had already ended
+	// leave it unset.
+	Ended bool
 }
 
 // Event builds the event of a group's counts.
@@ -45,7 +61,11 @@ func Event(groupID string, c redisq.GroupCounts, at time.Time) contracts.GroupEv
 // Publish publishes the group's current state and waits for the PubAck. The
 // message id is derived from the state and counts, so publishing the same
 // change again (after a crash) is deduplicated by JetStream.
-func (p *Publisher) Publish(ctx context.Context, groupID string, c redisq.GroupCounts) error {
+func (p *Publisher) Publish(ctx context.Context, ch Change) error {
+	groupID, c := ch.Group, ch.Counts
+	if ch.Ended && p.metrics != nil {
+		p.metrics.GroupCompletions.WithLabelValues(completionLabel(c.State)).Inc()
+	}
 	ev := Event(groupID, c, time.Now())
 	data, err := json.Marshal(ev)
 	if err != nil {
@@ -60,4 +80,12 @@ func (p *Publisher) Publish(ctx context.Context, groupID string, c redisq.GroupC
 	p.log.Info("group state", "group", groupID, "state", string(c.State), "total", ev.Total,
 		"jobs", c.Jobs, "succeeded", c.Succeeded, "failed", c.Failed, "cancelled", c.Cancelled)
 	return nil
+}
+
+// completionLabel is the group_completions_total label of an ended state.
+func completionLabel(s contracts.GroupState) string {
+	if s == contracts.StateCancelled {
+		return telemetry.StateCancelled
+	}
+	return telemetry.StateCompleted
 }

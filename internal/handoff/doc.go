@@ -1,4 +1,4 @@
-// Package handoff moves leased jobs onto the READY stream (DESIGN §6.2): it
+// Package handoff moves leased jobs onto the READY stream (docs/ARCHITECTURE.md §6.2): it
 // publishes one [contracts.ReadyJob] per job to <prefix>.ready.<type> with
 // Nats-Msg-Id <groupId>:<jobId>:<attempt> and the job's trace context,
 // waits for every PubAck, and then confirms the published jobs in Redis so

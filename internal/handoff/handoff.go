@@ -96,14 +96,10 @@ func Publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, span str
 	}
 	for i, j := range jobs {
 		subject := d.Names.Ready(j.Type)
-		sctx, sp := tracer.Start(parentContext(ctx, j.Trace), span, trace.WithSpanKind(trace.SpanKindProducer))
+		sctx, sp := telemetry.StartMessageSpan(parentContext(ctx, j.Trace), tracer, span, trace.SpanKindProducer, subject)
 		if sp.IsRecording() {
-			sp.SetAttributes(
-				AttrGroupID.String(j.GroupID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
-				AttrAttempt.Int(j.Attempt),
-				attribute.String("messaging.system", "nats"),
-				attribute.String("messaging.destination.name", subject),
-			)
+			sp.SetAttributes(AttrGroupID.String(j.GroupID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
+				AttrAttempt.Int(j.Attempt))
 			sp.SetAttributes(attrs...)
 		}
 		spans[i] = sp
@@ -188,6 +184,17 @@ func endAll(spans []trace.Span) {
 		}
 	}
 }
+
+// ReadyPerWorkerSlot is how many READY messages the default capacity
+// allows per worker slot: enough to keep every slot busy between admission
+// rounds, few enough that a newly arriving small group waits behind little.
+const ReadyPerWorkerSlot = 4
+
+// DefaultReadyCapacity is the READY capacity of fetchers and dispatchers
+// whose configuration leaves it zero: [ReadyPerWorkerSlot] × one worker of
+// the default concurrency (10). The settings compute theirs from
+// WORKER_COUNT and WORKER_INSTANCES the same way.
+const DefaultReadyCapacity = ReadyPerWorkerSlot * 10
 
 // Room returns how many more messages the READY stream may hold now under
 // capacity (0 when it is full). Fetchers and dispatchers hand jobs over

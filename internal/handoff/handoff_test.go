@@ -14,15 +14,16 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/bulkaction/bulkaction/internal/handoff"
-	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-func TestMain(m *testing.M) { handofftest.Main(m) }
+func TestMain(m *testing.M) { pipelinetest.Main(m) }
 
 // lease enqueues n jobs per group and admits them all.
-func lease(t *testing.T, e *handofftest.Env, groups []string, n int, trace string) []redisq.LeasedJob {
+func lease(t *testing.T, e *pipelinetest.Env, groups []string, n int, trace string) []redisq.LeasedJob {
 	t.Helper()
 	var jobs []redisq.Job
 	for _, g := range groups {
@@ -35,14 +36,14 @@ func lease(t *testing.T, e *handofftest.Env, groups []string, n int, trace strin
 }
 
 // stored returns every message of the READY stream, in order.
-func stored(t *testing.T, e *handofftest.Env) []*jetstream.RawStreamMsg {
+func stored(t *testing.T, e *pipelinetest.Env) []*jetstream.RawStreamMsg {
 	t.Helper()
 	return e.StoredMsgs(t, e.Names.StreamReady())
 }
 
 func TestPublishPublishesAndConfirms(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	jobs := lease(t, e, []string{"ga", "gb"}, 25, "")
 	if got := e.Inflight(t); got != 50 {
 		t.Fatalf("inflight %d before publish, want 50", got)
@@ -93,7 +94,7 @@ func TestPublishPublishesAndConfirms(t *testing.T) {
 
 func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{Lease: 200 * time.Millisecond})
+	e := pipelinetest.NewEnv(t, redisq.Config{Lease: 200 * time.Millisecond})
 	ctx := context.Background()
 	// READY refuses messages beyond the sixth.
 	st, err := e.JS.Stream(ctx, e.Names.StreamReady())
@@ -124,7 +125,7 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	var again []redisq.LeasedJob
-	handofftest.WaitFor(t, "expired leases", 5*time.Second, func() bool {
+	testkit.WaitFor(t, "expired leases", 5*time.Second, func() bool {
 		r, err := e.Queue.Reclaim(ctx, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -164,8 +165,8 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 
 func TestPublishContinuesStoredTrace(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
-	tp, rec := handofftest.RecordSpans(t)
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	tp, rec := testkit.RecordSpans(t)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	jobs := lease(t, e, []string{"g"}, 3, "00-"+traceID+"-"+parentID+"-01")
 	d := e.Deps()
@@ -226,7 +227,7 @@ func TestTraceparent(t *testing.T) {
 }
 
 func TestPublishNothing(t *testing.T) {
-	ok, err := handoff.Publish(context.Background(), handofftest.NewEnv(t, redisq.Config{}).Deps(), nil, handoff.SpanAdmit)
+	ok, err := handoff.Publish(context.Background(), pipelinetest.NewEnv(t, redisq.Config{}).Deps(), nil, handoff.SpanAdmit)
 	if ok != nil || err != nil {
 		t.Fatalf("Publish(nil) = %v, %v", ok, err)
 	}

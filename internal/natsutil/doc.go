@@ -1,6 +1,6 @@
 // Package natsutil holds the NATS JetStream plumbing shared by every target:
 // an embedded server for development and tests ([StartEmbedded]), the stream
-// layout of DESIGN §3 ([StreamConfigs], [EnsureStreams]), and batched
+// layout of docs/ARCHITECTURE.md §3 ([StreamConfigs], [EnsureStreams]), and batched
 // asynchronous publishing with one outcome per message ([PublishAll]).
 //
 // The five streams are derived from a [contracts.Names]:

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 func TestStartEmbedded(t *testing.T) {
@@ -60,7 +61,7 @@ func TestStartEmbeddedTempDirRemovedAfterShutdown(t *testing.T) {
 	}
 	s.Shutdown()
 	s.WaitForShutdown()
-	waitFor(t, "temp dir removed", func() bool {
+	testkit.WaitFor(t, "temp dir removed", 10*time.Second, func() bool {
 		_, err := os.Stat(dir)
 		return errors.Is(err, fs.ErrNotExist)
 	})
@@ -88,17 +89,5 @@ func TestStartEmbeddedPortInUse(t *testing.T) {
 func TestStartEmbeddedRejectsNegativeMaxPayload(t *testing.T) {
 	if _, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{Dir: t.TempDir(), Port: -1, MaxPayload: -1}); err == nil || !strings.Contains(err.Error(), "MaxPayload") {
 		t.Fatalf("err = %v, want a MaxPayload error", err)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkaction/bulkaction/internal/natsutil/jspub"
+	"github.com/bulkaction/bulkaction/pkg/jspub"
 )
 
 // PublishAll publishes msgs to JetStream asynchronously (each with its own

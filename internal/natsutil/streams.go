@@ -21,7 +21,7 @@ const (
 	DefaultMaxMsgSize int32 = 1 << 20
 )
 
-// StreamSettings configure every stream of [StreamConfigs] (DESIGN §3). The
+// StreamSettings configure every stream of [StreamConfigs] (docs/ARCHITECTURE.md §3). The
 // zero value gives the defaults: file storage, one replica, EVENTS and DLQ
 // kept 7 days, a 2 minute duplicate window and 1 MiB messages.
 type StreamSettings struct {

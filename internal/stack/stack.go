@@ -1,8 +1,10 @@
-// Package stack wires bulkaction's targets together from a config.Config:
-// it connects to Redis and NATS, provisions the streams, builds the queue
-// and runs any set of targets (fetcher, dispatcher, worker, aggregator) in
-// one process, with the HTTP endpoint for metrics and health. `bulkaction
-// run`, `bulkaction dev` and the end-to-end tests all start it.
+// Package stack runs any set of bulkaction's targets in one process from a
+// config.Config (docs/ARCHITECTURE.md §2): a table of targets, each with its
+// init function and the modules it depends on; [Start] opens what they need
+// (connections, metrics, the HTTP endpoint), starts them and returns once
+// every part is ready. `bulkaction run`, `bulkaction dev`, pkg/server, the
+// CLI tests, the end-to-end tests and the benchmark all start stacks this
+// one way.
 package stack
 
 import (
@@ -15,23 +17,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/deps"
-	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
-	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
-	"github.com/bulkaction/bulkaction/pkg/redisq"
-	"github.com/bulkaction/bulkaction/services/aggregator"
-	"github.com/bulkaction/bulkaction/services/dispatcher"
-	"github.com/bulkaction/bulkaction/services/fetcher"
-	"github.com/bulkaction/bulkaction/services/worker"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 )
 
 // Targets, in start order.
@@ -72,345 +67,303 @@ func ParseTargets(s string) ([]string, error) {
 	return out, nil
 }
 
-// Conns are the shared connections of a process.
-type Conns struct {
-	Redis redis.UniversalClient
-	NC    *nats.Conn
-	JS    jetstream.JetStream
-	Queue *redisq.Queue
-	Names contracts.Names
-}
-
-// Close closes the connections (draining NATS).
-func (c *Conns) Close() {
-	if c.NC != nil {
-		_ = c.NC.Drain()
-		deadline := time.Now().Add(5 * time.Second)
-		for !c.NC.IsClosed() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		c.NC.Close()
-	}
-	if c.Redis != nil {
-		_ = c.Redis.Close()
-	}
-}
-
-// QueueConfig maps the settings to the queue's configuration.
-func QueueConfig(cfg *config.Config) redisq.Config {
-	return redisq.Config{
-		Prefix:            cfg.RedisPrefix,
-		Alpha:             cfg.Alpha,
-		Mode:              cfg.AdmissionMode,
-		GlobalLimit:       cfg.GlobalRps,
-		Window:            config.Ms(cfg.RateLimitWindowMs),
-		Burst:             config.Ms(cfg.PacingBurstMs),
-		ActiveStaleAfter:  config.Ms(cfg.ActiveGroupStaleMs),
-		Lease:             config.Ms(cfg.LeaseMs),
-		BaseBackoff:       config.Ms(cfg.BaseBackoffMs),
-		MaxBackoff:        config.Ms(cfg.MaxBackoffMs),
-		DisableCongestion: !cfg.CongestionEnabled,
-		JobTTL:            cfg.JobTTL,
-		GroupTTL:          cfg.GroupTTL,
-	}
-}
-
-// StreamSettings maps the settings to the streams' configuration.
-func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
-	storage := jetstream.FileStorage
-	if cfg.StreamStorage == "memory" {
-		storage = jetstream.MemoryStorage
-	}
-	return natsutil.StreamSettings{
-		Storage: storage, Replicas: cfg.StreamReplicas, MaxAge: cfg.StreamMaxAge,
-		DuplicateWindow: cfg.DuplicateWindow, MaxMsgSize: int32(cfg.MaxMsgSize),
-	}
-}
-
-// Connect opens Redis and NATS, provisions the streams and builds the queue.
-// obs receives script durations (nil = none).
-func Connect(ctx context.Context, cfg *config.Config, name string, obs redisq.Observer) (*Conns, error) {
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("BULKACTION_REDIS_URL: %w", err)
-	}
-	if opt.PoolSize < 32 {
-		opt.PoolSize = 32
-	}
-	c := &Conns{Redis: redis.NewClient(opt), Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
-	if err := c.Redis.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis %s: %w", cfg.RedisURL, err)
-	}
-	qc := QueueConfig(cfg)
-	qc.Observer = obs
-	if c.Queue, err = redisq.New(ctx, c.Redis, qc); err != nil {
-		c.Close()
-		return nil, err
-	}
-	c.NC, err = nats.Connect(cfg.NatsURL, nats.Name("bulkaction "+name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("nats %s: %w", cfg.NatsURL, err)
-	}
-	if c.JS, err = jetstream.New(c.NC); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if err := natsutil.EnsureStreams(ctx, c.JS, c.Names, StreamSettings(cfg)); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// Options configure Run.
+// Options configure [Start].
 type Options struct {
 	Config  *config.Config
 	Targets []string
 	// Conns, when set, are used instead of connecting (and not closed).
-	Conns *Conns
+	Conns *conns.Conns
 	// Mux serves the worker target; nil = the built-in processors.
 	Mux *processor.Mux
 	// Log nil = slog.Default().
 	Log *slog.Logger
 	// Registry receives the metrics; nil = a new registry.
 	Registry *prometheus.Registry
-	// Started, when set, is called once every target runs.
-	Started func(*Stack)
-	// FetcherBeforePublish is the fetcher's fault-injection hook (tests).
-	FetcherBeforePublish func([]redisq.LeasedJob) error
+	// ReadyTimeout bounds how long Start waits for every part to be ready;
+	// 0 = [DefaultReadyTimeout].
+	ReadyTimeout time.Duration
 }
 
-// Stack is a running set of targets.
+// DefaultReadyTimeout is the default of [Options.ReadyTimeout].
+const DefaultReadyTimeout = 30 * time.Second
+
+// Stack is a running set of targets. Create it with [Start]; stop it with
+// [Stack.Stop].
 type Stack struct {
-	Conns    *Conns
+	Conns    *conns.Conns
 	Metrics  *telemetry.Metrics
 	Registry *prometheus.Registry
-	Server   *telemetry.Server
-	Deps     deps.Deps
-	Worker   *worker.Worker
-	Agg      *aggregator.Aggregator
+	// Server is the HTTP endpoint (/metrics, /healthz, /readyz); nil when
+	// Config.HTTPAddr is empty.
+	Server *telemetry.Server
+	Deps   deps.Deps
+
+	opts     Options
+	log      *slog.Logger
+	closeFns []func()
+	parts    []*part
+	failed   chan struct{} // closed on the first failure of a part
+	failOnce sync.Once
+	mu       sync.Mutex
+	err      error
+	stopOnce sync.Once
 }
 
-type runner interface{ Run(context.Context) error }
+// part is one running service of the stack.
+type part struct {
+	name   string
+	svc    lifecycle.Service
+	cancel context.CancelFunc
+	done   chan struct{}
+}
 
-// Run starts the targets and blocks until ctx ends; then it stops producers
-// before consumers (fetcher, dispatcher, worker, aggregator) and returns.
+// Start opens the connections (unless o.Conns), builds every target of
+// o.Targets from the target table, starts them in order with the HTTP
+// endpoint, and returns once each has signalled that it is ready. The
+// parts run until [Stack.Stop]; ctx bounds only the start.
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	s := &Stack{opts: o, log: o.Log, failed: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With(telemetry.LogComponent, "stack")
+	if err := s.build(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
+	timeout := o.ReadyTimeout
+	if timeout == 0 {
+		timeout = DefaultReadyTimeout
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for _, p := range s.parts {
+		select {
+		case <-p.svc.Ready():
+		case <-s.failed:
+			return nil, s.stopWith(nil)
+		case <-ctx.Done():
+			return nil, s.stopWith(ctx.Err())
+		case <-timer.C:
+			return nil, s.stopWith(fmt.Errorf("stack: %s not ready within %s", p.name, timeout))
+		}
+	}
+	s.log.Info("bulkaction started", "targets", strings.Join(o.Targets, ","), "http", o.Config.HTTPAddr)
+	return s, nil
+}
+
+// Run starts the stack, runs it until ctx ends or a part fails, and stops
+// it: producers (fetcher, dispatcher) before consumers.
 func Run(ctx context.Context, o Options) error {
-	cfg := o.Config
-	log := o.Log
-	if log == nil {
-		log = slog.Default()
+	s, err := Start(ctx, o)
+	if err != nil {
+		return err
 	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	select {
+	case <-ctx.Done():
+	case <-s.Failed():
 	}
-	m := telemetry.NewMetrics(reg)
-	conns := o.Conns
-	if conns == nil {
-		var err error
-		if conns, err = Connect(ctx, cfg, strings.Join(o.Targets, ","), m); err != nil {
+	return s.Stop()
+}
+
+// Config is the configuration the stack runs with.
+func (s *Stack) Config() *config.Config { return s.opts.Config }
+
+// Failed is closed when a part of the stack failed; [Stack.Stop] then
+// returns its error.
+func (s *Stack) Failed() <-chan struct{} { return s.failed }
+
+// Stop stops the targets in reverse start order, producers first, then the
+// HTTP endpoint, and closes the connections it opened. It returns the
+// first error of a part; later calls return the same.
+func (s *Stack) Stop() error { return s.stopWith(nil) }
+
+func (s *Stack) stopWith(cause error) error {
+	s.stopOnce.Do(func() {
+		for i := len(s.parts) - 1; i >= 0; i-- {
+			s.parts[i].cancel()
+			<-s.parts[i].done
+		}
+		s.close()
+		s.log.Info("bulkaction stopped")
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = cause
+	}
+	return s.err
+}
+
+func (s *Stack) close() {
+	for i := len(s.closeFns) - 1; i >= 0; i-- {
+		s.closeFns[i]()
+	}
+	s.closeFns = nil
+}
+
+// fail records the first failure of a part and signals it.
+func (s *Stack) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.failOnce.Do(func() {
+		s.log.Error("target failed; stopping", "err", err)
+		close(s.failed)
+	})
+}
+
+// module is one entry of the target table: what it needs started before
+// it, and how it is built.
+type module struct {
+	deps []string
+	// init builds the module; a Service it returns is started by the stack.
+	init func(ctx context.Context, s *Stack) (lifecycle.Service, error)
+}
+
+// Module names beside the targets.
+const (
+	moduleConns = "conns"
+	moduleHTTP  = "http"
+)
+
+// modules is the target table.
+var modules = map[string]module{
+	moduleConns:      {init: initConns},
+	moduleHTTP:       {deps: []string{moduleConns}, init: initHTTP},
+	TargetFetcher:    {deps: []string{moduleConns}, init: initFetcher},
+	TargetDispatcher: {deps: []string{moduleConns}, init: initDispatcher},
+	TargetWorker:     {deps: []string{moduleConns}, init: initWorker},
+	TargetAggregator: {deps: []string{moduleConns}, init: initAggregator},
+}
+
+// order returns the modules to build for targets, every module after its
+// dependencies, targets in the order given and the HTTP endpoint last.
+func order(targets []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	var visit func(name string, path []string) error
+	visit = func(name string, path []string) error {
+		if seen[name] {
+			return nil
+		}
+		if slices.Contains(path, name) {
+			return fmt.Errorf("stack: dependency cycle %s", strings.Join(append(path, name), " → "))
+		}
+		m, ok := modules[name]
+		if !ok {
+			return fmt.Errorf("unknown target %q", name)
+		}
+		for _, d := range m.deps {
+			if err := visit(d, append(path, name)); err != nil {
+				return err
+			}
+		}
+		seen[name] = true
+		out = append(out, name)
+		return nil
+	}
+	for _, t := range append(slices.Clone(targets), moduleHTTP) {
+		if err := visit(t, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// build builds the modules in dependency order and starts each service.
+func (s *Stack) build(ctx context.Context) error {
+	names, err := order(s.opts.Targets)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		svc, err := modules[name].init(ctx, s)
+		if err != nil {
+			if slices.Contains(AllTargets, name) {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 			return err
 		}
-		defer conns.Close()
-	}
-	names := conns.Names
-	d := deps.Deps{
-		NC: conns.NC, JS: conns.JS, Queue: conns.Queue, Names: names,
-		Limits: contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}, Metrics: m, Log: log,
-	}.Fill()
-	st := &Stack{Conns: conns, Metrics: m, Registry: reg, Deps: d}
-
-	reg.MustRegister(telemetry.NewStateCollector(func(ctx context.Context) (telemetry.QueueState, error) {
-		return QueueState(ctx, conns, cfg)
-	}, 0))
-
-	type started struct {
-		name string
-		r    runner
-	}
-	var runners []started
-	for _, t := range o.Targets {
-		switch t {
-		case TargetFetcher:
-			f, err := fetcher.New(fetcher.Config{
-				ReadyCapacity: cfg.ReadyCapacity(), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
-				BeforePublish: o.FetcherBeforePublish,
-			}, d)
-			if err != nil {
-				return fmt.Errorf("fetcher: %w", err)
-			}
-			runners = append(runners, started{t, f})
-		case TargetDispatcher:
-			ds, err := dispatcher.New(dispatcher.Config{
-				ReadyCapacity: cfg.ReadyCapacity(), BatchSize: cfg.DispatchBatchSize, Interval: config.Ms(cfg.DispatchIntervalMs),
-			}, d)
-			if err != nil {
-				return fmt.Errorf("dispatcher: %w", err)
-			}
-			runners = append(runners, started{t, ds})
-		case TargetWorker:
-			mux := o.Mux
-			if mux == nil {
-				mux = processor.NewMux()
-				builtin.Register(mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL})
-			}
-			var types []string
-			for _, s := range strings.Split(cfg.WorkerTypes, ",") {
-				if s = strings.TrimSpace(s); s != "" {
-					types = append(types, s)
-				}
-			}
-			// The worker's zero values mean its defaults; the settings' zero
-			// means none.
-			retries := cfg.MaxRetryCount
-			if retries == 0 {
-				retries = -1
-			}
-			grace := config.Ms(cfg.ShutdownGracePeriodMs)
-			if grace == 0 {
-				grace = -1
-			}
-			w, err := worker.New(worker.Config{
-				Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs), MaxRetryCount: retries,
-				MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace,
-			}, mux, d)
-			if err != nil {
-				return fmt.Errorf("worker: %w", err)
-			}
-			st.Worker = w
-			runners = append(runners, started{t, w})
-		case TargetAggregator:
-			a, err := aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter}, d)
-			if err != nil {
-				return fmt.Errorf("aggregator: %w", err)
-			}
-			st.Agg = a
-			runners = append(runners, started{t, a})
-		default:
-			return fmt.Errorf("unknown target %q", t)
+		if svc != nil {
+			s.start(name, svc)
 		}
 	}
+	return nil
+}
 
-	var checks []telemetry.Check
-	checks = append(checks,
-		telemetry.Check{Name: "redis", Fn: conns.Queue.Ping},
-		telemetry.Check{Name: "nats", Fn: func(ctx context.Context) error {
-			if !conns.NC.IsConnected() {
+// start runs svc with a context of its own, so that shutdown can go in
+// order.
+func (s *Stack) start(name string, svc lifecycle.Service) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &part{name: name, svc: svc, cancel: cancel, done: make(chan struct{})}
+	s.parts = append(s.parts, p)
+	go func() {
+		defer close(p.done)
+		if err := svc.Run(ctx); err != nil {
+			s.fail(fmt.Errorf("%s: %w", name, err))
+		}
+	}()
+}
+
+func initConns(ctx context.Context, s *Stack) (lifecycle.Service, error) {
+	cfg := s.opts.Config
+	s.Registry = s.opts.Registry
+	if s.Registry == nil {
+		s.Registry = prometheus.NewRegistry()
+		s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.Metrics = telemetry.NewMetrics(s.Registry)
+	s.Conns = s.opts.Conns
+	if s.Conns == nil {
+		c, err := conns.Connect(ctx, cfg, strings.Join(s.opts.Targets, ","), s.Metrics)
+		if err != nil {
+			return nil, err
+		}
+		s.Conns = c
+		s.closeFns = append(s.closeFns, c.Close)
+	}
+	s.Deps = deps.Deps{
+		NC: s.Conns.NC, JS: s.Conns.JS, Queue: s.Conns.Queue, Names: s.Conns.Names,
+		Limits: contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}, Metrics: s.Metrics, Log: s.opts.Log,
+	}.Fill()
+	c := s.Conns
+	s.Registry.MustRegister(telemetry.NewStateCollector(func(ctx context.Context) (telemetry.QueueState, error) {
+		return conns.QueueState(ctx, c, cfg)
+	}, 0))
+	return nil, nil
+}
+
+func initHTTP(_ context.Context, s *Stack) (lifecycle.Service, error) {
+	addr := s.opts.Config.HTTPAddr
+	if addr == "" {
+		return nil, nil
+	}
+	c := s.Conns
+	names := c.Names
+	checks := []telemetry.Check{
+		{Name: "redis", Fn: c.Queue.Ping},
+		{Name: "nats", Fn: func(ctx context.Context) error {
+			if !c.NC.IsConnected() {
 				return errors.New("not connected")
 			}
-			return conns.NC.FlushWithContext(ctx)
+			return c.NC.FlushWithContext(ctx)
 		}},
-		telemetry.Check{Name: "streams", Fn: func(ctx context.Context) error {
-			for _, s := range []string{names.StreamSubmit(), names.StreamReady(), names.StreamResult(), names.StreamEvents(), names.StreamDLQ()} {
-				if _, err := conns.JS.Stream(ctx, s); err != nil {
-					return fmt.Errorf("%s: %w", s, err)
+		{Name: "streams", Fn: func(ctx context.Context) error {
+			for _, st := range []string{names.StreamSubmit(), names.StreamReady(), names.StreamResult(), names.StreamEvents(), names.StreamDLQ()} {
+				if _, err := c.JS.Stream(ctx, st); err != nil {
+					return fmt.Errorf("%s: %w", st, err)
 				}
 			}
 			return nil
 		}},
-	)
-
-	// Every target gets its own context so shutdown can go in order.
-	var wg sync.WaitGroup
-	errs := make(chan error, len(runners)+1)
-	cancels := make([]context.CancelFunc, len(runners))
-	dones := make([]chan struct{}, len(runners))
-	for i, r := range runners {
-		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		cancels[i] = cancel
-		dones[i] = make(chan struct{})
-		wg.Add(1)
-		go func(i int, r started) {
-			defer wg.Done()
-			defer close(dones[i])
-			if err := r.r.Run(rctx); err != nil {
-				errs <- fmt.Errorf("%s: %w", r.name, err)
-			}
-		}(i, r)
 	}
-	srvCtx, srvCancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer srvCancel()
-	if cfg.HTTPAddr != "" {
-		st.Server = telemetry.NewServer(cfg.HTTPAddr, reg, checks, log)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := st.Server.Run(srvCtx); err != nil {
-				errs <- fmt.Errorf("http: %w", err)
-			}
-		}()
+	log := s.opts.Log
+	if log == nil {
+		log = slog.Default()
 	}
-	log.Info("bulkaction started", "targets", strings.Join(o.Targets, ","), "http", cfg.HTTPAddr)
-	if o.Started != nil {
-		if st.Server != nil {
-			select {
-			case <-st.Server.Ready():
-			case <-time.After(5 * time.Second):
-			}
-		}
-		o.Started(st)
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errs:
-		log.Error("target failed; stopping", "err", runErr)
-	}
-	// Stop in reverse start order: producers (fetcher, dispatcher) first.
-	for i := len(runners) - 1; i >= 0; i-- {
-		cancels[i]()
-		<-dones[i]
-	}
-	srvCancel()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if runErr == nil {
-			runErr = err
-		}
-	}
-	log.Info("bulkaction stopped")
-	return runErr
-}
-
-// QueueState reads the queue gauges from Redis and JetStream.
-func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.QueueState, error) {
-	var s telemetry.QueueState
-	levels, err := c.Queue.GroupsPerLevel(ctx)
-	if err != nil {
-		return s, err
-	}
-	s.GroupsPerLevel = map[string]int64{}
-	for l, n := range levels {
-		s.GroupsPerLevel[string(l)] = n
-	}
-	k := c.Queue.Keys()
-	pipe := c.Redis.Pipeline()
-	nr := pipe.ZCard(ctx, k.NonReadyQueue())
-	inf := pipe.ZCard(ctx, k.Inflight())
-	if _, err := pipe.Exec(ctx); err != nil {
-		return s, err
-	}
-	s.NonReadySize, s.InflightSize = nr.Val(), inf.Val()
-	sum, err := c.Queue.SystemCongestion(ctx)
-	if err != nil {
-		return s, err
-	}
-	s.ActiveGroups = sum.ActiveGroups
-	s.CongestionLevels = map[string]int64{}
-	for l, n := range sum.GroupsPerLevel {
-		s.CongestionLevels[string(l)] = n
-	}
-	ready, err := natsutil.StreamMsgs(ctx, c.JS, c.Names.StreamReady())
-	if err != nil {
-		return s, err
-	}
-	s.ReadySize = int64(ready)
-	s.GlobalRateLimit = float64(cfg.GlobalRps) / (float64(cfg.RateLimitWindowMs) / 1000)
-	return s, nil
+	s.Server = telemetry.NewServer(addr, s.Registry, checks, log.With(telemetry.LogComponent, "http"))
+	return s.Server, nil
 }

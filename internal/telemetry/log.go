@@ -40,3 +40,9 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("telemetry: unknown log format %q (want text or json)", format)
 	}
 }
+
+// LogComponent is the one log key naming the part of bulkaction that emits
+// a line ("fetcher", "dispatcher", "worker", "aggregator", "events",
+// "stack", "http"). Messages are lower-case sentences without the
+// component's name in front: the key says who speaks.
+const LogComponent = "component"

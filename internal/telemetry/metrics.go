@@ -109,8 +109,9 @@ type Metrics struct {
 	// (buckets 1 ms to 120 s).
 	ProcessingDuration *prometheus.HistogramVec
 	// RecordedResults is bulk_action_recorded_results_total{status}: results counted by the
-	// aggregator exactly once, status [StatusSuccess], [StatusFailed] or [StatusDuplicate]
-	// (a result that had already been counted).
+	// aggregator exactly once, status [StatusSuccess], [StatusFailed], [StatusDuplicate]
+	// (a result that had already been counted) or [StatusDropped] (a result of a job Redis does
+	// not know).
 	RecordedResults *prometheus.CounterVec
 	// GroupCompletions is bulk_action_group_completions_total{state}, state [StateCompleted] or
 	// [StateCancelled].

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -136,3 +137,21 @@ const (
 	// AttrAttempt is the job's attempt (1 first).
 	AttrAttempt = attribute.Key("bulkaction.attempt")
 )
+
+// StartMessageSpan starts the span of handling or sending one NATS message:
+// a span named name of the given kind (producer or consumer) with the
+// messaging attributes of subject and attrs. Attributes are set only on a
+// recording span, so a process without a tracer allocates none. It is the
+// one place the services open message spans.
+func StartMessageSpan(ctx context.Context, tracer trace.Tracer, name string, kind trace.SpanKind, subject string,
+	attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(kind))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", subject),
+		)
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
+}

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bulkaction/bulkaction/internal/natsutil/jspub"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/jspub"
 )
 
 // TracerName is the name of the tracer the client's spans come from.

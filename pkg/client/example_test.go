@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -19,11 +20,20 @@ func Example() {
 	ctx := context.Background()
 
 	// An embedded JetStream server stands in for the deployment's NATS.
-	srv, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{Port: -1})
+	dir, err := os.MkdirTemp("", "example")
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer os.RemoveAll(dir)
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv.Start()
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		log.Fatal("nats not ready")
+	}
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		log.Fatal(err)
@@ -33,9 +43,16 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The services create the streams when they start; here we create the
+	// two this example uses, named by contracts.Names.
 	names := contracts.Names{}
-	if err := natsutil.EnsureStreams(ctx, js, names, natsutil.StreamSettings{}); err != nil {
-		log.Fatal(err)
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: names.StreamSubmit(), Subjects: []string{names.SubmitAll()}, Duplicates: 2 * time.Minute},
+		{Name: names.StreamEvents(), Subjects: []string{names.EventsAll()}},
+	} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			log.Fatal(err)
+		}
 	}
 
 	c := client.New(js, client.Options{})
@@ -50,11 +67,11 @@ func Example() {
 	if err := c.Seal(ctx, "promo-42", 3); err != nil {
 		log.Fatal(err)
 	}
-	stored, err := natsutil.StreamMsgs(ctx, js, names.StreamSubmit())
+	stream, err := js.Stream(ctx, names.StreamSubmit())
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("messages accepted:", stored)
+	fmt.Println("messages accepted:", stream.CachedInfo().State.Msgs)
 
 	// A job id that is not a subject token is refused before anything is sent.
 	err = c.Submit(ctx, "promo-42", client.Job{ID: "user-4", Type: "email"}, client.Job{ID: "user.5", Type: "email"})

@@ -133,7 +133,7 @@ func TestDecodeSubmissionNormalizesPayload(t *testing.T) {
 	}
 }
 
-// TestSubmissionWireFormat pins the JSON field names of DESIGN §3.
+// TestSubmissionWireFormat pins the JSON field names of docs/ARCHITECTURE.md §3.
 func TestSubmissionWireFormat(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

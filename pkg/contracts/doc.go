@@ -13,7 +13,8 @@
 //     cancel, told apart by [Submission.Kind].
 //   - [ReadyJob] on <prefix>.ready.<type>: a job admitted for execution, with its attempt number.
 //   - [JobResult] on <prefix>.result.<groupId>: the outcome of one attempt.
-//   - [GroupEvent] on <prefix>.events.<groupId>: a group's state and counters after every change.
+//   - [GroupEvent] on <prefix>.events.<groupId>: a group's state and counters on every
+//     change of state.
 //   - [DeadLetter] on <prefix>.dlq.<reason>: a rejected message together with the reason.
 //
 // # Validation

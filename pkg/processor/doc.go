@@ -32,9 +32,10 @@
 // What a processor returns decides what happens to the job ([Classify] is the mapping):
 //
 //   - nil: the job succeeded ([OutcomeSuccess]).
-//   - A plain error, including [context.DeadlineExceeded] when the job timeout expires and
-//     [context.Canceled] when the worker shuts down: the job is retried later with the worker's
-//     congestion-aware backoff ([OutcomeRetry]).
+//   - A plain error, including [context.DeadlineExceeded] when the job timeout expires: the job is
+//     retried later with the worker's congestion-aware backoff ([OutcomeRetry]). A job whose
+//     context is cancelled because the worker's shutdown grace ran out is not backed off: its
+//     message is handed back and the same attempt runs again on another delivery.
 //   - An error made by [RateLimited] (a [*RateLimitError] anywhere in the chain): the job is retried
 //     after its RetryAfter duration; zero means the worker's backoff ([OutcomeRateLimited]). Use it
 //     when a downstream system answers 429 or asks to slow down.

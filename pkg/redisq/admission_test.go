@@ -191,7 +191,7 @@ func TestNoWindowExceedsGlobalLimit(t *testing.T) {
 	}
 }
 
-// Seed 001's rate limiter cases, through seed-mode admission.
+// The fixed-window rate limiter's reference cases, through seed-mode admission.
 func TestSeedModeShares(t *testing.T) {
 	ctx := context.Background()
 	cfg := redisq.Config{Mode: redisq.ModeSeed, GlobalLimit: 10, Window: 10 * time.Second}

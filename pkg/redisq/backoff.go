@@ -10,7 +10,7 @@ import (
 )
 
 // CongestionLevel grades a group's congestion by its backoff relative to the
-// base backoff (seed 002).
+// base backoff.
 type CongestionLevel string
 
 // Congestion levels, by backoff/base ratio: <= 1 NONE, < 3 LOW, < 10
@@ -35,9 +35,9 @@ func (l CongestionLevel) rank() int {
 	return 0
 }
 
-// Backoff is seed 002's congestion-aware backoff: base + floor(nonReady /
+// Backoff is the congestion-aware backoff: base + floor(nonReady /
 // rate) seconds, clamped to max; a rate below 1 counts as 1. The rate is a
-// group's share of the global limit per window (the seed's window is 1s).
+// group's share of the global limit per window (1s by default).
 func Backoff(nonReadyCount, ratePerSec int64, base, max time.Duration) time.Duration {
 	if ratePerSec < 1 {
 		ratePerSec = 1
@@ -68,7 +68,7 @@ func Level(backoff, base time.Duration) CongestionLevel {
 	return CongestionCritical
 }
 
-// EstimateSeconds is seed 002's completion estimate: ceil(pending / rate).
+// EstimateSeconds is the completion estimate: ceil(pending / rate).
 func EstimateSeconds(pending, ratePerSec int64) int64 {
 	if ratePerSec < 1 {
 		ratePerSec = 1
@@ -121,7 +121,7 @@ func (q *Queue) CorrectCounters(ctx context.Context) (int, error) {
 	return int(toInt(v)), nil
 }
 
-// CongestionState is a group's congestion state (seed 002).
+// CongestionState is a group's congestion state.
 type CongestionState struct {
 	GroupID            string          `json:"groupId"`
 	NonReadyCount      int64           `json:"nonReadyCount"`

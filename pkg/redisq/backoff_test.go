@@ -9,7 +9,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-// Seed 002's BackoffCalculator cases.
+// The congestion-aware backoff's reference cases.
 func TestBackoffTable(t *testing.T) {
 	base, max := time.Second, 120*time.Second
 	cases := []struct {

@@ -4,7 +4,7 @@
 //
 // Every state change is one Lua script (lua/*.lua, embedded), so any number
 // of fetchers, dispatchers, workers and aggregators may share one Redis.
-// Keys are built by [Keys] (DESIGN §3); the prefix may carry a hash tag.
+// Keys are built by [Keys] (docs/ARCHITECTURE.md §3); the prefix may carry a hash tag.
 //
 // # Fair queue
 //
@@ -27,7 +27,7 @@
 // job moves to the inflight set with attempt+1 until [Queue.Confirm]. In
 // [ModeSeed] a fixed window counts admissions globally and per group (a
 // group's share is max(1, floor(global / active groups))), and a denied job is
-// parked in the non-ready queue with seed 002's backoff
+// parked in the non-ready queue with the congestion-aware backoff
 // base + floor(nonReadyCount / share) seconds. In [ModePaced] (the default) a
 // group whose share of the window is used up is skipped and keeps its place,
 // capacity no waiting group can use goes to the others (never beyond the

@@ -290,7 +290,7 @@ func toStrings(v any) []string {
 	return out
 }
 
-// FairScore is the score the scripts give a group (DESIGN §4): smaller is
+// FairScore is the score the scripts give a group (docs/ARCHITECTURE.md §4): smaller is
 // served first. nowMs is the fair queue's virtual time.
 func FairScore(nowMs float64, basePriority, doneJobs, totalJobs int64, alpha float64) float64 {
 	rem := totalJobs - doneJobs

@@ -100,7 +100,7 @@ func TestEmptyGroupAtTopDoesNotHideItsLevel(t *testing.T) {
 	}
 }
 
-// The seed's PriorityCalculator cases pass with the corrected (+now) sign.
+// The reference priority cases pass with the corrected (+now) sign.
 func TestFairScoreSeedCases(t *testing.T) {
 	const now = 1_706_000_000_000
 	older := redisq.FairScore(1706000000000, 0, 0, 100, 10000)

@@ -9,7 +9,7 @@ import (
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
 const DefaultPrefix = "bulk-action:"
 
-// Keys builds every Redis key of the system (DESIGN §3). Scripts that must
+// Keys builds every Redis key of the system (docs/ARCHITECTURE.md §3). Scripts that must
 // build a key of a group they discover receive the prefix and build it the
 // same way; the tests check both agree.
 type Keys struct{ prefix string }

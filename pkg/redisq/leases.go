@@ -98,7 +98,7 @@ const (
 )
 
 // Claim marks a delivered job RUNNING if the delivery's attempt is the
-// job's current one (DESIGN §6.3). A redelivery of the same attempt (the
+// job's current one (docs/ARCHITECTURE.md §6.3). A redelivery of the same attempt (the
 // previous worker died) may run again. It is a [Queue.ClaimBatch] of one.
 func (q *Queue) Claim(ctx context.Context, groupID, jobID string, attempt int) (ClaimOutcome, error) {
 	out, err := q.ClaimBatch(ctx, []Delivery{{GroupID: groupID, JobID: jobID, Attempt: attempt}})

@@ -11,12 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Admission modes (DESIGN §5).
+// Admission modes (docs/ARCHITECTURE.md §5).
 const (
 	// ModeFair takes jobs in fair order with no rate gate.
 	ModeFair = "fair"
-	// ModeSeed is seed 001's fixed-window check; a denied job is parked in
-	// the non-ready queue with seed 002's congestion-aware backoff.
+	// ModeSeed is the fixed-window check: a denied job is parked in the
+	// non-ready queue with the congestion-aware backoff.
 	ModeSeed = "seed"
 	// ModePaced skips a group whose share of the window is used up (it keeps
 	// its place), gives unused capacity to groups still waiting, and spreads
@@ -24,12 +24,29 @@ const (
 	ModePaced = "paced"
 )
 
+// Defaults of the [Config] fields; bulkaction's settings use the same
+// values.
+const (
+	DefaultMode             = ModePaced
+	DefaultGlobalLimit      = 10000
+	DefaultWindow           = time.Second
+	DefaultActiveStaleAfter = 30 * time.Second
+	DefaultLease            = 30 * time.Second
+	DefaultBaseBackoff      = time.Second
+	DefaultMaxBackoff       = 120 * time.Second
+	DefaultJobTTL           = 24 * time.Hour
+	DefaultGroupTTL         = 7 * 24 * time.Hour
+	DefaultHistoryLen       = 360
+	// BurstDivisor: the default Burst is Window/BurstDivisor.
+	BurstDivisor = 25
+)
+
 // Config configures a Queue. Zero values mean the defaults stated per field.
 type Config struct {
 	// Prefix of every key; default DefaultPrefix. May carry a hash tag.
 	Prefix string
-	// Alpha weighs a group's progress in its score (DESIGN §4). Zero means
-	// pure age order; the service default is 10000.
+	// Alpha weighs a group's progress in its score (docs/ARCHITECTURE.md
+	// §4). Zero, the default, means pure age order (round robin).
 	Alpha float64
 	// Mode is the admission mode: ModePaced (default), ModeSeed or ModeFair.
 	Mode string
@@ -51,8 +68,8 @@ type Config struct {
 	BaseBackoff time.Duration
 	// MaxBackoff caps any backoff; default 120s.
 	MaxBackoff time.Duration
-	// DisableCongestion makes every backoff the fixed BaseBackoff (seed
-	// 002's switch). The zero value keeps congestion control on.
+	// DisableCongestion makes every backoff the fixed BaseBackoff. The zero
+	// value keeps congestion control on.
 	DisableCongestion bool
 	// JobTTL is how long a terminal job's hash is kept; default 24h.
 	JobTTL time.Duration
@@ -71,37 +88,37 @@ func (c *Config) setDefaults() {
 		c.Prefix = DefaultPrefix
 	}
 	if c.Mode == "" {
-		c.Mode = ModePaced
+		c.Mode = DefaultMode
 	}
 	if c.GlobalLimit == 0 {
-		c.GlobalLimit = 10000
+		c.GlobalLimit = DefaultGlobalLimit
 	}
 	if c.Window == 0 {
-		c.Window = time.Second
+		c.Window = DefaultWindow
 	}
 	if c.Burst == 0 {
-		c.Burst = c.Window / 25
+		c.Burst = c.Window / BurstDivisor
 	}
 	if c.ActiveStaleAfter == 0 {
-		c.ActiveStaleAfter = 30 * time.Second
+		c.ActiveStaleAfter = DefaultActiveStaleAfter
 	}
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.BaseBackoff == 0 {
-		c.BaseBackoff = time.Second
+		c.BaseBackoff = DefaultBaseBackoff
 	}
 	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 120 * time.Second
+		c.MaxBackoff = DefaultMaxBackoff
 	}
 	if c.JobTTL == 0 {
-		c.JobTTL = 24 * time.Hour
+		c.JobTTL = DefaultJobTTL
 	}
 	if c.GroupTTL == 0 {
-		c.GroupTTL = 7 * 24 * time.Hour
+		c.GroupTTL = DefaultGroupTTL
 	}
 	if c.HistoryLen == 0 {
-		c.HistoryLen = 360
+		c.HistoryLen = DefaultHistoryLen
 	}
 }
 

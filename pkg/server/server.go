@@ -12,6 +12,12 @@
 //
 // Processors run at least once: make them idempotent (a job's
 // Job.IdempotencyKey is stable across attempts).
+//
+// This is what a program of your own gets: the stock targets, wired and
+// run exactly as the bulkaction binary runs them (settings, logging,
+// tracing, /metrics and health, graceful shutdown), with your processors
+// in the worker. It is the one public package that assembles a process;
+// the services themselves are not public API.
 package server
 
 import (

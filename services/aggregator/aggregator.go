@@ -9,14 +9,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/deadletter"
-
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -141,10 +141,12 @@ func (c *Config) validate() error {
 // Aggregator records job results into their groups. Create it with [New]
 // and start it with [Aggregator.Run]; an Aggregator runs once.
 type Aggregator struct {
-	cfg    Config
-	d      deps.Deps
-	log    *slog.Logger
-	tracer trace.Tracer
+	lifecycle.Started
+	cfg     Config
+	settler *consume.Settler
+	d       deps.Deps
+	log     *slog.Logger
+	tracer  trace.Tracer
 
 	unknownLog telemetry.WarnLimiter
 	warnLimit  telemetry.WarnLimiter // dead letters and hand-backs
@@ -170,10 +172,12 @@ func New(cfg Config, d deps.Deps) (*Aggregator, error) {
 		return nil, err
 	}
 	d = d.Fill()
+	log := d.Log.With(telemetry.LogComponent, "aggregator")
 	return &Aggregator{
 		cfg:        cfg,
 		d:          d,
-		log:        d.Log.With("service", "aggregator"),
+		log:        log,
+		settler:    consume.NewSettler(d, log, nakDelay),
 		tracer:     d.TracerProvider.Tracer(TracerName),
 		unknownLog: telemetry.WarnLimiter{Interval: unknownLogEvery},
 		warnLimit:  telemetry.WarnLimiter{Interval: time.Second},
@@ -207,64 +211,82 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	wg.Go(func() { a.watchStuck(ctx) })
 	a.log.Info("aggregator started", "batch", a.cfg.BatchSize)
 
-	idle := true
-	for ctx.Err() == nil {
-		msgs, err := a.fetch(cons, idle)
-		if len(msgs) > 0 {
-			a.process(ctx, msgs)
-		}
-		if err != nil && ctx.Err() == nil {
-			a.log.Warn("pull from RESULT failed", "err", err)
-			t := time.NewTimer(nakDelay)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
-		idle = len(msgs) == 0
-	}
+	loop := consume.Loop{Consumer: cons, Batch: a.cfg.BatchSize, Handle: a.process, Log: a.log, Name: a.cfg.Durable,
+		IdleWait: idleWait, ErrorWait: nakDelay}
+	a.Signal()
+	loop.Run(ctx)
 	wg.Wait()
 	a.log.Info("aggregator stopped")
 	return nil
 }
 
-// fetch pulls the next batch. With no work waiting (idle) it waits for one
-// result and then takes what else is there; otherwise it takes what is
-// there without waiting.
-func (a *Aggregator) fetch(cons jetstream.Consumer, idle bool) ([]jetstream.Msg, error) {
-	var msgs []jetstream.Msg
-	collect := func(b jetstream.MessageBatch, err error) error {
-		if err != nil {
-			return err
-		}
-		for m := range b.Messages() {
-			msgs = append(msgs, m)
-		}
-		return b.Error()
-	}
-	if idle {
-		if err := collect(cons.Fetch(1, jetstream.FetchMaxWait(idleWait))); err != nil || len(msgs) == 0 || a.cfg.BatchSize == 1 {
-			return msgs, err
-		}
-		return msgs, collect(cons.FetchNoWait(a.cfg.BatchSize - 1))
-	}
-	return msgs, collect(cons.FetchNoWait(a.cfg.BatchSize))
-}
-
 // item is one valid result of a batch.
 type item struct {
-	msg  jetstream.Msg
-	res  *contracts.JobResult
-	span trace.Span
+	*consume.Delivery
+	res *contracts.JobResult
 }
 
-// process records one batch and acknowledges it (DESIGN §6.4).
+// process records one batch and settles it (docs/ARCHITECTURE.md §6.4).
 func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 	base := context.WithoutCancel(ctx)
-	items := make([]item, 0, len(msgs))
-	results := make([]contracts.JobResult, 0, len(msgs))
+	sctx, cancel := context.WithTimeout(base, settleTimeout)
+	defer cancel()
+	items, rejected := a.decode(base, msgs)
+	a.settler.Settle(sctx, rejected...)
+	if len(items) == 0 {
+		return
+	}
+	ds := make([]*consume.Delivery, len(items))
+	results := make([]contracts.JobResult, len(items))
+	for i, it := range items {
+		ds[i], results[i] = it.Delivery, *it.res
+	}
+
+	rctx, rcancel := context.WithTimeout(base, settleTimeout)
+	recs, err := a.d.Queue.RecordBatch(rctx, results)
+	rcancel()
+	if err != nil {
+		a.warn("recording results failed; batch handed back", "results", len(items), "err", err)
+		for _, d := range ds {
+			d.Decide(consume.Retry(nakDelay, err))
+		}
+		a.settler.Settle(sctx, ds...)
+		return
+	}
+	if a.afterRecord != nil && a.afterRecord() {
+		for _, d := range ds {
+			d.Span.End()
+		}
+		return
+	}
+
+	failed := map[string]error{}
+	for _, ch := range a.count(items, recs) {
+		pctx, cancel := context.WithTimeout(base, settleTimeout)
+		if err := a.d.Events.Publish(pctx, ch); err != nil {
+			failed[ch.Group] = err
+			a.log.Warn("group event not published; its results handed back", "group", ch.Group,
+				"state", string(ch.Counts.State), "err", err)
+		}
+		cancel()
+	}
+	for _, it := range items {
+		if err := failed[it.res.GroupID]; err != nil {
+			it.Decide(consume.Retry(nakDelay, err))
+			continue
+		}
+		// A lost ack means a redelivery, which records as a duplicate.
+		it.Decide(consume.Ack())
+	}
+	a.settler.Settle(sctx, ds...)
+}
+
+// decode opens the deliveries of a batch: valid results become items, the
+// others are decided as dead letters and returned apart.
+func (a *Aggregator) decode(base context.Context, msgs []jetstream.Msg) (items []item, rejected []*consume.Delivery) {
+	items = make([]item, 0, len(msgs))
 	for _, m := range msgs {
+		d := consume.Open(base, a.tracer, SpanRecord, m)
 		r, err := contracts.DecodeJobResult(m.Data())
 		if err == nil {
 			if gid, ok := a.d.Names.GroupFromSubject(m.Subject()); !ok || gid != r.GroupID {
@@ -274,59 +296,40 @@ func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 			}
 		}
 		if err != nil {
-			a.deadLetter(base, m, err)
+			d.Decide(consume.DeadLetter(err))
+			rejected = append(rejected, d)
 			continue
 		}
-		_, span := a.tracer.Start(telemetry.ExtractHeader(base, m.Headers()), SpanRecord,
-			trace.WithSpanKind(trace.SpanKindConsumer))
-		if span.IsRecording() {
-			span.SetAttributes(
-				AttrGroupID.String(r.GroupID), AttrJobID.String(r.JobID), AttrAttempt.Int(r.Attempt),
-				AttrStatus.String(string(r.Status)),
-				attribute.String("messaging.system", "nats"),
-				attribute.String("messaging.destination.name", m.Subject()),
-			)
+		if d.Span.IsRecording() {
+			d.Span.SetAttributes(AttrGroupID.String(r.GroupID), AttrJobID.String(r.JobID), AttrAttempt.Int(r.Attempt),
+				AttrStatus.String(string(r.Status)))
 		}
-		items = append(items, item{msg: m, res: r, span: span})
-		results = append(results, *r)
+		items = append(items, item{Delivery: d, res: r})
 	}
-	if len(items) == 0 {
-		return
-	}
+	return items, rejected
+}
 
-	rctx, cancel := context.WithTimeout(base, settleTimeout)
-	recs, err := a.d.Queue.RecordBatch(rctx, results)
-	cancel()
-	if err != nil {
-		a.warn("recording results failed; batch handed back", "results", len(items), "err", err)
-		for _, it := range items {
-			endWithError(it.span, err)
-			_ = it.msg.NakWithDelay(nakDelay)
+// count counts the recorded results of a batch in the metrics and returns
+// the events to publish: one per group, with its counts after the batch,
+// in the order the groups first appear.
+func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.Change {
+	changes := map[string]int{} // group → index in out
+	var out []events.Change
+	event := func(ch events.Change) {
+		if i, ok := changes[ch.Group]; ok {
+			ch.Ended = ch.Ended || out[i].Ended // the batch's last counts; an end counted once
+			out[i] = ch
+			return
 		}
-		return
-	}
-	if a.afterRecord != nil && a.afterRecord() {
-		for _, it := range items {
-			it.span.End()
-		}
-		return
-	}
-
-	// Events to publish: one per group, with its counts after the batch.
-	events := map[string]redisq.GroupCounts{}
-	var order []string
-	event := func(gid string, c redisq.GroupCounts) {
-		if _, ok := events[gid]; !ok {
-			order = append(order, gid)
-		}
-		events[gid] = c
+		changes[ch.Group] = len(out)
+		out = append(out, ch)
 	}
 	now := time.Now()
 	m := a.d.Metrics
 	for i, rec := range recs {
 		it := items[i]
 		gid := it.res.GroupID
-		it.span.SetAttributes(AttrOutcome.String(string(rec.Outcome)), AttrCompleted.Bool(rec.Completed))
+		it.Span.SetAttributes(AttrOutcome.String(string(rec.Outcome)), AttrCompleted.Bool(rec.Completed))
 		switch rec.Outcome {
 		case redisq.Recorded:
 			m.RecordedResults.WithLabelValues(string(it.res.Status)).Inc()
@@ -334,42 +337,21 @@ func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 				m.ObserveSubmitLatency(max(now.Sub(time.UnixMilli(rec.CreatedAtMs)), 0))
 			}
 			if rec.Completed {
-				m.GroupCompletions.WithLabelValues(telemetry.StateCompleted).Inc()
-				event(gid, rec.Group)
+				event(events.Change{Group: gid, Counts: rec.Group, Ended: true})
 			} else {
 				a.noteProgress(gid)
 			}
 		case redisq.DuplicateResult:
 			m.RecordedResults.WithLabelValues(telemetry.StatusDuplicate).Inc()
 			if rec.Group.State.Terminal() {
-				event(gid, rec.Group)
+				event(events.Change{Group: gid, Counts: rec.Group})
 			}
 		default: // redisq.UnknownJob
 			m.RecordedResults.WithLabelValues(telemetry.StatusDropped).Inc()
 			a.logUnknown(it.res, rec.Outcome)
 		}
 	}
-
-	failed := map[string]error{}
-	for _, gid := range order {
-		pctx, cancel := context.WithTimeout(base, settleTimeout)
-		if err := a.d.Events.Publish(pctx, gid, events[gid]); err != nil {
-			failed[gid] = err
-			a.log.Warn("group event not published; its results handed back", "group", gid,
-				"state", string(events[gid].State), "err", err)
-		}
-		cancel()
-	}
-	for _, it := range items {
-		if err := failed[it.res.GroupID]; err != nil {
-			endWithError(it.span, err)
-			_ = it.msg.NakWithDelay(nakDelay)
-			continue
-		}
-		// A lost ack means a redelivery, which records as a duplicate.
-		_ = it.msg.Ack()
-		it.span.End()
-	}
+	return out
 }
 
 // noteProgress remembers a group with a recorded result, to be put on the
@@ -387,27 +369,8 @@ func (a *Aggregator) logUnknown(r *contracts.JobResult, outcome redisq.RecordOut
 		"group", r.GroupID, "job", r.JobID, "attempt", r.Attempt, "outcome", string(outcome))
 }
 
-// deadLetter sends a message that is not a valid result to the DLQ and
-// terminates it; if the DLQ is not reachable the message is handed back.
-func (a *Aggregator) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
-	defer cancel()
-	reason, err := deadletter.Send(ctx, a.d, msg, cause, nakDelay)
-	if err != nil {
-		a.warn("dead-lettering failed; message handed back", "subject", msg.Subject(), "err", err)
-		return
-	}
-	a.warn("invalid result dead-lettered", "subject", msg.Subject(), "reason", reason, "err", cause)
-}
-
 // warn logs at warn level, at most once per second; the lines left out in
 // between are logged at debug level and counted in the next warn line.
 func (a *Aggregator) warn(msg string, args ...any) {
 	a.warnLimit.Warn(a.log, msg, args...)
-}
-
-func endWithError(span trace.Span, err error) {
-	span.RecordError(err)
-	span.SetStatus(codes.Error, err.Error())
-	span.End()
 }

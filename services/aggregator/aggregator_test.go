@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/aggregator"
@@ -50,7 +51,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestExactCounts(t *testing.T) {
-	checkLeaks(t)
+	testkit.CheckLeaks(t)
 	b := setup(t)
 	d, m := b.newDeps()
 	b.admitted(t, "g", 20, 20)
@@ -136,7 +137,7 @@ func TestDuplicateResultCountedOnce(t *testing.T) {
 	// failed, and the same result re-published by a producer of its own.
 	b.publish(t, failure("g", "j0", 2, "late"), "", nil)
 	b.publish(t, success("g", "j0", 1), "republished-1", nil)
-	waitFor(t, "2 duplicates", func() bool {
+	testkit.WaitFor(t, "2 duplicates", waitTimeout, func() bool {
 		return counterValue(m.RecordedResults.WithLabelValues(telemetry.StatusDuplicate)) == 2
 	})
 	if g := b.group(t, "g"); g.Done != 1 || g.Succeeded != 1 || g.Failed != 0 {
@@ -150,7 +151,7 @@ func TestDuplicateResultCountedOnce(t *testing.T) {
 	// A duplicate of a completed group re-publishes its event; the event's
 	// message id keeps the stream at one COMPLETED event.
 	b.publish(t, failure("g", "j1", 2, "late"), "", nil)
-	waitFor(t, "3 duplicates", func() bool {
+	testkit.WaitFor(t, "3 duplicates", waitTimeout, func() bool {
 		return counterValue(m.RecordedResults.WithLabelValues(telemetry.StatusDuplicate)) == 3
 	})
 	b.waitSettled(t)
@@ -163,7 +164,7 @@ func TestDuplicateResultCountedOnce(t *testing.T) {
 }
 
 func TestCrashBeforeAckCountsOnce(t *testing.T) {
-	checkLeaks(t)
+	testkit.CheckLeaks(t)
 	b := setup(t)
 	b.admitted(t, "g", 10, 10)
 	for i := range 10 {
@@ -178,7 +179,7 @@ func TestCrashBeforeAckCountsOnce(t *testing.T) {
 	_, stop1 := run(t, cfg, d1, func(a *aggregator.Aggregator) {
 		aggregator.SetAfterRecord(a, func() bool { crashes.Add(1); return true })
 	})
-	waitFor(t, "the first aggregator to record", func() bool { return crashes.Load() > 0 })
+	testkit.WaitFor(t, "the first aggregator to record", waitTimeout, func() bool { return crashes.Load() > 0 })
 	stop1()
 	if n := counterValue(m1.RecordedResults.WithLabelValues(telemetry.StatusSuccess)); n != 0 {
 		t.Fatalf("the crashed aggregator counted %d results in its metrics", n)
@@ -227,7 +228,7 @@ func TestCompletionCleansUp(t *testing.T) {
 		t.Fatalf("retry: %+v %v", r, err)
 	}
 	var rel *redisq.ReleaseResult
-	waitFor(t, "j2 released", func() bool {
+	testkit.WaitFor(t, "j2 released", waitTimeout, func() bool {
 		var err error
 		rel, err = b.q.Release(ctx, 10)
 		if err != nil {
@@ -311,7 +312,7 @@ func TestRedisFailureHandsBatchBack(t *testing.T) {
 
 	// The batch fails and is handed back, and again on its redelivery: no
 	// result leaves RESULT while its batch is not recorded.
-	waitFor(t, "a redelivery", func() bool {
+	testkit.WaitFor(t, "a redelivery", waitTimeout, func() bool {
 		cons, err := b.js.Consumer(ctx, b.names.StreamResult(), aggregator.DefaultDurable)
 		if err != nil {
 			return false // not created yet
@@ -365,7 +366,7 @@ func TestInvalidResultsAreDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "3 dead letters", func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 3 })
+	testkit.WaitFor(t, "3 dead letters", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 3 })
 	b.waitSettled(t)
 	st, err := b.js.Stream(ctx, b.names.StreamDLQ())
 	if err != nil {
@@ -402,7 +403,7 @@ func TestUnknownJobIsDropped(t *testing.T) {
 	run(t, aggregator.Config{}, d, nil)
 	b.publish(t, success("ghost", "j9", 1), "", nil)
 	b.waitSettled(t)
-	waitFor(t, "the drop counted", func() bool {
+	testkit.WaitFor(t, "the drop counted", waitTimeout, func() bool {
 		return counterValue(m.RecordedResults.WithLabelValues(telemetry.StatusDropped)) == 1
 	})
 	if recs := b.logs.find(slog.LevelWarn, "result of an unknown job dropped", "job", "j9"); len(recs) != 1 || recs[0].Attrs["group"] != "ghost" {
@@ -430,13 +431,13 @@ func TestStuckGroups(t *testing.T) {
 	b.waitEvent(t, "done", contracts.StateCompleted)
 	// Waiting for its last results, "slow" asks for no capacity and leaves
 	// the rate limiter's active set; the stuck check must still see it.
-	waitFor(t, "slow recorded", func() bool { return b.group(t, "slow").Done == 1 })
+	testkit.WaitFor(t, "slow recorded", waitTimeout, func() bool { return b.group(t, "slow").Done == 1 })
 	if err := b.rdb.SRem(ctx, b.q.Keys().ActiveGroups(), "slow").Err(); err != nil {
 		t.Fatal(err)
 	}
 
 	var stuck []redisq.GroupInfo
-	waitFor(t, "slow reported stuck", func() bool {
+	testkit.WaitFor(t, "slow reported stuck", waitTimeout, func() bool {
 		var err error
 		if stuck, err = a.Stuck(ctx); err != nil {
 			t.Fatal(err)
@@ -452,7 +453,7 @@ func TestStuckGroups(t *testing.T) {
 
 	// The watcher warns about it once per StuckAfter, though it checks every 20 ms.
 	var warns []logRecord
-	waitFor(t, "two stuck warnings", func() bool {
+	testkit.WaitFor(t, "two stuck warnings", waitTimeout, func() bool {
 		warns = b.logs.find(slog.LevelWarn, "group stuck: no progress", "group", "slow")
 		return len(warns) >= 2
 	})
@@ -465,7 +466,7 @@ func TestStuckGroups(t *testing.T) {
 
 	// Progress clears it.
 	b.publish(t, success("slow", "j1", 1), "", nil)
-	waitFor(t, "slow no longer stuck", func() bool {
+	testkit.WaitFor(t, "slow no longer stuck", waitTimeout, func() bool {
 		s, err := a.Stuck(ctx)
 		if err != nil {
 			t.Fatal(err)

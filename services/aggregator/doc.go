@@ -3,7 +3,7 @@
 //
 // An [Aggregator] reads <prefix>.result.> through one durable pull consumer
 // (shared by every aggregator instance) in batches, and for each batch
-// (DESIGN §6.4):
+// (docs/ARCHITECTURE.md §6.4):
 //
 //  1. decodes every result; a message that is not a valid result, or whose
 //     group differs from its subject's, goes to the dead-letter stream and is

@@ -16,22 +16,21 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
-	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/aggregator"
 )
 
-func TestMain(m *testing.M) { handofftest.Main(m) }
+func TestMain(m *testing.M) { pipelinetest.Main(m) }
 
-// checkLeaks fails the test if goroutines started during it are still
-// running once it and its cleanups are done. Call it first, so its check
-// runs after every other cleanup.
-var checkLeaks = handofftest.CheckLeaks
+// waitTimeout is how long the tests wait for a condition before failing.
+const waitTimeout = 20 * time.Second
 
 type testBundle struct {
-	env   *handofftest.Env
+	env   *pipelinetest.Env
 	q     *redisq.Queue
 	rdb   *redis.Client
 	js    jetstream.JetStream
@@ -45,8 +44,8 @@ type testBundle struct {
 // b.spans and have no metrics (see newDeps).
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	e := handofftest.NewEnv(t, redisq.Config{})
-	tp, spans := handofftest.RecordSpans(t)
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	tp, spans := testkit.RecordSpans(t)
 	b := &testBundle{env: e, q: e.Queue, rdb: e.Redis, js: e.JS, names: e.Names, spans: spans, logs: &logRecorder{}}
 	b.d = deps.Deps{NC: e.NC, JS: e.JS, Queue: e.Queue, Names: e.Names, Log: slog.New(b.logs), TracerProvider: tp}
 	return b
@@ -131,7 +130,7 @@ func (b *testBundle) events(t *testing.T, gid string) []contracts.GroupEvent {
 func (b *testBundle) waitEvent(t *testing.T, gid string, state contracts.GroupState) contracts.GroupEvent {
 	t.Helper()
 	var got contracts.GroupEvent
-	waitFor(t, fmt.Sprintf("%s event of %s", state, gid), func() bool {
+	testkit.WaitFor(t, fmt.Sprintf("%s event of %s", state, gid), waitTimeout, func() bool {
 		for _, ev := range b.events(t, gid) {
 			if ev.State == state {
 				got = ev
@@ -147,7 +146,7 @@ func (b *testBundle) waitEvent(t *testing.T, gid string, state contracts.GroupSt
 // and the aggregators' consumer holds nothing unacknowledged.
 func (b *testBundle) waitSettled(t *testing.T) {
 	t.Helper()
-	waitFor(t, "RESULT acknowledged", func() bool { return b.streamMsgs(t, b.names.StreamResult()) == 0 })
+	testkit.WaitFor(t, "RESULT acknowledged", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamResult()) == 0 })
 }
 
 func (b *testBundle) streamMsgs(t *testing.T, stream string) uint64 {
@@ -173,20 +172,14 @@ func run(t *testing.T, cfg aggregator.Config, d deps.Deps, prepare func(*aggrega
 	if prepare != nil {
 		prepare(a)
 	}
-	return a, handofftest.StartWithin(t, a, 15*time.Second)
-}
-
-// waitFor polls cond every 5 ms until it holds; it fails the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	handofftest.WaitFor(t, what, 20*time.Second, cond)
+	return a, testkit.StartWithin(t, a, 15*time.Second)
 }
 
 // counterValue reads a counter.
-func counterValue(c prometheus.Counter) int { return int(handofftest.MustValue(c)) }
+func counterValue(c prometheus.Counter) int { return int(testkit.MustValue(c)) }
 
 // histogramCount reads a histogram's number of observations.
-func histogramCount(h prometheus.Histogram) int { return int(handofftest.MustValue(h)) }
+func histogramCount(h prometheus.Histogram) int { return int(testkit.MustValue(h)) }
 
 // logRecorder is a slog.Handler keeping every record, with the attributes
 // of the logger it came through.

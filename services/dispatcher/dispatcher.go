@@ -10,12 +10,14 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 )
 
 // Defaults of the [Config] fields.
 const (
 	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
-	DefaultReadyCapacity = 40
+	DefaultReadyCapacity = handoff.DefaultReadyCapacity
 	// DefaultBatchSize is the default of [Config.BatchSize].
 	DefaultBatchSize = 500
 	// DefaultInterval is the default of [Config.Interval].
@@ -48,7 +50,8 @@ const (
 // field means its documented default.
 type Config struct {
 	// ReadyCapacity: jobs are released (and reclaimed jobs re-published)
-	// only while the READY stream holds fewer messages; default 40.
+	// only while the READY stream holds fewer messages; default
+	// [DefaultReadyCapacity] (40).
 	ReadyCapacity int
 	// BatchSize is the most jobs one release or reclaim call moves;
 	// default 500.
@@ -108,6 +111,7 @@ func (c *Config) validate() error {
 // it with [New] (the zero value is not usable); any number may run against
 // the same Redis and NATS.
 type Dispatcher struct {
+	lifecycle.Started
 	cfg Config
 	d   deps.Deps
 	log *slog.Logger
@@ -127,7 +131,7 @@ func New(cfg Config, d deps.Deps) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: names: %w", err)
 	}
 	d = d.Fill()
-	return &Dispatcher{cfg: cfg, d: d, log: d.Log.With("target", "dispatcher")}, nil
+	return &Dispatcher{cfg: cfg, d: d, log: d.Log.With(telemetry.LogComponent, "dispatcher")}, nil
 }
 
 // Run releases, reclaims, corrects and snapshots until ctx is cancelled,
@@ -149,6 +153,7 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	}
 	p.log.Info("dispatcher started", "readyCapacity", p.cfg.ReadyCapacity, "batch", p.cfg.BatchSize,
 		"interval", p.cfg.Interval, "reclaimInterval", p.cfg.ReclaimInterval)
+	p.Signal()
 	wg.Wait()
 	p.log.Info("dispatcher stopped")
 	return nil
@@ -197,7 +202,7 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 	defer cancel()
 	room, err := handoff.Room(ctx, p.d, p.cfg.ReadyCapacity)
 	if err != nil {
-		p.log.Warn("dispatcher: READY size", "err", err)
+		p.log.Warn("READY size", "err", err)
 		return p.cfg.Interval, stateNormal
 	}
 	if room == 0 {
@@ -206,17 +211,17 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 	want := min(room, p.cfg.BatchSize)
 	res, err := p.d.Queue.Release(ctx, want)
 	if err != nil {
-		p.log.Warn("dispatcher: release", "err", err)
+		p.log.Warn("release failed", "err", err)
 		return p.cfg.Interval, stateNormal
 	}
 	if len(res.Jobs) > 0 {
 		ok, err := handoff.Publish(ctx, p.d, res.Jobs, handoff.SpanRelease)
 		p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
 		if err != nil {
-			p.log.Warn("dispatcher: publish released jobs; the rest is re-published when the leases expire",
+			p.log.Warn("publish of released jobs failed; the rest is re-published when the leases expire",
 				"jobs", len(res.Jobs), "published", len(ok), "err", err)
 		}
-		p.log.Debug("dispatcher: released", "jobs", len(res.Jobs), "published", len(ok), "cancelled", res.Cancelled)
+		p.log.Debug("released", "jobs", len(res.Jobs), "published", len(ok), "cancelled", res.Cancelled)
 	}
 	switch {
 	case len(res.Jobs) == want:
@@ -263,7 +268,7 @@ func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	defer cancel()
 	room, err := handoff.Room(ctx, p.d, p.cfg.ReadyCapacity)
 	if err != nil {
-		p.log.Warn("dispatcher: READY size", "err", err)
+		p.log.Warn("READY size", "err", err)
 		return false
 	}
 	if room == 0 {
@@ -272,7 +277,7 @@ func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	want := min(room, p.cfg.BatchSize)
 	res, err := p.d.Queue.Reclaim(ctx, want)
 	if err != nil {
-		p.log.Warn("dispatcher: reclaim", "err", err)
+		p.log.Warn("reclaim failed", "err", err)
 		return false
 	}
 	if len(res.Jobs) == 0 {
@@ -281,16 +286,16 @@ func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	ok, err := handoff.Publish(ctx, p.d, res.Jobs, handoff.SpanReclaim)
 	p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
 	if err != nil {
-		p.log.Warn("dispatcher: re-publish reclaimed jobs", "jobs", len(res.Jobs), "published", len(ok), "err", err)
+		p.log.Warn("re-publish of reclaimed jobs failed", "jobs", len(res.Jobs), "published", len(ok), "err", err)
 	}
-	p.log.Info("dispatcher: re-published jobs whose lease expired", "jobs", len(res.Jobs), "published", len(ok))
+	p.log.Info("re-published jobs whose lease expired", "jobs", len(res.Jobs), "published", len(ok))
 	return len(res.Jobs) == want
 }
 
 func (p *Dispatcher) correct(ctx context.Context) error {
 	n, err := p.d.Queue.CorrectCounters(ctx)
 	if err == nil && n > 0 {
-		p.log.Info("dispatcher: corrected non-ready counters", "groups", n)
+		p.log.Info("corrected non-ready counters", "groups", n)
 	}
 	return err
 }
@@ -312,7 +317,7 @@ func (p *Dispatcher) every(interval time.Duration, what string, fn func(context.
 			case <-t.C:
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cycleTimeout)
 				if err := fn(cctx); err != nil {
-					p.log.Warn("dispatcher: "+what, "err", err)
+					p.log.Warn(what+" failed", "err", err)
 				}
 				cancel()
 			}

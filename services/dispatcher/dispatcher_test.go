@@ -11,15 +11,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bulkaction/bulkaction/internal/handoff"
-	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/dispatcher"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func newDispatcher(t *testing.T, e *handofftest.Env, cfg dispatcher.Config) *dispatcher.Dispatcher {
+func newDispatcher(t *testing.T, e *pipelinetest.Env, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
 	p, err := dispatcher.New(cfg, e.Deps())
 	if err != nil {
@@ -30,7 +31,7 @@ func newDispatcher(t *testing.T, e *handofftest.Env, cfg dispatcher.Config) *dis
 
 // leaseJobs enqueues n jobs in each group and admits them all (leased, not
 // published).
-func leaseJobs(t *testing.T, e *handofftest.Env, groups []string, n int) []redisq.LeasedJob {
+func leaseJobs(t *testing.T, e *pipelinetest.Env, groups []string, n int) []redisq.LeasedJob {
 	t.Helper()
 	var jobs []redisq.Job
 	for _, g := range groups {
@@ -44,7 +45,7 @@ func leaseJobs(t *testing.T, e *handofftest.Env, groups []string, n int) []redis
 // park runs every job (claim of attempt 1) and sends it back to the
 // non-ready queue with the delay of its index; it returns each job's due
 // time (the non-ready ZSET score, ms) by "<gid>:<jid>".
-func park(t *testing.T, e *handofftest.Env, jobs []redisq.LeasedJob, delay func(i int) time.Duration) map[string]int64 {
+func park(t *testing.T, e *pipelinetest.Env, jobs []redisq.LeasedJob, delay func(i int) time.Duration) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
 	if err := e.Queue.Confirm(ctx, jobs...); err != nil {
@@ -70,14 +71,14 @@ func park(t *testing.T, e *handofftest.Env, jobs []redisq.LeasedJob, delay func(
 
 func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	jobs := leaseJobs(t, e, []string{"ga", "gb"}, 20)
 	due := park(t, e, jobs, func(i int) time.Duration { return time.Duration(150+(i%8)*100) * time.Millisecond })
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}))
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}))
 
 	got := r.WaitJobs(t, len(jobs), 10*time.Second)
-	counts := handofftest.Counts(got)
+	counts := pipelinetest.Counts(got)
 	var lates []int64
 	defer func() {
 		slices.Sort(lates)
@@ -111,14 +112,14 @@ func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 	}
 	// The metric counts a job once its publish is acknowledged, which may
 	// be just after the reader saw it.
-	handofftest.WaitFor(t, "dispatch moved metric", 5*time.Second, func() bool {
-		return handofftest.Value(t, e.Metrics.DispatchMoved) == float64(len(jobs))
+	testkit.WaitFor(t, "dispatch moved metric", 5*time.Second, func() bool {
+		return testkit.Value(t, e.Metrics.DispatchMoved) == float64(len(jobs))
 	})
 }
 
 func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
+	e := pipelinetest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
 	jobs := leaseJobs(t, e, []string{"ga", "gb", "gc"}, 10)
 	// A third of them did reach READY before their holder died (published,
 	// never confirmed): the re-publish must not duplicate them.
@@ -136,13 +137,13 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 		t.Fatalf("inflight %d, want %d", got, len(jobs))
 	}
 
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}))
-	handofftest.WaitFor(t, "every lease recovered", 10*time.Second, func() bool { return e.Inflight(t) == 0 })
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}))
+	testkit.WaitFor(t, "every lease recovered", 10*time.Second, func() bool { return e.Inflight(t) == 0 })
 	r.WaitJobs(t, len(jobs), 10*time.Second)
 	e.WaitReadyDrained(t)
 	got := r.Jobs()
-	for key, n := range handofftest.Counts(got) {
+	for key, n := range pipelinetest.Counts(got) {
 		if n != 1 {
 			t.Errorf("%s on READY %d times", key, n)
 		}
@@ -159,18 +160,18 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 
 func TestReleaseRespectsReadyCapacity(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	jobs := leaseJobs(t, e, []string{"g"}, 60)
 	park(t, e, jobs, func(int) time.Duration { return 0 })
 	const capacity = 10
-	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}))
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}))
 
 	ready := e.Names.StreamReady()
-	handofftest.WaitFor(t, "READY filled", 10*time.Second, func() bool { return e.StreamMsgs(t, ready) >= capacity })
+	testkit.WaitFor(t, "READY filled", 10*time.Second, func() bool { return e.StreamMsgs(t, ready) >= capacity })
 	// Let the dispatcher run many more cycles against a full READY.
-	cycles := func() float64 { return handofftest.Value(t, e.Metrics.DispatchCycleDuration) }
+	cycles := func() float64 { return testkit.Value(t, e.Metrics.DispatchCycleDuration) }
 	base := cycles()
-	handofftest.WaitFor(t, "20 more dispatch cycles", 10*time.Second, func() bool { return cycles() >= base+20 })
+	testkit.WaitFor(t, "20 more dispatch cycles", 10*time.Second, func() bool { return cycles() >= base+20 })
 	if got := e.StreamMsgs(t, ready); got != capacity {
 		t.Fatalf("READY holds %d messages, want %d (the capacity)", got, capacity)
 	}
@@ -179,9 +180,9 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 	}
 
 	// A slow reader drains it; READY stays within the capacity throughout.
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{Delay: 5 * time.Millisecond})
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{Delay: 5 * time.Millisecond})
 	var most uint64
-	handofftest.WaitFor(t, "every job read", 20*time.Second, func() bool {
+	testkit.WaitFor(t, "every job read", 20*time.Second, func() bool {
 		most = max(most, e.StreamMsgs(t, ready))
 		return len(r.Jobs()) >= len(jobs)
 	})
@@ -192,7 +193,7 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 
 func TestCorrectsCountersAndSnapshots(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	jobs := leaseJobs(t, e, []string{"g"}, 5)
 	park(t, e, jobs, func(int) time.Duration { return time.Hour })
 	ctx := context.Background()
@@ -200,33 +201,33 @@ func TestCorrectsCountersAndSnapshots(t *testing.T) {
 	if err := e.Redis.Set(ctx, key, 99, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	handofftest.Start(t, newDispatcher(t, e, dispatcher.Config{
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{
 		CorrectInterval: 20 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond,
 	}))
-	handofftest.WaitFor(t, "counter corrected", 10*time.Second, func() bool {
+	testkit.WaitFor(t, "counter corrected", 10*time.Second, func() bool {
 		v, _ := e.Redis.Get(ctx, key).Int()
 		return v == 5
 	})
-	handofftest.WaitFor(t, "congestion snapshots", 10*time.Second, func() bool {
+	testkit.WaitFor(t, "congestion snapshots", 10*time.Second, func() bool {
 		h, err := e.Queue.History(ctx, 10)
 		return err == nil && len(h) >= 2 && h[len(h)-1].TotalNonReady == 5
 	})
 }
 
 func TestRunReturnsPromptlyOnCancel(t *testing.T) {
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	jobs := leaseJobs(t, e, []string{"g"}, 50)
 	park(t, e, jobs, func(i int) time.Duration { return time.Duration(i) * 10 * time.Millisecond })
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	stop := handofftest.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 10*time.Second)
-	handofftest.WaitFor(t, "releases under way", 10*time.Second, func() bool {
+	stop := testkit.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 10*time.Second)
+	testkit.WaitFor(t, "releases under way", 10*time.Second, func() bool {
 		return e.StreamMsgs(t, e.Names.StreamReady()) > 0
 	})
 	stop()
 }
 
 func TestNewValidates(t *testing.T) {
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	for _, cfg := range []dispatcher.Config{
 		{ReadyCapacity: -1}, {BatchSize: -1}, {Interval: -time.Second}, {ReclaimInterval: -1},
 		{CorrectInterval: -1}, {SnapshotInterval: -1},

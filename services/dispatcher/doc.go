@@ -1,4 +1,4 @@
-// Package dispatcher is the bulkaction dispatcher target (DESIGN §5, §6):
+// Package dispatcher is the bulkaction dispatcher target (docs/ARCHITECTURE.md §5, §6):
 // it moves due jobs from the Redis non-ready (backoff) queue to the READY
 // stream, re-publishes jobs whose admission lease expired (a fetcher or
 // dispatcher died between lease and hand-over), and keeps the congestion

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/events"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -57,7 +58,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 	defer cancel()
 	free, err := handoff.Room(ctx, f.d, f.cfg.ReadyCapacity)
 	if err != nil {
-		f.log.Warn("fetcher: READY size", "err", err)
+		f.log.Warn("READY size", "err", err)
 		return next{wait: errorWait}
 	}
 	if free == 0 {
@@ -66,7 +67,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 	}
 	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize))
 	if err != nil {
-		f.log.Warn("fetcher: admit", "err", err)
+		f.log.Warn("admission failed", "err", err)
 		return next{wait: errorWait}
 	}
 	m := f.d.Metrics
@@ -99,18 +100,12 @@ func (f *Fetcher) admit(parent context.Context) next {
 // publish hands admitted jobs to READY. Jobs that are not published stay
 // leased until the dispatcher re-publishes them.
 func (f *Fetcher) publish(ctx context.Context, jobs []redisq.LeasedJob) {
-	if f.cfg.BeforePublish != nil {
-		if err := f.cfg.BeforePublish(jobs); err != nil {
-			f.log.Warn("fetcher: publish skipped; leases left to expire", "jobs", len(jobs), "err", err)
-			return
-		}
-	}
 	ok, err := handoff.Publish(ctx, f.d, jobs, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady))
 	if err != nil {
-		f.log.Warn("fetcher: publish to READY; the rest is re-published when the leases expire",
+		f.log.Warn("publish to READY failed; the rest is re-published when the leases expire",
 			"jobs", len(jobs), "published", len(ok), "err", err)
 	}
-	f.log.Debug("fetcher: admitted", "jobs", len(jobs), "published", len(ok))
+	f.log.Debug("admitted", "jobs", len(jobs), "published", len(ok))
 }
 
 // transitions publishes an event in state for each group, with the
@@ -119,7 +114,7 @@ func (f *Fetcher) transitions(ctx context.Context, gids []string, state contract
 	for _, gid := range gids {
 		info, ok, err := f.d.Queue.Group(ctx, gid)
 		if err != nil {
-			f.log.Warn("fetcher: group event", "group", gid, "state", string(state), "err", err)
+			f.log.Warn("group event not published", "group", gid, "state", string(state), "err", err)
 			continue
 		}
 		if !ok {
@@ -127,6 +122,6 @@ func (f *Fetcher) transitions(ctx context.Context, gids []string, state contract
 		}
 		c := info.GroupCounts
 		c.State = state
-		f.publishEvent(ctx, gid, c)
+		f.publishEvent(ctx, events.Change{Group: gid, Counts: c})
 	}
 }

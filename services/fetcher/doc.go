@@ -1,7 +1,7 @@
 // Package fetcher is the bulkaction fetcher target: it moves submissions
 // from the SUBMIT stream into the Redis fair queue (ingest) and admits
 // queued jobs, fairly and at the configured rate, onto the READY stream
-// (admit), pausing while READY holds its capacity (DESIGN §1, §5, §6).
+// (admit), pausing while READY holds its capacity (docs/ARCHITECTURE.md §1, §5, §6).
 //
 // Ingest reads <prefix>.submit.> through one durable pull consumer that any
 // number of fetchers share. Each batch is decoded and validated; an invalid

@@ -12,8 +12,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/deps"
-	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 )
 
 // TracerName is the name of the tracer the fetcher's spans come from.
@@ -22,7 +25,7 @@ const TracerName = "github.com/bulkaction/bulkaction/services/fetcher"
 // Defaults of the [Config] fields.
 const (
 	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
-	DefaultReadyCapacity = 40
+	DefaultReadyCapacity = handoff.DefaultReadyCapacity
 	// DefaultAdmitBatchSize is the default of [Config.AdmitBatchSize].
 	DefaultAdmitBatchSize = 256
 	// DefaultIngestBatchSize is the default of [Config.IngestBatchSize].
@@ -58,9 +61,6 @@ const (
 	// READY is full; it doubles on every full round.
 	minBackpressureWait = 2 * time.Millisecond
 	maxBackpressureWait = 50 * time.Millisecond
-	// pumpErrorWait is the pause after the consumer iterator reports an
-	// error (it keeps pulling by itself).
-	pumpErrorWait = 50 * time.Millisecond
 	// errorWait is the pause after a failed admission round.
 	errorWait = 100 * time.Millisecond
 	// cycleTimeout bounds one ingest batch or admission round; a round that
@@ -72,7 +72,8 @@ const (
 // means its documented default.
 type Config struct {
 	// ReadyCapacity: the fetcher admits only while the READY stream holds
-	// fewer messages (waiting plus unacknowledged); default 40.
+	// fewer messages (waiting plus unacknowledged); default
+	// [DefaultReadyCapacity] (40).
 	ReadyCapacity int
 	// AdmitBatchSize is the most jobs one admission round takes; default 256.
 	AdmitBatchSize int
@@ -85,10 +86,6 @@ type Config struct {
 	// MaxIdle is the longest wait when no job is queued and no notification
 	// arrives; default 1s.
 	MaxIdle time.Duration
-	// BeforePublish, when set, is called with each admitted batch before it
-	// is published; an error skips the publish and leaves the leases to
-	// expire (fault injection for tests). nil means none.
-	BeforePublish func(jobs []redisq.LeasedJob) error
 }
 
 func (c *Config) setDefaults() {
@@ -127,10 +124,12 @@ func (c *Config) validate() error {
 // [New] (the zero value is not usable); any number may run against the
 // same Redis and NATS, sharing one durable submit consumer.
 type Fetcher struct {
-	cfg    Config
-	d      deps.Deps
-	log    *slog.Logger
-	tracer trace.Tracer
+	lifecycle.Started
+	cfg     Config
+	d       deps.Deps
+	log     *slog.Logger
+	tracer  trace.Tracer
+	settler *consume.Settler
 }
 
 // New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
@@ -147,11 +146,13 @@ func New(cfg Config, d deps.Deps) (*Fetcher, error) {
 		return nil, fmt.Errorf("fetcher: names: %w", err)
 	}
 	d = d.Fill()
+	log := d.Log.With(telemetry.LogComponent, "fetcher")
 	return &Fetcher{
-		cfg:    cfg,
-		d:      d,
-		log:    d.Log.With("target", "fetcher"),
-		tracer: d.TracerProvider.Tracer(TracerName),
+		cfg:     cfg,
+		d:       d,
+		log:     log,
+		tracer:  d.TracerProvider.Tracer(TracerName),
+		settler: consume.NewSettler(d, log, retryDelay),
 	}, nil
 }
 
@@ -176,10 +177,6 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("fetcher: submit consumer %s: %w", f.cfg.Durable, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(f.cfg.IngestBatchSize))
-	if err != nil {
-		return fmt.Errorf("fetcher: consume %s: %w", f.cfg.Durable, err)
-	}
 	wake := make(chan struct{}, 1)
 	sub, err := f.d.NC.Subscribe(f.d.Names.Notify("work"), func(*nats.Msg) {
 		select {
@@ -188,54 +185,24 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		}
 	})
 	if err != nil {
-		iter.Stop()
 		return fmt.Errorf("fetcher: subscribe %s: %w", f.d.Names.Notify("work"), err)
 	}
-
-	msgs := make(chan jetstream.Msg, f.cfg.IngestBatchSize)
+	ingest := consume.Loop{Consumer: cons, Batch: f.cfg.IngestBatchSize, Handle: f.ingest, Log: f.log, Name: f.cfg.Durable}
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		f.pump(iter, msgs)
-	}()
-	go func() {
-		defer wg.Done()
-		f.ingestLoop(ctx, msgs)
-	}()
-	go func() {
-		defer wg.Done()
-		f.admitLoop(ctx, wake)
-	}()
+	wg.Go(func() { ingest.Run(ctx) })
+	wg.Go(func() { f.admitLoop(ctx, wake) })
 	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.ReadyCapacity,
 		"admitBatch", f.cfg.AdmitBatchSize, "ingestBatch", f.cfg.IngestBatchSize)
 
+	f.Signal()
+
 	<-ctx.Done()
-	// Stop pulling; the messages already received are still handed to the
-	// ingest loop, which handles them before it returns.
-	iter.Drain()
+	// The ingest loop stops pulling and handles the batch it holds before
+	// it returns.
 	wg.Wait()
 	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		f.log.Warn("fetcher: unsubscribe", "err", err)
+		f.log.Warn("unsubscribe", "err", err)
 	}
 	f.log.Info("fetcher stopped")
 	return nil
-}
-
-// pump moves messages from the consumer iterator to out until the iterator
-// is closed, then closes out.
-func (f *Fetcher) pump(iter jetstream.MessagesContext, out chan<- jetstream.Msg) {
-	defer close(out)
-	for {
-		m, err := iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
-			}
-			f.log.Debug("fetcher: submit consumer", "err", err)
-			time.Sleep(pumpErrorWait)
-			continue
-		}
-		out <- m
-	}
 }

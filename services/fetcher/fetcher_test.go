@@ -20,10 +20,11 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
-	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -31,7 +32,7 @@ import (
 	"github.com/bulkaction/bulkaction/services/fetcher"
 )
 
-func TestMain(m *testing.M) { handofftest.Main(m) }
+func TestMain(m *testing.M) { pipelinetest.Main(m) }
 
 func newFetcher(t *testing.T, cfg fetcher.Config, d deps.Deps) *fetcher.Fetcher {
 	t.Helper()
@@ -60,9 +61,9 @@ func groupName(g int) string { return fmt.Sprintf("g%02d", g) }
 
 // checkOnce fails t unless msgs hold exactly the jobs 0..n-1 of each group,
 // each once, with its payload.
-func checkOnce(t *testing.T, msgs []handofftest.Msg, groups []string, n int) {
+func checkOnce(t *testing.T, msgs []pipelinetest.Msg, groups []string, n int) {
 	t.Helper()
-	counts := handofftest.Counts(msgs)
+	counts := pipelinetest.Counts(msgs)
 	for _, g := range groups {
 		for i := range n {
 			if c := counts[g+":"+jobID(i)]; c != 1 {
@@ -82,7 +83,7 @@ func checkOnce(t *testing.T, msgs []handofftest.Msg, groups []string, n int) {
 	}
 }
 
-func groupInfo(t *testing.T, e *handofftest.Env, gid string) *redisq.GroupInfo {
+func groupInfo(t *testing.T, e *pipelinetest.Env, gid string) *redisq.GroupInfo {
 	t.Helper()
 	info, ok, err := e.Queue.Group(context.Background(), gid)
 	if err != nil {
@@ -97,7 +98,7 @@ func groupInfo(t *testing.T, e *handofftest.Env, gid string) *redisq.GroupInfo {
 func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 	t.Parallel()
 	const nGroups, perGroup, capacity = 20, 500, 500
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 
 	// READY starts full so that admission waits until every job is queued:
@@ -121,8 +122,8 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
-	handofftest.WaitFor(t, "every job queued", 60*time.Second, func() bool {
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	testkit.WaitFor(t, "every job queued", 60*time.Second, func() bool {
 		for _, gid := range groups {
 			if info := groupInfo(t, e, gid); info.Jobs != perGroup || info.Pending != perGroup {
 				return false
@@ -134,7 +135,7 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 		t.Fatalf("READY holds %d messages while full, want only the %d held", got, capacity)
 	}
 
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	r.WaitJobs(t, nGroups*perGroup, 120*time.Second)
 	e.WaitReadyDrained(t)
 	got := r.Jobs()
@@ -166,13 +167,13 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 			}
 		}
 	}
-	if v := handofftest.Value(t, e.Metrics.EnqueueTotal); v != nGroups*perGroup {
+	if v := testkit.Value(t, e.Metrics.EnqueueTotal); v != nGroups*perGroup {
 		t.Errorf("enqueue total %v, want %d", v, nGroups*perGroup)
 	}
-	if v := handofftest.Value(t, e.Metrics.DequeueTotal); v != nGroups*perGroup {
+	if v := testkit.Value(t, e.Metrics.DequeueTotal); v != nGroups*perGroup {
 		t.Errorf("dequeue total %v, want %d", v, nGroups*perGroup)
 	}
-	if v := handofftest.Value(t, e.Metrics.BackpressureRejected); v == 0 {
+	if v := testkit.Value(t, e.Metrics.BackpressureRejected); v == 0 {
 		t.Error("no backpressure counted while READY was full")
 	}
 }
@@ -180,7 +181,7 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 func TestDuplicateSubmissionsChangeNothing(t *testing.T) {
 	t.Parallel()
 	const n = 100
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	c := client.New(e.JS, client.Options{})
 	jobs := clientJobs("g", 0, n)
@@ -193,8 +194,8 @@ func TestDuplicateSubmissionsChangeNothing(t *testing.T) {
 	if got := e.StreamMsgs(t, e.Names.StreamSubmit()); got != n {
 		t.Fatalf("SUBMIT holds %d messages, want %d", got, n)
 	}
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
 	r.WaitJobs(t, n, 0)
 
 	// The same messages delivered again (a producer retry after the
@@ -214,14 +215,14 @@ func TestDuplicateSubmissionsChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	handofftest.WaitFor(t, "redelivered jobs handled", 0, func() bool {
-		return handofftest.Value(t, e.Metrics.EnqueueDuplicateTotal) == n
+	testkit.WaitFor(t, "redelivered jobs handled", 0, func() bool {
+		return testkit.Value(t, e.Metrics.EnqueueDuplicateTotal) == n
 	})
 	if err := c.Seal(ctx, "g", n); err != nil {
 		t.Fatal(err)
 	}
-	handofftest.WaitFor(t, "group sealed", 0, func() bool { return groupInfo(t, e, "g").Declared == n })
-	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	testkit.WaitFor(t, "group sealed", 0, func() bool { return groupInfo(t, e, "g").Declared == n })
+	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
 
 	info := groupInfo(t, e, "g")
 	if info.Jobs != n || info.Pending != 0 {
@@ -233,7 +234,7 @@ func TestDuplicateSubmissionsChangeNothing(t *testing.T) {
 	if got := e.Inflight(t); got != 0 {
 		t.Fatalf("inflight %d, want 0", got)
 	}
-	if v := handofftest.Value(t, e.Metrics.EnqueueTotal); v != n {
+	if v := testkit.Value(t, e.Metrics.EnqueueTotal); v != n {
 		t.Fatalf("enqueue total %v, want %d", v, n)
 	}
 	e.WaitReadyDrained(t)
@@ -245,7 +246,7 @@ var tagRE = regexp.MustCompile(`"tag":"([a-z_]+)-[0-9]+"`)
 func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	const perReason, valid = 200, 500
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	d := e.Deps()
 	d.Limits = contracts.Limits{MaxPayloadBytes: 1024}
@@ -298,14 +299,14 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 		}
 	}
 
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000}, d))
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000}, d))
 	r.WaitJobs(t, valid, 0)
 	total := perReason * len(reasons)
-	handofftest.WaitFor(t, "every invalid message dead-lettered", 0, func() bool {
+	testkit.WaitFor(t, "every invalid message dead-lettered", 0, func() bool {
 		return e.StreamMsgs(t, e.Names.StreamDLQ()) >= uint64(total)
 	})
-	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
 	e.WaitReadyDrained(t)
 	checkOnce(t, r.Jobs(), []string{"g"}, valid)
 
@@ -345,7 +346,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 		if byReason[reason] != perReason {
 			t.Errorf("%d dead letters with reason %s, want %d", byReason[reason], reason, perReason)
 		}
-		if got := handofftest.Value(t, e.Metrics.DeadLetters.WithLabelValues(reason)); got != perReason {
+		if got := testkit.Value(t, e.Metrics.DeadLetters.WithLabelValues(reason)); got != perReason {
 			t.Errorf("dead letter metric %s = %v, want %d", reason, got, perReason)
 		}
 	}
@@ -357,7 +358,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 func TestReadyNeverExceedsCapacity(t *testing.T) {
 	t.Parallel()
 	const capacity, nGroups, perGroup = 20, 4, 100
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	c := client.New(e.JS, client.Options{})
 	var groups []string
@@ -367,10 +368,10 @@ func TestReadyNeverExceedsCapacity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{Delay: 2 * time.Millisecond})
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{Delay: 2 * time.Millisecond})
 	var most uint64
-	handofftest.WaitFor(t, "every job read", 60*time.Second, func() bool {
+	testkit.WaitFor(t, "every job read", 60*time.Second, func() bool {
 		most = max(most, e.StreamMsgs(t, e.Names.StreamReady()))
 		return len(r.Jobs()) >= nGroups*perGroup
 	})
@@ -380,7 +381,7 @@ func TestReadyNeverExceedsCapacity(t *testing.T) {
 	if most < capacity/2 {
 		t.Fatalf("READY never held more than %d messages: the slow reader was not the bottleneck", most)
 	}
-	if handofftest.Value(t, e.Metrics.BackpressureRejected) == 0 {
+	if testkit.Value(t, e.Metrics.BackpressureRejected) == 0 {
 		t.Fatal("no admission round was held back by a full READY")
 	}
 	checkOnce(t, r.Jobs(), groups, perGroup)
@@ -389,7 +390,7 @@ func TestReadyNeverExceedsCapacity(t *testing.T) {
 func TestKilledFetcherLosesNothing(t *testing.T) {
 	t.Parallel()
 	const perGroup = 100
-	e := handofftest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
+	e := pipelinetest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
 	ctx := context.Background()
 	c := client.New(e.JS, client.Options{})
 	groups := []string{"ga", "gb"}
@@ -398,22 +399,23 @@ func TestKilledFetcherLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The fetcher leases jobs and dies before publishing them.
-	killed := errors.New("killed before publishing")
-	stop := handofftest.Start(t, newFetcher(t, fetcher.Config{
+	// The fetcher leases jobs and dies before publishing them: its
+	// JetStream handle refuses every READY publish.
+	d := e.Deps()
+	d.JS = deadBeforeReady{JetStream: d.JS, ready: e.Names.Ready("")}
+	stop := testkit.Start(t, newFetcher(t, fetcher.Config{
 		ReadyCapacity:  1000,
-		BeforePublish:  func([]redisq.LeasedJob) error { return killed },
 		AdmitBatchSize: 64,
-	}, e.Deps()))
-	handofftest.WaitFor(t, "every job leased", 0, func() bool { return e.Inflight(t) == int64(len(groups)*perGroup) })
+	}, d))
+	testkit.WaitFor(t, "every job leased", 0, func() bool { return e.Inflight(t) == int64(len(groups)*perGroup) })
 	stop()
 	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != 0 {
 		t.Fatalf("READY holds %d messages, want none before recovery", got)
 	}
 
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}, e.Deps()))
-	handofftest.WaitFor(t, "every lease recovered", 0, func() bool { return e.Inflight(t) == 0 })
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}, e.Deps()))
+	testkit.WaitFor(t, "every lease recovered", 0, func() bool { return e.Inflight(t) == 0 })
 	r.WaitJobs(t, len(groups)*perGroup, 0)
 	e.WaitReadyDrained(t)
 	got := r.Jobs()
@@ -423,6 +425,20 @@ func TestKilledFetcherLosesNothing(t *testing.T) {
 			t.Fatalf("%s: attempt %d, want 1", m.Key(), m.Job.Attempt)
 		}
 	}
+}
+
+// deadBeforeReady is a JetStream handle whose publishes to READY fail, as
+// if the process died between leasing jobs and publishing them.
+type deadBeforeReady struct {
+	jetstream.JetStream
+	ready string // subject prefix of READY
+}
+
+func (j deadBeforeReady) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if strings.HasPrefix(m.Subject, j.ready) {
+		return nil, errors.New("killed before publishing")
+	}
+	return j.JetStream.PublishMsgAsync(m, opts...)
 }
 
 func newDispatcher(t *testing.T, cfg dispatcher.Config, d deps.Deps) *dispatcher.Dispatcher {
@@ -439,17 +455,17 @@ func TestTwoFetchersTwoDispatchers(t *testing.T) {
 	const nGroups, perGroup = 10, 200
 	// Seed admission with a low limit parks most jobs, so the dispatchers
 	// release them while the fetchers admit the rest.
-	e := handofftest.NewEnv(t, redisq.Config{
+	e := pipelinetest.NewEnv(t, redisq.Config{
 		Mode: redisq.ModeSeed, GlobalLimit: 500, BaseBackoff: 100 * time.Millisecond,
 		MaxBackoff: time.Second, DisableCongestion: true, Lease: 2 * time.Second,
 	})
 	ctx := context.Background()
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	for range 2 {
 		nc, js := e.Connect(t)
-		handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 500, IngestBatchSize: 100}, e.DepsWith(nc, js)))
+		testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 500, IngestBatchSize: 100}, e.DepsWith(nc, js)))
 		nc2, js2 := e.Connect(t)
-		handofftest.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 500, Interval: 20 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond}, e.DepsWith(nc2, js2)))
+		testkit.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 500, Interval: 20 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond}, e.DepsWith(nc2, js2)))
 	}
 	c := client.New(e.JS, client.Options{})
 	var groups []string
@@ -461,17 +477,17 @@ func TestTwoFetchersTwoDispatchers(t *testing.T) {
 		}
 	}
 	r.WaitJobs(t, nGroups*perGroup, 120*time.Second)
-	handofftest.WaitFor(t, "queues empty", 0, func() bool {
+	testkit.WaitFor(t, "queues empty", 0, func() bool {
 		nr, _ := e.Redis.ZCard(ctx, e.Queue.Keys().NonReadyQueue()).Result()
 		return nr == 0 && e.Inflight(t) == 0
 	})
 	// Every hand-off is over: a duplicate would be on READY by now.
 	e.WaitReadyDrained(t)
 	checkOnce(t, r.Jobs(), groups, perGroup)
-	if v := handofftest.Value(t, e.Metrics.BackpressureAdmitted.WithLabelValues(telemetry.DestinationNonReady)); v == 0 {
+	if v := testkit.Value(t, e.Metrics.BackpressureAdmitted.WithLabelValues(telemetry.DestinationNonReady)); v == 0 {
 		t.Fatal("no job was parked: the dispatchers had nothing to do")
 	}
-	if v := handofftest.Value(t, e.Metrics.DispatchMoved); v == 0 {
+	if v := testkit.Value(t, e.Metrics.DispatchMoved); v == 0 {
 		t.Fatal("the dispatchers moved nothing")
 	}
 	for _, gid := range groups {
@@ -483,7 +499,7 @@ func TestTwoFetchersTwoDispatchers(t *testing.T) {
 
 func TestSealCancelAndGroupEvents(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	var msgs []*nats.Msg
 	add := func(gid, body string) {
@@ -521,10 +537,10 @@ func TestSealCancelAndGroupEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
-	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
-	handofftest.WaitFor(t, "sealed groups drained", 0, func() bool {
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	testkit.WaitFor(t, "sealed groups drained", 0, func() bool {
 		return groupInfo(t, e, "sealed").State == contracts.StateAggregating &&
 			groupInfo(t, e, "early").State == contracts.StateAggregating
 	})
@@ -568,7 +584,7 @@ func TestSealCancelAndGroupEvents(t *testing.T) {
 		"early":  {contracts.StateCreated, contracts.StateRunning, contracts.StateAggregating},
 	}
 	var events map[string][]contracts.GroupState
-	handofftest.WaitFor(t, "group events", 0, func() bool {
+	testkit.WaitFor(t, "group events", 0, func() bool {
 		events = readEvents(t, e)
 		for gid, w := range want {
 			if !sameStates(events[gid], w) {
@@ -587,11 +603,11 @@ func TestSealCancelAndGroupEvents(t *testing.T) {
 			seen[s] = true
 		}
 	}
-	if v := handofftest.Value(t, e.Metrics.GroupCompletions.WithLabelValues(telemetry.StateCancelled)); v != 1 {
+	if v := testkit.Value(t, e.Metrics.GroupCompletions.WithLabelValues(telemetry.StateCancelled)); v != 1 {
 		t.Errorf("cancelled completions %v, want 1", v)
 	}
 	// The admitted jobs of the cancelled group (if any) and of the others are on READY once.
-	for key, n := range handofftest.Counts(r.Jobs()) {
+	for key, n := range pipelinetest.Counts(r.Jobs()) {
 		if n != 1 {
 			t.Errorf("%s on READY %d times", key, n)
 		}
@@ -608,7 +624,7 @@ func sameStates(got, want []contracts.GroupState) bool {
 }
 
 // readEvents returns the states of every event on the EVENTS stream, by group.
-func readEvents(t *testing.T, e *handofftest.Env) map[string][]contracts.GroupState {
+func readEvents(t *testing.T, e *pipelinetest.Env) map[string][]contracts.GroupState {
 	t.Helper()
 	out := map[string][]contracts.GroupState{}
 	for _, raw := range e.StoredMsgs(t, e.Names.StreamEvents()) {
@@ -632,9 +648,9 @@ func TestRedisOutageRedeliversUntilStored(t *testing.T) {
 	opt.MaxRetries = -1
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	e := handofftest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "outage:"})
+	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "outage:"})
 	ctx := context.Background()
-	handofftest.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
 
 	srv.Stop()
 	c := client.New(e.JS, client.Options{})
@@ -645,7 +661,7 @@ func TestRedisOutageRedeliversUntilStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handofftest.WaitFor(t, "submissions redelivered", 0, func() bool {
+	testkit.WaitFor(t, "submissions redelivered", 0, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumRedelivered > 0
 	})
@@ -656,22 +672,22 @@ func TestRedisOutageRedeliversUntilStored(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	r.WaitJobs(t, n, 0)
-	handofftest.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
-	handofftest.WaitFor(t, "nothing leased", 0, func() bool { return e.Inflight(t) == 0 })
+	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	testkit.WaitFor(t, "nothing leased", 0, func() bool { return e.Inflight(t) == 0 })
 	e.WaitReadyDrained(t)
 	checkOnce(t, r.Jobs(), []string{"g"}, n)
 }
 
 func TestTraceContinuesFromSubmit(t *testing.T) {
 	t.Parallel()
-	e := handofftest.NewEnv(t, redisq.Config{})
-	tp, rec := handofftest.RecordSpans(t)
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	tp, rec := testkit.RecordSpans(t)
 	d := e.Deps()
 	d.TracerProvider = tp
-	r := handofftest.NewReader(t, e, handofftest.ReaderOptions{})
-	handofftest.Start(t, newFetcher(t, fetcher.Config{}, d))
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, d))
 	c := client.New(e.JS, client.Options{TracerProvider: tp})
 	if err := c.Submit(context.Background(), "g", clientJobs("g", 0, 3)...); err != nil {
 		t.Fatal(err)
@@ -680,7 +696,7 @@ func TestTraceContinuesFromSubmit(t *testing.T) {
 
 	var submit sdktrace.ReadOnlySpan
 	spans := map[string]sdktrace.ReadOnlySpan{}
-	handofftest.WaitFor(t, "spans ended", 0, func() bool {
+	testkit.WaitFor(t, "spans ended", 0, func() bool {
 		n := 0
 		for _, s := range rec.Ended() {
 			spans[s.SpanContext().SpanID().String()] = s
@@ -714,7 +730,7 @@ func TestTraceContinuesFromSubmit(t *testing.T) {
 
 func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	const n = 2000
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	c := client.New(e.JS, client.Options{})
 	if err := c.Submit(ctx, "g", clientJobs("g", 0, n)...); err != nil {
@@ -722,16 +738,16 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	}
 	// A first run creates the shared submit consumer, whose goroutines in
 	// the embedded server outlive any fetcher.
-	stop := handofftest.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10}, e.Deps()))
-	handofftest.WaitFor(t, "first jobs queued", 0, func() bool { return groupInfo(t, e, "g").Jobs > 0 })
+	stop := testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10}, e.Deps()))
+	testkit.WaitFor(t, "first jobs queued", 0, func() bool { return groupInfo(t, e, "g").Jobs > 0 })
 	stop()
 
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	nc, js := e.Connect(t)
 	defer nc.Close()
-	stop = handofftest.StartWithin(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js)), 10*time.Second)
+	stop = testkit.StartWithin(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js)), 10*time.Second)
 	before := groupInfo(t, e, "g").Jobs
-	handofftest.WaitFor(t, "work under way", 0, func() bool { return groupInfo(t, e, "g").Jobs > before })
+	testkit.WaitFor(t, "work under way", 0, func() bool { return groupInfo(t, e, "g").Jobs > before })
 	stop()
 	// Nothing received was lost: every submission is either queued or still
 	// on SUBMIT to be delivered again.
@@ -742,7 +758,7 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	e := handofftest.NewEnv(t, redisq.Config{})
+	e := pipelinetest.NewEnv(t, redisq.Config{})
 	for _, cfg := range []fetcher.Config{
 		{ReadyCapacity: -1}, {AdmitBatchSize: -1}, {IngestBatchSize: -1}, {MaxIdle: -time.Second},
 	} {

@@ -8,7 +8,7 @@
 // free slot for.
 //
 // Each delivery follows the worker's side of the reliability protocol
-// (DESIGN §6.3):
+// (docs/ARCHITECTURE.md §6.3):
 //
 //  1. The body is decoded; a message that is not a valid ready job, or whose
 //     type differs from its subject's, goes to the dead-letter stream and is

@@ -7,17 +7,16 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/bulkaction/bulkaction/internal/deadletter"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bulkaction/bulkaction/internal/natsutil/jspub"
+	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/jspub"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -61,19 +60,18 @@ const outcomeHandedBack = "HANDED_BACK"
 
 // claimed is a delivery whose job is being claimed or run.
 type claimed struct {
-	msg       jetstream.Msg
+	*consume.Delivery
 	job       *contracts.ReadyJob
 	delivered int
-	base      context.Context // carries span
-	span      trace.Span
 }
 
-// handle runs the deliveries of one pull (DESIGN §6.3): invalid messages
-// are dead-lettered, the others are claimed in one Redis call, and each
-// claimed job runs in its own goroutine. Every delivery gives back its
-// slot when it is settled. ctx is Run's context; a delivery does not stop
-// when it ends: every Redis or NATS call made for it has its own timeout
-// (settleTimeout), and the processor runs under the tracker's job context.
+// handle runs the deliveries of one pull (docs/ARCHITECTURE.md §6.3):
+// invalid messages are dead-lettered, the others are claimed in one Redis
+// call, and each claimed job runs in its own goroutine. Every delivery
+// gives back its slot when it is settled. ctx is Run's context; a delivery
+// does not stop when it ends: every Redis or NATS call made for it has its
+// own timeout (settleTimeout), and the processor runs under the tracker's
+// job context.
 func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Msg, jobs *tracker) {
 	base := context.WithoutCancel(ctx)
 	cs := make([]claimed, 0, len(msgs))
@@ -81,7 +79,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 		if c, ok := w.open(base, jobType, msg); ok {
 			cs = append(cs, c)
 		} else {
-			w.release(1)
+			w.slots.Release(1)
 		}
 	}
 	if len(cs) == 0 {
@@ -97,32 +95,31 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	for i, c := range cs {
 		switch {
 		case err != nil:
-			w.handBack(c.msg, c.span, c.job, "claim", err)
+			w.handBack(c, "claim", err)
 		case outcomes[i] == redisq.ClaimRun:
 			jobs.add(1)
 			go func() {
 				defer jobs.done()
-				defer w.release(1)
-				defer c.span.End()
+				defer w.slots.Release(1)
 				w.run(c, jobs)
 			}()
 			continue
 		case outcomes[i] == redisq.ClaimStale, outcomes[i] == redisq.ClaimCancelled:
 			w.log.Debug("delivery dropped", "group", c.job.GroupID, "job", c.job.JobID, "attempt", c.job.Attempt,
 				"claim", string(outcomes[i]))
-			w.count(c.span, c.job.Type, telemetry.StatusDropped)
-			w.ack(c.msg, c.job)
+			w.count(c, telemetry.StatusDropped)
+			w.settle(c, consume.Ack())
 		default:
-			w.handBack(c.msg, c.span, c.job, "claim", fmt.Errorf("unexpected claim outcome %q", outcomes[i]))
+			w.handBack(c, "claim", fmt.Errorf("unexpected claim outcome %q", outcomes[i]))
 		}
-		c.span.End()
-		w.release(1)
+		w.slots.Release(1)
 	}
 }
 
 // open decodes a delivery and starts its span; a message that is not a
 // valid ready job of jobType is dead-lettered and ok is false.
 func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (c claimed, ok bool) {
+	d := consume.Open(base, w.tracer, SpanProcess, msg)
 	job, err := contracts.DecodeReadyJob(msg.Data(), w.d.Limits)
 	if err == nil && job.Type != jobType {
 		err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "type",
@@ -130,40 +127,36 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 			Limit:   "must equal the <type> token of the subject"}
 	}
 	if err != nil {
-		w.deadLetter(base, msg, err)
+		d.Decide(consume.DeadLetter(err))
+		w.settleWithin(d)
 		return claimed{}, false
 	}
 	delivered := 1
 	if md, err := msg.Metadata(); err == nil {
 		delivered = int(md.NumDelivered)
 	}
-	base, span := w.tracer.Start(telemetry.ExtractHeader(base, msg.Headers()), SpanProcess,
-		trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		span.SetAttributes(
+	if d.Span.IsRecording() {
+		d.Span.SetAttributes(
 			AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
 			AttrAttempt.Int(job.Attempt), AttrDelivered.Int(delivered),
-			attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.destination.name", msg.Subject()),
 		)
 	}
-	return claimed{msg: msg, job: job, delivered: delivered, base: base, span: span}, true
+	return claimed{Delivery: d, job: job, delivered: delivered}, true
 }
 
 // run runs a claimed job's processor and settles the delivery: result,
 // back-off, or hand-back.
 func (w *Worker) run(c claimed, jobs *tracker) {
-	base, msg, span, job, delivered := c.base, c.msg, c.span, c.job, c.delivered
-	if delivered > w.cfg.MaxDeliveries {
-		w.publishResult(base, msg, span, job, contracts.ResultFailed,
-			fmt.Sprintf("poison: delivered %d times", delivered), 0)
+	msg, span, job := c.Msg, c.Span, c.job
+	if c.delivered > w.cfg.MaxDeliveries {
+		w.publishResult(c, contracts.ResultFailed, fmt.Sprintf("poison: delivered %d times", c.delivered), 0)
 		return
 	}
 
 	d, ok := jobs.begin(msg)
 	if !ok { // the shutdown grace is over
-		_ = msg.Nak()
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+		w.settle(c, consume.Retry(0, nil))
 		return
 	}
 	jctx, jcancel := context.WithTimeout(trace.ContextWithSpan(jobs.base, span), w.cfg.JobTimeout)
@@ -175,6 +168,7 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 	jcancel()
 	if !jobs.finish(d) { // handed back by the shutdown while it ran
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+		span.End()
 		return
 	}
 	w.d.Metrics.ObserveProcessing(job.Type, elapsed)
@@ -184,12 +178,12 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 
 	switch kind, after := processor.Classify(perr); kind {
 	case processor.OutcomeSuccess:
-		w.publishResult(base, msg, span, job, contracts.ResultSuccess, "", elapsed)
+		w.publishResult(c, contracts.ResultSuccess, "", elapsed)
 	case processor.OutcomeFailed:
-		w.publishResult(base, msg, span, job, contracts.ResultFailed, perr.Error(), elapsed)
+		w.publishResult(c, contracts.ResultFailed, perr.Error(), elapsed)
 	default: // retry or rate limited
 		if job.Attempt > w.cfg.MaxRetryCount {
-			w.publishResult(base, msg, span, job, contracts.ResultFailed, perr.Error(), elapsed)
+			w.publishResult(c, contracts.ResultFailed, perr.Error(), elapsed)
 			return
 		}
 		retryAfter := time.Duration(-1) // the congestion-aware backoff decides
@@ -200,24 +194,24 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 				retryAfter = after
 			}
 		}
-		w.backoff(base, msg, span, job, status, retryAfter, perr.Error())
+		w.backoff(c, status, retryAfter, perr.Error())
 	}
 }
 
 // publishResult publishes the attempt's result, waits for the PubAck and
 // then acknowledges the READY message. A failed publish hands the message
 // back: the same attempt runs again, and the aggregator counts it once.
-func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, span trace.Span, job *contracts.ReadyJob,
-	status contracts.ResultStatus, errText string, elapsed time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText string, elapsed time.Duration) {
+	ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
 	defer cancel()
+	job := c.job
 	res := contracts.JobResult{
 		V: contracts.Version, GroupID: job.GroupID, JobID: job.JobID, Attempt: job.Attempt,
 		Status: status, Error: truncate(errText, maxErrorLen), DurationMs: elapsed.Milliseconds(),
 	}
 	data, err := json.Marshal(&res)
 	if err != nil {
-		w.handBack(msg, span, job, "encode result", err)
+		w.handBack(c, "encode result", err)
 		return
 	}
 	m := nats.NewMsg(w.d.Names.Result(job.GroupID))
@@ -227,22 +221,25 @@ func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, span trac
 	// An asynchronous publish awaited here costs less than a synchronous
 	// request, and the publishes of concurrent jobs share their writes.
 	if err := jspub.PublishWindow(ctx, w.d.JS, []*nats.Msg{m}, 0)[0]; err != nil {
-		w.handBack(msg, span, job, "publish result", err)
+		w.handBack(c, "publish result", err)
 		return
 	}
 	if status == contracts.ResultFailed {
-		span.SetStatus(codes.Error, res.Error)
+		c.Span.SetStatus(codes.Error, res.Error)
 	}
-	w.count(span, job.Type, string(status))
-	w.ack(msg, job)
+	w.count(c, string(status))
+	// The result is stored: a lost ack only means a redelivery, which the
+	// claim drops as stale (or, before the result is recorded, a re-run
+	// whose result carries the same message id and is counted once).
+	w.settle(c, consume.Ack())
 }
 
 // backoff sends the job back to the non-ready queue (retryAfter < 0 means
 // the congestion-aware backoff) and acknowledges the READY message.
-func (w *Worker) backoff(ctx context.Context, msg jetstream.Msg, span trace.Span, job *contracts.ReadyJob,
-	status string, retryAfter time.Duration, errText string) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+func (w *Worker) backoff(c claimed, status string, retryAfter time.Duration, errText string) {
+	ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
 	defer cancel()
+	job := c.job
 	bctx, bspan := w.tracer.Start(ctx, SpanBackoff, trace.WithAttributes(
 		AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
 		AttrAttempt.Int(job.Attempt)))
@@ -251,7 +248,7 @@ func (w *Worker) backoff(ctx context.Context, msg jetstream.Msg, span trace.Span
 		bspan.RecordError(err)
 		bspan.SetStatus(codes.Error, err.Error())
 		bspan.End()
-		w.handBack(msg, span, job, "back off", err)
+		w.handBack(c, "back off", err)
 		return
 	}
 	bspan.SetAttributes(AttrBackoffMs.Int64(rr.Delay.Milliseconds()), AttrOutcome.String(rr.Outcome))
@@ -261,50 +258,37 @@ func (w *Worker) backoff(ctx context.Context, msg jetstream.Msg, span trace.Span
 	} else { // stale or cancelled: the job is no longer this delivery's
 		status = telemetry.StatusDropped
 	}
-	w.count(span, job.Type, status)
-	w.ack(msg, job)
+	w.count(c, status)
+	w.settle(c, consume.Ack())
 }
 
 // count records the delivery's outcome on the span and in
 // bulk_action_job_results_total.
-func (w *Worker) count(span trace.Span, jobType, status string) {
-	span.SetAttributes(AttrOutcome.String(status))
-	w.d.Metrics.JobResults.WithLabelValues(jobType, status).Inc()
+func (w *Worker) count(c claimed, status string) {
+	c.Span.SetAttributes(AttrOutcome.String(status))
+	w.d.Metrics.JobResults.WithLabelValues(c.job.Type, status).Inc()
 }
 
-// ack acknowledges msg without waiting for the server: the result is
-// already stored, so a lost ack only means a redelivery, which the claim
-// drops as stale (or, before the result is recorded, a re-run whose result
-// carries the same message id and is counted once).
-func (w *Worker) ack(msg jetstream.Msg, job *contracts.ReadyJob) {
-	if err := msg.Ack(); err != nil {
-		w.warn("ack of READY message failed; it will be redelivered and dropped",
-			"group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "err", err)
-	}
+// handBack hands the delivery back after a transient failure: the message
+// is delivered again after nakDelay and the same attempt runs again.
+func (w *Worker) handBack(c claimed, what string, err error) {
+	c.Span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+	w.warn("job handed back for redelivery", "step", what, "group", c.job.GroupID, "job", c.job.JobID,
+		"attempt", c.job.Attempt, "err", err)
+	w.settle(c, consume.Retry(nakDelay, fmt.Errorf("%s: %w", what, err)))
 }
 
-// handBack negatively acknowledges msg with a delay after a transient
-// failure: the message is delivered again and the same attempt runs again.
-func (w *Worker) handBack(msg jetstream.Msg, span trace.Span, job *contracts.ReadyJob, what string, err error) {
-	span.RecordError(err)
-	span.SetStatus(codes.Error, what+": "+err.Error())
-	span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
-	w.warn("job handed back for redelivery", "step", what, "group", job.GroupID, "job", job.JobID,
-		"attempt", job.Attempt, "err", err)
-	_ = msg.NakWithDelay(nakDelay)
+// settle carries out the decision on the delivery and ends its span.
+func (w *Worker) settle(c claimed, dec consume.Decision) {
+	c.Decide(dec)
+	w.settleWithin(c.Delivery)
 }
 
-// deadLetter sends a message that is not a valid ready job to the DLQ and
-// terminates it; if the DLQ is not reachable the message is handed back.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+// settleWithin settles d with its decision under settleTimeout.
+func (w *Worker) settleWithin(d *consume.Delivery) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.Ctx), settleTimeout)
 	defer cancel()
-	reason, err := deadletter.Send(ctx, w.d, msg, cause, nakDelay)
-	if err != nil {
-		w.warn("dead-lettering failed; message handed back", "subject", msg.Subject(), "err", err)
-		return
-	}
-	w.warn("invalid READY message dead-lettered", "subject", msg.Subject(), "reason", reason, "err", cause)
+	w.settler.Settle(ctx, d)
 }
 
 // warn logs at warn level, at most once per second; the lines left out in

@@ -14,27 +14,26 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
-	"github.com/bulkaction/bulkaction/internal/handoff/handofftest"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/worker"
 )
 
-func TestMain(m *testing.M) { handofftest.Main(m) }
+func TestMain(m *testing.M) { pipelinetest.Main(m) }
 
-// checkLeaks fails the test if goroutines started during it are still
-// running once it and its cleanups are done. Call it first, so its check
-// runs after every other cleanup.
-var checkLeaks = handofftest.CheckLeaks
+// waitTimeout is how long the tests wait for a condition before failing.
+const waitTimeout = 20 * time.Second
 
 // testBundle is one test's pipeline around the workers under test: a Redis
 // queue, an embedded JetStream server with every stream, a feeder standing
 // in for the fetcher and the dispatcher, and a collector standing in for the
 // aggregator.
 type testBundle struct {
-	env     *handofftest.Env
+	env     *pipelinetest.Env
 	q       *redisq.Queue
 	js      jetstream.JetStream
 	names   contracts.Names
@@ -54,8 +53,8 @@ func setup(t *testing.T, qcfg redisq.Config) *testBundle {
 	if qcfg.MaxBackoff == 0 {
 		qcfg.MaxBackoff = 100 * time.Millisecond
 	}
-	e := handofftest.NewEnv(t, qcfg)
-	tp, spans := handofftest.RecordSpans(t)
+	e := pipelinetest.NewEnv(t, qcfg)
+	tp, spans := testkit.RecordSpans(t)
 	b := &testBundle{env: e, q: e.Queue, js: e.JS, names: e.Names, metrics: e.Metrics, spans: spans, d: e.Deps()}
 	b.d.TracerProvider = tp
 	b.results = startCollector(t, b)
@@ -99,7 +98,7 @@ func (b *testBundle) group(t *testing.T, gid string) *redisq.GroupInfo {
 func (b *testBundle) waitCompleted(t *testing.T, gid string) *redisq.GroupInfo {
 	t.Helper()
 	var info *redisq.GroupInfo
-	waitFor(t, "group "+gid+" COMPLETED", func() bool {
+	testkit.WaitFor(t, "group "+gid+" COMPLETED", waitTimeout, func() bool {
 		info = b.group(t, gid)
 		return info.State == contracts.StateCompleted
 	})
@@ -114,7 +113,7 @@ func (b *testBundle) streamMsgs(t *testing.T, stream string) uint64 {
 
 // jobResults reads bulk_action_job_results_total{type,status}.
 func (b *testBundle) jobResults(jobType, status string) int {
-	return int(handofftest.MustValue(b.metrics.JobResults.WithLabelValues(jobType, status)))
+	return int(testkit.MustValue(b.metrics.JobResults.WithLabelValues(jobType, status)))
 }
 
 // startFeeder runs, until the test ends, what the fetcher and the
@@ -227,7 +226,7 @@ func (c *collector) of(gid, jid string) []result {
 func (c *collector) wait(t *testing.T, gid, jid string) result {
 	t.Helper()
 	var got []result
-	waitFor(t, "result of "+gid+"/"+jid, func() bool {
+	testkit.WaitFor(t, "result of "+gid+"/"+jid, waitTimeout, func() bool {
 		got = c.of(gid, jid)
 		return len(got) > 0
 	})
@@ -244,13 +243,7 @@ func runWorker(t *testing.T, b *testBundle, cfg worker.Config, mux *processor.Mu
 	if err != nil {
 		t.Fatal(err)
 	}
-	return handofftest.StartWithin(t, w, 15*time.Second)
-}
-
-// waitFor polls cond every 5 ms until it holds; it fails the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	handofftest.WaitFor(t, what, 20*time.Second, cond)
+	return testkit.StartWithin(t, w, 15*time.Second)
 }
 
 // calls counts processor runs per job.

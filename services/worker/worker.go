@@ -14,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 )
@@ -174,12 +176,14 @@ func (c *Config) validate(mux *processor.Mux) error {
 // Worker runs jobs from the READY stream. Create it with [New] and start it
 // with [Worker.Run]; a Worker runs once.
 type Worker struct {
-	cfg    Config
-	mux    *processor.Mux
-	d      deps.Deps
-	log    *slog.Logger
-	tracer trace.Tracer
-	slots  chan struct{} // one token per running (or being pulled) job
+	lifecycle.Started
+	settler *consume.Settler
+	cfg     Config
+	mux     *processor.Mux
+	d       deps.Deps
+	log     *slog.Logger
+	tracer  trace.Tracer
+	slots   *consume.Slots // one per running (or being pulled) job
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
 	warnLimit telemetry.WarnLimiter
@@ -200,13 +204,15 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 		return nil, err
 	}
 	d = d.Fill()
+	log := d.Log.With(telemetry.LogComponent, "worker")
 	return &Worker{
 		cfg:       cfg,
 		mux:       mux,
 		d:         d,
-		log:       d.Log.With("service", "worker"),
+		log:       log,
+		settler:   consume.NewSettler(d, log, nakDelay),
 		tracer:    d.TracerProvider.Tracer(TracerName),
-		slots:     make(chan struct{}, cfg.Concurrency),
+		slots:     consume.NewSlots(cfg.Concurrency),
 		warnLimit: telemetry.WarnLimiter{Interval: time.Second},
 	}, nil
 }
@@ -254,7 +260,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	jobs := newTracker(ctx)
 	var loops sync.WaitGroup
 	for i, t := range w.cfg.Types {
-		loops.Go(func() { w.pull(ctx, t, consumers[i], jobs) })
+		loop := consume.Loop{Consumer: consumers[i], Batch: w.cfg.Concurrency, Slots: w.slots, Log: w.log,
+			Name: w.ConsumerName(t), IdleWait: idleWait, ErrorWait: nakDelay,
+			Handle: func(ctx context.Context, msgs []jetstream.Msg) { w.start(ctx, t, msgs, jobs) }}
+		loops.Go(func() { loop.Run(ctx) })
 	}
 	stopBeat := make(chan struct{})
 	var beat sync.WaitGroup
@@ -264,6 +273,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		beat.Wait()
 	}()
 	w.log.Info("worker started", "types", w.cfg.Types, "concurrency", w.cfg.Concurrency)
+	w.Signal()
 	<-ctx.Done()
 	loops.Wait()
 
@@ -288,93 +298,6 @@ func (w *Worker) Run(ctx context.Context) error {
 // flushTimeout bounds the final flush of acks on shutdown.
 const flushTimeout = 5 * time.Second
 
-// pull fetches messages of one type while ctx lasts and starts a job for
-// each; it holds a slot for every message it asks for. With no work waiting
-// it asks for one message and waits for it (idle); after a message came it
-// asks for as many as there are free slots, without waiting (busy).
-func (w *Worker) pull(ctx context.Context, jobType string, cons jetstream.Consumer, jobs *tracker) {
-	idle := true
-	for {
-		if !w.acquire(ctx) {
-			return
-		}
-		n := 1
-		var batch jetstream.MessageBatch
-		var err error
-		if idle {
-			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(idleWait))
-		} else {
-			n += w.tryAcquire(w.cfg.Concurrency - 1)
-			batch, err = cons.FetchNoWait(n)
-		}
-		if err != nil {
-			w.release(n)
-			w.pullFailed(ctx, jobType, err)
-			idle = true
-			continue
-		}
-		var msgs []jetstream.Msg
-		for msg := range batch.Messages() {
-			msgs = append(msgs, msg)
-		}
-		got := len(msgs)
-		w.release(n - got)
-		if got > 0 {
-			w.start(ctx, jobType, msgs, jobs)
-		}
-		if err := batch.Error(); err != nil {
-			w.pullFailed(ctx, jobType, err)
-		}
-		idle = got == 0
-	}
-}
-
-// pullFailed logs a failed pull and waits a moment (or until ctx ends)
-// before the next one.
-func (w *Worker) pullFailed(ctx context.Context, jobType string, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	w.warn("pull from READY failed", "type", jobType, "err", err)
-	t := time.NewTimer(nakDelay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// acquire takes a slot, waiting for one; false when ctx ended first.
-func (w *Worker) acquire(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	select {
-	case w.slots <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// tryAcquire takes up to n free slots without waiting and returns how many.
-func (w *Worker) tryAcquire(n int) int {
-	for i := 0; i < n; i++ {
-		select {
-		case w.slots <- struct{}{}:
-		default:
-			return i
-		}
-	}
-	return n
-}
-
-func (w *Worker) release(n int) {
-	for i := 0; i < n; i++ {
-		<-w.slots
-	}
-}
-
 // start handles the deliveries of one pull in a goroutine of their own:
 // they are claimed together, and each claimed job then runs in its own
 // goroutine, which gives back the slot its message was pulled with.
@@ -384,7 +307,7 @@ func (w *Worker) start(ctx context.Context, jobType string, msgs []jetstream.Msg
 		for _, m := range msgs {
 			_ = m.Nak()
 		}
-		w.release(len(msgs))
+		w.slots.Release(len(msgs))
 		return
 	}
 	jobs.add(1)

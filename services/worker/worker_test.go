@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -68,7 +69,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestSuccess(t *testing.T) {
-	checkLeaks(t)
+	testkit.CheckLeaks(t)
 	b := setup(t, redisq.Config{})
 	ctx := context.Background()
 
@@ -107,7 +108,7 @@ func TestSuccess(t *testing.T) {
 	if info.Succeeded != 1 || info.Failed != 0 {
 		t.Fatalf("group = %+v", info.GroupCounts)
 	}
-	waitFor(t, "READY acknowledged", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+	testkit.WaitFor(t, "READY acknowledged", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
 	if n := b.jobResults("t", telemetry.StatusSuccess); n != 1 {
 		t.Fatalf("job_results{t,SUCCESS} = %d, want 1", n)
 	}
@@ -115,7 +116,7 @@ func TestSuccess(t *testing.T) {
 	// Tracing: the process span is a consumer span in the job's trace, the
 	// processor runs under it, and the result carries it.
 	var process sdktrace.ReadOnlySpan
-	waitFor(t, "process span", func() bool {
+	testkit.WaitFor(t, "process span", waitTimeout, func() bool {
 		for _, s := range b.spans.Ended() {
 			if s.Name() == worker.SpanProcess {
 				process = s
@@ -350,18 +351,18 @@ func TestStaleDeliveryIsDropped(t *testing.T) {
 	})
 	// The feeder admits attempt 1 and publishes it; wait until it is on READY
 	// before the worker runs, then move the job on to attempt 2 behind it.
-	waitFor(t, "attempt 1 on READY", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
+	testkit.WaitFor(t, "attempt 1 on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
 	if r, err := b.q.Retry(ctx, "g", "j", 1, 0, "moved on"); err != nil || r.Outcome != "parked" {
 		t.Fatalf("retry: %+v %v", r, err)
 	}
-	waitFor(t, "attempt 2 on READY", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 2 })
+	testkit.WaitFor(t, "attempt 2 on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 2 })
 	runWorker(t, b, worker.Config{Concurrency: 1}, mux)
 
 	res := b.results.wait(t, "g", "j")
 	if res.Attempt != 2 || res.Status != contracts.ResultSuccess {
 		t.Fatalf("result = %+v, want SUCCESS of attempt 2", res.JobResult)
 	}
-	waitFor(t, "both deliveries acknowledged", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+	testkit.WaitFor(t, "both deliveries acknowledged", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(attempts) != 1 || attempts[0] != 2 {
@@ -377,7 +378,7 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 	b := setup(t, redisq.Config{})
 	ctx := context.Background()
 	b.submit(t, "g", "t", 1)
-	waitFor(t, "job on READY", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
+	testkit.WaitFor(t, "job on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
 
 	// Deliver the message three times to the workers' consumer without
 	// settling it, as workers that crash on it would.
@@ -421,7 +422,7 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 }
 
 func TestWorkerDiesMidJob(t *testing.T) {
-	checkLeaks(t)
+	testkit.CheckLeaks(t)
 	b := setup(t, redisq.Config{})
 
 	started := make(chan struct{})
@@ -520,7 +521,7 @@ func TestLongJobIsKeptInProgress(t *testing.T) {
 }
 
 func TestShutdownLetsRunningJobsFinish(t *testing.T) {
-	checkLeaks(t)
+	testkit.CheckLeaks(t)
 	b := setup(t, redisq.Config{})
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -628,7 +629,7 @@ func TestConcurrencyBound(t *testing.T) {
 	b.submit(t, "ga", "a", 6)
 	b.submit(t, "gb", "b", 6)
 
-	waitFor(t, "3 jobs running", func() bool { return running.Load() == 3 })
+	testkit.WaitFor(t, "3 jobs running", waitTimeout, func() bool { return running.Load() == 3 })
 	// Every slot is taken: the consumers hold exactly the running messages.
 	pending := func() int {
 		var n int
@@ -645,7 +646,7 @@ func TestConcurrencyBound(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "READY fully published", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 12 })
+	testkit.WaitFor(t, "READY fully published", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 12 })
 	if n := pending(); n != 3 {
 		t.Fatalf("%d READY messages pulled with 3 slots", n)
 	}
@@ -672,8 +673,8 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "2 dead letters", func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 2 })
-	waitFor(t, "READY emptied", func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+	testkit.WaitFor(t, "2 dead letters", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 2 })
+	testkit.WaitFor(t, "READY emptied", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
 
 	st, err := b.js.Stream(ctx, b.names.StreamDLQ())
 	if err != nil {

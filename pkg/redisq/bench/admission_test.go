@@ -16,7 +16,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-// Seed 002's load test, scaled: a global limit of 1,000 jobs per 1s window
+// The admission load test, scaled: a global limit of 1,000 jobs per 1s window
 // instead of 10 TPS, so the 15,000-job run ideally takes 15 s.
 const (
 	admitLimit   = 1000
@@ -48,7 +48,7 @@ var scenarios = []scenario{
 	{"S2", []int{5_000, 2_000, 1_000, 500, 100}},
 }
 
-// BenchmarkAdmission is seed 002's load test for both admission modes, with
+// BenchmarkAdmission is the admission load test for both admission modes, with
 // admission consumed directly: an admitted job is confirmed and counts as
 // done at once. Two admitters call Admit(256) and sleep AdmitResult.WakeMs
 // when it is positive (idlePause when nothing waits or nothing came). In
@@ -302,7 +302,7 @@ func admitLoop(run context.Context, q *redisq.Queue, t *tally) error {
 	return nil
 }
 
-// releaseLoop is the seed's dispatcher: due parked jobs are handed on with
+// releaseLoop is a plain dispatcher: due parked jobs are handed on with
 // no second rate check.
 func releaseLoop(run context.Context, q *redisq.Queue, t *tally) error {
 	ctx := context.Background()

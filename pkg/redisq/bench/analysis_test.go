@@ -18,7 +18,7 @@ func TestWaterFill(t *testing.T) {
 	}{
 		{"one group", []int{15000}, 1000, []float64{15}},
 		// 200/s each until the 100 finish at 0.5s, then 250/s, 333/s, 500/s, 1000/s.
-		{"seed 002 S2", []int{5000, 2000, 1000, 500, 100}, 1000, []float64{8.6, 5.6, 3.6, 2.1, 0.5}},
+		{"reference S2", []int{5000, 2000, 1000, 500, 100}, 1000, []float64{8.6, 5.6, 3.6, 2.1, 0.5}},
 		{"equal groups finish together", []int{300, 300, 300}, 100, []float64{9, 9, 9}},
 		{"empty group", []int{0, 100}, 100, []float64{0, 1}},
 	} {

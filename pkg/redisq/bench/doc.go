@@ -1,6 +1,6 @@
 // Package bench measures pkg/redisq against a redis-server of its own: the
 // fair queue's throughput, latency and memory per job (make bench-redisq),
-// and seed 002's load test for both admission modes (make bench-admission).
+// and the admission load test for both admission modes (make bench-admission).
 //
 // The package holds only benchmarks and their helpers. Each benchmark starts
 // a private redis-server and stops it at the end, so the server's INFO

@@ -22,7 +22,7 @@ import (
 
 var (
 	figures   = flag.Bool("figures", false, "run the fair-queue benchmarks at their fixed sizes and print each figure as a JSON line")
-	admission = flag.Bool("admission", false, "run BenchmarkAdmission (seed 002's load test, about a minute per admission mode)")
+	admission = flag.Bool("admission", false, "run BenchmarkAdmission (the admission load test, about a minute per admission mode)")
 )
 
 // TestMain fails the run if a benchmark leaves a goroutine behind.

@@ -172,7 +172,7 @@ while admitted < want do
     local job_key = prefix .. 'job:' .. gid .. ':' .. jid
     local allowed = true
     if mode == 'seed' then
-      -- seed 001: the fixed-window check; a denied job is parked (seed 002)
+      -- seed mode: the fixed-window check; a denied job is parked
       local rate = group_rate(limit, active)
       if gcount >= limit then
         allowed = false

@@ -1,5 +1,5 @@
 -- correct.lua: re-derives every group's non-ready counter from the
--- non-ready queue itself (seed 002's "count drift" case).
+-- non-ready queue itself ("count drift").
 -- KEYS[1]: non-ready-queue
 -- KEYS[2]: active-groups
 -- ARGV[1]: key prefix

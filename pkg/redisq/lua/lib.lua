@@ -26,7 +26,7 @@ local function vclock_load(key, now)
   return v
 end
 
--- fair_score is DESIGN §4: vt + basePriority + ALPHA * done / max(1, total - done).
+-- fair_score is docs/ARCHITECTURE.md §4: vt + basePriority + ALPHA * done / max(1, total - done).
 local function fair_score(vt, base, done, total, alpha)
   local rem = total - done
   if rem < 1 then rem = 1 end
@@ -75,7 +75,7 @@ local function maybe_complete(prefix, gid, meta_key, now, group_ttl)
   return 'COMPLETED'
 end
 
--- backoff_ms is seed 002's congestion-aware backoff:
+-- backoff_ms is the congestion-aware backoff:
 -- base + floor(nonReadyCount / max(1, perGroupRate)) * 1000, clamped to max.
 local function backoff_ms(count, rate, base, max)
   if rate < 1 then rate = 1 end
@@ -93,7 +93,7 @@ local function group_rate(limit, active)
 end
 
 -- park puts a job of gid into the non-ready queue. With congestion control
--- (congestion == true) the delay is seed 002's backoff from the group's
+-- (congestion == true) the delay is the congestion-aware backoff from the group's
 -- non-ready count (after counting this job); otherwise the fixed base.
 -- retry_after_ms >= 0 overrides the delay (a Retry-After from a worker).
 -- Returns the delay in ms and the group's non-ready count.

@@ -84,7 +84,7 @@ for i = 5 + ngroups, #ARGV, 5 do
   end
 end
 
--- seed 002: avgThrottlePerJob follows the completed jobs (a completed
+-- avgThrottlePerJob follows the completed jobs (a completed
 -- group's congestion stats are dropped instead).
 for g = 1, ngroups do
   local s = groups[g]

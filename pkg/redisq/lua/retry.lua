@@ -1,5 +1,5 @@
 -- retry.lua: sends a running job back to the non-ready queue after a
--- retryable error or a 429, with seed 002's congestion-aware backoff (a
+-- retryable error or a 429, with the congestion-aware backoff (a
 -- Retry-After given by the worker wins).
 -- KEYS[1]: job:<gid>:<jid>
 -- KEYS[2]: group:<gid>:meta

@@ -1,4 +1,4 @@
-package handofftest
+package pipelinetest
 
 import (
 	"context"
@@ -11,52 +11,23 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
-
-// DefaultTimeout is how long the Wait helpers wait when given 0.
-const DefaultTimeout = 30 * time.Second
-
-// StopTimeout is how long the stop function of [Start] waits for Run to
-// return.
-const StopTimeout = 10 * time.Second
 
 // Main is a TestMain for the packages that use this one: it makes the W3C
 // trace context the global propagator (so that trace context travels in
 // NATS headers as in production) and runs the tests with testenv.Main.
 func Main(m *testing.M) {
-	otel.SetTextMapPropagator(propagation.TraceContext{})
+	testkit.UseTraceContext()
 	testenv.Main(m)
-}
-
-// CheckLeaks fails t if goroutines started after the call are still running
-// once t and its cleanups are done. Call it first in a test, so that its
-// check runs after every other cleanup.
-func CheckLeaks(t testing.TB) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
-
-// RecordSpans returns a tracer provider that keeps every span it ends in the
-// returned recorder. The provider is shut down when the test ends.
-func RecordSpans(t testing.TB) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tp, rec
 }
 
 // Env is one test's Redis queue and NATS server, with the five streams
@@ -84,7 +55,7 @@ type Env struct {
 // NewEnv starts the servers for t: a queue configured by cfg on the shared
 // test Redis (cfg.Prefix is replaced by a prefix of the test's own) and an
 // embedded JetStream server with the streams of the default names (plus a
-// stream of its own, HANDOFFTEST_WARMUP, used once so that the JetStream
+// stream of its own, PIPELINETEST_WARMUP, used once so that the JetStream
 // handle's background goroutines exist before the test starts counting).
 func NewEnv(t testing.TB, cfg redisq.Config) *Env {
 	t.Helper()
@@ -97,15 +68,15 @@ func NewEnv(t testing.TB, cfg redisq.Config) *Env {
 // given; tests that stop and restart a server of their own use it.
 func NewEnvWithRedis(t testing.TB, rdb *redis.Client, cfg redisq.Config) *Env {
 	t.Helper()
-	e := &Env{Log: testLogger(t)}
+	e := &Env{Log: testkit.Logger(t)}
 	q, err := redisq.New(context.Background(), rdb, cfg)
 	if err != nil {
-		t.Fatalf("handofftest: queue: %v", err)
+		t.Fatalf("pipelinetest: queue: %v", err)
 	}
 	e.Redis, e.Queue = rdb, q
 	e.URL, e.NC, e.JS = testenv.NATS(t)
 	if err := natsutil.EnsureStreams(context.Background(), e.JS, e.Names, natsutil.StreamSettings{}); err != nil {
-		t.Fatalf("handofftest: streams: %v", err)
+		t.Fatalf("pipelinetest: streams: %v", err)
 	}
 	warmUp(t, e.JS)
 	e.Registry = prometheus.NewRegistry()
@@ -120,12 +91,12 @@ func warmUp(t testing.TB, js jetstream.JetStream) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "HANDOFFTEST_WARMUP", Subjects: []string{"handofftest.warmup"}, Storage: jetstream.MemoryStorage,
+		Name: "PIPELINETEST_WARMUP", Subjects: []string{"pipelinetest.warmup"}, Storage: jetstream.MemoryStorage,
 	}); err != nil {
-		t.Fatalf("handofftest: warm-up stream: %v", err)
+		t.Fatalf("pipelinetest: warm-up stream: %v", err)
 	}
-	if err := natsutil.PublishAll(ctx, js, []*nats.Msg{nats.NewMsg("handofftest.warmup")})[0]; err != nil {
-		t.Fatalf("handofftest: warm-up publish: %v", err)
+	if err := natsutil.PublishAll(ctx, js, []*nats.Msg{nats.NewMsg("pipelinetest.warmup")})[0]; err != nil {
+		t.Fatalf("pipelinetest: warm-up publish: %v", err)
 	}
 }
 
@@ -141,12 +112,12 @@ func (e *Env) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(e.URL, nats.Name(t.Name()))
 	if err != nil {
-		t.Fatalf("handofftest: connect %s: %v", e.URL, err)
+		t.Fatalf("pipelinetest: connect %s: %v", e.URL, err)
 	}
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatalf("handofftest: jetstream: %v", err)
+		t.Fatalf("pipelinetest: jetstream: %v", err)
 	}
 	return nc, js
 }
@@ -168,12 +139,12 @@ func (e *Env) StreamMsgs(t testing.TB, stream string) uint64 {
 }
 
 // WaitReadyDrained waits until the READY stream is empty (a [Reader] has
-// acknowledged every message), failing t after [DefaultTimeout]. Once no
+// acknowledged every message), failing t after [testkit.DefaultTimeout]. Once no
 // job is leased or queued, this means every message published is in the
 // reader's record.
 func (e *Env) WaitReadyDrained(t testing.TB) {
 	t.Helper()
-	WaitFor(t, "READY drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamReady()) == 0 })
+	testkit.WaitFor(t, "READY drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamReady()) == 0 })
 }
 
 // Inflight returns the number of leased jobs not yet confirmed.
@@ -303,7 +274,7 @@ func NewReader(t testing.TB, e *Env, opts ReaderOptions) *Reader {
 		AckWait:       time.Minute,
 	})
 	if err != nil {
-		t.Fatalf("handofftest: reader consumer: %v", err)
+		t.Fatalf("pipelinetest: reader consumer: %v", err)
 	}
 	r := &Reader{seen: map[uint64]bool{}}
 	r.cc, err = cons.Consume(func(m jetstream.Msg) {
@@ -331,7 +302,7 @@ func NewReader(t testing.TB, e *Env, opts ReaderOptions) *Reader {
 		_ = m.Ack()
 	})
 	if err != nil {
-		t.Fatalf("handofftest: reader: %v", err)
+		t.Fatalf("pipelinetest: reader: %v", err)
 	}
 	t.Cleanup(r.Stop)
 	return r
@@ -367,11 +338,11 @@ func (r *Reader) Jobs() []Msg {
 }
 
 // WaitJobs waits until at least n valid ready jobs were read and returns
-// them; it fails t after timeout (0 means [DefaultTimeout]).
+// them; it fails t after timeout (0 means [testkit.DefaultTimeout]).
 func (r *Reader) WaitJobs(t testing.TB, n int, timeout time.Duration) []Msg {
 	t.Helper()
 	var got []Msg
-	WaitFor(t, fmt.Sprintf("%d ready jobs", n), timeout, func() bool {
+	testkit.WaitFor(t, fmt.Sprintf("%d ready jobs", n), timeout, func() bool {
 		got = r.Jobs()
 		return len(got) >= n
 	})
@@ -385,128 +356,4 @@ func Counts(msgs []Msg) map[string]int {
 		c[m.Key()]++
 	}
 	return c
-}
-
-// WaitFor polls cond every 5 ms until it holds, failing t with what after
-// timeout (0 means [DefaultTimeout]).
-func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// Service is anything with a blocking Run, such as the fetcher and the
-// dispatcher.
-type Service interface {
-	Run(ctx context.Context) error
-}
-
-// Start runs s in a goroutine and returns a function that cancels it and
-// waits for Run to return, failing t if Run does not return nil within
-// [StopTimeout]. The function is also called when the test ends; calling it
-// again does nothing.
-func Start(t testing.TB, s Service) (stop func()) {
-	t.Helper()
-	return StartWithin(t, s, StopTimeout)
-}
-
-// StartWithin is [Start] with within in place of [StopTimeout]: the stop
-// function fails t if Run has not returned nil within that long of the
-// cancel. within must be positive (0 would fail any Run that does not
-// return the instant it is cancelled).
-func StartWithin(t testing.TB, s Service, within time.Duration) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v after cancel, want nil", err)
-				}
-			case <-time.After(within):
-				t.Errorf("Run did not return within %s of cancel", within)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-// testLogger returns a logger writing warnings and errors to t's log until
-// the test ends (later lines are dropped).
-func testLogger(t testing.TB) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(string(p))
-	}
-	return len(p), nil
-}
-
-// Value returns the value of a counter or gauge, or the sample count of a
-// histogram (or summary), failing t if m cannot be read.
-func Value(t testing.TB, m prometheus.Metric) float64 {
-	t.Helper()
-	v, err := metricValue(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// MustValue is [Value] for callers without a testing.TB: it panics if m
-// cannot be read.
-func MustValue(m prometheus.Metric) float64 {
-	v, err := metricValue(m)
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
-func metricValue(m prometheus.Metric) (float64, error) {
-	var pb dto.Metric
-	if err := m.Write(&pb); err != nil {
-		return 0, err
-	}
-	switch {
-	case pb.Counter != nil:
-		return pb.GetCounter().GetValue(), nil
-	case pb.Gauge != nil:
-		return pb.GetGauge().GetValue(), nil
-	case pb.Histogram != nil:
-		return float64(pb.GetHistogram().GetSampleCount()), nil
-	case pb.Summary != nil:
-		return float64(pb.GetSummary().GetSampleCount()), nil
-	}
-	return 0, fmt.Errorf("handofftest: metric %s has no value", m.Desc())
 }

@@ -1,0 +1,151 @@
+// Package conns opens what every process of bulkaction shares: the Redis
+// client with the queue built on it, and the NATS connection with its
+// JetStream handle and streams. It maps the settings to the queue's and the
+// streams' configuration, and reads the queue gauges. It links no service,
+// so the CLI can use it.
+package conns
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// Conns are the shared connections of a process.
+type Conns struct {
+	Redis redis.UniversalClient
+	NC    *nats.Conn
+	JS    jetstream.JetStream
+	Queue *redisq.Queue
+	Names contracts.Names
+}
+
+// Close closes the connections (draining NATS).
+func (c *Conns) Close() {
+	if c.NC != nil {
+		_ = c.NC.Drain()
+		deadline := time.Now().Add(5 * time.Second)
+		for !c.NC.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.NC.Close()
+	}
+	if c.Redis != nil {
+		_ = c.Redis.Close()
+	}
+}
+
+// QueueConfig maps the settings to the queue's configuration.
+func QueueConfig(cfg *config.Config) redisq.Config {
+	return redisq.Config{
+		Prefix:            cfg.RedisPrefix,
+		Alpha:             cfg.Alpha,
+		Mode:              cfg.AdmissionMode,
+		GlobalLimit:       cfg.GlobalRps,
+		Window:            config.Ms(cfg.RateLimitWindowMs),
+		Burst:             config.Ms(cfg.PacingBurstMs),
+		ActiveStaleAfter:  config.Ms(cfg.ActiveGroupStaleMs),
+		Lease:             config.Ms(cfg.LeaseMs),
+		BaseBackoff:       config.Ms(cfg.BaseBackoffMs),
+		MaxBackoff:        config.Ms(cfg.MaxBackoffMs),
+		DisableCongestion: !cfg.CongestionEnabled,
+		JobTTL:            cfg.JobTTL,
+		GroupTTL:          cfg.GroupTTL,
+	}
+}
+
+// StreamSettings maps the settings to the streams' configuration.
+func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
+	storage := jetstream.FileStorage
+	if cfg.StreamStorage == "memory" {
+		storage = jetstream.MemoryStorage
+	}
+	return natsutil.StreamSettings{
+		Storage: storage, Replicas: cfg.StreamReplicas, MaxAge: cfg.StreamMaxAge,
+		DuplicateWindow: cfg.DuplicateWindow, MaxMsgSize: int32(cfg.MaxMsgSize),
+	}
+}
+
+// Connect opens Redis and NATS, provisions the streams and builds the queue.
+// obs receives script durations (nil = none).
+func Connect(ctx context.Context, cfg *config.Config, name string, obs redisq.Observer) (*Conns, error) {
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("BULKACTION_REDIS_URL: %w", err)
+	}
+	if opt.PoolSize < 32 {
+		opt.PoolSize = 32
+	}
+	c := &Conns{Redis: redis.NewClient(opt), Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
+	if err := c.Redis.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis %s: %w", cfg.RedisURL, err)
+	}
+	qc := QueueConfig(cfg)
+	qc.Observer = obs
+	if c.Queue, err = redisq.New(ctx, c.Redis, qc); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.NC, err = nats.Connect(cfg.NatsURL, nats.Name("bulkaction "+name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("nats %s: %w", cfg.NatsURL, err)
+	}
+	if c.JS, err = jetstream.New(c.NC); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := natsutil.EnsureStreams(ctx, c.JS, c.Names, StreamSettings(cfg)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// QueueState reads the queue gauges from Redis and JetStream.
+func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.QueueState, error) {
+	var s telemetry.QueueState
+	levels, err := c.Queue.GroupsPerLevel(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.GroupsPerLevel = map[string]int64{}
+	for l, n := range levels {
+		s.GroupsPerLevel[string(l)] = n
+	}
+	k := c.Queue.Keys()
+	pipe := c.Redis.Pipeline()
+	nr := pipe.ZCard(ctx, k.NonReadyQueue())
+	inf := pipe.ZCard(ctx, k.Inflight())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return s, err
+	}
+	s.NonReadySize, s.InflightSize = nr.Val(), inf.Val()
+	sum, err := c.Queue.SystemCongestion(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.ActiveGroups = sum.ActiveGroups
+	s.CongestionLevels = map[string]int64{}
+	for l, n := range sum.GroupsPerLevel {
+		s.CongestionLevels[string(l)] = n
+	}
+	ready, err := natsutil.StreamMsgs(ctx, c.JS, c.Names.StreamReady())
+	if err != nil {
+		return s, err
+	}
+	s.ReadySize = int64(ready)
+	s.GlobalRateLimit = float64(cfg.GlobalRps) / (float64(cfg.RateLimitWindowMs) / 1000)
+	return s, nil
+}

@@ -1,0 +1,66 @@
+package stack
+
+import (
+	"context"
+	"strings"
+
+	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
+	"github.com/bulkaction/bulkaction/services/aggregator"
+	"github.com/bulkaction/bulkaction/services/dispatcher"
+	"github.com/bulkaction/bulkaction/services/fetcher"
+	"github.com/bulkaction/bulkaction/services/worker"
+)
+
+// The init functions of the targets: each maps the settings to its
+// service's Config and builds it on the stack's dependencies.
+
+func initFetcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
+	cfg := s.opts.Config
+	return fetcher.New(fetcher.Config{
+		ReadyCapacity: cfg.ReadyCapacity(), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
+	}, s.Deps)
+}
+
+func initDispatcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
+	cfg := s.opts.Config
+	return dispatcher.New(dispatcher.Config{
+		ReadyCapacity: cfg.ReadyCapacity(), BatchSize: cfg.DispatchBatchSize, Interval: config.Ms(cfg.DispatchIntervalMs),
+	}, s.Deps)
+}
+
+func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
+	cfg := s.opts.Config
+	mux := s.opts.Mux
+	if mux == nil {
+		mux = processor.NewMux()
+		builtin.Register(mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL})
+	}
+	var types []string
+	for _, t := range strings.Split(cfg.WorkerTypes, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			types = append(types, t)
+		}
+	}
+	// The worker's zero values mean its defaults; the settings' zero means
+	// none.
+	retries := cfg.MaxRetryCount
+	if retries == 0 {
+		retries = -1
+	}
+	grace := config.Ms(cfg.ShutdownGracePeriodMs)
+	if grace == 0 {
+		grace = -1
+	}
+	return worker.New(worker.Config{
+		Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs), MaxRetryCount: retries,
+		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace,
+	}, mux, s.Deps)
+}
+
+func initAggregator(_ context.Context, s *Stack) (lifecycle.Service, error) {
+	cfg := s.opts.Config
+	return aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter}, s.Deps)
+}
