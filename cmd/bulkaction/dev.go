@@ -280,12 +280,12 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 func devBanner(cfg *config.Config, env *devenv.Env, httpAddr, logFile string, isDemo bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bulkaction dev: fetcher, dispatcher, worker and aggregator are running (Ctrl-C stops)\n")
-	fmt.Fprintf(&b, "  NATS   %s\n", env.NatsURL)
+	fmt.Fprintf(&b, "  NATS   %s\n", config.RedactURL(env.NatsURL))
 	note := ""
 	if env.RedisKind == devenv.RedisMini {
 		note = " (in-process miniredis: for trying things out only)"
 	}
-	fmt.Fprintf(&b, "  Redis  %s [%s]%s\n", env.RedisURL, env.RedisKind, note)
+	fmt.Fprintf(&b, "  Redis  %s [%s]%s\n", config.RedactURL(env.RedisURL), env.RedisKind, note)
 	if httpAddr != "" {
 		fmt.Fprintf(&b, "  HTTP   http://%s/metrics, /healthz, /readyz\n", httpAddr)
 	}
@@ -307,6 +307,9 @@ func devBanner(cfg *config.Config, env *devenv.Env, httpAddr, logFile string, is
 	if differs {
 		b.WriteString("For the other verbs in another terminal:\n  export")
 		for i, v := range vars {
+			if config.RedactURL(v.value) != v.value {
+				continue // it carries credentials: the user's environment has it already
+			}
 			if i < 2 || v.value != defaultOf(v.field) {
 				fmt.Fprintf(&b, " %s_%s=%s", config.Prefix, v.name, v.value)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/demo"
+	"github.com/bulkaction/bulkaction/internal/devenv"
 )
 
 // devEnv points `dev` at a fresh data directory and free ports.
@@ -200,5 +201,26 @@ func TestDevResumesAndFresh(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDevBannerHidesCredentials: external servers given with passwords
+// are shown redacted and not repeated in the export line.
+func TestDevBannerHidesCredentials(t *testing.T) {
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.GlobalRps = 7 // differs from the default, so the export line is printed
+	env := &devenv.Env{NatsURL: "nats://u:nats-s3cret@127.0.0.1:4222", RedisURL: "redis://:redis-s3cret@127.0.0.1:6379/0",
+		RedisKind: "external"}
+	out := devBanner(cfg, env, "", "", false)
+	for _, secret := range []string{"nats-s3cret", "redis-s3cret"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("banner shows %q:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "BULKACTION_GLOBAL_RPS=7") || !strings.Contains(out, "127.0.0.1:4222") {
+		t.Fatalf("banner lost its content:\n%s", out)
 	}
 }

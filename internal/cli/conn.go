@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,26 @@ const DialTimeout = 5 * time.Second
 // does not answer or holds no bulkaction streams.
 var ErrNotRunning = errors.New("cli: bulkaction is not reachable")
 
+// ErrRejected is wrapped by Dial's errors when a server answers but refuses
+// the credentials.
+var ErrRejected = errors.New("cli: the server refused the credentials")
+
+// redisAuthError reports a Redis refusal of the credentials.
+func redisAuthError(err error) bool {
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// natsAuthError reports a NATS refusal of the credentials.
+func natsAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)
+}
+
 // Conn holds a verb's connections. Fields of servers that were not needed
 // are nil. The zero value holds nothing; build one with Dial.
 type Conn struct {
@@ -50,15 +71,17 @@ type Conn struct {
 	JS jetstream.JetStream
 }
 
-// Dial connects to the servers need names, using cfg's URLs, prefixes and
-// queue settings. An unreachable server is an error that names its
-// variable and wraps ErrNotRunning.
+// Dial connects to the servers need names, using cfg's URLs, credentials,
+// TLS settings (the options of conns.RedisOptions and conns.NatsOptions),
+// prefixes and queue settings. An unreachable server is an error that names
+// its variable and wraps ErrNotRunning; errors show URLs redacted and never
+// hold a secret.
 func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 	c := &Conn{Config: cfg, Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
 	if need&NeedRedis != 0 {
-		opt, err := redis.ParseURL(cfg.RedisURL)
+		opt, err := conns.RedisOptions(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s_REDIS_URL=%s: %w", config.Prefix, cfg.RedisURL, err)
+			return nil, err
 		}
 		opt.DialTimeout = DialTimeout
 		c.Redis = redis.NewClient(opt)
@@ -67,18 +90,33 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 		cancel()
 		if err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; start everything with `bulkaction dev`", ErrNotRunning, cfg.RedisURL, config.Prefix, err)
+			if redisAuthError(err) {
+				return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; check %s_REDIS_USERNAME and %s_REDIS_PASSWORD (or the URL's)",
+					ErrRejected, config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix, config.Prefix)
+			}
+			return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; start everything with `bulkaction dev`",
+				ErrNotRunning, config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err))
 		}
 		if c.Queue, err = redisq.New(ctx, c.Redis, conns.QueueConfig(cfg)); err != nil {
 			c.Close()
-			return nil, err
+			return nil, conns.ScrubError(cfg, err)
 		}
 	}
 	if need&NeedNATS != 0 {
-		nc, err := nats.Connect(cfg.NatsURL, nats.Name("bulkaction cli"), nats.Timeout(DialTimeout))
+		opts, err := conns.NatsOptions(cfg, "cli")
 		if err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: NATS at %s (%s_NATS_URL): %v; start everything with `bulkaction dev`", ErrNotRunning, cfg.NatsURL, config.Prefix, err)
+			return nil, err
+		}
+		nc, err := nats.Connect(cfg.NatsURL, append(opts, nats.Timeout(DialTimeout))...)
+		if err != nil {
+			c.Close()
+			if natsAuthError(err) {
+				return nil, fmt.Errorf("%w: NATS at %s (%s_NATS_URL): %v; check the NATS credentials (%s_NATS_USER/PASSWORD, _TOKEN, _NKEY_FILE, _CREDS_FILE or the URL's)",
+					ErrRejected, config.RedactURL(cfg.NatsURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix)
+			}
+			return nil, fmt.Errorf("%w: NATS at %s (%s_NATS_URL): %v; start everything with `bulkaction dev`",
+				ErrNotRunning, config.RedactURL(cfg.NatsURL), config.Prefix, conns.ScrubError(cfg, err))
 		}
 		c.NC = nc
 		if c.JS, err = jetstream.New(nc); err != nil {
@@ -96,7 +134,7 @@ func (c *Conn) CheckStreams(ctx context.Context, streams ...string) error {
 		if _, err := c.JS.Stream(ctx, s); err != nil {
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
 				return fmt.Errorf("%w: NATS at %s has no stream %s; start bulkaction (`bulkaction dev`) with the same %s_SUBJECT_PREFIX first",
-					ErrNotRunning, c.Config.NatsURL, s, config.Prefix)
+					ErrNotRunning, config.RedactURL(c.Config.NatsURL), s, config.Prefix)
 			}
 			return fmt.Errorf("stream %s: %w", s, err)
 		}

@@ -5,6 +5,8 @@ package config
 
 import (
 	"fmt"
+	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -17,13 +19,26 @@ const Prefix = "BULKACTION"
 // Config is every setting of every target. The `desc` tags feed `bulkaction
 // config` and the README's configuration table.
 type Config struct {
-	RedisURL      string `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0" desc:"Redis server (7.x+) holding queues and counters"`
-	RedisPrefix   string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:)"`
-	NatsURL       string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server with JetStream"`
-	SubjectPrefix string `envconfig:"SUBJECT_PREFIX" default:"bulkaction" desc:"first token of every subject; stream names derive from it"`
-	HTTPAddr      string `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz (empty = off)"`
-	LogFormat     string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
-	LogLevel      string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	RedisURL         string `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0" desc:"Redis server (7.x+) holding queues and counters; rediss:// for TLS; a password in it is shown as xxxxx"`
+	RedisUsername    string `envconfig:"REDIS_USERNAME" prefixonly:"true" desc:"Redis ACL user; overrides the URL's"`
+	RedisPassword    string `envconfig:"REDIS_PASSWORD" prefixonly:"true" desc:"password of the ACL user (or requirepass); overrides the URL's; never printed"`
+	RedisTLSCAFile   string `envconfig:"REDIS_TLS_CA_FILE" prefixonly:"true" desc:"PEM CA certificates that sign Redis's certificate (empty = system roots); setting any REDIS_TLS_* file turns TLS on"`
+	RedisTLSCertFile string `envconfig:"REDIS_TLS_CERT_FILE" prefixonly:"true" desc:"PEM client certificate for Redis (with REDIS_TLS_KEY_FILE)"`
+	RedisTLSKeyFile  string `envconfig:"REDIS_TLS_KEY_FILE" prefixonly:"true" desc:"PEM private key of REDIS_TLS_CERT_FILE"`
+	RedisPrefix      string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:)"`
+	NatsURL          string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server(s) with JetStream, comma-separated; tls:// for TLS; credentials in it are shown as xxxxx"`
+	NatsUser         string `envconfig:"NATS_USER" prefixonly:"true" desc:"NATS user (with NATS_PASSWORD); one auth method at most: user, token, NKey, creds or the URL's"`
+	NatsPassword     string `envconfig:"NATS_PASSWORD" prefixonly:"true" desc:"password of NATS_USER; never printed"`
+	NatsToken        string `envconfig:"NATS_TOKEN" prefixonly:"true" desc:"NATS authentication token; never printed"`
+	NatsNKeyFile     string `envconfig:"NATS_NKEY_FILE" prefixonly:"true" desc:"file holding a NATS user NKey seed (SU...)"`
+	NatsCredsFile    string `envconfig:"NATS_CREDS_FILE" prefixonly:"true" desc:"NATS .creds file (user JWT and NKey seed, decentralized auth)"`
+	NatsTLSCAFile    string `envconfig:"NATS_TLS_CA_FILE" prefixonly:"true" desc:"PEM CA certificates that sign the NATS server's certificate (empty = system roots); setting any NATS_TLS_* file turns TLS on"`
+	NatsTLSCertFile  string `envconfig:"NATS_TLS_CERT_FILE" prefixonly:"true" desc:"PEM client certificate for NATS (with NATS_TLS_KEY_FILE)"`
+	NatsTLSKeyFile   string `envconfig:"NATS_TLS_KEY_FILE" prefixonly:"true" desc:"PEM private key of NATS_TLS_CERT_FILE"`
+	SubjectPrefix    string `envconfig:"SUBJECT_PREFIX" default:"bulkaction" desc:"first token of every subject; stream names derive from it"`
+	HTTPAddr         string `envconfig:"HTTP_ADDR" default:":8080" desc:"address of the unauthenticated /metrics, /healthz and /readyz (empty = off); the default listens on every interface, as containers need: use 127.0.0.1:8080 on a shared host"`
+	LogFormat        string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
+	LogLevel         string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 
 	Alpha              float64 `envconfig:"ALPHA" default:"0" desc:"fair-queue progress weight in ms: 0 round robin by age; >0 pushes well-progressed groups back; <0 favours nearly-done groups (see README)"`
 	AdmissionMode      string  `envconfig:"ADMISSION_MODE" default:"paced" desc:"paced or seed"`
@@ -36,7 +51,7 @@ type Config struct {
 	AdmitBatchSize     int     `envconfig:"ADMIT_BATCH_SIZE" default:"256" desc:"most jobs one admission call takes"`
 	IngestBatchSize    int     `envconfig:"INGEST_BATCH_SIZE" default:"500" desc:"most submit messages the fetcher takes per fetch"`
 	LeaseMs            int     `envconfig:"LEASE_MS" default:"30000" desc:"an admitted job not confirmed on READY within this is re-published"`
-	BaseBackoffMs      int     `envconfig:"BASE_BACKOFF_MS" default:"1000" desc:"backoff of an uncongested group"`
+	BaseBackoffMs      int     `envconfig:"BASE_BACKOFF_MS" default:"1000" desc:"backoff of an uncongested group (at least 1; there is no zero backoff)"`
 	MaxBackoffMs       int     `envconfig:"MAX_BACKOFF_MS" default:"120000" desc:"cap of every backoff"`
 	CongestionEnabled  bool    `envconfig:"CONGESTION_ENABLED" default:"true" desc:"false = fixed BASE_BACKOFF_MS for every backoff"`
 	DispatchIntervalMs int     `envconfig:"DISPATCH_INTERVAL_MS" default:"50" desc:"dispatcher's longest sleep between releases"`
@@ -51,15 +66,15 @@ type Config struct {
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
 
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
-	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept"`
-	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept"`
+	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
+	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
 	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is reported stuck"`
 
 	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`
 	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas per stream"`
 	StreamMaxAge    time.Duration `envconfig:"STREAM_MAX_AGE" default:"168h" desc:"max age of EVENTS and DLQ messages"`
-	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW" default:"2m" desc:"JetStream dedupe window"`
-	MaxMsgSize      int           `envconfig:"MAX_MSG_SIZE" default:"1048576" desc:"largest message a stream accepts"`
+	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW" default:"2m" desc:"JetStream dedupe window; at least LEASE_MS, so a re-published job is still deduplicated"`
+	MaxMsgSize      int           `envconfig:"MAX_MSG_SIZE" default:"1048576" desc:"largest message a stream accepts, 1 KiB to 64 MiB; the NATS server's max_payload must be at least this"`
 	MaxPayloadBytes int           `envconfig:"MAX_PAYLOAD_BYTES" default:"262144" desc:"largest job payload accepted"`
 }
 
@@ -70,6 +85,7 @@ func Load() (*Config, error) {
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	clearUnprefixed(&c)
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,7 +106,7 @@ func (c *Config) Validate() error {
 		{"GLOBAL_RPS", c.GlobalRps, 1}, {"RATE_LIMIT_WINDOW_MS", c.RateLimitWindowMs, 1}, {"PACING_BURST_MS", c.PacingBurstMs, 0},
 		{"ACTIVE_GROUP_STALE_MS", c.ActiveGroupStaleMs, 1}, {"READY_QUEUE_MAX_SIZE", c.ReadyQueueMaxSize, 0},
 		{"WORKER_INSTANCES", c.WorkerInstances, 1}, {"ADMIT_BATCH_SIZE", c.AdmitBatchSize, 1}, {"INGEST_BATCH_SIZE", c.IngestBatchSize, 1},
-		{"LEASE_MS", c.LeaseMs, 100}, {"BASE_BACKOFF_MS", c.BaseBackoffMs, 0}, {"MAX_BACKOFF_MS", c.MaxBackoffMs, 0},
+		{"LEASE_MS", c.LeaseMs, 100}, {"BASE_BACKOFF_MS", c.BaseBackoffMs, 1}, {"MAX_BACKOFF_MS", c.MaxBackoffMs, 1},
 		{"DISPATCH_INTERVAL_MS", c.DispatchIntervalMs, 1}, {"DISPATCH_BATCH_SIZE", c.DispatchBatchSize, 1},
 		{"WORKER_COUNT", c.WorkerCount, 1}, {"JOB_TIMEOUT_MS", c.JobTimeoutMs, 1}, {"MAX_RETRY_COUNT", c.MaxRetryCount, 0},
 		{"MAX_DELIVERIES", c.MaxDeliveries, 1}, {"SHUTDOWN_GRACE_PERIOD_MS", c.ShutdownGracePeriodMs, 0},
@@ -106,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBackoffMs < c.BaseBackoffMs {
 		return bad("MAX_BACKOFF_MS", c.MaxBackoffMs, fmt.Sprintf("must be at least BASE_BACKOFF_MS (%d)", c.BaseBackoffMs))
+	}
+	if c.MaxMsgSize > MaxMsgSizeLimit {
+		return bad("MAX_MSG_SIZE", c.MaxMsgSize, fmt.Sprintf("must be at most %d (64 MiB, the NATS limit)", MaxMsgSizeLimit))
 	}
 	if c.MaxPayloadBytes >= c.MaxMsgSize {
 		return bad("MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, fmt.Sprintf("must be below MAX_MSG_SIZE (%d), which also holds the envelope", c.MaxMsgSize))
@@ -138,8 +157,25 @@ func (c *Config) Validate() error {
 			return bad(d.name, d.v, "must be positive")
 		}
 	}
-	return nil
+	// Redis expiries are whole seconds: a TTL under 1s would be 0, which
+	// keeps a job forever and deletes a group at once.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}} {
+		if d.v < time.Second {
+			return bad(d.name, d.v, "must be at least 1s (Redis expiries are whole seconds)")
+		}
+	}
+	if c.DuplicateWindow < Ms(c.LeaseMs) {
+		return bad("DUPLICATE_WINDOW", c.DuplicateWindow, fmt.Sprintf("must be at least LEASE_MS (%s): a job re-published after its lease expires must still be deduplicated", Ms(c.LeaseMs)))
+	}
+	return c.validateConnections()
 }
+
+// MaxMsgSizeLimit is the largest MAX_MSG_SIZE: the NATS server's largest
+// max_payload (64 MiB), well inside the int32 JetStream stores it in.
+const MaxMsgSizeLimit = 64 << 20
 
 // ReadyCapacity is READY_QUEUE_MAX_SIZE, or its default: four jobs per
 // worker slot. A newly arriving small group waits behind at most this many
@@ -149,6 +185,24 @@ func (c *Config) ReadyCapacity() int {
 		return c.ReadyQueueMaxSize
 	}
 	return readyPerWorkerSlot * c.WorkerCount * c.WorkerInstances
+}
+
+// clearUnprefixed undoes envconfig's fallback to the variable without the
+// prefix for the fields tagged prefixonly (credentials and TLS files): an
+// unrelated REDIS_PASSWORD or NATS_TOKEN in the environment, as many
+// container images set, must not be sent to a server.
+func clearUnprefixed(c *Config) {
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get("prefixonly") != "true" {
+			continue
+		}
+		if _, ok := os.LookupEnv(Prefix + "_" + f.Tag.Get("envconfig")); !ok {
+			v.Field(i).SetZero()
+		}
+	}
 }
 
 // Ms turns a millisecond setting into a duration.

@@ -8,6 +8,7 @@ package conns
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,16 +73,31 @@ func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
 	}
 	return natsutil.StreamSettings{
 		Storage: storage, Replicas: cfg.StreamReplicas, MaxAge: cfg.StreamMaxAge,
-		DuplicateWindow: cfg.DuplicateWindow, MaxMsgSize: int32(cfg.MaxMsgSize),
+		DuplicateWindow: cfg.DuplicateWindow, MaxMsgSize: maxMsgSize(cfg.MaxMsgSize),
 	}
 }
 
+// maxMsgSize converts MAX_MSG_SIZE to the streams' int32, saturating
+// rather than wrapping (config.Validate keeps it at most 64 MiB).
+func maxMsgSize(n int) int32 {
+	if n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int32(n)
+}
+
 // Connect opens Redis and NATS, provisions the streams and builds the queue.
-// obs receives script durations (nil = none).
+// obs receives script durations (nil = none). The connections use the
+// credentials and TLS settings of cfg ([RedisOptions], [NatsOptions]);
+// errors show the URLs redacted and never hold a secret.
 func Connect(ctx context.Context, cfg *config.Config, name string, obs redisq.Observer) (*Conns, error) {
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	opt, err := RedisOptions(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("BULKACTION_REDIS_URL: %w", err)
+		return nil, err
+	}
+	nopts, err := NatsOptions(cfg, name)
+	if err != nil {
+		return nil, err
 	}
 	if opt.PoolSize < 32 {
 		opt.PoolSize = 32
@@ -89,18 +105,19 @@ func Connect(ctx context.Context, cfg *config.Config, name string, obs redisq.Ob
 	c := &Conns{Redis: redis.NewClient(opt), Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
 	if err := c.Redis.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis %s: %w", cfg.RedisURL, err)
+		return nil, fmt.Errorf("redis %s: %w", config.RedactURL(cfg.RedisURL), ScrubError(cfg, err))
 	}
 	qc := QueueConfig(cfg)
 	qc.Observer = obs
 	if c.Queue, err = redisq.New(ctx, c.Redis, qc); err != nil {
 		c.Close()
-		return nil, err
+		return nil, ScrubError(cfg, err)
 	}
-	c.NC, err = nats.Connect(cfg.NatsURL, nats.Name("bulkaction "+name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	nopts = append(nopts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	c.NC, err = nats.Connect(cfg.NatsURL, nopts...)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("nats %s: %w", cfg.NatsURL, err)
+		return nil, fmt.Errorf("nats %s: %w", config.RedactURL(cfg.NatsURL), ScrubError(cfg, err))
 	}
 	if c.JS, err = jetstream.New(c.NC); err != nil {
 		c.Close()

@@ -55,8 +55,9 @@ type Server struct {
 }
 
 // NewServer returns a Server that will listen on addr (host:port; ":0" picks a free port, see
-// [Server.Addr]) and serve g on /metrics (nil g means prometheus.DefaultGatherer). checks run on
-// every /readyz request, concurrently; none means always ready. A nil log means slog.Default().
+// [Server.Addr]; an empty host listens on every interface, see [AllInterfaces]) and serve g on
+// /metrics (nil g means prometheus.DefaultGatherer). checks run on every /readyz request,
+// concurrently; none means always ready. A nil log means slog.Default().
 func NewServer(addr string, g prometheus.Gatherer, checks []Check, log *slog.Logger) *Server {
 	if g == nil {
 		g = prometheus.DefaultGatherer
@@ -82,6 +83,23 @@ func NewServer(addr string, g prometheus.Gatherer, checks []Check, log *slog.Log
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	s.handler = mux
 	return s
+}
+
+// AllInterfaces reports whether addr (host:port) listens on every network
+// interface: an empty host (":8080", the default of BULKACTION_HTTP_ADDR),
+// 0.0.0.0 or [::]. That is what a container needs, so other hosts (a
+// Prometheus scraper, a kubelet probe) reach the endpoints; on a shared host
+// it exposes them, unauthenticated, to the network.
+func AllInterfaces(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
 }
 
 // Handler returns the HTTP handler of the three endpoints, for tests or to mount elsewhere.
@@ -120,7 +138,12 @@ func (s *Server) Run(ctx context.Context) error {
 	s.listenAddr = ln.Addr().String()
 	s.listenMu.Unlock()
 	close(s.ready)
-	s.log.Info("telemetry server listening", "addr", ln.Addr().String())
+	if AllInterfaces(s.addr) {
+		s.log.Info("telemetry server listening", "addr", ln.Addr().String(), "interfaces", "all",
+			"note", "the endpoints are unauthenticated; listen on 127.0.0.1 unless other hosts (a scraper, a probe) must reach them")
+	} else {
+		s.log.Info("telemetry server listening", "addr", ln.Addr().String())
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
