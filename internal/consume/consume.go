@@ -121,6 +121,7 @@ type Settler struct {
 	log      *slog.Logger
 	retry    time.Duration
 	warnings telemetry.WarnLimiter
+	alerts   telemetry.WarnLimiter
 }
 
 // NewSettler returns a Settler publishing dead letters with d (d.JS,
@@ -128,7 +129,8 @@ type Settler struct {
 // redelivery delay of undecided messages and of rejected messages whose
 // dead letter could not be stored.
 func NewSettler(d deps.Deps, log *slog.Logger, retryDelay time.Duration) *Settler {
-	return &Settler{d: d, log: log, retry: retryDelay, warnings: telemetry.WarnLimiter{Interval: time.Second}}
+	return &Settler{d: d, log: log, retry: retryDelay, warnings: telemetry.WarnLimiter{Interval: time.Second},
+		alerts: telemetry.WarnLimiter{Interval: 10 * time.Second}}
 }
 
 // Settle carries out the decisions of ds. Calls made to the server are
@@ -180,9 +182,9 @@ func (s *Settler) deadLetter(ctx context.Context, ds []*Delivery) {
 		if d.decision.kind != kindDeadLetter {
 			continue
 		}
-		m, _, err := deadletter.Message(s.d.Names, d.Msg, d.decision.err)
+		m, _, err := deadletter.Message(s.d.Names, d.Msg, d.decision.err, s.messageLimit())
 		if err != nil {
-			d.decision = Retry(s.retry, fmt.Errorf("dead-letter: %w", err))
+			s.deadLetterFailed(d, err)
 			continue
 		}
 		rejected = append(rejected, d)
@@ -197,7 +199,7 @@ func (s *Settler) deadLetter(ctx context.Context, ds []*Delivery) {
 		reason := contracts.Reason(d.decision.err)
 		if err != nil {
 			failed++
-			d.decision = Retry(s.retry, fmt.Errorf("dead-letter %s: %w", reason, err))
+			s.deadLetterFailed(d, fmt.Errorf("dead-letter %s: %w", reason, err))
 			continue
 		}
 		s.d.Metrics.DeadLetters.WithLabelValues(reason).Inc()
@@ -205,7 +207,39 @@ func (s *Settler) deadLetter(ctx context.Context, ds []*Delivery) {
 			"err", d.decision.err)
 	}
 	if failed > 0 {
-		s.warnings.Warn(s.log, "dead-lettering failed; the messages will be redelivered", "failed", failed,
-			"of", len(msgs), "delay", s.retry)
+		s.alerts.Warn(s.log, "dead-lettering failed; the messages will be redelivered with a growing delay",
+			"failed", failed, "of", len(msgs))
 	}
+}
+
+// maxRetryDelay caps the growing delay of a message whose dead letter
+// could not be stored.
+const maxRetryDelay = 5 * time.Minute
+
+// deadLetterFailed turns a rejected delivery whose dead letter could not be
+// built or stored into a retry after a delay that doubles with each
+// delivery (up to maxRetryDelay), and counts it for alerting: such a
+// message is never lost, and never comes back fast enough to crowd out
+// the others.
+func (s *Settler) deadLetterFailed(d *Delivery, err error) {
+	s.d.Metrics.DeadLetterFailures.Inc()
+	delay := s.retry
+	if md, mdErr := d.Msg.Metadata(); mdErr == nil {
+		for i := uint64(1); i < md.NumDelivered && delay < maxRetryDelay; i++ {
+			delay *= 2
+		}
+	}
+	d.decision = Retry(min(delay, maxRetryDelay), err)
+}
+
+// messageLimit is the largest dead letter the DLQ stream and the server
+// take.
+func (s *Settler) messageLimit() int {
+	limit := s.d.Limits.MessageLimit()
+	if s.d.NC != nil {
+		if mp := int(s.d.NC.MaxPayload()); mp > 0 && mp < limit {
+			limit = mp
+		}
+	}
+	return limit
 }

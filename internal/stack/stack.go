@@ -327,7 +327,8 @@ func initConns(ctx context.Context, s *Stack) (lifecycle.Service, error) {
 	}
 	s.Deps = deps.Deps{
 		NC: s.Conns.NC, JS: s.Conns.JS, Queue: s.Conns.Queue, Names: s.Conns.Names,
-		Limits: contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}, Metrics: s.Metrics, Log: s.opts.Log,
+		Limits:  contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes, MaxMessageBytes: cfg.MaxMsgSize},
+		Metrics: s.Metrics, Log: s.opts.Log,
 	}.Fill()
 	c := s.Conns
 	s.Registry.MustRegister(telemetry.NewStateCollector(func(ctx context.Context) (telemetry.QueueState, error) {

@@ -118,6 +118,10 @@ type Metrics struct {
 	GroupCompletions *prometheus.CounterVec
 	// DeadLetters is bulk_action_dead_letter_total{reason}: messages sent to the DLQ stream.
 	DeadLetters *prometheus.CounterVec
+	// DeadLetterFailures is bulk_action_dead_letter_failures_total: rejected messages whose dead
+	// letter could not be stored, so they stay on their stream and come again with a growing
+	// delay. Alert on any increase.
+	DeadLetterFailures prometheus.Counter
 	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
 	// (buckets 10 ms to 1 h).
 	SubmitLatency prometheus.Histogram
@@ -205,6 +209,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("dead_letter_total"),
 			Help: "Messages sent to the dead-letter stream, by reason.",
 		}, []string{"reason"}),
+		DeadLetterFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("dead_letter_failures_total"),
+			Help: "Rejected messages whose dead letter could not be stored; they come again with a growing delay.",
+		}),
 		SubmitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("job_latency_ms"),
 			Help:    "Time from job submission to its recorded result, in milliseconds.",
@@ -216,7 +224,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
 		m.BackpressureAdmitted, m.BackpressureRejected, m.CongestionBackoff,
 		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.GroupCompletions,
-		m.DeadLetters, m.SubmitLatency,
+		m.DeadLetters, m.DeadLetterFailures, m.SubmitLatency,
 	)
 	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {
 		m.RateLimitDenied.WithLabelValues(r)

@@ -1,7 +1,9 @@
 package contracts_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -377,5 +379,53 @@ func TestNewDeadLetter(t *testing.T) {
 
 	if d := contracts.NewDeadLetter("s", nil, nil); d.Reason != "" || d.Error != "" {
 		t.Errorf("nil error: %+v", d)
+	}
+}
+
+// TestDeadLetterEncodeIsBounded: a body that grows six times when escaped
+// (control characters), or a large JSON body, still gives a dead letter
+// within the limit, marked truncated with the original size.
+func TestDeadLetterEncodeIsBounded(t *testing.T) {
+	cause := &contracts.ValidationError{Reason: contracts.ReasonBadJSON, Field: "body", Problem: "not JSON"}
+	for name, body := range map[string][]byte{
+		"control characters": bytes.Repeat([]byte{0x01}, 200_000),
+		"html characters":    bytes.Repeat([]byte("<&>"), 70_000),
+		"json":               []byte(`{"a":"` + strings.Repeat("x", 300_000) + `"}`),
+		"broken utf-8":       bytes.Repeat([]byte{0xe2, 0x82}, 100_000),
+	} {
+		const limit = 64 << 10
+		d := contracts.NewDeadLetter("bulkaction.submit.g", body, cause)
+		data, err := d.Encode(limit)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(data) > limit {
+			t.Fatalf("%s: %d bytes, limit %d", name, len(data), limit)
+		}
+		if len(data) < limit*5/6-6 {
+			t.Errorf("%s: %d bytes: the limit %d leaves too much unused", name, len(data), limit)
+		}
+		var got contracts.DeadLetter
+		if err := json.Unmarshal(data, &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !got.Truncated || got.Size != len(body) || got.Message != nil || got.Raw == "" || got.Reason != contracts.ReasonBadJSON {
+			t.Fatalf("%s: truncated %v size %d (want %d) raw %d bytes message %d bytes reason %q", name,
+				got.Truncated, got.Size, len(body), len(got.Raw), len(got.Message), got.Reason)
+		}
+		if !strings.HasPrefix(string(body), got.Raw) && name != "broken utf-8" {
+			t.Fatalf("%s: raw is not the start of the body", name)
+		}
+	}
+	// A small one is carried whole.
+	d := contracts.NewDeadLetter("s", []byte(`{"a":1}`), cause)
+	data, err := d.Encode(64 << 10)
+	if err != nil || strings.Contains(string(data), "truncated") || !strings.Contains(string(data), `"message":{"a":1}`) {
+		t.Fatalf("%s, %v", data, err)
+	}
+	// A long error text is cut.
+	d = contracts.NewDeadLetter("s", nil, errors.New(strings.Repeat("e", 5000)))
+	if data, err = d.Encode(64 << 10); err != nil || len(data) > 2*contracts.MaxDeadLetterError {
+		t.Fatalf("%d bytes, %v", len(data), err)
 	}
 }

@@ -2,7 +2,9 @@ package contracts
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is the value of the "v" field of every message. A message with any other version is
@@ -247,8 +249,83 @@ type DeadLetter struct {
 	Subject string `json:"subject"`
 	// Message is the rejected body when it is valid JSON; nil otherwise.
 	Message json.RawMessage `json:"message,omitempty"`
-	// Raw is the rejected body as text when it is not valid JSON; "" otherwise.
+	// Raw is the rejected body as text when it is not valid JSON, or the start of a body too large
+	// to carry whole (then Truncated is set); "" otherwise.
 	Raw string `json:"raw,omitempty"`
+	// Truncated is set when the body did not fit in the dead letter: Raw then holds its start, up to
+	// a rune boundary, and Size its length.
+	Truncated bool `json:"truncated,omitempty"`
+	// Size is the length in bytes of the rejected body when it was truncated; 0 otherwise.
+	Size int `json:"size,omitempty"`
+}
+
+// MaxDeadLetterError is the longest error text a dead letter carries; a longer one is cut, ending
+// in "…".
+const MaxDeadLetterError = 1024
+
+// Encode returns the JSON of d in at most limit bytes (limit > 0). When the whole of it does not fit
+// — a body near the message limit grows up to six times when escaped into JSON — the body is
+// replaced by as much of its start as fits, as text in Raw, with Truncated and Size set; so a dead
+// letter is never larger than the dead-letter stream accepts. It fails only when even an empty
+// body does not fit (limit too small for the reason, error and subject).
+func (d DeadLetter) Encode(limit int) ([]byte, error) {
+	d.Error = cut(d.Error, MaxDeadLetterError)
+	data, err := json.Marshal(&d)
+	if err != nil || len(data) <= limit {
+		return data, err
+	}
+	body := d.Raw
+	if d.Message != nil {
+		body = string(d.Message)
+	}
+	d.Message, d.Raw, d.Truncated, d.Size = nil, "", true, len(body)
+	empty, err := json.Marshal(&d)
+	if err != nil {
+		return nil, err
+	}
+	room := limit - len(empty)
+	if room < 0 {
+		return nil, fmt.Errorf("contracts: a dead letter needs %d bytes, the limit is %d", len(empty), limit)
+	}
+	// Escaping grows a byte to at most 6 ("\u0001"): start from the share that surely fits and grow
+	// it while it still fits, so the result is close to limit without many encodings.
+	n := min(len(body), room/6)
+	for {
+		d.Raw = runePrefix(body, n)
+		data, err = json.Marshal(&d)
+		if err != nil {
+			return nil, err
+		}
+		if len(data) > limit { // the "raw" field's own bytes: each byte less saves one at least
+			n = max(n-(len(data)-limit), 0)
+			continue
+		}
+		next := n + (limit-len(data))/6
+		if next <= n || next > len(body) {
+			return data, nil
+		}
+		n = next
+	}
+}
+
+// cut returns s cut to at most n bytes on a rune boundary, ending in "…" when it was cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	return runePrefix(s, max(n-len(mark), 0)) + mark
+}
+
+// runePrefix returns the longest start of s of at most n bytes that ends on a rune boundary.
+func runePrefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // NewDeadLetter describes a rejected message: the reason is [Reason](err) and the error text

@@ -27,6 +27,8 @@ const (
 	MaxTotal = 1_000_000_000
 	// DefaultMaxPayloadBytes is the default payload limit, 256 KiB.
 	DefaultMaxPayloadBytes = 256 << 10
+	// DefaultMaxMessageBytes is the default message limit, 1 MiB (NATS's default max_payload).
+	DefaultMaxMessageBytes = 1 << 20
 )
 
 // Limits are the configurable validation limits. The zero value means the defaults.
@@ -34,6 +36,18 @@ type Limits struct {
 	// MaxPayloadBytes is the largest payload, in bytes of its compact JSON form. Zero or negative
 	// means [DefaultMaxPayloadBytes].
 	MaxPayloadBytes int
+	// MaxMessageBytes is the largest message the streams accept (dead letters are cut to fit it).
+	// Zero or negative means [DefaultMaxMessageBytes].
+	MaxMessageBytes int
+}
+
+// MessageLimit returns the effective message limit: MaxMessageBytes, or [DefaultMaxMessageBytes]
+// when that is zero or negative.
+func (l Limits) MessageLimit() int {
+	if l.MaxMessageBytes <= 0 {
+		return DefaultMaxMessageBytes
+	}
+	return l.MaxMessageBytes
 }
 
 // PayloadLimit returns the effective payload limit: MaxPayloadBytes, or [DefaultMaxPayloadBytes]

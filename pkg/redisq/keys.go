@@ -11,7 +11,8 @@ const DefaultPrefix = "bulk-action:"
 
 // Keys builds every Redis key of the system (docs/ARCHITECTURE.md §3). Scripts that must
 // build a key of a group they discover receive the prefix and build it the
-// same way; the tests check both agree.
+// same way; the tests check both agree. No key built from a group or job
+// id can equal a system key, whatever the id (a test checks it).
 type Keys struct{ prefix string }
 
 // NewKeys returns the key builder for prefix ("" = DefaultPrefix). The prefix
@@ -55,9 +56,10 @@ func (k Keys) NonReadyQueue() string { return k.prefix + "non-ready-queue" }
 // Inflight is the ZSET of leased jobs, scored by lease deadline (ms).
 func (k Keys) Inflight() string { return k.prefix + "inflight" }
 
-// RateLimitGroup is a group's fixed-window counter.
+// RateLimitGroup is a group's fixed-window counter. Its "group:" segment
+// keeps it apart from the system's rate keys whatever the group is named.
 func (k Keys) RateLimitGroup(gid string, window int64) string {
-	return k.prefix + "rate-limit:" + gid + ":" + strconv.FormatInt(window, 10)
+	return k.prefix + "rate-limit:group:" + gid + ":" + strconv.FormatInt(window, 10)
 }
 
 // RateLimitGlobal is the global fixed-window counter.

@@ -1,6 +1,7 @@
 package fetcher_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -778,5 +779,56 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := fetcher.New(fetcher.Config{}, e.Deps()); err != nil {
 		t.Errorf("New with the zero Config: %v", err)
+	}
+}
+
+// TestOversizeDeadLettersDoNotStopIngestion: rejected submissions whose
+// bodies grow six times when escaped into JSON (control characters) once
+// made dead letters larger than the DLQ accepts; they were handed back
+// forever, filled the consumer's MaxAckPending and stopped ingestion for
+// everyone. Their dead letters are now cut to fit, and the valid work
+// behind them is ingested.
+func TestOversizeDeadLettersDoNotStopIngestion(t *testing.T) {
+	t.Parallel()
+	const bad, valid, ingestBatch = 30, 50, 5 // MaxAckPending = 4 × ingestBatch < bad
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	body := bytes.Repeat([]byte{0x01}, 600_000) // 3.6 MB once escaped; the server takes 1 MB
+	var msgs []*nats.Msg
+	for i := range bad {
+		m := nats.NewMsg(e.Names.Submit("g"))
+		m.Data = append([]byte(fmt.Sprintf("bad-%d ", i)), body...)
+		msgs = append(msgs, m)
+	}
+	for i, err := range natsutil.PublishAll(ctx, e.JS, msgs) {
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	c := client.New(e.JS, client.Options{})
+	if err := c.Submit(ctx, "ok", clientJobs("ok", 0, valid)...); err != nil {
+		t.Fatal(err)
+	}
+
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000, IngestBatchSize: ingestBatch}, e.Deps()))
+	r.WaitJobs(t, valid, 0)
+	testkit.WaitFor(t, "every bad message dead-lettered", 0, func() bool {
+		return e.StreamMsgs(t, e.Names.StreamDLQ()) == bad
+	})
+	for _, m := range e.StoredMsgs(t, e.Names.StreamDLQ()) {
+		if len(m.Data) > 1<<20 {
+			t.Fatalf("dead letter of %d bytes", len(m.Data))
+		}
+		var dl contracts.DeadLetter
+		if err := json.Unmarshal(m.Data, &dl); err != nil {
+			t.Fatal(err)
+		}
+		if !dl.Truncated || dl.Size <= len(body) || !strings.HasPrefix(dl.Raw, "bad-") || dl.Reason != contracts.ReasonBadJSON {
+			t.Fatalf("dead letter: truncated %v size %d reason %q raw %.20q", dl.Truncated, dl.Size, dl.Reason, dl.Raw)
+		}
+	}
+	if n := testkit.Value(t, e.Metrics.DeadLetterFailures); n != 0 {
+		t.Fatalf("dead_letter_failures_total = %v", n)
 	}
 }

@@ -81,7 +81,7 @@ local function group(gid)
   }
   g.len = redis.call('LLEN', g.jobs)
   if gated then
-    g.rkey = prefix .. 'rate-limit:' .. gid .. ':' .. window
+    g.rkey = prefix .. 'rate-limit:group:' .. gid .. ':' .. window
     g.wcount = num(redis.call('GET', g.rkey))
     g.wstart = g.wcount
     active = active + redis.call('SADD', KEYS[6], gid)
