@@ -218,6 +218,35 @@ func TestCancelMidRun(t *testing.T) {
 	}
 }
 
+// TestCancelledGroupsFinalEventAddsUp: jobs that were leased or running
+// when their group was cancelled settle afterwards (counted as succeeded,
+// failed or cancelled). The CANCELLED event once kept counts that changed
+// afterwards with no new event, so Wait returned succeeded + failed +
+// cancelled < jobs. Each later change now publishes the new counts, and
+// Wait returns the event where every job is accounted for.
+func TestCancelledGroupsFinalEventAddsUp(t *testing.T) {
+	e := newEnv(t)
+	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 2000 }), stack.AllTargets, nil)
+	q := r.st.Conns.Queue
+	const n = 2000
+	e.submit("late", "sleep", n, `{"ms":50}`, "")
+	testkit.WaitFor(t, "jobs running", 30*time.Second, func() bool {
+		info, ok, _ := q.Group(context.Background(), "late")
+		return ok && info.Done >= 20
+	})
+	if err := e.client.Cancel(context.Background(), "late"); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.wait("late", 30*time.Second)
+	if ev.State != contracts.StateCancelled || ev.Succeeded+ev.Failed+ev.Cancelled != n || ev.Jobs != n {
+		t.Fatalf("final event %+v: succeeded+failed+cancelled = %d, want %d", ev, ev.Succeeded+ev.Failed+ev.Cancelled, n)
+	}
+	info := group(t, q, "late")
+	if info.Succeeded != ev.Succeeded || info.Failed != ev.Failed || info.Cancelled != ev.Cancelled {
+		t.Fatalf("final event %+v, Redis %+v", ev, info.GroupCounts)
+	}
+}
+
 // SIGTERM to a worker mid-run: its in-flight jobs finish or go back, and
 // another worker completes the rest; nothing is lost or counted twice.
 func TestWorkerSigtermMidRun(t *testing.T) {

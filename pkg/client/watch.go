@@ -21,8 +21,9 @@ var ErrWatchEnded = errors.New("client: watch ended before the group reached a t
 // uses an ordered consumer: events arrive once each, in order. Messages that
 // are not valid v1 events of this group are skipped.
 //
-// The channel is closed after a terminal event (COMPLETED or CANCELLED) has
-// been delivered, when ctx ends, or when the consumer fails for good (the
+// The channel is closed after the group's final event has been delivered
+// (COMPLETED, or CANCELLED once every job is accounted for: see
+// [contracts.GroupEvent.Final]), when ctx ends, or when the consumer fails for good (the
 // connection closed, the stream was deleted). The caller must receive until
 // the channel is closed or cancel ctx.
 func (c *Client) Watch(ctx context.Context, groupID string) (<-chan contracts.GroupEvent, error) {
@@ -58,7 +59,7 @@ func (c *Client) Watch(ctx context.Context, groupID string) (<-chan contracts.Gr
 			case <-ctx.Done():
 				return
 			}
-			if ev.State.Terminal() {
+			if ev.Final() {
 				return
 			}
 		}
@@ -66,9 +67,10 @@ func (c *Client) Watch(ctx context.Context, groupID string) (<-chan contracts.Gr
 	return ch, nil
 }
 
-// Wait blocks until the group reaches a terminal state (COMPLETED or
-// CANCELLED) and returns that event; a group already terminal returns at
-// once. It returns ctx.Err() if ctx ends first and [ErrWatchEnded] if the
+// Wait blocks until the group's final event (COMPLETED, or CANCELLED with
+// succeeded + failed + cancelled == jobs: the jobs that were running when
+// it was cancelled have settled) and returns it; a group already final
+// returns at once. It returns ctx.Err() if ctx ends first and [ErrWatchEnded] if the
 // events stop for another reason.
 func (c *Client) Wait(ctx context.Context, groupID string) (contracts.GroupEvent, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -78,7 +80,7 @@ func (c *Client) Wait(ctx context.Context, groupID string) (contracts.GroupEvent
 		return contracts.GroupEvent{}, err
 	}
 	for ev := range events {
-		if ev.State.Terminal() {
+		if ev.Final() {
 			return ev, nil
 		}
 	}

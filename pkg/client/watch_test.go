@@ -145,7 +145,9 @@ func TestWaitReturnsTerminalEvent(t *testing.T) {
 		t.Fatalf("Wait = %+v, want %+v", ev, want)
 	}
 
-	// Not yet terminal: Wait returns once the cancel event arrives.
+	// Not yet terminal: Wait returns once the final cancel event arrives.
+	// A CANCELLED event whose counts do not add up yet (a job was still
+	// running) is not final: its jobs settle and another event follows.
 	type result struct {
 		ev  contracts.GroupEvent
 		err error
@@ -156,7 +158,19 @@ func TestWaitReturnsTerminalEvent(t *testing.T) {
 		ev, err := c.Wait(ctx, "live")
 		res <- result{ev, err}
 	}()
-	want = b.publishEvent(t, "live", contracts.StateCancelled, 1)
+	cancelled := func(succeeded, cancelled int64) contracts.GroupEvent {
+		ev := contracts.GroupEvent{V: contracts.Version, GroupID: "live", State: contracts.StateCancelled, Total: 3,
+			Jobs: 3, Succeeded: succeeded, Cancelled: cancelled, At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
+		b.publishRaw(t, "live", mustJSON(t, ev))
+		return ev
+	}
+	cancelled(1, 1)
+	select {
+	case r := <-res:
+		t.Fatalf("Wait returned %+v before every job was accounted for", r.ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+	want = cancelled(2, 1)
 	select {
 	case r := <-res:
 		if r.err != nil || !sameEvent(r.ev, want) {

@@ -3,6 +3,7 @@ package contracts
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -213,6 +214,19 @@ func (s GroupState) Valid() bool {
 // Terminal reports whether s is final: [StateCompleted] or [StateCancelled].
 func (s GroupState) Terminal() bool { return s == StateCompleted || s == StateCancelled }
 
+// Final reports whether e is a group's last word: COMPLETED, or CANCELLED with every job accounted
+// for (succeeded + failed + cancelled == jobs). A CANCELLED event whose counts do not add up yet is
+// followed by another once the jobs that were running settle.
+func (e *GroupEvent) Final() bool {
+	switch e.State {
+	case StateCompleted:
+		return true
+	case StateCancelled:
+		return e.Succeeded+e.Failed+e.Cancelled >= e.Jobs
+	}
+	return false
+}
+
 // GroupEvent is the body of <prefix>.events.<groupId>, published on every state change of a group.
 // The zero value is not valid (V, GroupID and State are required).
 type GroupEvent struct {
@@ -283,29 +297,44 @@ func (d DeadLetter) Encode(limit int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	room := limit - len(empty)
+	// The start of the body that fits, measured by its escaped size (an
+	// upper bound of what json.Marshal writes), then encoded once; the loop
+	// only trims what the bound got wrong.
+	room := limit - len(empty) - len(`,"raw":""`)
 	if room < 0 {
 		return nil, fmt.Errorf("contracts: a dead letter needs %d bytes, the limit is %d", len(empty), limit)
 	}
-	// Escaping grows a byte to at most 6 ("\u0001"): start from the share that surely fits and grow
-	// it while it still fits, so the result is close to limit without many encodings.
-	n := min(len(body), room/6)
+	d.Raw = escapedPrefix(body, room)
 	for {
-		d.Raw = runePrefix(body, n)
 		data, err = json.Marshal(&d)
-		if err != nil {
-			return nil, err
+		if err != nil || len(data) <= limit || d.Raw == "" {
+			return data, err
 		}
-		if len(data) > limit { // the "raw" field's own bytes: each byte less saves one at least
-			n = max(n-(len(data)-limit), 0)
-			continue
-		}
-		next := n + (limit-len(data))/6
-		if next <= n || next > len(body) {
-			return data, nil
-		}
-		n = next
+		d.Raw = runePrefix(d.Raw, len(d.Raw)-(len(data)-limit))
 	}
+}
+
+// escapedPrefix returns the longest start of s, cut on a rune boundary,
+// whose JSON string encoding takes at most room bytes. It counts each rune
+// at the most json.Marshal writes for it.
+func escapedPrefix(s string, room int) string {
+	used := 0
+	for i, r := range s {
+		size := utf8.RuneLen(r)
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			size = 6 // an invalid byte becomes \ufffd
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+			size = 2
+		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+			size = 6
+		}
+		if used+size > room {
+			return s[:i]
+		}
+		used += size
+	}
+	return s
 }
 
 // cut returns s cut to at most n bytes on a rune boundary, ending in "…" when it was cut.

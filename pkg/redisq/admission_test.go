@@ -377,8 +377,9 @@ func TestClaimBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []redisq.ClaimOutcome{redisq.ClaimRun, redisq.ClaimCancelled, redisq.ClaimStale, redisq.ClaimStale,
-		redisq.ClaimStale, redisq.ClaimCancelled, redisq.ClaimRun}
+	want := []redisq.Claimed{{Outcome: redisq.ClaimRun, Claims: 1}, {Outcome: redisq.ClaimCancelled},
+		{Outcome: redisq.ClaimStale}, {Outcome: redisq.ClaimStale}, {Outcome: redisq.ClaimStale},
+		{Outcome: redisq.ClaimCancelled}, {Outcome: redisq.ClaimRun, Claims: 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
@@ -389,9 +390,11 @@ func TestClaimBatch(t *testing.T) {
 	if info, ok, err := q.Group(ctx, "c"); err != nil || !ok || info.Cancelled != 2 {
 		t.Fatalf("cancelled group: %+v %v %v", info, ok, err)
 	}
-	// A redelivery of a claimed attempt (its worker died) may run again.
-	if o, err := q.Claim(ctx, "a", a[0].ID, 1); err != nil || o != redisq.ClaimRun {
-		t.Fatalf("redelivered claim: %v %v", o, err)
+	// A redelivery of a claimed attempt (its worker died) may run again;
+	// it is the attempt's second claim.
+	if out, err := q.ClaimBatch(ctx, []redisq.Delivery{d(a[0], 1)}); err != nil ||
+		out[0] != (redisq.Claimed{Outcome: redisq.ClaimRun, Claims: 2}) {
+		t.Fatalf("redelivered claim: %v %v", out, err)
 	}
 	if out, err := q.ClaimBatch(ctx, nil); err != nil || len(out) != 0 {
 		t.Fatalf("empty batch: %v %v", out, err)

@@ -184,12 +184,11 @@ type CancelOutcome string
 
 // Cancel outcomes.
 const (
-	// Cancelled: the group is now CANCELLED.
+	// Cancelled: the group is now CANCELLED. A group cancelled before its
+	// first job is created CANCELLED: jobs that follow are rejected.
 	Cancelled CancelOutcome = "cancelled"
 	// CancelEnded: the group had already ended.
 	CancelEnded CancelOutcome = "ended"
-	// CancelUnknown: no such group.
-	CancelUnknown CancelOutcome = "unknown"
 )
 
 // CancelResult is what Cancel did.

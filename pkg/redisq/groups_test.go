@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -209,5 +210,31 @@ func TestCancelDropsQueuedJobs(t *testing.T) {
 	}
 	if o, _ := q.Enqueue(ctx, redisq.Job{GroupID: "g", ID: "late", Type: "t"}); o != redisq.RejectedEnded {
 		t.Fatalf("enqueue into a cancelled group: %v", o)
+	}
+}
+
+// TestCancelBeforeTheFirstJob: a cancel that arrives before a group's first
+// job was once dropped ("unknown group"), and the jobs that followed ran.
+// It now creates the group CANCELLED, with a TTL, and the jobs that follow
+// are rejected as jobs of an ended group.
+func TestCancelBeforeTheFirstJob(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{GroupTTL: time.Hour}, false)
+	res, err := q.Cancel(ctx, "early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != redisq.Cancelled || res.Group.State != contracts.StateCancelled || res.Group.Jobs != 0 {
+		t.Fatalf("cancel of a group with no job yet: %+v", res)
+	}
+	if ttl := b.rdb.TTL(ctx, q.Keys().GroupMeta("early")).Val(); ttl <= 0 {
+		t.Fatalf("the cancelled group's meta has TTL %v", ttl)
+	}
+	out, err := q.EnqueueBatch(ctx, []redisq.Job{{GroupID: "early", ID: "j1", Type: "t"}})
+	if err != nil || out[0] != redisq.RejectedEnded {
+		t.Fatalf("job after the cancel: %v %v", out, err)
+	}
+	if again, err := q.Cancel(ctx, "early"); err != nil || again.Outcome != redisq.CancelEnded {
+		t.Fatalf("second cancel: %+v %v", again, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -105,7 +106,17 @@ func (q *Queue) Claim(ctx context.Context, groupID, jobID string, attempt int) (
 	if err != nil {
 		return "", err
 	}
-	return out[0], nil
+	return out[0].Outcome, nil
+}
+
+// Claimed is the outcome of claiming one delivery.
+type Claimed struct {
+	Outcome ClaimOutcome
+	// Claims counts the claims of this attempt so far, this one included,
+	// when Outcome is ClaimRun (0 otherwise). Only deliveries that reached
+	// Redis count: a delivery handed back because Redis was unreachable
+	// does not, so an outage spends none of a job's poison budget.
+	Claims int
 }
 
 // Delivery identifies one delivered attempt of a job, as a READY message
@@ -119,7 +130,7 @@ type Delivery struct {
 // outcome per delivery, in order; each is claimed as [Queue.Claim] would.
 // The same job twice in one batch runs at most once: the second delivery
 // is stale.
-func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]ClaimOutcome, error) {
+func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
@@ -134,10 +145,19 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]ClaimOutcome, 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ClaimOutcome, 0, len(ds))
+	out := make([]Claimed, 0, len(ds))
 	for _, v := range replies {
 		for _, o := range toList(v) {
-			out = append(out, ClaimOutcome(toStr(o)))
+			s := toStr(o)
+			if n, ok := strings.CutPrefix(s, string(ClaimRun)+":"); ok {
+				claims, err := strconv.Atoi(n)
+				if err != nil {
+					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
+				}
+				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims})
+				continue
+			}
+			out = append(out, Claimed{Outcome: ClaimOutcome(s)})
 		}
 	}
 	if len(out) != len(ds) {

@@ -336,9 +336,14 @@ func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.C
 			if rec.CreatedAtMs > 0 {
 				m.ObserveSubmitLatency(max(now.Sub(time.UnixMilli(rec.CreatedAtMs)), 0))
 			}
-			if rec.Completed {
+			switch {
+			case rec.Completed:
 				event(events.Change{Group: gid, Counts: rec.Group, Ended: true})
-			} else {
+			case rec.Group.State.Terminal():
+				// A job that was running when its group was cancelled
+				// settled: the group's last event must carry the new counts.
+				event(events.Change{Group: gid, Counts: rec.Group})
+			default:
 				a.noteProgress(gid)
 			}
 		case redisq.DuplicateResult:

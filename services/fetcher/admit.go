@@ -117,7 +117,9 @@ func (f *Fetcher) transitions(ctx context.Context, gids []string, state contract
 			f.log.Warn("group event not published", "group", gid, "state", string(state), "err", err)
 			continue
 		}
-		if !ok {
+		if !ok || info.State.Terminal() {
+			// Ended since the admission call (a cancel): a late RUNNING or
+			// AGGREGATING event would follow its final event.
 			continue
 		}
 		c := info.GroupCounts

@@ -17,8 +17,9 @@
 //     together, in one call ([redisq.Queue.ClaimBatch]). A delivery that
 //     does not carry the job's current attempt is stale and is acknowledged
 //     without running; so is a job of a cancelled group (it is counted as
-//     cancelled). A message delivered more than Config.MaxDeliveries times
-//     (a poison job) becomes a FAILED result without running.
+//     cancelled). A job whose attempt was claimed more than
+//     Config.MaxDeliveries times (a poison job) becomes a FAILED result
+//     without running; deliveries that never reached Redis do not count.
 //  3. The processor runs under Config.JobTimeout, through [processor.Run]
 //     (a panic fails the job; the worker keeps running). Every
 //     Config.AckWait/3 one ticker tells JetStream that the messages of all

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkaction/bulkaction/internal/consume"
+	"github.com/bulkaction/bulkaction/internal/events"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/jspub"
@@ -62,7 +64,8 @@ const outcomeHandedBack = "HANDED_BACK"
 type claimed struct {
 	*consume.Delivery
 	job       *contracts.ReadyJob
-	delivered int
+	delivered int // JetStream's count of deliveries of the message
+	claims    int // claims of this attempt that reached Redis, this one included
 }
 
 // handle runs the deliveries of one pull (docs/ARCHITECTURE.md §6.3):
@@ -92,11 +95,15 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	cctx, cancel := context.WithTimeout(base, settleTimeout)
 	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds)
 	cancel()
+	var cancelled []string // groups whose jobs the claim counted as cancelled
 	for i, c := range cs {
 		switch {
 		case err != nil:
+			// Nothing reached Redis: the delivery does not count toward the
+			// poison limit (claims are counted in Redis).
 			w.handBack(c, "claim", err)
-		case outcomes[i] == redisq.ClaimRun:
+		case outcomes[i].Outcome == redisq.ClaimRun:
+			c.claims = outcomes[i].Claims
 			jobs.add(1)
 			go func() {
 				defer jobs.done()
@@ -104,15 +111,36 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 				w.run(c, jobs)
 			}()
 			continue
-		case outcomes[i] == redisq.ClaimStale, outcomes[i] == redisq.ClaimCancelled:
+		case outcomes[i].Outcome == redisq.ClaimStale, outcomes[i].Outcome == redisq.ClaimCancelled:
 			w.log.Debug("delivery dropped", "group", c.job.GroupID, "job", c.job.JobID, "attempt", c.job.Attempt,
-				"claim", string(outcomes[i]))
+				"claim", string(outcomes[i].Outcome))
+			if outcomes[i].Outcome == redisq.ClaimCancelled && !slices.Contains(cancelled, c.job.GroupID) {
+				cancelled = append(cancelled, c.job.GroupID)
+			}
 			w.count(c, telemetry.StatusDropped)
 			w.settle(c, consume.Ack())
 		default:
-			w.handBack(c, "claim", fmt.Errorf("unexpected claim outcome %q", outcomes[i]))
+			w.handBack(c, "claim", fmt.Errorf("unexpected claim outcome %q", outcomes[i].Outcome))
 		}
 		w.slots.Release(1)
+	}
+	w.publishCounts(base, cancelled)
+}
+
+// publishCounts publishes the current counts of groups whose counts the
+// worker changed after they ended (jobs of a cancelled group counted as
+// cancelled at claim), so that each group's last event adds up.
+func (w *Worker) publishCounts(base context.Context, gids []string) {
+	for _, gid := range gids {
+		ctx, cancel := context.WithTimeout(base, settleTimeout)
+		info, ok, err := w.d.Queue.Group(ctx, gid)
+		if err == nil && ok {
+			err = w.d.Events.Publish(ctx, events.Change{Group: gid, Counts: info.GroupCounts})
+		}
+		cancel()
+		if err != nil {
+			w.warn("group event not published", "group", gid, "err", err)
+		}
 	}
 }
 
@@ -148,8 +176,8 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 // back-off, or hand-back.
 func (w *Worker) run(c claimed, jobs *tracker) {
 	msg, span, job := c.Msg, c.Span, c.job
-	if c.delivered > w.cfg.MaxDeliveries {
-		w.publishResult(c, contracts.ResultFailed, fmt.Sprintf("poison: delivered %d times", c.delivered), 0)
+	if c.claims > w.cfg.MaxDeliveries {
+		w.publishResult(c, contracts.ResultFailed, fmt.Sprintf("poison: claimed %d times", c.claims), 0)
 		return
 	}
 

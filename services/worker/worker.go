@@ -32,7 +32,7 @@ const (
 	DefaultJobTimeout = 30 * time.Second
 	// DefaultMaxRetryCount is the number of retries after the first attempt.
 	DefaultMaxRetryCount = 3
-	// DefaultMaxDeliveries is how often one READY message may be delivered
+	// DefaultMaxDeliveries is how often one attempt may be claimed
 	// before it becomes a FAILED result without running.
 	DefaultMaxDeliveries = 5
 	// DefaultShutdownGrace is how long running jobs may take to finish after
@@ -89,10 +89,11 @@ type Config struct {
 	// (3), a negative value means no retries (the first retryable error
 	// fails the job).
 	MaxRetryCount int
-	// MaxDeliveries is how often one READY message may be delivered: a
-	// message delivered more often (a poison job, for example one whose
-	// processor crashes the worker) becomes a FAILED result without running.
-	// 0 means [DefaultMaxDeliveries] (5).
+	// MaxDeliveries is how often one attempt of a job may be claimed: a
+	// job claimed more often (a poison job, for example one whose processor
+	// crashes the worker) becomes a FAILED result without running. Claims
+	// are counted in Redis, so deliveries handed back while Redis was
+	// unreachable do not count. 0 means [DefaultMaxDeliveries] (5).
 	MaxDeliveries int
 	// ShutdownGrace is how long running jobs get to finish after Run's
 	// context ends; then their contexts are cancelled and their messages

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -380,8 +383,8 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 	b.submit(t, "g", "t", 1)
 	testkit.WaitFor(t, "job on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
 
-	// Deliver the message three times to the workers' consumer without
-	// settling it, as workers that crash on it would.
+	// Deliver the message three times to the workers' consumer and claim it
+	// without settling it, as workers that crash on it would.
 	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.names.StreamReady(), jetstream.ConsumerConfig{
 		Durable: "worker-t", FilterSubject: b.names.Ready("t"), AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: time.Minute, MaxDeliver: -1,
@@ -398,6 +401,9 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 			if md, _ := m.Metadata(); md.NumDelivered != uint64(i) {
 				t.Fatalf("delivery %d: NumDelivered %d", i, md.NumDelivered)
 			}
+			if o, err := b.q.Claim(ctx, "g", "j0", 1); err != nil || o != redisq.ClaimRun {
+				t.Fatalf("claim %d: %v %v", i, o, err)
+			}
 			if err := m.Nak(); err != nil {
 				t.Fatal(err)
 			}
@@ -410,7 +416,7 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 	runWorker(t, b, worker.Config{MaxDeliveries: 2}, mux)
 
 	res := b.results.wait(t, "g", "j0")
-	if res.Status != contracts.ResultFailed || res.Error != "poison: delivered 4 times" || res.Attempt != 1 {
+	if res.Status != contracts.ResultFailed || res.Error != "poison: claimed 4 times" || res.Attempt != 1 {
 		t.Fatalf("result = %+v", res.JobResult)
 	}
 	if n := c.count("g:j0"); n != 0 {
@@ -701,4 +707,134 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 	if n := c.count("g:j"); n != 0 {
 		t.Fatalf("processor ran %d times for invalid messages", n)
 	}
+}
+
+// TestRedisOutageSpendsNoPoisonBudget: while the worker cannot reach Redis,
+// every delivery it gets is handed back unclaimed. Those deliveries once
+// counted toward MaxDeliveries, so jobs waiting on READY through an outage
+// of a few seconds ended FAILED as poison without ever running. Only claims
+// that reach Redis count now: every job runs once and succeeds.
+func TestRedisOutageSpendsNoPoisonBudget(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	b := setup(t, redisq.Config{})
+	ctx := context.Background()
+
+	// The worker reaches Redis through a proxy the test can cut.
+	proxy := newCuttableProxy(t, b.env.Redis.Options().Addr)
+	opt := *b.env.Redis.Options()
+	opt.Addr = proxy.addr()
+	opt.MaxRetries = -1
+	rdb := redis.NewClient(&opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	q, err := redisq.New(ctx, rdb, b.q.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.cut()
+	d := b.d
+	d.Queue = q
+
+	b.submit(t, "g", "t", n)
+	testkit.WaitFor(t, "jobs on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == n })
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error { c.add(job); return nil })
+	w, err := worker.New(worker.Config{MaxDeliveries: 2}, mux, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.StartWithin(t, w, 15*time.Second)
+	select {
+	case <-w.Ready():
+	case <-time.After(waitTimeout):
+		t.Fatal("worker not ready")
+	}
+
+	// Each failed claim hands the message back with a 1 s delay: wait until
+	// every message was delivered more often than MaxDeliveries allows.
+	cons, err := b.js.Consumer(ctx, b.names.StreamReady(), w.ConsumerName("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "deliveries beyond MaxDeliveries", waitTimeout, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.Delivered.Consumer >= 4*n
+	})
+	proxy.restore()
+
+	info := b.waitCompleted(t, "g")
+	if info.Succeeded != n || info.Failed != 0 {
+		t.Fatalf("group = %+v, want %d succeeded and none failed", info.GroupCounts, n)
+	}
+	for i := range n {
+		if k := c.count(fmt.Sprintf("g:j%d", i)); k != 1 {
+			t.Fatalf("job j%d ran %d times, want 1", i, k)
+		}
+	}
+}
+
+// cuttableProxy forwards TCP connections to a server until it is cut: then
+// it closes every connection and refuses new ones until restored.
+type cuttableProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]struct{}
+}
+
+func newCuttableProxy(t *testing.T, target string) *cuttableProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttableProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() { _ = ln.Close(); p.cut() })
+	go p.serve()
+	return p
+}
+
+func (p *cuttableProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cuttableProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+	}
+}
+
+func (p *cuttableProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *cuttableProxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
 }

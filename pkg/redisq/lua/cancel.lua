@@ -11,15 +11,20 @@
 -- ARGV[3]: now override in ms ('' = Redis TIME)
 -- ARGV[4]: job TTL in seconds (0 = keep)
 -- ARGV[5]: group TTL in seconds (0 = keep)
--- Returns: { outcome, dropped, <group reply> } where outcome is 'cancelled',
---   'ended' (already cancelled or completed) or 'unknown' (no such group).
+-- Returns: { outcome, dropped, <group reply> } where outcome is 'cancelled'
+--   or 'ended' (already cancelled or completed). A cancel that arrives before
+--   the group's first job creates the group CANCELLED, so the jobs that
+--   follow are rejected as jobs of an ended group.
 local prefix, gid = ARGV[1], ARGV[2]
 local now = now_ms(ARGV[3])
 local job_ttl, group_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local status = redis.call('HGET', KEYS[4], 'status')
 if status == false then
-  return reply(KEYS[4], 'unknown', 0)
+  redis.call('HSET', KEYS[4], 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
+    'cancelledCount', 0, 'status', 'CANCELLED', 'createdAt', now, 'finishedAt', now)
+  group_cleanup(prefix, gid, KEYS[4], group_ttl)
+  return reply(KEYS[4], 'cancelled', 0)
 end
 if TERMINAL_GROUP[status] then
   return reply(KEYS[4], 'ended', 0)

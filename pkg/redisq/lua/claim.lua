@@ -5,10 +5,13 @@
 -- ARGV[2]: now override in ms ('' = Redis TIME)
 -- ARGV[3]: job TTL in seconds
 -- ARGV[3+3(i-1)+1..3]: groupId_i, jobId_i, attempt_i carried by delivery i
--- Returns: one outcome per delivery, in order: 'run' (run it), 'stale'
---   (another attempt is current, or the job is terminal or gone: drop the
---   delivery) or 'cancelled' (the group was cancelled: the job is counted as
---   cancelled and must not run).
+-- Returns: one outcome per delivery, in order: 'run:<n>' (run it; this is
+--   the n-th claim of this attempt), 'stale' (another attempt is current, or
+--   the job is terminal or gone: drop the delivery) or 'cancelled' (the group
+--   was cancelled: the job is counted as cancelled and must not run).
+-- The job's 'claims' field, "<attempt>:<n>", counts the claims of its
+-- current attempt: only deliveries that reached Redis count, so a Redis
+-- outage spends none of a job's poison budget.
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local job_ttl = tonumber(ARGV[3])
@@ -37,8 +40,16 @@ for i = 1, n do
       cancel_job(prefix, gid, job_key, meta_key, now, job_ttl)
       out[i] = 'cancelled'
     else
-      redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now)
-      out[i] = 'run'
+      local claims = 1
+      local c = redis.call('HGET', job_key, 'claims')
+      if c then
+        local a, k = string.match(c, '^(%d+):(%d+)$')
+        if tonumber(a) == attempt then
+          claims = tonumber(k) + 1
+        end
+      end
+      redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now, 'claims', attempt .. ':' .. claims)
+      out[i] = 'run:' .. claims
     end
   end
 end
