@@ -25,6 +25,8 @@ import (
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 )
 
 // devSettings are the BULKACTION_DEV_* variables of `bulkaction dev`.
@@ -77,7 +79,10 @@ BULKACTION_DEV_REDIS_PORT (default 6379), or on free ports when those are
 busy; metrics and health are on BULKACTION_HTTP_ADDR (default :8080, or a
 free port). Dev prints the settings the other verbs (submit, status, watch,
 cancel, stats) need from another terminal. Logs are text unless
-BULKACTION_LOG_FORMAT is set. Ctrl-C stops everything cleanly.
+BULKACTION_LOG_FORMAT is set. Ctrl-C stops everything cleanly. Here the
+built-in http processor may call any host unless
+BULKACTION_HTTP_ALLOWED_HOSTS is set; elsewhere it calls only the hosts
+that setting lists.
 
 --demo submits tenants of very different sizes and priorities (one of
 20,000 "sleep" jobs, three of hundreds, an urgent high-priority one a few
@@ -211,7 +216,14 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
 
-	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log})
+	so := stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log}
+	if !envSet("HTTP_ALLOWED_HOSTS") {
+		// For trying things out, the http processor may call any host.
+		so.Mux = processor.NewMux()
+		builtin.Register(so.Mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowAnyHost: true})
+		log.Info("the http processor may call any host (dev only); set BULKACTION_HTTP_ALLOWED_HOSTS to restrict it")
+	}
+	st, err := stack.Start(ctx, so)
 	if err != nil {
 		return err
 	}

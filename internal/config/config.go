@@ -57,13 +57,14 @@ type Config struct {
 	DispatchIntervalMs int     `envconfig:"DISPATCH_INTERVAL_MS" default:"50" desc:"dispatcher's longest sleep between releases"`
 	DispatchBatchSize  int     `envconfig:"DISPATCH_BATCH_SIZE" default:"500" desc:"most jobs one release call moves"`
 
-	WorkerCount           int    `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
-	WorkerTypes           string `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
-	JobTimeoutMs          int    `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
-	MaxRetryCount         int    `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after the first attempt before a job is FAILED"`
-	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"deliveries of one attempt before it is FAILED without running (poison job)"`
-	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
-	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
+	WorkerCount           int      `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
+	WorkerTypes           string   `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
+	JobTimeoutMs          int      `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
+	MaxRetryCount         int      `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after the first attempt before a job is FAILED"`
+	MaxDeliveries         int      `envconfig:"MAX_DELIVERIES" default:"5" desc:"deliveries of one attempt before it is FAILED without running (poison job)"`
+	ShutdownGracePeriodMs int      `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
+	HTTPProcessorURL      string   `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
+	HTTPAllowedHosts      []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains) or an IP address, each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too)"`
 
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`

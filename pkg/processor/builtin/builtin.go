@@ -32,15 +32,42 @@ const (
 )
 
 // Options configure the built-in processors. The zero value is ready to use: every field has a
-// default.
+// default. Note that the default of the "http" processor is to refuse every URL: list the hosts
+// it may call in AllowedHosts.
 type Options struct {
 	// HTTPClient sends the requests of the "http" processor. Nil means a client with a
 	// [DefaultHTTPTimeout] (10 s) timeout and the default transport. The job's context also bounds
 	// every request.
 	HTTPClient *http.Client
 	// DefaultURL is the endpoint of "http" jobs whose payload has no "url". Empty means such jobs
-	// fail permanently. It must be an absolute http or https URL (see [Options.Validate]).
+	// fail permanently. It must be an absolute http or https URL (see [Options.Validate]). Its
+	// host is not allowed implicitly: list it in AllowedHosts too.
 	DefaultURL string
+	// AllowedHosts lists the hosts the "http" processor may call; a job whose URL has another
+	// host fails permanently with a [*HostError], and no request is sent. The stock worker fills
+	// it from BULKACTION_HTTP_ALLOWED_HOSTS. Each entry is one of:
+	//
+	//   - a host name, "api.example.com": that host only, not its subdomains;
+	//   - a wildcard, "*.example.com": every subdomain of example.com at any depth
+	//     ("a.example.com", "a.b.example.com"), but not example.com itself;
+	//   - an IP address, "10.0.0.7", "::1" or "[::1]": that address only. A URL whose host is an
+	//     IP address matches only an entry of the same address, never a name or a wildcard.
+	//
+	// Any of them may end in ":port" ("api.example.com:8443", "[::1]:8080"): then only that port
+	// is allowed, the scheme's default port counting for a URL without one; without a port every
+	// port is. Names match the URL's host case-insensitively and literally: no DNS lookup is made,
+	// a trailing dot counts, and international names must be written in their xn-- form. The
+	// list is checked against the name in the URL, not against the address it resolves to.
+	// Blank entries are ignored; an invalid entry makes every "http" job fail permanently (see
+	// [Options.Validate]).
+	//
+	// Empty (and AllowAnyHost false) means every URL is refused.
+	AllowedHosts []string
+	// AllowAnyHost lets the "http" processor call any host, ignoring AllowedHosts. It turns the
+	// processor into an open proxy for whoever can submit jobs: use it for development and tests
+	// only (`bulkaction dev` sets it unless BULKACTION_HTTP_ALLOWED_HOSTS is set). It does not
+	// lift the redirect and header rules of [HTTP].
+	AllowAnyHost bool
 	// DefaultRetryAfter is the delay before the next attempt after a 429 without a usable
 	// Retry-After header, and after a rate limit injected by "sleep" without "retryAfterMs". Zero
 	// or negative means [DefaultRetryAfter] (1 s).
@@ -50,15 +77,24 @@ type Options struct {
 	Rand func() float64
 }
 
-// Validate reports a configuration error: a DefaultURL that is set but is not an absolute http or
-// https URL. Call it at start-up; a processor built from invalid Options fails the affected jobs
+// Validate reports a configuration error: an invalid entry in AllowedHosts, a DefaultURL that is
+// set but is not an absolute http or https URL, or a DefaultURL whose host AllowedHosts does not
+// allow. Call it at start-up; a processor built from invalid Options fails the affected jobs
 // permanently instead.
 func (o Options) Validate() error {
+	hosts := parseHostList(o)
+	if hosts.err != nil {
+		return hosts.err
+	}
 	if o.DefaultURL == "" {
 		return nil
 	}
-	if _, err := parseURL(o.DefaultURL); err != nil {
+	u, err := parseURL(o.DefaultURL)
+	if err != nil {
 		return fmt.Errorf("builtin: Options.DefaultURL: %w", err)
+	}
+	if err := hosts.check(u); err != nil {
+		return fmt.Errorf("builtin: Options.DefaultURL: host %q is not in Options.AllowedHosts (%s): list it there too", u.Host, allowedHostsSetting)
 	}
 	return nil
 }

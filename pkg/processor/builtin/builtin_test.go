@@ -54,7 +54,7 @@ func TestOptionsValidate(t *testing.T) {
 		"": true, "http://example.test/hook": true, "https://example.test": true,
 		"ftp://example.test": false, "/relative": false, "http://": false, "://bad": false,
 	} {
-		err := builtin.Options{DefaultURL: u}.Validate()
+		err := builtin.Options{DefaultURL: u, AllowedHosts: []string{"example.test"}}.Validate()
 		if (err == nil) != ok {
 			t.Errorf("Validate(DefaultURL %q) = %v, want ok=%v", u, err, ok)
 		}

@@ -8,6 +8,21 @@
 //   - "http" ([HTTP]) calls an HTTP endpoint once per job and maps the status code to an outcome.
 //     Payload: {"url":"...", "method":"POST", "headers":{...}, "body":...}.
 //
+// The "http" processor is not an open proxy for whoever can submit jobs:
+//
+//   - It calls only the hosts in [Options.AllowedHosts] (exact names, "*.example.com" for
+//     subdomains, IP addresses listed literally, each with an optional ":port"); the stock worker
+//     fills the list from BULKACTION_HTTP_ALLOWED_HOSTS. The list is empty by default, and an empty
+//     list refuses every URL, [Options.DefaultURL]'s included: its host must be listed too. Only
+//     [Options.AllowAnyHost], meant for development (`bulkaction dev`) and tests, lifts the list.
+//   - It follows a redirect only to the same scheme, host and port as the job's URL, at most 5
+//     times; a redirect elsewhere, even to another allowed host, is not followed.
+//   - A payload cannot set Host, the headers the processor sets itself, or the framing and
+//     hop-by-hop headers (Content-Length, Transfer-Encoding, Connection, ...).
+//
+// Each of these refusals fails the job permanently ([*HostError] or [*PayloadError]) before any
+// request reaches the refused host.
+//
 // Every processor here is idempotent as far as the pipeline is concerned; the "http" processor sends
 // an Idempotency-Key header ("<groupId>:<jobId>") so that the endpoint can be too, since a job can be
 // delivered more than once.

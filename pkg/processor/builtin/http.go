@@ -20,7 +20,8 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/processor"
 )
 
-// Headers the "http" processor sets on every request; a payload cannot override them.
+// Headers the "http" processor sets on every request; a payload that sets one of them fails
+// permanently (see [HTTP]).
 const (
 	// HeaderGroup carries the job's group id.
 	HeaderGroup = "X-Bulkaction-Group"
@@ -40,6 +41,15 @@ const (
 	// drainBytes is how much of a response body is read so the connection can be reused.
 	drainBytes = 64 << 10
 )
+
+// protectedHeaders are the headers, in canonical form, that a payload may not set: those the
+// processor sets itself, Host (the request goes to the URL's host, which AllowedHosts checked), and
+// the framing and hop-by-hop headers, which belong to the client.
+var protectedHeaders = map[string]bool{
+	HeaderGroup: true, HeaderJob: true, HeaderAttempt: true, HeaderIdempotencyKey: true,
+	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+	"Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true, "Upgrade": true,
+}
 
 // HTTPStatusError reports a response outside 2xx from the endpoint of an "http" job. The processor
 // returns it as is (retryable) for 408 and 5xx, inside [processor.RateLimited] for 429 (and 503 with
@@ -84,31 +94,49 @@ type httpPayload struct {
 //   - url: an absolute http or https URL; absent or empty means Options.DefaultURL (the job fails
 //     permanently when both are empty). A payload that is not a JSON object uses DefaultURL too.
 //   - method: default "POST"; case-insensitive.
-//   - headers: extra request headers. A "Host" entry sets the request's host.
+//   - headers: extra request headers. A payload may not set (in any case) the headers the
+//     processor sets itself (X-Bulkaction-Group, X-Bulkaction-Job, X-Bulkaction-Attempt,
+//     Idempotency-Key), Host, or the framing and hop-by-hop headers (Content-Length,
+//     Transfer-Encoding, Connection, Keep-Alive, Proxy-Connection, TE, Trailer, Upgrade): such a
+//     job fails permanently with a [*PayloadError] naming the header.
 //   - body: sent as the JSON request body. Absent means the whole payload is the body, except for
 //     GET and HEAD, which then send none; null means no body. Content-Type is application/json
 //     when there is a body, unless headers set it.
 //
 // Every request carries X-Bulkaction-Group, X-Bulkaction-Job, X-Bulkaction-Attempt and
-// Idempotency-Key ("<groupId>:<jobId>"), which override headers of the same name in the payload,
-// and the trace context of ctx in the format of the global OpenTelemetry propagator.
+// Idempotency-Key ("<groupId>:<jobId>"), and the trace context of ctx in the format of the global
+// OpenTelemetry propagator.
+//
+// The processor is not an open proxy. The URL's host must be in Options.AllowedHosts (see there for
+// the syntax), unless Options.AllowAnyHost is set; otherwise the job fails permanently with a
+// [*HostError] and no request is sent. An empty list refuses every URL, the DefaultURL's too.
+// Redirects are followed only to the same scheme, host and port as the job's URL, at most 5 times:
+// a redirect elsewhere, even to another allowed host or from http to https, is not followed, and
+// the job fails permanently with a [*HostError] naming the target (and too many redirects fail it
+// permanently too). These rules also hold with Options.AllowAnyHost, and with an
+// Options.HTTPClient, whose own CheckRedirect (if any) is asked after them; the processor uses a
+// copy of that client and does not modify it.
 //
 // The response decides the outcome: 2xx succeeds; 429 is [processor.RateLimited] with the delay of
 // its Retry-After header (delta-seconds or HTTP-date; a past date means the worker's own backoff;
 // absent or unparsable means Options.DefaultRetryAfter, 1 s by default; capped at 24 h); 503 with a
 // Retry-After header is handled like 429; 408, other 5xx, network errors and timeouts (of
-// Options.HTTPClient or ctx) are retryable; redirects are followed by the client, and every other
-// status (other 4xx, unfollowed 3xx) fails permanently. Non-2xx statuses are reported as a
+// Options.HTTPClient or ctx) are retryable; allowed redirects are followed, and every other status
+// (other 4xx, unfollowed 3xx) fails permanently. Non-2xx statuses are reported as a
 // [*HTTPStatusError]. An invalid payload fails permanently with a [*PayloadError] naming the field.
 func HTTP(opts Options) processor.Processor {
 	h := &httpProcessor{
-		client:     opts.HTTPClient,
+		hosts:      parseHostList(opts),
 		retryAfter: opts.retryAfter(),
 		now:        time.Now,
 	}
-	if h.client == nil {
-		h.client = &http.Client{Timeout: DefaultHTTPTimeout}
+	// A copy: the redirect policy must not change the caller's client.
+	client := http.Client{Timeout: DefaultHTTPTimeout}
+	if opts.HTTPClient != nil {
+		client = *opts.HTTPClient
 	}
+	client.CheckRedirect = checkRedirect(client.CheckRedirect)
+	h.client = &client
 	if opts.DefaultURL != "" {
 		h.defaultURL, h.defaultURLErr = parseURL(opts.DefaultURL)
 	}
@@ -117,6 +145,7 @@ func HTTP(opts Options) processor.Processor {
 
 type httpProcessor struct {
 	client        *http.Client
+	hosts         hostList
 	defaultURL    *url.URL
 	defaultURLErr error
 	retryAfter    time.Duration
@@ -160,6 +189,9 @@ func (h *httpProcessor) parse(payload []byte) (*request, error) {
 		if !validToken(name) {
 			return nil, invalid(TypeHTTP, "headers", "%q is not a valid header name", name)
 		}
+		if protectedHeaders[http.CanonicalHeaderKey(name)] {
+			return nil, invalid(TypeHTTP, "headers."+name, "header %s cannot be set by a payload", http.CanonicalHeaderKey(name))
+		}
 		if !validHeaderValue(value) {
 			return nil, invalid(TypeHTTP, "headers."+name, "value contains a control character")
 		}
@@ -183,6 +215,9 @@ func (h *httpProcessor) parse(payload []byte) (*request, error) {
 }
 
 func (h *httpProcessor) Process(ctx context.Context, job *processor.Job) error {
+	if h.hosts.err != nil {
+		return processor.Permanent(h.hosts.err)
+	}
 	r, err := h.parse(job.Payload)
 	if err != nil {
 		return err
@@ -195,16 +230,16 @@ func (h *httpProcessor) Process(ctx context.Context, job *processor.Job) error {
 	if err != nil {
 		return processor.Permanent(fmt.Errorf("builtin: http: %w", err))
 	}
+	// Checked on the request that is sent, not on the payload's text.
+	if err := h.hosts.check(req.URL); err != nil {
+		return processor.Permanent(err)
+	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", "bulkaction-worker")
 	for name, value := range r.headers {
-		if strings.EqualFold(name, "Host") {
-			req.Host = value
-			continue
-		}
-		req.Header.Set(name, value)
+		req.Header.Set(name, value) // parse refused the protected headers
 	}
 	req.Header.Set(HeaderGroup, job.GroupID)
 	req.Header.Set(HeaderJob, job.JobID)
@@ -214,6 +249,14 @@ func (h *httpProcessor) Process(ctx context.Context, job *processor.Job) error {
 
 	resp, err := h.client.Do(req)
 	if err != nil {
+		// A refused redirect: permanent. The client closed the redirect's body.
+		var he *HostError
+		if errors.As(err, &he) {
+			return processor.Permanent(he)
+		}
+		if errors.Is(err, errTooManyRedirects) {
+			return processor.Permanent(fmt.Errorf("builtin: http: %s %s: %w", r.method, r.url.Redacted(), errTooManyRedirects))
+		}
 		// Network errors, client timeouts and the job's deadline: retryable.
 		return fmt.Errorf("builtin: http: %w", err)
 	}
