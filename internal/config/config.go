@@ -46,7 +46,8 @@ type Config struct {
 	RateLimitWindowMs  int     `envconfig:"RATE_LIMIT_WINDOW_MS" default:"1000" desc:"rate-limit window"`
 	PacingBurstMs      int     `envconfig:"PACING_BURST_MS" default:"0" desc:"paced mode: how far ahead of the even pace admissions may run (0 = window/25)"`
 	ActiveGroupStaleMs int     `envconfig:"ACTIVE_GROUP_STALE_MS" default:"30000" desc:"a group that has not asked for capacity this long leaves the active set"`
-	ReadyQueueMaxSize  int     `envconfig:"READY_QUEUE_MAX_SIZE" default:"0" desc:"admit only while READY holds fewer jobs (0 = 4 x WORKER_COUNT x WORKER_INSTANCES)"`
+	ReadyQueueMaxSize  int     `envconfig:"READY_QUEUE_MAX_SIZE" default:"0" desc:"READY room of each job type: admit jobs of a type only while READY holds fewer of them (0 = 4 x WORKER_COUNT x WORKER_INSTANCES)"`
+	UnservedTypes      string  `envconfig:"UNSERVED_TYPES" default:"hold" desc:"jobs of a type no live worker serves: hold (keep them queued and report them) or admit (into their type's own READY room)"`
 	WorkerInstances    int     `envconfig:"WORKER_INSTANCES" default:"1" desc:"expected worker instances, for the READY capacity default"`
 	AdmitBatchSize     int     `envconfig:"ADMIT_BATCH_SIZE" default:"256" desc:"most jobs one admission call takes"`
 	IngestBatchSize    int     `envconfig:"INGEST_BATCH_SIZE" default:"500" desc:"most submit messages the fetcher takes per fetch"`
@@ -57,14 +58,15 @@ type Config struct {
 	DispatchIntervalMs int     `envconfig:"DISPATCH_INTERVAL_MS" default:"50" desc:"dispatcher's longest sleep between releases"`
 	DispatchBatchSize  int     `envconfig:"DISPATCH_BATCH_SIZE" default:"500" desc:"most jobs one release call moves"`
 
-	WorkerCount           int      `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
-	WorkerTypes           string   `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
-	JobTimeoutMs          int      `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
-	MaxRetryCount         int      `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after the first attempt before a job is FAILED"`
-	MaxDeliveries         int      `envconfig:"MAX_DELIVERIES" default:"5" desc:"deliveries of one attempt before it is FAILED without running (poison job)"`
-	ShutdownGracePeriodMs int      `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
-	HTTPProcessorURL      string   `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
-	HTTPAllowedHosts      []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains) or an IP address, each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too)"`
+	WorkerCount           int    `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
+	WorkerTypes           string `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
+	JobTimeoutMs          int    `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
+	MaxRetryCount         int    `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after the first attempt before a job is FAILED"`
+	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"claims of one attempt before it is FAILED without running (poison job); deliveries that never reached Redis do not count"`
+	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
+	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
+
+	HTTPAllowedHosts []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains) or an IP address, each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too)"`
 
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
@@ -134,6 +136,11 @@ func (c *Config) Validate() error {
 	case "paced", "seed":
 	default:
 		return bad("ADMISSION_MODE", c.AdmissionMode, "must be paced or seed")
+	}
+	switch c.UnservedTypes {
+	case "hold", "admit":
+	default:
+		return bad("UNSERVED_TYPES", c.UnservedTypes, "must be hold or admit")
 	}
 	switch c.LogFormat {
 	case "json", "text":

@@ -49,6 +49,7 @@ func TestDefaultTagsEqualTheConstants(t *testing.T) {
 		"STREAM_MAX_AGE":           natsutil.DefaultMaxAge.String(),
 		"DUPLICATE_WINDOW":         natsutil.DefaultDuplicateWindow.String(),
 		"MAX_PAYLOAD_BYTES":        strconv.Itoa(contracts.DefaultMaxPayloadBytes),
+		"UNSERVED_TYPES":           fetcher.UnservedHold,
 	}
 	tags := map[string]string{}
 	typ := reflect.TypeOf(config.Config{})

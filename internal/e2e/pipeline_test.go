@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
@@ -244,6 +245,39 @@ func TestCancelledGroupsFinalEventAddsUp(t *testing.T) {
 	info := group(t, q, "late")
 	if info.Succeeded != ev.Succeeded || info.Failed != ev.Failed || info.Cancelled != ev.Cancelled {
 		t.Fatalf("final event %+v, Redis %+v", ev, info.GroupCounts)
+	}
+}
+
+// TestUnservedTypeStallsNobody: 100 jobs of a type no worker serves once
+// filled READY's shared capacity for good, and every group submitted after
+// them never started. READY's room is now per job type, and a type no live
+// worker announced is held in the fair queue: the other group completes,
+// the held one waits (reported in the metrics) and a cancel ends it.
+func TestUnservedTypeStallsNobody(t *testing.T) {
+	e := newEnv(t)
+	r := e.start(e.config(nil), stack.AllTargets, nil)
+	q := r.st.Conns.Queue
+	e.submit("stuck", "nobody-serves-this", 100, `{}`, "")
+	testkit.WaitFor(t, "the unserved group queued", 30*time.Second, func() bool {
+		info, ok, _ := q.Group(context.Background(), "stuck")
+		return ok && info.Jobs == 100
+	})
+	e.submit("normal", "noop", 50, `{}`, "")
+	if ev := e.wait("normal", 30*time.Second); ev.State != contracts.StateCompleted || ev.Succeeded != 50 {
+		t.Fatalf("normal group: %+v", ev)
+	}
+	if info := group(t, q, "stuck"); info.Pending != 100 || info.State != contracts.StateCreated {
+		t.Fatalf("unserved group: %+v pending %d", info.GroupCounts, info.Pending)
+	}
+	m := r.st.Metrics
+	if testkit.Value(t, m.AdmissionHeld.WithLabelValues(telemetry.HeldNoWorker)) == 0 {
+		t.Fatal("admission_held_total{reason=no_worker} is 0")
+	}
+	if err := e.client.Cancel(context.Background(), "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := e.wait("stuck", 30*time.Second); ev.State != contracts.StateCancelled || ev.Cancelled != 100 {
+		t.Fatalf("cancelled unserved group: %+v", ev)
 	}
 }
 

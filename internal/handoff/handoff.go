@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -196,18 +197,105 @@ const ReadyPerWorkerSlot = 4
 // WORKER_COUNT and WORKER_INSTANCES the same way.
 const DefaultReadyCapacity = ReadyPerWorkerSlot * 10
 
-// Room returns how many more messages the READY stream may hold now under
-// capacity (0 when it is full). Fetchers and dispatchers hand jobs over
-// only while there is room: that is the system's backpressure.
-func Room(ctx context.Context, d deps.Deps, capacity int) (int, error) {
-	held, err := natsutil.StreamMsgs(ctx, d.JS, d.Names.StreamReady())
+// Room measures READY's free room per job type: the backpressure of
+// fetchers and dispatchers (docs/ARCHITECTURE.md §5). Each job type has its
+// own room of Capacity messages (waiting plus unacknowledged), so a type
+// whose workers are slow or gone fills only its own room, never that of
+// other types. Create it with [NewRoom]; it is safe for one goroutine.
+type Room struct {
+	d        deps.Deps
+	stream   jetstream.Stream // READY, looked up once
+	capacity int
+	prefix   string // subject prefix of READY, "<prefix>.ready."
+	live     []string
+	liveAt   time.Time
+}
+
+// liveFor is how long a Room reuses the job types workers announced before
+// it reads them again.
+const liveFor = time.Second
+
+// NewRoom returns the room of READY with capacity messages per job type.
+func NewRoom(d deps.Deps, capacity int) *Room {
+	return &Room{d: d, capacity: capacity, prefix: d.Names.Ready("")}
+}
+
+// Rooms is READY's room at one moment.
+type Rooms struct {
+	// ByType is the free room of each job type that has messages on READY
+	// or a live worker; a type not in it has the whole capacity free.
+	ByType map[string]int
+	// Live are the job types some worker announced and still serves.
+	Live []string
+	// Capacity is the room of a type with no message on READY.
+	Capacity int
+}
+
+// Measure reads READY's message count per job type (one stream info
+// request; the stream is looked up once) and the live job types (from
+// Redis, at most once a second).
+func (r *Room) Measure(ctx context.Context) (Rooms, error) {
+	if r.stream == nil {
+		st, err := r.d.JS.Stream(ctx, r.d.Names.StreamReady())
+		if err != nil {
+			return Rooms{}, fmt.Errorf("handoff: READY: %w", err)
+		}
+		r.stream = st
+	}
+	info, err := r.stream.Info(ctx, jetstream.WithSubjectFilter(r.d.Names.ReadyAll()))
 	if err != nil {
-		return 0, err
+		r.stream = nil // looked up again next time (the stream may have been re-created)
+		return Rooms{}, fmt.Errorf("handoff: READY: %w", err)
 	}
-	if held >= uint64(capacity) {
-		return 0, nil
+	if time.Since(r.liveAt) > liveFor {
+		if r.live, err = r.d.Queue.LiveTypes(ctx); err != nil {
+			return Rooms{}, err
+		}
+		r.liveAt = time.Now()
 	}
-	return capacity - int(held), nil
+	out := Rooms{ByType: make(map[string]int, len(info.State.Subjects)+len(r.live)), Live: r.live, Capacity: r.capacity}
+	for _, t := range r.live {
+		out.ByType[t] = r.capacity
+	}
+	for subj, n := range info.State.Subjects {
+		if t, ok := strings.CutPrefix(subj, r.prefix); ok {
+			out.ByType[t] = max(r.capacity-int(n), 0)
+		}
+	}
+	return out, nil
+}
+
+// LiveOnly returns the room of the live job types only: the room a fetcher
+// holding unserved types may fill.
+func (rs Rooms) LiveOnly() map[string]int {
+	out := make(map[string]int, len(rs.Live))
+	for _, t := range rs.Live {
+		out[t] = rs.ByType[t]
+	}
+	return out
+}
+
+// Sum is the room of the given types together.
+func Sum(rooms map[string]int) int {
+	n := 0
+	for _, r := range rooms {
+		n += r
+	}
+	return n
+}
+
+// Least is the room a batch of jobs of any of the given types may take
+// without overfilling one: the smallest room among them (the whole
+// capacity when types is empty). The dispatcher, which cannot choose the
+// types it releases, uses the least room of the live types.
+func (rs Rooms) Least(types []string) int {
+	least := rs.Capacity
+	for _, t := range types {
+		if r, ok := rs.ByType[t]; ok && r < least {
+			least = r
+		}
+	}
+	return least
 }
 
 // Sleep waits for d or until ctx is done; it reports whether ctx is still

@@ -45,6 +45,14 @@ const (
 )
 
 // Label values of bulk_action_group_completions_total{state}.
+// Reasons of [Metrics.AdmissionHeld].
+const (
+	// HeldNoWorker: no live worker serves the job type.
+	HeldNoWorker = "no_worker"
+	// HeldReadyFull: the job type's READY room is used up.
+	HeldReadyFull = "ready_full"
+)
+
 const (
 	// StateCompleted is a sealed group whose jobs are all terminal.
 	StateCompleted = "COMPLETED"
@@ -99,6 +107,10 @@ type Metrics struct {
 	// BackpressureRejected is bulk_action_backpressure_rejected_total: admissions skipped because
 	// READY was full.
 	BackpressureRejected prometheus.Counter
+	// AdmissionHeld is bulk_action_admission_held_total{reason}: groups passed by in an admission
+	// round because the job type of their next job had no READY room, reason [HeldNoWorker] (no
+	// live worker serves the type) or [HeldReadyFull] (the type's room is used up).
+	AdmissionHeld *prometheus.CounterVec
 	// CongestionBackoff is bulk_action_congestion_backoff_ms: the backoff given to a parked job
 	// (buckets 100 ms to 300 s).
 	CongestionBackoff prometheus.Histogram
@@ -181,8 +193,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"destination"}),
 		BackpressureRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: fqName("backpressure_rejected_total"),
-			Help: "Admission rounds skipped because the READY stream was full.",
+			Help: "Admission rounds skipped or cut short because READY was full for the waiting jobs' types.",
 		}),
+		AdmissionHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("admission_held_total"),
+			Help: "Groups passed by in an admission round because their next job's type had no READY room, by reason (no_worker, ready_full).",
+		}, []string{"reason"}),
 		CongestionBackoff: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("congestion_backoff_ms"),
 			Help:    "Backoff given to a job parked in the non-ready queue, in milliseconds.",
@@ -222,12 +238,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(
 		m.EnqueueTotal, m.EnqueueDuplicateTotal, m.DequeueTotal, m.LuaDuration,
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
-		m.BackpressureAdmitted, m.BackpressureRejected, m.CongestionBackoff,
+		m.BackpressureAdmitted, m.BackpressureRejected, m.AdmissionHeld, m.CongestionBackoff,
 		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.GroupCompletions,
 		m.DeadLetters, m.DeadLetterFailures, m.SubmitLatency,
 	)
 	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {
 		m.RateLimitDenied.WithLabelValues(r)
+	}
+	for _, r := range []string{HeldNoWorker, HeldReadyFull} {
+		m.AdmissionHeld.WithLabelValues(r)
 	}
 	for _, d := range []string{DestinationReady, DestinationNonReady} {
 		m.BackpressureAdmitted.WithLabelValues(d)

@@ -400,3 +400,64 @@ func TestClaimBatch(t *testing.T) {
 		t.Fatalf("empty batch: %v %v", out, err)
 	}
 }
+
+// TestTypeRoomsHoldTypesWithoutRoom: a group whose next job is of a type
+// without READY room (no live worker, or its room used up) is held and
+// keeps its place; groups of other types are admitted, each type within
+// its own room, in both gated modes.
+func TestTypeRoomsHoldTypesWithoutRoom(t *testing.T) {
+	for _, mode := range []string{redisq.ModePaced, redisq.ModeSeed} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			q, _ := setup(t, redisq.Config{Mode: mode, GlobalLimit: 1000}, false)
+			enq := func(gid, typ string, n int) {
+				jobs := make([]redisq.Job, n)
+				for i := range jobs {
+					jobs[i] = redisq.Job{GroupID: gid, ID: fmt.Sprintf("j%03d", i), Type: typ}
+				}
+				if _, err := q.EnqueueBatch(ctx, jobs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			enq("dead", "nobody", 100) // oldest: first in fair order
+			enq("sms", "sms", 50)
+			enq("mail", "email", 50)
+
+			r, err := q.Admit(ctx, 100, redisq.WithTypeRooms(map[string]int{"sms": 3, "email": 5}, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byType := map[string]int{}
+			for _, j := range r.Jobs {
+				byType[j.Type]++
+			}
+			if byType["sms"] != 3 || byType["email"] != 5 || byType["nobody"] != 0 {
+				t.Fatalf("admitted by type %v, want sms 3, email 5, nobody 0", byType)
+			}
+			if r.Held["nobody"] != 1 || r.WakeMs != redisq.WakeHeld {
+				t.Fatalf("held %v wake %d", r.Held, r.WakeMs)
+			}
+			// The held group kept its jobs and its place.
+			if info, _, _ := q.Group(ctx, "dead"); info.Pending != 100 {
+				t.Fatalf("held group pending %d, want 100", info.Pending)
+			}
+			// Once its type has room it is served first again.
+			r, err = q.Admit(ctx, 1, redisq.WithTypeRooms(map[string]int{"nobody": 10}, 0))
+			if err != nil || len(r.Jobs) != 1 || r.Jobs[0].GroupID != "dead" {
+				t.Fatalf("after room: %+v %v", r.Jobs, err)
+			}
+			// A default room applies to every type not listed.
+			r, err = q.Admit(ctx, 100, redisq.WithTypeRooms(map[string]int{"nobody": 0}, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byType = map[string]int{}
+			for _, j := range r.Jobs {
+				byType[j.Type]++
+			}
+			if byType["sms"] != 2 || byType["email"] != 2 || byType["nobody"] != 0 {
+				t.Fatalf("with a default room: %v", byType)
+			}
+		})
+	}
+}

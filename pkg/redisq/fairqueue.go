@@ -3,6 +3,8 @@ package redisq
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/redis/go-redis/v9"
@@ -206,8 +208,9 @@ type AdmitResult struct {
 	Jobs []LeasedJob
 	// Parked counts jobs sent to the non-ready queue (seed mode).
 	Parked int
-	// Wake says when to call again: -1 no job waits; 0 at once; > 0 the
-	// number of ms until the rate gate opens.
+	// Wake says when to call again: -1 no job waits; [WakeHeld] (-2) jobs
+	// wait but their types have no READY room; 0 at once; > 0 the number of
+	// ms until the rate gate opens.
 	WakeMs int64
 	// Started lists groups that moved CREATED -> RUNNING.
 	Started []string
@@ -219,13 +222,52 @@ type AdmitResult struct {
 	DeniedGlobal, DeniedGroup int
 	// NowMs is the time the call ran at (Redis TIME, ms).
 	NowMs int64
+	// Held counts, per job type without READY room ([WithTypeRooms]), the
+	// groups whose next job it held back in this call.
+	Held map[string]int
+}
+
+// WakeHeld is the [AdmitResult.WakeMs] of a call that found jobs waiting
+// whose types had no READY room: call again when room frees.
+const WakeHeld = -2
+
+// AdmitOption configures one Admit call.
+type AdmitOption func(*admitOptions)
+
+type admitOptions struct {
+	rooms string // '' = no per-type limit
+}
+
+// WithTypeRooms limits the call to the READY room of each job type: at most
+// rooms[t] jobs of type t are admitted, and at most other jobs of each type
+// not in rooms (0: such jobs are held, as for a type no live worker
+// serves). A group whose next job is held keeps its place and is passed
+// by, so a type without room or workers never takes the room of other
+// types, or stalls other groups.
+func WithTypeRooms(rooms map[string]int, other int) AdmitOption {
+	return func(o *admitOptions) {
+		var b strings.Builder
+		b.WriteString("*=")
+		b.WriteString(strconv.Itoa(max(other, 0)))
+		for t, r := range rooms {
+			b.WriteByte(',')
+			b.WriteString(t)
+			b.WriteByte('=')
+			b.WriteString(strconv.Itoa(max(r, 0)))
+		}
+		o.rooms = b.String()
+	}
 }
 
 // Admit takes up to n jobs in fair order through the configured rate gate
 // and leases them (status LEASED, attempt+1, in the inflight set until
 // Confirm). With n <= 0 it does nothing.
-func (q *Queue) Admit(ctx context.Context, n int) (*AdmitResult, error) {
-	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease))
+func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitResult, error) {
+	var o admitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease), o.rooms)
 }
 
 // Dequeue takes the next job in fair order, with no rate gate and no lease.
@@ -244,14 +286,14 @@ func (q *Queue) Dequeue(ctx context.Context) (*LeasedJob, error) {
 // DequeueBatch takes up to n jobs in fair order in one call, with no rate
 // gate and no lease.
 func (q *Queue) DequeueBatch(ctx context.Context, n int) ([]LeasedJob, error) {
-	r, err := q.admit(ctx, n, ModeFair, 0)
+	r, err := q.admit(ctx, n, ModeFair, 0, "")
 	if err != nil {
 		return nil, err
 	}
 	return r.Jobs, nil
 }
 
-func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64) (*AdmitResult, error) {
+func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, rooms string) (*AdmitResult, error) {
 	if n <= 0 {
 		return &AdmitResult{}, nil
 	}
@@ -263,7 +305,8 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64) (*
 		q.keys.ActiveGroups(), q.keys.ActiveSeen(), q.keys.RatePacer())
 	v, err := q.run(ctx, "admit", admitScript, keys,
 		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
-		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion)
+		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
+		rooms)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +320,12 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64) (*
 		DeniedGlobal: int(toInt(rep[5])),
 		DeniedGroup:  int(toInt(rep[6])),
 		NowMs:        toInt(rep[7]),
+	}
+	if held := toList(rep[8]); len(held) > 0 {
+		res.Held = make(map[string]int, len(held)/2)
+		for i := 0; i+1 < len(held); i += 2 {
+			res.Held[toStr(held[i])] = int(toInt(held[i+1]))
+		}
 	}
 	return res, nil
 }

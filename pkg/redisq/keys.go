@@ -85,6 +85,10 @@ func (k Keys) CongestionCount(gid string) string {
 // CongestionStats is a group's congestion statistics HASH.
 func (k Keys) CongestionStats(gid string) string { return k.prefix + "congestion:" + gid + ":stats" }
 
+// WorkerTypes is the ZSET of job types workers serve, scored by when the
+// last announcement of each expires (ms).
+func (k Keys) WorkerTypes() string { return k.prefix + "worker-types" }
+
 // CongestionHistory is the capped LIST of system congestion snapshots.
 func (k Keys) CongestionHistory() string { return k.prefix + "congestion:history" }
 

@@ -17,7 +17,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 	system := map[string]string{
 		k.VClock(): "VClock", k.NonReadyQueue(): "NonReadyQueue", k.Inflight(): "Inflight",
 		k.RateLimitGlobal(window): "RateLimitGlobal", k.RatePacer(): "RatePacer", k.ActiveGroups(): "ActiveGroups",
-		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory",
+		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory", k.WorkerTypes(): "WorkerTypes",
 	}
 	for _, l := range []contracts.Priority{contracts.PriorityHigh, contracts.PriorityNormal, contracts.PriorityLow} {
 		system[k.FairQueue(l)] = "FairQueue"

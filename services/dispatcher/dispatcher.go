@@ -112,9 +112,11 @@ func (c *Config) validate() error {
 // the same Redis and NATS.
 type Dispatcher struct {
 	lifecycle.Started
-	cfg Config
-	d   deps.Deps
-	log *slog.Logger
+	// one READY room per loop (a Room serves one goroutine)
+	releaseRoom, reclaimRoom *handoff.Room
+	cfg                      Config
+	d                        deps.Deps
+	log                      *slog.Logger
 }
 
 // New returns a Dispatcher. d.JS and d.Queue are required; the other
@@ -131,7 +133,8 @@ func New(cfg Config, d deps.Deps) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: names: %w", err)
 	}
 	d = d.Fill()
-	return &Dispatcher{cfg: cfg, d: d, log: d.Log.With(telemetry.LogComponent, "dispatcher")}, nil
+	return &Dispatcher{cfg: cfg, d: d, log: d.Log.With(telemetry.LogComponent, "dispatcher"),
+		releaseRoom: handoff.NewRoom(d, cfg.ReadyCapacity), reclaimRoom: handoff.NewRoom(d, cfg.ReadyCapacity)}, nil
 }
 
 // Run releases, reclaims, corrects and snapshots until ctx is cancelled,
@@ -157,6 +160,24 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	wg.Wait()
 	p.log.Info("dispatcher stopped")
 	return nil
+}
+
+// room is how many jobs a release or reclaim may move now. It cannot choose
+// their types, so it takes the least room among the types live workers
+// serve (among the types on READY when no worker announced any): a type
+// whose workers are gone never holds releases back.
+func (p *Dispatcher) room(ctx context.Context, r *handoff.Room) (int, error) {
+	rs, err := r.Measure(ctx)
+	if err != nil {
+		return 0, err
+	}
+	types := rs.Live
+	if len(types) == 0 {
+		for t := range rs.ByType {
+			types = append(types, t)
+		}
+	}
+	return rs.Least(types), nil
 }
 
 // releaseLoop moves due jobs to READY and sleeps until the next one is
@@ -200,7 +221,7 @@ const (
 func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	room, err := handoff.Room(ctx, p.d, p.cfg.ReadyCapacity)
+	room, err := p.room(ctx, p.releaseRoom)
 	if err != nil {
 		p.log.Warn("READY size", "err", err)
 		return p.cfg.Interval, stateNormal
@@ -266,7 +287,7 @@ func (p *Dispatcher) reclaimLoop(ctx context.Context) {
 func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	room, err := handoff.Room(ctx, p.d, p.cfg.ReadyCapacity)
+	room, err := p.room(ctx, p.reclaimRoom)
 	if err != nil {
 		p.log.Warn("READY size", "err", err)
 		return false

@@ -2,6 +2,7 @@ package fetcher
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/events"
@@ -56,20 +57,28 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 func (f *Fetcher) admit(parent context.Context) next {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	free, err := handoff.Room(ctx, f.d, f.cfg.ReadyCapacity)
+	rooms, err := f.room.Measure(ctx)
 	if err != nil {
 		f.log.Warn("READY size", "err", err)
 		return next{wait: errorWait}
+	}
+	// Each job type gets its own room; with UnservedTypes "hold" only the
+	// types a live worker serves get any.
+	free, opt := f.cfg.AdmitBatchSize, redisq.WithTypeRooms(rooms.ByType, rooms.Capacity)
+	if f.cfg.UnservedTypes == UnservedHold {
+		live := rooms.LiveOnly()
+		free, opt = handoff.Sum(live), redisq.WithTypeRooms(live, 0)
 	}
 	if free == 0 {
 		f.d.Metrics.BackpressureRejected.Inc()
 		return next{full: true}
 	}
-	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize))
+	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt)
 	if err != nil {
 		f.log.Warn("admission failed", "err", err)
 		return next{wait: errorWait}
 	}
+	f.reportHeld(res.Held, rooms.Live)
 	m := f.d.Metrics
 	m.DequeueTotal.Add(float64(len(res.Jobs) + res.Parked))
 	m.RateLimitAllowed.Add(float64(len(res.Jobs)))
@@ -89,12 +98,35 @@ func (f *Fetcher) admit(parent context.Context) next {
 	f.transitions(ctx, res.Drained, contracts.StateAggregating)
 
 	switch {
+	case res.WakeMs == redisq.WakeHeld:
+		// cut short: READY is full for the types of the jobs still waiting
+		f.d.Metrics.BackpressureRejected.Inc()
+		return next{full: true}
 	case res.WakeMs == 0:
 		return next{}
 	case res.WakeMs > 0:
 		return next{wait: time.Duration(res.WakeMs) * time.Millisecond}
 	}
 	return next{idle: true}
+}
+
+// reportHeld counts the groups an admission round held for lack of READY
+// room, and says which job types no live worker serves (at most one warning
+// a minute per fetcher).
+func (f *Fetcher) reportHeld(held map[string]int, live []string) {
+	var unserved []string
+	for t, n := range held {
+		reason := telemetry.HeldReadyFull
+		if f.cfg.UnservedTypes == UnservedHold && !slices.Contains(live, t) {
+			reason = telemetry.HeldNoWorker
+			unserved = append(unserved, t)
+		}
+		f.d.Metrics.AdmissionHeld.WithLabelValues(reason).Add(float64(n))
+	}
+	if len(unserved) > 0 {
+		slices.Sort(unserved)
+		f.heldLog.Warn(f.log, "jobs held: no live worker serves their type", "types", unserved)
+	}
 }
 
 // publish hands admitted jobs to READY. Jobs that are not published stay

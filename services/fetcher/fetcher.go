@@ -71,8 +71,9 @@ const (
 // Config configures a [Fetcher]. The zero value is valid: every zero field
 // means its documented default.
 type Config struct {
-	// ReadyCapacity: the fetcher admits only while the READY stream holds
-	// fewer messages (waiting plus unacknowledged); default
+	// ReadyCapacity: the fetcher admits jobs of a type only while the READY
+	// stream holds fewer messages of that type (waiting plus
+	// unacknowledged); default
 	// [DefaultReadyCapacity] (40).
 	ReadyCapacity int
 	// AdmitBatchSize is the most jobs one admission round takes; default 256.
@@ -86,7 +87,20 @@ type Config struct {
 	// MaxIdle is the longest wait when no job is queued and no notification
 	// arrives; default 1s.
 	MaxIdle time.Duration
+	// UnservedTypes says what becomes of jobs of a type no live worker
+	// serves (workers announce their types with a heartbeat):
+	// [UnservedHold] (the default, "") keeps them queued, their groups
+	// keeping their place, and reports them; [UnservedAdmit] admits them
+	// into their type's own READY room, where they wait for a worker. Either
+	// way a type never takes the READY room of another.
+	UnservedTypes string
 }
+
+// Values of [Config.UnservedTypes].
+const (
+	UnservedHold  = "hold"
+	UnservedAdmit = "admit"
+)
 
 func (c *Config) setDefaults() {
 	if c.ReadyCapacity == 0 {
@@ -104,6 +118,9 @@ func (c *Config) setDefaults() {
 	if c.MaxIdle == 0 {
 		c.MaxIdle = DefaultMaxIdle
 	}
+	if c.UnservedTypes == "" {
+		c.UnservedTypes = UnservedHold
+	}
 }
 
 func (c *Config) validate() error {
@@ -116,6 +133,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("fetcher: IngestBatchSize %d: must be >= 0", c.IngestBatchSize)
 	case c.MaxIdle < 0:
 		return fmt.Errorf("fetcher: MaxIdle %s: must be >= 0", c.MaxIdle)
+	case c.UnservedTypes != UnservedHold && c.UnservedTypes != UnservedAdmit:
+		return fmt.Errorf("fetcher: UnservedTypes %q: must be %q or %q", c.UnservedTypes, UnservedHold, UnservedAdmit)
 	}
 	return nil
 }
@@ -130,6 +149,8 @@ type Fetcher struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	settler *consume.Settler
+	room    *handoff.Room
+	heldLog telemetry.WarnLimiter
 }
 
 // New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
@@ -153,6 +174,8 @@ func New(cfg Config, d deps.Deps) (*Fetcher, error) {
 		log:     log,
 		tracer:  d.TracerProvider.Tracer(TracerName),
 		settler: consume.NewSettler(d, log, retryDelay),
+		room:    handoff.NewRoom(d, cfg.ReadyCapacity),
+		heldLog: telemetry.WarnLimiter{Interval: time.Minute},
 	}, nil
 }
 

@@ -35,8 +35,14 @@ import (
 
 func TestMain(m *testing.M) { pipelinetest.Main(m) }
 
+// newFetcher returns a fetcher for tests in which a Reader stands in for the
+// workers: no worker announces job types, so unless cfg says otherwise
+// every type is admitted into its own READY room.
 func newFetcher(t *testing.T, cfg fetcher.Config, d deps.Deps) *fetcher.Fetcher {
 	t.Helper()
+	if cfg.UnservedTypes == "" {
+		cfg.UnservedTypes = fetcher.UnservedAdmit
+	}
 	f, err := fetcher.New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +108,11 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 
-	// READY starts full so that admission waits until every job is queued:
-	// from then on all groups are backlogged together.
+	// READY starts full for the jobs' type so that admission waits until
+	// every job is queued: from then on all groups are backlogged together.
 	hold := make([]*nats.Msg, capacity)
 	for i := range hold {
-		hold[i] = nats.NewMsg(e.Names.Ready("hold"))
+		hold[i] = nats.NewMsg(e.Names.Ready("t"))
 		hold[i].Data = []byte(`"hold"`)
 	}
 	for _, err := range natsutil.PublishAll(ctx, e.JS, hold) {

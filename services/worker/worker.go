@@ -266,9 +266,24 @@ func (w *Worker) Run(ctx context.Context) error {
 			Handle: func(ctx context.Context, msgs []jetstream.Msg) { w.start(ctx, t, msgs, jobs) }}
 		loops.Go(func() { loop.Run(ctx) })
 	}
+	// Announce the types served before taking work, then keep them live:
+	// admission gives READY room only to types a live worker serves.
+	w.announce(ctx)
 	stopBeat := make(chan struct{})
 	var beat sync.WaitGroup
 	beat.Go(func() { jobs.beat(w.cfg.AckWait/3, stopBeat) })
+	beat.Go(func() {
+		t := time.NewTicker(AnnounceEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopBeat:
+				return
+			case <-t.C:
+				w.announce(ctx)
+			}
+		}
+	})
 	defer func() {
 		close(stopBeat)
 		beat.Wait()
@@ -294,6 +309,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return nil
+}
+
+// AnnounceEvery is how often a worker announces the job types it serves;
+// an announcement lasts three times as long.
+const AnnounceEvery = 5 * time.Second
+
+// announce records in Redis that this worker serves its types; a failure
+// is logged (the next announcement retries).
+func (w *Worker) announce(ctx context.Context) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := w.d.Queue.AnnounceTypes(actx, w.cfg.Types, 3*AnnounceEvery); err != nil {
+		w.warn("announcing job types failed", "types", w.cfg.Types, "err", err)
+	}
 }
 
 // flushTimeout bounds the final flush of acks on shutdown.

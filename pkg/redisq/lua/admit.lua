@@ -21,14 +21,21 @@
 -- ARGV[11]: base backoff ms (seed mode)
 -- ARGV[12]: max backoff ms (seed mode)
 -- ARGV[13]: '1' = congestion-aware backoff, '0' = fixed base (seed mode)
--- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedGroup, now }
+-- ARGV[14]: READY room per job type, '*=other,type=room,...' ('' = no
+--           per-type limit); a type not listed has the room 'other'. A job
+--           whose type has no room is held (its group keeps its place) and
+--           never takes the room of other types.
+-- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedGroup, now, held }
 --   jobs:    flat list gid, jid, type, payload, attempt, trace for each
 --            admitted job
 --   parked:  jobs sent to the non-ready queue (seed mode)
---   wake:    -1 nothing is waiting; 0 call again now; > 0 ms until the rate
---            gate has room for several jobs again
+--   wake:    -1 nothing is waiting; -2 jobs wait but their types have no
+--            READY room; 0 call again now; > 0 ms until the rate gate has
+--            room for several jobs again
 --   started: groups that moved CREATED -> RUNNING
 --   drained: sealed groups whose last queued job left (-> AGGREGATING)
+--   held:    flat list type, groups: job types without room that held the
+--            next job of that many groups in this call
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local alpha = tonumber(ARGV[3])
@@ -42,6 +49,17 @@ local burst_ms = tonumber(ARGV[10])
 local gated = mode ~= 'fair'
 local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms
+
+local rooms, other_room = nil, 0
+if ARGV[14] ~= '' then
+  rooms = {}
+  for t, r in string.gmatch(ARGV[14], '([^=,]+)=(%d+)') do rooms[t] = tonumber(r) end
+  other_room = rooms['*'] or 0
+  rooms['*'] = nil
+end
+local held = {}
+-- MAX_BLOCKED bounds how many held groups one call passes by.
+local MAX_BLOCKED = 256
 
 local jobs, started, drained, inflight = {}, {}, {}, {}
 local admitted, parked, wake = 0, 0, -1
@@ -96,7 +114,11 @@ end
 -- (keeping its place) unless share limits are lifted (work-conserving).
 -- A level found empty stays empty for the rest of the call: only enqueue
 -- adds groups to a level.
+-- A group whose next job's type has no READY room is blocked for the rest
+-- of the call (it keeps its place); unlike a used-up share, lifting the
+-- share limits does not unblock it.
 local capped, ncapped, lifted, empty = {}, { 0, 0, 0 }, false, {}
+local blocked, nblocked = {}, { 0, 0, 0 }
 local function next_group()
   for li = 1, 3 do
     local fq = KEYS[li]
@@ -105,7 +127,7 @@ local function next_group()
       if #r == 0 then empty[li] = true end
       local pick = nil
       for j = 1, #r do
-        if not capped[r[j]] then pick = r[j]; break end
+        if not capped[r[j]] and not blocked[r[j]] then pick = r[j]; break end
       end
       if pick == nil then break end
       local g = group(pick)
@@ -117,7 +139,7 @@ local function next_group()
         ncapped[li] = ncapped[li] + 1
         denied_group = denied_group + 1
       else
-        return pick, g, fq
+        return pick, g, fq, li
       end
     end
   end
@@ -139,81 +161,109 @@ while admitted < want do
       break
     end
   end
-  local gid, g, fq = next_group()
+  if nblocked[1] + nblocked[2] + nblocked[3] >= MAX_BLOCKED then
+    break -- bound the call: many groups wait for room of their types
+  end
+  local gid, g, fq, li = next_group()
   if gid == nil and mode == 'paced' and not lifted and next(capped) ~= nil then
     -- every waiting group has used its share: hand the rest of the window
     -- to them rather than waste it (never beyond the global limit)
     lifted = true
-    capped, ncapped = {}, { 0, 0, 0 }
-    gid, g, fq = next_group()
+    capped, ncapped = {}, { nblocked[1], nblocked[2], nblocked[3] }
+    gid, g, fq, li = next_group()
   end
   if gid == nil then break end
 
   local jid = redis.call('LPOP', g.jobs)
-  g.len = g.len - 1
-  vt = vt + VCLOCK_STEP
-  if g.len > 0 then
-    redis.call('ZADD', fq, fmt(fair_score(vt, g.base, g.done, g.total, alpha)), gid)
-  else
-    redis.call('ZREM', fq, gid)
-    if g.declared and g.total >= tonumber(g.declared) and (g.status == 'RUNNING' or g.status == 'CREATED') then
-      g.status = 'AGGREGATING'
-      redis.call('HSET', g.meta, 'status', 'AGGREGATING')
-      drained[#drained + 1] = gid
-    end
-  end
-  if g.status == 'CREATED' then
-    g.status = 'RUNNING'
-    redis.call('HSET', g.meta, 'status', 'RUNNING', 'startedAt', now)
-    started[#started + 1] = gid
-  end
-
+  local passed, t, d = false, nil, nil
   if jid then
-    local job_key = prefix .. 'job:' .. gid .. ':' .. jid
-    local allowed = true
-    if mode == 'seed' then
-      -- seed mode: the fixed-window check; a denied job is parked
-      local rate = group_rate(limit, active)
-      if gcount >= limit then
-        allowed = false
-        denied_global = denied_global + 1
-      elseif g.wcount >= rate then
-        allowed = false
-        denied_group = denied_group + 1
-      end
-      if not allowed then
-        park(prefix, gid, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
-        parked = parked + 1
+    d = redis.call('HMGET', prefix .. 'job:' .. gid .. ':' .. jid, 'type', 'payload', 'attempt', 'trace')
+  end
+  if jid and rooms then
+    t = d[1] or ''
+    if rooms[t] == nil then rooms[t] = other_room end
+    if rooms[t] <= 0 then
+      -- no room for its type: put the job back and pass the group by
+      redis.call('LPUSH', g.jobs, jid)
+      passed = true
+      blocked[gid] = true
+      nblocked[li] = nblocked[li] + 1
+      ncapped[li] = ncapped[li] + 1
+      held[t] = (held[t] or 0) + 1
+    else
+      rooms[t] = rooms[t] - 1
+    end
+  end
+  if not passed then
+    g.len = g.len - 1
+    vt = vt + VCLOCK_STEP
+    if g.len > 0 then
+      redis.call('ZADD', fq, fmt(fair_score(vt, g.base, g.done, g.total, alpha)), gid)
+    else
+      redis.call('ZREM', fq, gid)
+      if g.declared and g.total >= tonumber(g.declared) and (g.status == 'RUNNING' or g.status == 'CREATED') then
+        g.status = 'AGGREGATING'
+        redis.call('HSET', g.meta, 'status', 'AGGREGATING')
+        drained[#drained + 1] = gid
       end
     end
-    if allowed then
-      local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'trace')
-      local attempt = num(d[3]) + 1
-      if lease_ms > 0 then
-        redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
-        inflight[#inflight + 1] = now + lease_ms
-        inflight[#inflight + 1] = gid .. ':' .. jid
-      else
-        redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
+    if g.status == 'CREATED' then
+      g.status = 'RUNNING'
+      redis.call('HSET', g.meta, 'status', 'RUNNING', 'startedAt', now)
+      started[#started + 1] = gid
+    end
+
+    if jid then
+      local job_key = prefix .. 'job:' .. gid .. ':' .. jid
+      local allowed = true
+      if mode == 'seed' then
+        -- seed mode: the fixed-window check; a denied job is parked
+        local rate = group_rate(limit, active)
+        if gcount >= limit then
+          allowed = false
+          denied_global = denied_global + 1
+        elseif g.wcount >= rate then
+          allowed = false
+          denied_group = denied_group + 1
+        end
+        if not allowed then
+          if t then rooms[t] = rooms[t] + 1 end
+          park(prefix, gid, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
+          parked = parked + 1
+        end
       end
-      jobs[#jobs + 1] = gid
-      jobs[#jobs + 1] = jid
-      jobs[#jobs + 1] = d[1]
-      jobs[#jobs + 1] = d[2]
-      jobs[#jobs + 1] = attempt
-      jobs[#jobs + 1] = d[4] or ''
-      admitted = admitted + 1
-      g.served = g.served + 1
-      if gated then
-        gcount = gcount + 1
-        g.wcount = g.wcount + 1
-        tat = tat + interval
+      if allowed then
+        local attempt = num(d[3]) + 1
+        if lease_ms > 0 then
+          redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
+          inflight[#inflight + 1] = now + lease_ms
+          inflight[#inflight + 1] = gid .. ':' .. jid
+        else
+          redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
+        end
+        jobs[#jobs + 1] = gid
+        jobs[#jobs + 1] = jid
+        jobs[#jobs + 1] = d[1]
+        jobs[#jobs + 1] = d[2]
+        jobs[#jobs + 1] = attempt
+        jobs[#jobs + 1] = d[4] or ''
+        admitted = admitted + 1
+        g.served = g.served + 1
+        if gated then
+          gcount = gcount + 1
+          g.wcount = g.wcount + 1
+          tat = tat + interval
+        end
       end
     end
   end
 end
 
-if admitted >= want then wake = 0 end
+if admitted >= want then
+  wake = 0
+elseif wake == -1 and next(held) ~= nil then
+  wake = -2 -- jobs wait, held only by READY room: call again when it frees
+end
 
 redis.call('SET', KEYS[4], fmt(vt))
 for i = 1, #inflight, 2000 do
@@ -238,4 +288,9 @@ if gated then
   end
 end
 
-return { jobs, parked, wake, started, drained, denied_global, denied_group, now }
+local held_list = {}
+for t, n in pairs(held) do
+  held_list[#held_list + 1] = t
+  held_list[#held_list + 1] = n
+end
+return { jobs, parked, wake, started, drained, denied_global, denied_group, now, held_list }
