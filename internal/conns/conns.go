@@ -166,3 +166,23 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	s.GlobalRateLimit = float64(cfg.GlobalRps) / (float64(cfg.RateLimitWindowMs) / 1000)
 	return s, nil
 }
+
+// CheckRedis returns warnings about Redis settings that put accepted work at
+// risk: no AOF (a restart or failover loses recent writes) and a
+// maxmemory-policy other than noeviction (Redis may drop queue keys). A
+// server that does not answer CONFIG GET (a managed service, an ACL
+// without it) gives no warning.
+func CheckRedis(ctx context.Context, rdb redis.UniversalClient) []string {
+	var warnings []string
+	if v, err := rdb.ConfigGet(ctx, "appendonly").Result(); err == nil && v["appendonly"] == "no" {
+		warnings = append(warnings, "Redis runs without AOF (appendonly no): a restart or failover loses recent "+
+			"writes; use appendonly yes with appendfsync always (docs/operations.md)")
+	}
+	if v, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
+		if p, ok := v["maxmemory-policy"]; ok && p != "noeviction" {
+			warnings = append(warnings, "Redis maxmemory-policy is "+p+": under memory pressure it may evict "+
+				"queue keys; use noeviction (docs/operations.md)")
+		}
+	}
+	return warnings
+}

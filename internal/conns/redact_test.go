@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/conns"
+	"github.com/bulkaction/bulkaction/internal/testenv"
 )
 
 // logCapture collects what slog, the log package and go-redis print.
@@ -150,4 +151,32 @@ func TestConnectErrorsAndLogsHideSecrets(t *testing.T) {
 		})
 	}
 	mustNotLeak(t, "logs", logs.String(), pw, token)
+}
+
+// TestCheckRedisWarnsWithoutAOF: a server without AOF, or with an evicting
+// maxmemory-policy, is named at start; one with AOF and noeviction is not.
+func TestCheckRedisWarnsWithoutAOF(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	ws := conns.CheckRedis(ctx, rdb)
+	if len(ws) != 1 || !strings.Contains(ws[0], "without AOF") {
+		t.Fatalf("no persistence: warnings %q, want one about AOF", ws)
+	}
+	for _, kv := range [][2]string{{"appendonly", "yes"}, {"maxmemory-policy", "allkeys-lru"}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws = conns.CheckRedis(ctx, rdb)
+	if len(ws) != 1 || !strings.Contains(ws[0], "allkeys-lru") {
+		t.Fatalf("AOF and allkeys-lru: warnings %q, want one naming the policy", ws)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ws = conns.CheckRedis(ctx, rdb); len(ws) != 0 {
+		t.Fatalf("AOF and noeviction: warnings %q, want none", ws)
+	}
 }

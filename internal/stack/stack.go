@@ -325,6 +325,9 @@ func initConns(ctx context.Context, s *Stack) (lifecycle.Service, error) {
 		s.Conns = c
 		s.closeFns = append(s.closeFns, c.Close)
 	}
+	for _, w := range conns.CheckRedis(ctx, s.Conns.Redis) {
+		s.log.Warn(w)
+	}
 	s.Deps = deps.Deps{
 		NC: s.Conns.NC, JS: s.Conns.JS, Queue: s.Conns.Queue, Names: s.Conns.Names,
 		Limits:  contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes, MaxMessageBytes: cfg.MaxMsgSize},

@@ -461,3 +461,29 @@ func TestTypeRoomsHoldTypesWithoutRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestSeedModeIsBounded: with the window's limit used up, one seed-mode
+// call once parked the whole fair queue (990 jobs in one script); the
+// dispatcher then released them with no rate check. A call now moves at
+// most N jobs, parked ones included, and releases pass the fixed window.
+func TestSeedModeIsBounded(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeSeed, GlobalLimit: 10, Window: 10 * time.Second,
+		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, true)
+	enqueueN(t, q, "A", 1000, "", 0)
+	r := admit(t, q, 100)
+	if len(r.Jobs) != 10 || len(r.Jobs)+r.Parked > 100 {
+		t.Fatalf("one call: %d admitted, %d parked; want 10 admitted and at most 100 moved", len(r.Jobs), r.Parked)
+	}
+	// The parked jobs are due, but the window's limit is used up.
+	b.clock.advance(time.Second)
+	rel, err := q.Release(ctx, 100)
+	if err != nil || len(rel.Jobs) != 0 {
+		t.Fatalf("release within a used-up window: %d jobs, %v", len(rel.Jobs), err)
+	}
+	// A new window lets at most its limit through.
+	b.clock.advance(10 * time.Second)
+	if rel, err = q.Release(ctx, 100); err != nil || len(rel.Jobs) != 10 {
+		t.Fatalf("release in a new window: %d jobs, %v", len(rel.Jobs), err)
+	}
+}

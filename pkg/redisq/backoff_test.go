@@ -117,7 +117,15 @@ func TestReleaseOnlyDueJobsOnce(t *testing.T) {
 	if due == 0 || due == int64(len(all)) {
 		t.Fatalf("test needs some due and some not: %d of %d", due, len(all))
 	}
-	// Eight releasers at once: each due job comes out exactly once.
+	// Eight releasers at once: each due job comes out exactly once. Seed
+	// mode gates releases by the window's limit, which admission used up:
+	// the releasers use the same keys without a rate gate.
+	rcfg := q.Config()
+	rcfg.Mode = redisq.ModeFair
+	q, err := redisq.New(ctx, b.rdb, rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var wg sync.WaitGroup
@@ -246,5 +254,36 @@ func TestSnapshotHistoryIsBounded(t *testing.T) {
 	h, err := q.History(ctx, 100)
 	if err != nil || len(h) != 3 || h[0].ActiveGroups != 1 {
 		t.Fatalf("history %d entries %+v %v", len(h), h, err)
+	}
+}
+
+// TestReleaseLeavesNoCounterWithoutTTL: releasing the last backed-off job
+// of a group once left its non-ready counter at 0 without a TTL, and for a
+// group whose keys were cleaned up meanwhile it re-created the key for
+// good. A counter that drops to 0 is now removed.
+func TestReleaseLeavesNoCounterWithoutTTL(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{GlobalLimit: 100, Window: time.Second}, true)
+	enqueueN(t, q, "A", 2, "", 0)
+	b.rdb.Del(ctx, q.Keys().RatePacer())
+	r := admit(t, q, 2)
+	for _, j := range r.Jobs {
+		if o, _ := q.Claim(ctx, j.GroupID, j.ID, j.Attempt); o != redisq.ClaimRun {
+			t.Fatalf("claim %v", o)
+		}
+		if rr, err := q.Retry(ctx, "A", j.ID, 1, -1, "boom"); err != nil || rr.Outcome != "parked" {
+			t.Fatalf("retry: %+v %v", rr, err)
+		}
+	}
+	count := q.Keys().CongestionCount("A")
+	// The group's congestion keys are cleaned up (as when it ends) while
+	// its jobs are still due for release.
+	b.rdb.Del(ctx, count)
+	b.clock.advance(3 * time.Second)
+	if rel, err := q.Release(ctx, 10); err != nil || len(rel.Jobs) != 2 {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	if n := b.rdb.Exists(ctx, count).Val(); n != 0 {
+		t.Fatalf("release left %s (TTL %v)", count, b.rdb.TTL(ctx, count).Val())
 	}
 }

@@ -28,13 +28,19 @@
 // [ModeSeed] a fixed window counts admissions globally and per group (a
 // group's share is max(1, floor(global / active groups))), and a denied job is
 // parked in the non-ready queue with the congestion-aware backoff
-// base + floor(nonReadyCount / share) seconds. In [ModePaced] (the default) a
+// base + floor(nonReadyCount / share) seconds; one call moves at most N jobs,
+// parked ones included. In [ModePaced] (the default) a
 // group whose share of the window is used up is skipped and keeps its place,
 // capacity no waiting group can use goes to the others (never beyond the
 // global limit), and a GCRA pacer spreads admissions over the window, so no
 // sliding window sees more than limit * (1 + Burst/Window) jobs.
 //
-// [Queue.Release] moves due jobs out of the non-ready queue under a lease;
+// [WithTypeRooms] limits a call to the READY room of each job type: a group
+// whose next job's type has no room keeps its place and is passed by, so a
+// type with slow or absent workers never stalls the others.
+//
+// [Queue.Release] moves due jobs out of the non-ready queue under a lease,
+// through the same global gate (the pacer, or the fixed window's room);
 // [Queue.Reclaim] re-leases jobs whose admission lease expired. [Queue.Claim],
 // [Queue.Retry] and [Queue.Record] are the worker's and aggregator's side of
 // the reliability protocol: a delivery runs only if it carries the current

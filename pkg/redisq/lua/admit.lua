@@ -146,7 +146,9 @@ local function next_group()
   return nil
 end
 
-while admitted < want do
+-- Parked jobs count toward N too, so that a seed-mode call with the limit
+-- used up moves at most N jobs, never the whole queue.
+while admitted + parked < want do
   if mode == 'paced' then
     if gcount >= limit then
       wake = window_end - now
@@ -259,7 +261,7 @@ while admitted < want do
   end
 end
 
-if admitted >= want then
+if admitted + parked >= want then
   wake = 0
 elseif wake == -1 and next(held) ~= nil then
   wake = -2 -- jobs wait, held only by READY room: call again when it frees

@@ -1,8 +1,8 @@
 -- release.lua: moves due jobs out of the non-ready queue under a lease, at
 -- most N per call, decrementing their groups' non-ready counters in the same
 -- script. Each due job is released once, whatever the number of callers.
--- In paced mode releases also pass the global rate gate (retries are
--- downstream calls too); in seed mode they do not (seed behaviour).
+-- Releases pass the global rate gate (retries are downstream calls too): in
+-- paced mode the pacer, in seed mode the fixed window's remaining room.
 -- KEYS[1]: non-ready-queue
 -- KEYS[2]: inflight
 -- KEYS[3]: rate-limit:pacer
@@ -39,6 +39,10 @@ if mode == 'paced' then
   if paced < room then room = paced end
   if room < want then want = room end
   if want < 0 then want = 0 end
+elseif mode == 'seed' then
+  local room = limit - num(redis.call('GET', gkey))
+  if room < want then want = room end
+  if want < 0 then want = 0 end
 end
 
 local out, cancelled, released = {}, 0, 0
@@ -67,19 +71,25 @@ end
 for gid, n in pairs(decr) do
   local count_key = prefix .. 'congestion:' .. gid .. ':non-ready-count'
   local c = redis.call('DECRBY', count_key, n)
-  if c < 0 then
+  if c <= 0 then
+    -- nothing of the group backs off any more: drop the counter rather
+    -- than keep (or, for a group that ended meanwhile, re-create) a key
+    -- without a TTL; the next backoff creates it again
     c = 0
-    redis.call('SET', count_key, 0)
+    redis.call('DEL', count_key)
   end
   local stats_key = prefix .. 'congestion:' .. gid .. ':stats'
   if redis.call('EXISTS', stats_key) == 1 then
     redis.call('HSET', stats_key, 'currentNonReadyCount', c)
   end
 end
-if mode == 'paced' and released > 0 then
+if (mode == 'paced' or mode == 'seed') and released > 0 then
   local ttl = math.ceil(window_ms * 2)
   redis.call('INCRBY', gkey, released)
   redis.call('PEXPIRE', gkey, ttl)
+end
+if mode == 'paced' and released > 0 then
+  local ttl = math.ceil(window_ms * 2)
   local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
   if tat < now then tat = now end
   redis.call('SET', KEYS[3], fmt(tat + released * window_ms / limit), 'PX', ttl + math.ceil(burst_ms))
