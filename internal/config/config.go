@@ -61,7 +61,8 @@ type Config struct {
 	WorkerCount           int    `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
 	WorkerTypes           string `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
 	JobTimeoutMs          int    `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
-	MaxRetryCount         int    `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after the first attempt before a job is FAILED"`
+	MaxRetryCount         int    `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after retryable errors before a job is FAILED (rate-limited attempts do not count)"`
+	MaxThrottles          int    `envconfig:"MAX_THROTTLES" default:"50" desc:"rate-limited attempts (429s) a job may retry, each after its Retry-After or the congestion backoff, before it is FAILED"`
 	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"claims of one attempt before it is FAILED without running (poison job); deliveries that never reached Redis do not count"`
 	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
@@ -111,7 +112,7 @@ func (c *Config) Validate() error {
 		{"WORKER_INSTANCES", c.WorkerInstances, 1}, {"ADMIT_BATCH_SIZE", c.AdmitBatchSize, 1}, {"INGEST_BATCH_SIZE", c.IngestBatchSize, 1},
 		{"LEASE_MS", c.LeaseMs, 100}, {"BASE_BACKOFF_MS", c.BaseBackoffMs, 1}, {"MAX_BACKOFF_MS", c.MaxBackoffMs, 1},
 		{"DISPATCH_INTERVAL_MS", c.DispatchIntervalMs, 1}, {"DISPATCH_BATCH_SIZE", c.DispatchBatchSize, 1},
-		{"WORKER_COUNT", c.WorkerCount, 1}, {"JOB_TIMEOUT_MS", c.JobTimeoutMs, 1}, {"MAX_RETRY_COUNT", c.MaxRetryCount, 0},
+		{"WORKER_COUNT", c.WorkerCount, 1}, {"JOB_TIMEOUT_MS", c.JobTimeoutMs, 1}, {"MAX_RETRY_COUNT", c.MaxRetryCount, 0}, {"MAX_THROTTLES", c.MaxThrottles, 0},
 		{"MAX_DELIVERIES", c.MaxDeliveries, 1}, {"SHUTDOWN_GRACE_PERIOD_MS", c.ShutdownGracePeriodMs, 0},
 		{"RESULT_BATCH_SIZE", c.ResultBatchSize, 1}, {"STREAM_REPLICAS", c.StreamReplicas, 1},
 		{"MAX_MSG_SIZE", c.MaxMsgSize, 1024}, {"MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 1},

@@ -42,6 +42,7 @@ func TestDefaultTagsEqualTheConstants(t *testing.T) {
 		"WORKER_COUNT":             strconv.Itoa(worker.DefaultConcurrency),
 		"JOB_TIMEOUT_MS":           ms(worker.DefaultJobTimeout),
 		"MAX_RETRY_COUNT":          strconv.Itoa(worker.DefaultMaxRetryCount),
+		"MAX_THROTTLES":            strconv.Itoa(worker.DefaultMaxThrottles),
 		"MAX_DELIVERIES":           strconv.Itoa(worker.DefaultMaxDeliveries),
 		"SHUTDOWN_GRACE_PERIOD_MS": ms(worker.DefaultShutdownGrace),
 		"RESULT_BATCH_SIZE":        strconv.Itoa(aggregator.DefaultBatchSize),

@@ -51,13 +51,17 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	if retries == 0 {
 		retries = -1
 	}
+	throttles := cfg.MaxThrottles
+	if throttles == 0 {
+		throttles = -1
+	}
 	grace := config.Ms(cfg.ShutdownGracePeriodMs)
 	if grace == 0 {
 		grace = -1
 	}
 	return worker.New(worker.Config{
 		Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs), MaxRetryCount: retries,
-		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace,
+		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace, MaxThrottles: throttles,
 	}, mux, s.Deps)
 }
 

@@ -89,8 +89,17 @@ type RetryResult struct {
 
 // Retry sends a running job back to the non-ready queue with the
 // congestion-aware backoff; retryAfter >= 0 (a worker's Retry-After)
-// overrides it, retryAfter < 0 means none.
-func (q *Queue) Retry(ctx context.Context, groupID, jobID string, attempt int, retryAfter time.Duration, errText string) (*RetryResult, error) {
+// overrides it, capped by Config.MaxBackoff; retryAfter < 0 means none.
+func (q *Queue) Retry(ctx context.Context, groupID, jobID string, attempt int, retryAfter time.Duration, errText string,
+	opts ...RetryOption) (*RetryResult, error) {
+	var o retryOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	throttled := "0"
+	if o.throttled {
+		throttled = "1"
+	}
 	ra := int64(-1)
 	if retryAfter >= 0 {
 		ra = ms(retryAfter)
@@ -102,13 +111,23 @@ func (q *Queue) Retry(ctx context.Context, groupID, jobID string, attempt int, r
 	v, err := q.run(ctx, "retry", retryScript,
 		[]string{q.keys.Job(groupID, jobID), q.keys.GroupMeta(groupID), q.keys.ActiveGroups()},
 		q.keys.Prefix(), groupID, jobID, attempt, q.now(), ra, int64(q.cfg.GlobalLimit),
-		ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion, errText, secs(q.cfg.JobTTL))
+		ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion, errText, secs(q.cfg.JobTTL), throttled)
 	if err != nil {
 		return nil, err
 	}
 	l := toList(v)
 	return &RetryResult{Outcome: toStr(l[0]), Delay: time.Duration(toInt(l[1])) * time.Millisecond, NonReadyCount: toInt(l[2])}, nil
 }
+
+// RetryOption configures one Retry call.
+type RetryOption func(*retryOptions)
+
+type retryOptions struct{ throttled bool }
+
+// Throttled marks the attempt as rate limited (a 429 from downstream): it
+// is counted in the job's throttles ([Claimed.Throttles]), which have a cap
+// of their own, not as an error against the retry budget.
+func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true } }
 
 // CorrectCounters re-derives every group's non-ready counter from the
 // non-ready queue (counters can drift after failures). It returns how many

@@ -287,3 +287,31 @@ func TestReleaseLeavesNoCounterWithoutTTL(t *testing.T) {
 		t.Fatalf("release left %s (TTL %v)", count, b.rdb.TTL(ctx, count).Val())
 	}
 }
+
+// TestRetryAfterIsCappedByMaxBackoff: a Retry-After is honoured up to
+// MaxBackoff (a downstream asking for an hour does not park a job for an
+// hour), and a rate-limited retry is counted as a throttle, which the next
+// claim reports, not as an error.
+func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{GlobalLimit: 100, Window: time.Second, MaxBackoff: 5 * time.Second}, true)
+	enqueueN(t, q, "A", 1, "", 0)
+	b.rdb.Del(ctx, q.Keys().RatePacer())
+	r := admit(t, q, 1)
+	if o, _ := q.Claim(ctx, "A", r.Jobs[0].ID, 1); o != redisq.ClaimRun {
+		t.Fatalf("claim %v", o)
+	}
+	rr, err := q.Retry(ctx, "A", r.Jobs[0].ID, 1, time.Hour, "429", redisq.Throttled())
+	if err != nil || rr.Outcome != "parked" || rr.Delay != 5*time.Second {
+		t.Fatalf("retry after an hour: %+v %v, want parked for MaxBackoff (5s)", rr, err)
+	}
+	b.clock.advance(5 * time.Second)
+	rel, err := q.Release(ctx, 10)
+	if err != nil || len(rel.Jobs) != 1 {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	out, err := q.ClaimBatch(ctx, []redisq.Delivery{{GroupID: "A", JobID: rel.Jobs[0].ID, Attempt: 2}})
+	if err != nil || out[0] != (redisq.Claimed{Outcome: redisq.ClaimRun, Claims: 1, Throttles: 1}) {
+		t.Fatalf("claim of attempt 2: %+v %v, want one throttle", out, err)
+	}
+}

@@ -117,6 +117,10 @@ type Claimed struct {
 	// Redis count: a delivery handed back because Redis was unreachable
 	// does not, so an outage spends none of a job's poison budget.
 	Claims int
+	// Throttles counts the job's earlier attempts that were rate limited
+	// (retried with [Throttled]) when Outcome is ClaimRun: they do not count
+	// as errors against the retry budget.
+	Throttles int
 }
 
 // Delivery identifies one delivered attempt of a job, as a READY message
@@ -150,11 +154,13 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error
 		for _, o := range toList(v) {
 			s := toStr(o)
 			if n, ok := strings.CutPrefix(s, string(ClaimRun)+":"); ok {
-				claims, err := strconv.Atoi(n)
-				if err != nil {
+				c, t, _ := strings.Cut(n, ":")
+				claims, err1 := strconv.Atoi(c)
+				throttles, err2 := strconv.Atoi(t)
+				if err1 != nil || err2 != nil {
 					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
 				}
-				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims})
+				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims, Throttles: throttles})
 				continue
 			}
 			out = append(out, Claimed{Outcome: ClaimOutcome(s)})

@@ -66,6 +66,7 @@ type claimed struct {
 	job       *contracts.ReadyJob
 	delivered int // JetStream's count of deliveries of the message
 	claims    int // claims of this attempt that reached Redis, this one included
+	throttles int // earlier attempts of the job that were rate limited
 }
 
 // handle runs the deliveries of one pull (docs/ARCHITECTURE.md §6.3):
@@ -103,7 +104,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 			// poison limit (claims are counted in Redis).
 			w.handBack(c, "claim", err)
 		case outcomes[i].Outcome == redisq.ClaimRun:
-			c.claims = outcomes[i].Claims
+			c.claims, c.throttles = outcomes[i].Claims, outcomes[i].Throttles
 			jobs.add(1)
 			go func() {
 				defer jobs.done()
@@ -209,20 +210,25 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 		w.publishResult(c, contracts.ResultSuccess, "", elapsed)
 	case processor.OutcomeFailed:
 		w.publishResult(c, contracts.ResultFailed, perr.Error(), elapsed)
-	default: // retry or rate limited
-		if job.Attempt > w.cfg.MaxRetryCount {
-			w.publishResult(c, contracts.ResultFailed, perr.Error(), elapsed)
+	case processor.OutcomeRateLimited:
+		// A 429 is not an error: it has a cap of its own and spends none of
+		// the retry budget.
+		if c.throttles >= w.cfg.MaxThrottles {
+			w.publishResult(c, contracts.ResultFailed,
+				fmt.Sprintf("rate limited %d times: %s", c.throttles+1, perr.Error()), elapsed)
 			return
 		}
 		retryAfter := time.Duration(-1) // the congestion-aware backoff decides
-		status := telemetry.StatusRetry
-		if kind == processor.OutcomeRateLimited {
-			status = telemetry.StatusRateLimited
-			if after > 0 {
-				retryAfter = after
-			}
+		if after > 0 {
+			retryAfter = after
 		}
-		w.backoff(c, status, retryAfter, perr.Error())
+		w.backoff(c, telemetry.StatusRateLimited, retryAfter, perr.Error(), redisq.Throttled())
+	default: // retry
+		if failed := job.Attempt - 1 - c.throttles; failed >= w.cfg.MaxRetryCount {
+			w.publishResult(c, contracts.ResultFailed, perr.Error(), elapsed)
+			return
+		}
+		w.backoff(c, telemetry.StatusRetry, -1, perr.Error())
 	}
 }
 
@@ -264,14 +270,14 @@ func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText
 
 // backoff sends the job back to the non-ready queue (retryAfter < 0 means
 // the congestion-aware backoff) and acknowledges the READY message.
-func (w *Worker) backoff(c claimed, status string, retryAfter time.Duration, errText string) {
+func (w *Worker) backoff(c claimed, status string, retryAfter time.Duration, errText string, opts ...redisq.RetryOption) {
 	ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
 	defer cancel()
 	job := c.job
 	bctx, bspan := w.tracer.Start(ctx, SpanBackoff, trace.WithAttributes(
 		AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
 		AttrAttempt.Int(job.Attempt)))
-	rr, err := w.d.Queue.Retry(bctx, job.GroupID, job.JobID, job.Attempt, retryAfter, truncate(errText, maxErrorLen))
+	rr, err := w.d.Queue.Retry(bctx, job.GroupID, job.JobID, job.Attempt, retryAfter, truncate(errText, maxErrorLen), opts...)
 	if err != nil {
 		bspan.RecordError(err)
 		bspan.SetStatus(codes.Error, err.Error())

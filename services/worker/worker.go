@@ -30,8 +30,10 @@ const (
 	DefaultConcurrency = 10
 	// DefaultJobTimeout bounds one run of a processor.
 	DefaultJobTimeout = 30 * time.Second
-	// DefaultMaxRetryCount is the number of retries after the first attempt.
+	// DefaultMaxRetryCount is the number of retries after retryable errors.
 	DefaultMaxRetryCount = 3
+	// DefaultMaxThrottles is how often a job may be rate limited and retried.
+	DefaultMaxThrottles = 50
 	// DefaultMaxDeliveries is how often one attempt may be claimed
 	// before it becomes a FAILED result without running.
 	DefaultMaxDeliveries = 5
@@ -84,11 +86,16 @@ type Config struct {
 	// [DefaultJobTimeout] (30 s). A job that times out is retried like any
 	// other retryable error.
 	JobTimeout time.Duration
-	// MaxRetryCount is the number of retries after the first attempt, so a
-	// job runs at most MaxRetryCount+1 times; 0 means [DefaultMaxRetryCount]
+	// MaxRetryCount is the number of retries after retryable errors, so a
+	// job fails after MaxRetryCount+1 errors; 0 means [DefaultMaxRetryCount]
 	// (3), a negative value means no retries (the first retryable error
-	// fails the job).
+	// fails the job). Rate-limited attempts do not count: see MaxThrottles.
 	MaxRetryCount int
+	// MaxThrottles is how often a job may be rate limited
+	// ([processor.RateLimited], a 429) and retried before it fails; 0 means
+	// [DefaultMaxThrottles] (50), a negative value means never retry a
+	// rate-limited job.
+	MaxThrottles int
 	// MaxDeliveries is how often one attempt of a job may be claimed: a
 	// job claimed more often (a poison job, for example one whose processor
 	// crashes the worker) becomes a FAILED result without running. Claims
@@ -125,6 +132,11 @@ func (c *Config) setDefaults(mux *processor.Mux) {
 	}
 	if c.JobTimeout == 0 {
 		c.JobTimeout = DefaultJobTimeout
+	}
+	if c.MaxThrottles == 0 {
+		c.MaxThrottles = DefaultMaxThrottles
+	} else if c.MaxThrottles < 0 {
+		c.MaxThrottles = 0
 	}
 	if c.MaxRetryCount == 0 {
 		c.MaxRetryCount = DefaultMaxRetryCount

@@ -207,7 +207,7 @@ func TestRetryThenSuccess(t *testing.T) {
 
 func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
-	b := setup(t, redisq.Config{})
+	b := setup(t, redisq.Config{MaxBackoff: 2 * time.Second}) // a Retry-After is capped by MaxBackoff
 	const retryAfter = 700 * time.Millisecond
 	c := newCalls()
 	var limitedAt time.Time
@@ -232,11 +232,55 @@ func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 		t.Fatalf("%d runs, want 2", len(runs))
 	}
 	// The queue's own backoff is 20 ms: only the Retry-After explains the wait.
+	// (TestRetryAfterIsCappedByMaxBackoff covers the cap.)
 	if gap := runs[1].Sub(limitedAt); gap < retryAfter {
 		t.Fatalf("second attempt %s after the 429, want at least the Retry-After %s", gap, retryAfter)
 	}
 	if n := b.jobResults("t", telemetry.StatusRateLimited); n != 1 {
 		t.Fatalf("job_results{t,RATE_LIMITED} = %d, want 1", n)
+	}
+}
+
+// TestThrottlesDoNotSpendTheRetryBudget: with half of the calls answered
+// 429, jobs once ended FAILED after MaxRetryCount 429s, which used up the
+// retry budget. Rate-limited attempts now count against their own cap:
+// every job succeeds, no retry comes before its Retry-After, and a job that
+// keeps being rate limited fails only after MaxThrottles.
+func TestThrottlesDoNotSpendTheRetryBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, redisq.Config{})
+	const n, retryAfter = 20, 30 * time.Millisecond
+	c := newCalls()
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error {
+		if k := c.add(job); k <= 5 && job.JobID != "j0" || job.JobID == "j0" {
+			// five 429s before success (j0: always)
+			return processor.RateLimited(retryAfter, errors.New("429 Too Many Requests"))
+		}
+		return nil
+	})
+	runWorker(t, b, worker.Config{MaxRetryCount: 3, MaxThrottles: 8}, mux)
+	b.submit(t, "g", "t", n)
+
+	info := b.waitCompleted(t, "g")
+	if info.Succeeded != n-1 || info.Failed != 1 {
+		t.Fatalf("group = %+v, want %d succeeded and j0 failed", info.GroupCounts, n-1)
+	}
+	for i := 1; i < n; i++ {
+		runs := c.of(fmt.Sprintf("g:j%d", i))
+		if len(runs) != 6 {
+			t.Fatalf("j%d ran %d times, want 6 (five 429s, then success)", i, len(runs))
+		}
+		for k := 1; k < len(runs); k++ {
+			if gap := runs[k].Sub(runs[k-1]); gap < retryAfter {
+				t.Fatalf("j%d: attempt %d came %s after a 429, before its Retry-After %s", i, k+1, gap, retryAfter)
+			}
+		}
+	}
+	res := b.results.wait(t, "g", "j0")
+	if runs := c.count("g:j0"); res.Status != contracts.ResultFailed || runs != 9 ||
+		!strings.HasPrefix(res.Error, "rate limited 9 times") {
+		t.Fatalf("j0: %d runs, result %+v; want FAILED after 9 runs (MaxThrottles 8)", runs, res.JobResult)
 	}
 }
 
@@ -267,14 +311,16 @@ func TestPermanentFailure(t *testing.T) {
 	}
 }
 
+// TestRetriesExhausted: errors alternate with 429s; only the errors spend
+// the retry budget, so the job fails on its (MaxRetryCount+1)-th error.
 func TestRetriesExhausted(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		maxRetry int
 		runs     int
 	}{
-		{maxRetry: 2, runs: 3},
-		{maxRetry: 0, runs: 4}, // the default, 3
+		{maxRetry: 2, runs: 5},
+		{maxRetry: 0, runs: 7}, // the default, 3
 		{maxRetry: -1, runs: 1},
 	} {
 		t.Run(fmt.Sprintf("MaxRetryCount=%d", tt.maxRetry), func(t *testing.T) {

@@ -5,8 +5,9 @@
 -- ARGV[2]: now override in ms ('' = Redis TIME)
 -- ARGV[3]: job TTL in seconds
 -- ARGV[3+3(i-1)+1..3]: groupId_i, jobId_i, attempt_i carried by delivery i
--- Returns: one outcome per delivery, in order: 'run:<n>' (run it; this is
---   the n-th claim of this attempt), 'stale' (another attempt is current, or
+-- Returns: one outcome per delivery, in order: 'run:<n>:<t>' (run it; this
+--   is the n-th claim of this attempt, and t of the job's earlier attempts
+--   were rate limited), 'stale' (another attempt is current, or
 --   the job is terminal or gone: drop the delivery) or 'cancelled' (the group
 --   was cancelled: the job is counted as cancelled and must not run).
 -- The job's 'claims' field, "<attempt>:<n>", counts the claims of its
@@ -22,7 +23,7 @@ for i = 1, n do
   local a = 3 + 3 * (i - 1)
   local gid, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local job_key = prefix .. 'job:' .. gid .. ':' .. jid
-  local d = redis.call('HMGET', job_key, 'status', 'attempt')
+  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles')
   if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING')
       or seen[job_key] then
     -- a second delivery of the same job in this call is a duplicate
@@ -49,7 +50,7 @@ for i = 1, n do
         end
       end
       redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now, 'claims', attempt .. ':' .. claims)
-      out[i] = 'run:' .. claims
+      out[i] = 'run:' .. claims .. ':' .. num(d[3])
     end
   end
 end

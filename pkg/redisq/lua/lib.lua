@@ -103,7 +103,7 @@ local function park(prefix, gid, jid, job_key, now, rate, base, max, congestion,
   local count = redis.call('INCR', count_key)
   local delay = base
   if retry_after_ms ~= nil and retry_after_ms >= 0 then
-    delay = retry_after_ms
+    delay = math.min(retry_after_ms, max) -- a Retry-After is honoured up to the cap
   elseif congestion then
     delay = backoff_ms(count, rate, base, max)
   end

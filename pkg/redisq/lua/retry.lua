@@ -16,6 +16,8 @@
 -- ARGV[10]: '1' congestion-aware, '0' fixed base
 -- ARGV[11]: error text
 -- ARGV[12]: job TTL in seconds
+-- ARGV[13]: '1' = the attempt was rate limited (a 429): counted in the job's
+--           'throttles', not as an error
 -- Returns: { outcome, delayMs, nonReadyCount } where outcome is 'parked',
 --   'stale' (the attempt is not current) or 'cancelled' (the group was
 --   cancelled: the job is counted as cancelled instead).
@@ -31,6 +33,9 @@ if redis.call('HGET', KEYS[2], 'status') == 'CANCELLED' then
 end
 if ARGV[11] ~= '' then
   redis.call('HSET', KEYS[1], 'error', ARGV[11])
+end
+if ARGV[13] == '1' then
+  redis.call('HINCRBY', KEYS[1], 'throttles', 1)
 end
 local rate = group_rate(tonumber(ARGV[7]), redis.call('SCARD', KEYS[3]))
 local retry_after = tonumber(ARGV[6])
