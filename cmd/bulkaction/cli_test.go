@@ -21,6 +21,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -364,5 +365,64 @@ func TestVerbErrors(t *testing.T) {
 	_, _, err := run(ctx, "{}", "submit", "-g", "g", "-t", "sleep", "-f", "-")
 	if err == nil || !strings.Contains(err.Error(), "has no stream") {
 		t.Errorf("submit without streams: %v", err)
+	}
+}
+
+// TestSubmitRefusesWhatCannotApply: submitting to a group that already
+// ended once printed "submitted … sealed" and exited 0 while every job was
+// dead-lettered, and --priority on an existing group was reported as
+// applied and was not. Both are now errors, and nothing is published.
+func TestSubmitRefusesWhatCannotApply(t *testing.T) {
+	s := startSystem(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lastSeq := func() uint64 {
+		t.Helper()
+		st, err := s.js.Stream(ctx, contracts.Names{Prefix: s.cfg.SubjectPrefix}.StreamSubmit())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().State.LastSeq
+	}
+
+	small := writeLines(t, jobLines(5))
+	if _, _, err := run(ctx, "", "submit", "-g", "once", "-t", "sleep", "-f", small); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := run(ctx, "", "watch", "once", "--interval", "100ms"); err != nil {
+		t.Fatalf("watch: %v\n%s", err, out)
+	}
+	seq := lastSeq()
+	_, _, err := run(ctx, "", "submit", "-g", "once", "-t", "sleep", "-f", small)
+	if err == nil || !strings.Contains(err.Error(), "group once already ended (COMPLETED)") {
+		t.Fatalf("submit to an ended group: %v", err)
+	}
+	if got := lastSeq(); got != seq {
+		t.Fatalf("submit to an ended group published %d messages", got-seq)
+	}
+
+	slow := make([]string, 500)
+	for i := range slow {
+		slow[i] = `{"ms":100}`
+	}
+	slowFile := writeLines(t, slow)
+	if _, _, err := run(ctx, "", "submit", "-g", "slow", "-t", "sleep", "-f", slowFile); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "group slow stored", 30*time.Second, func() bool {
+		_, ok, err := s.queue.Group(ctx, "slow")
+		return err == nil && ok
+	})
+	seq = lastSeq()
+	_, _, err = run(ctx, "", "submit", "-g", "slow", "-t", "sleep", "-f", slowFile, "--priority", "low")
+	if err == nil || !strings.Contains(err.Error(), "--priority low: group slow exists with priority normal") {
+		t.Fatalf("--priority on an existing group: %v", err)
+	}
+	if got := lastSeq(); got != seq {
+		t.Fatalf("a refused submit published %d messages", got-seq)
+	}
+	// Re-running the same command (same total, no new settings) is safe.
+	if _, _, err := run(ctx, "", "submit", "-g", "slow", "-t", "sleep", "-f", slowFile); err != nil {
+		t.Fatalf("re-run: %v", err)
 	}
 }

@@ -34,7 +34,13 @@ repeated ids); if any line is bad, each is reported as "line N: field F:
 problem" and nothing is submitted. Then the jobs are published in chunks and
 the group is sealed with the number of jobs. If publishing fails part-way,
 submit says how many jobs were stored; running the same command again is
-safe: stored jobs are recognised by their ids.`,
+safe: stored jobs are recognised by their ids.
+
+Before publishing, submit reads the group's state (when Redis is
+reachable) and refuses, publishing nothing, a group that already ended, a
+group sealed at another number of jobs, and --priority or --base-priority
+for an existing group that has other settings (a group keeps the settings
+it was created with).`,
 		Example: `  printf '{"ms":10}\n{"jobId":"a","payload":{"ms":20}}\n' | bulkaction submit --group demo --type sleep --file -`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -75,13 +81,29 @@ safe: stored jobs are recognised by their ids.`,
 			}
 
 			ctx := cmd.Context()
-			c, err := cli.Dial(ctx, cfg, cli.NeedNATS)
+			c, err := cli.Dial(ctx, cfg, cli.NeedNATS|cli.NeedRedis)
 			if err != nil {
-				return err
+				// The group's state is in Redis; a producer may reach NATS only.
+				if c, err = cli.Dial(ctx, cfg, cli.NeedNATS); err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: Redis is not reachable, so the group's state was not checked before submitting")
 			}
 			defer c.Close()
 			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
 				return err
+			}
+			if c.Queue != nil {
+				req := cli.GroupRequest{Jobs: int64(len(jobs))}
+				if cmd.Flags().Changed("priority") {
+					req.Priority = &prio
+				}
+				if cmd.Flags().Changed("base-priority") {
+					req.BasePriority = &basePriority
+				}
+				if err := cli.CheckGroup(ctx, c.Queue, group, req); err != nil {
+					return err
+				}
 			}
 			cl := client.New(c.JS, client.Options{Names: c.Names, Limits: limits})
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // DefaultChunk is how many jobs SubmitFile publishes per call when its
@@ -72,6 +74,50 @@ func SubmitFile(ctx context.Context, cl *client.Client, groupID string, jobs []F
 	}
 	if err := cl.Seal(ctx, groupID, int64(len(jobs))); err != nil {
 		return &PartialError{Stored: stored, Total: len(jobs), Err: err}
+	}
+	return nil
+}
+
+// ErrGroupRefuses is wrapped by [CheckGroup]'s errors: the group exists in
+// a state or with settings that this submission cannot apply to, and
+// nothing was submitted.
+var ErrGroupRefuses = errors.New("the group cannot take this submission")
+
+// GroupRequest is what a submission asks of its group.
+type GroupRequest struct {
+	// Jobs is the number of jobs the submission seals the group at.
+	Jobs int64
+	// Priority and BasePriority, when set (non-nil), are the settings the
+	// submission asks for; a group keeps the settings it was created with.
+	Priority     *contracts.Priority
+	BasePriority *int64
+}
+
+// CheckGroup reads groupID's state from the queue and returns an error
+// wrapping [ErrGroupRefuses] when the submission would be rejected or would
+// not do what it says: the group already ended (its jobs would be
+// dead-lettered as group_ended), it is sealed at another total (the seal
+// would be rejected), or it exists with other settings than requested.
+// A group that does not exist yet, or sealed at the same total (a re-run),
+// passes.
+func CheckGroup(ctx context.Context, q *redisq.Queue, groupID string, req GroupRequest) error {
+	info, ok, err := q.Group(ctx, groupID)
+	if err != nil || !ok {
+		return err
+	}
+	switch {
+	case info.State.Terminal():
+		return fmt.Errorf("%w: group %s already ended (%s); jobs sent to it are rejected. Nothing was submitted: use a new group id",
+			ErrGroupRefuses, groupID, info.State)
+	case info.Declared >= 0 && info.Declared != req.Jobs:
+		return fmt.Errorf("%w: group %s is already sealed at %d jobs and this submission has %d; the seal would be rejected. Nothing was submitted",
+			ErrGroupRefuses, groupID, info.Declared, req.Jobs)
+	case req.Priority != nil && *req.Priority != info.Priority:
+		return fmt.Errorf("%w: --priority %s: group %s exists with priority %s, and a group keeps the settings it was created with. Nothing was submitted",
+			ErrGroupRefuses, *req.Priority, groupID, info.Priority)
+	case req.BasePriority != nil && *req.BasePriority != info.BasePriority:
+		return fmt.Errorf("%w: --base-priority %d: group %s exists with base priority %d, and a group keeps the settings it was created with. Nothing was submitted",
+			ErrGroupRefuses, *req.BasePriority, groupID, info.BasePriority)
 	}
 	return nil
 }
