@@ -426,3 +426,57 @@ func TestSubmitRefusesWhatCannotApply(t *testing.T) {
 		t.Fatalf("re-run: %v", err)
 	}
 }
+
+// TestStatusAddsUpWhileRunning: status of a running group once showed
+// "16/300 done … 244 waiting" with the jobs on READY or running nowhere,
+// and "rate 0.0 jobs/s" beside "eta 1s". At every sample now pending +
+// inFlight + nonReady + done + cancelled == jobs, and there is no ETA
+// without a rate.
+func TestStatusAddsUpWhileRunning(t *testing.T) {
+	startSystem(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lines := make([]string, 300)
+	for i := range lines {
+		lines[i] = `{"ms":20}`
+	}
+	if _, _, err := run(ctx, "", "submit", "-g", "sum", "-t", "sleep", "-f", writeLines(t, lines)); err != nil {
+		t.Fatal(err)
+	}
+	num := func(m map[string]any, k string) int64 {
+		f, _ := m[k].(float64)
+		return int64(f)
+	}
+	samples, running := 0, 0
+	for {
+		out, _, err := run(ctx, "", "status", "sum", "--json")
+		if err != nil {
+			if strings.Contains(err.Error(), "not found") {
+				continue // not ingested yet
+			}
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		samples++
+		sum := num(m, "pending") + num(m, "inFlight") + num(m, "nonReady") + num(m, "done") + num(m, "cancelled")
+		if sum != num(m, "jobs") {
+			t.Fatalf("sample %d: pending %d + inFlight %d + nonReady %d + done %d + cancelled %d = %d, jobs %d",
+				samples, num(m, "pending"), num(m, "inFlight"), num(m, "nonReady"), num(m, "done"), num(m, "cancelled"), sum, num(m, "jobs"))
+		}
+		if rate, _ := m["rate"].(float64); rate == 0 && m["state"] != "COMPLETED" && m["etaSeconds"] != nil {
+			t.Fatalf("sample %d: ETA %v without a rate", samples, m["etaSeconds"])
+		}
+		if num(m, "inFlight") > 0 {
+			running++
+		}
+		if m["state"] == "COMPLETED" {
+			break
+		}
+	}
+	if running == 0 {
+		t.Fatalf("no sample of %d saw a job in READY or running", samples)
+	}
+}

@@ -37,7 +37,7 @@ ETA at that rate, and its congestion level.
 
 With --json it prints the group's meta hash (numbers as JSON numbers) plus
 the derived fields groupId, state, total, jobs, done, succeeded, failed,
-cancelled, pending, nonReady, position, waitingGroups, rate, etaSeconds,
+cancelled, pending, inFlight, nonReady, position, waitingGroups, rate, etaSeconds,
 congestionLevel, backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,7 +91,7 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	}
 	row("jobs", "%d received, %s", s.Jobs, sealed)
 	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
-	row("queued", "%d waiting, %d backing off", s.Pending, s.NonReady)
+	row("queued", "%d waiting, %d in READY or running, %d backing off", s.Pending, s.InFlight, s.NonReady)
 	if s.Position > 0 {
 		row("position", "%d of %d waiting groups", s.Position, s.Waiting)
 	} else {

@@ -43,6 +43,10 @@ type GroupStatus struct {
 	Pending int64
 	// NonReady counts the jobs backing off in the non-ready queue.
 	NonReady int64
+	// InFlight counts the jobs admitted and not yet done: on READY,
+	// running, or leased on their way to READY. Jobs = Pending + InFlight +
+	// NonReady + Done + Cancelled.
+	InFlight int64
 	// Position is the group's 1-based place among every group waiting in
 	// the fair queue (all of a higher level come first); 0 means the group
 	// is not waiting (nothing queued, or it has ended).
@@ -52,8 +56,9 @@ type GroupStatus struct {
 	// Rate is jobs done per second: since the group started for a single
 	// reading, over the interval between two readings after Since.
 	Rate float64
-	// ETASeconds is the time left until every job is done; 0 once the
-	// group has ended and -1 when unknown (no rate yet and no estimate).
+	// ETASeconds is the time left at Rate until every job is done; 0 once
+	// the group has ended and -1 when unknown (no rate yet): there is no
+	// ETA without a rate.
 	ETASeconds float64
 	// Congestion is the group's congestion level (NONE when it has none).
 	Congestion redisq.CongestionLevel
@@ -147,6 +152,7 @@ func Status(ctx context.Context, q *redisq.Queue, groupID string) (*GroupStatus,
 		CreatedAt: msTime(info.CreatedAtMs), StartedAt: msTime(info.StartedAtMs), FinishedAt: msTime(info.FinishedAtMs),
 		At: now.Val(), Meta: info.Meta,
 	}
+	s.InFlight = max(s.Jobs-s.Done-s.Cancelled-s.Pending-s.NonReady, 0)
 	for _, p := range contracts.Priorities {
 		s.Waiting += cards[p].Val()
 	}
@@ -162,7 +168,7 @@ func Status(ctx context.Context, q *redisq.Queue, groupID string) (*GroupStatus,
 	if secs := s.Elapsed().Seconds(); secs > 0 {
 		s.Rate = float64(s.Done) / secs
 	}
-	s.ETASeconds = s.eta(float64(cong.EstimatedSeconds))
+	s.ETASeconds = s.eta()
 	return s, nil
 }
 
@@ -178,13 +184,12 @@ func (s *GroupStatus) Since(prev *GroupStatus) *GroupStatus {
 	if c.Rate < 0 {
 		c.Rate = 0
 	}
-	c.ETASeconds = c.eta(-1)
+	c.ETASeconds = c.eta()
 	return &c
 }
 
-// eta is the time left at the current rate; fallback (< 0 = none) is used
-// when there is no rate yet.
-func (s *GroupStatus) eta(fallback float64) float64 {
+// eta is the time left at the current rate, -1 without a rate.
+func (s *GroupStatus) eta() float64 {
 	if s.Ended() {
 		return 0
 	}
@@ -195,15 +200,12 @@ func (s *GroupStatus) eta(fallback float64) float64 {
 	if s.Rate > 0 {
 		return math.Ceil(float64(left) / s.Rate)
 	}
-	if fallback > 0 {
-		return fallback
-	}
 	return -1
 }
 
 // MarshalJSON writes the meta hash (integer values as JSON numbers) with the
 // derived fields beside it: groupId, state, total (null until sealed), jobs,
-// done, succeeded, failed, cancelled, pending, nonReady, position (null when
+// done, succeeded, failed, cancelled, pending, inFlight, nonReady, position (null when
 // not waiting), waitingGroups, rate (jobs/s), etaSeconds (null when
 // unknown), congestionLevel, backoffMs, throttles, throttlesPerJob,
 // elapsedSeconds and at (RFC 3339).
@@ -231,6 +233,7 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["failed"] = s.Failed
 	m["cancelled"] = s.Cancelled
 	m["pending"] = s.Pending
+	m["inFlight"] = s.InFlight
 	m["nonReady"] = s.NonReady
 	m["position"] = nullIf(s.Position == 0, s.Position)
 	m["waitingGroups"] = s.Waiting

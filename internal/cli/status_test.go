@@ -61,8 +61,8 @@ func TestStatusPositionAcrossLevels(t *testing.T) {
 	if s.State != contracts.StateCreated || s.Jobs != 2 || s.Pending != 2 || s.Declared != -1 || s.Target() != 2 {
 		t.Errorf("n2 = %+v", s)
 	}
-	if s.ETASeconds <= 0 {
-		t.Errorf("n2 has no rate yet; ETA %v should come from its share of the limit", s.ETASeconds)
+	if s.Rate != 0 || s.ETASeconds != -1 {
+		t.Errorf("n2 has no rate yet: rate %v, ETA %v; want no ETA without a rate", s.Rate, s.ETASeconds)
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
