@@ -25,8 +25,6 @@ import (
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
-	"github.com/bulkaction/bulkaction/pkg/processor"
-	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 )
 
 // devSettings are the BULKACTION_DEV_* variables of `bulkaction dev`.
@@ -219,8 +217,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	so := stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log}
 	if !envSet("HTTP_ALLOWED_HOSTS") {
 		// For trying things out, the http processor may call any host.
-		so.Mux = processor.NewMux()
-		builtin.Register(so.Mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowAnyHost: true})
+		so.HTTPAnyHost = true
 		log.Info("the http processor may call any host (dev only); set BULKACTION_HTTP_ALLOWED_HOSTS to restrict it")
 	}
 	st, err := stack.Start(ctx, so)

@@ -75,6 +75,10 @@ type Options struct {
 	Conns *conns.Conns
 	// Mux serves the worker target; nil = the built-in processors.
 	Mux *processor.Mux
+	// HTTPAnyHost lets the built-in http processor call any host instead
+	// of only Config.HTTPAllowedHosts (`bulkaction dev`, for trying things
+	// out). It has no effect with a Mux of one's own.
+	HTTPAnyHost bool
 	// Log nil = slog.Default().
 	Log *slog.Logger
 	// Registry receives the metrics; nil = a new registry.

@@ -37,7 +37,8 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	mux := s.opts.Mux
 	if mux == nil {
 		mux = processor.NewMux()
-		builtin.Register(mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowedHosts: cfg.HTTPAllowedHosts})
+		builtin.Register(mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowedHosts: cfg.HTTPAllowedHosts,
+			AllowAnyHost: s.opts.HTTPAnyHost})
 	}
 	var types []string
 	for _, t := range strings.Split(cfg.WorkerTypes, ",") {
