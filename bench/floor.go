@@ -68,6 +68,7 @@ func NatsFloor(ctx context.Context, natsURL string, jobs int) (FloorResult, erro
 		return FloorResult{}, err
 	}
 	names := contracts.Names{Prefix: FloorPrefix}
+	floorGroup := contracts.Group("bench", "floor")
 	floorSeq.Add(1)
 	if err := natsutil.EnsureStreams(ctx, js, names, conns.StreamSettings(cfg)); err != nil {
 		return FloorResult{}, err
@@ -77,12 +78,12 @@ func NatsFloor(ctx context.Context, natsURL string, jobs int) (FloorResult, erro
 		next   func(i int) (*nats.Msg, error) // nil: the last hop
 	}{
 		{names.StreamSubmit(), func(i int) (*nats.Msg, error) {
-			return floorMsg(names.Ready("noop"), &contracts.ReadyJob{V: contracts.Version, GroupID: "floor",
-				JobID: jobID(i), Type: "noop", Payload: json.RawMessage(`{}`), Attempt: 1})
+			return floorMsg(names.Ready("noop"), &contracts.ReadyBatch{V: contracts.Version, Jobs: []contracts.ReadyJob{{
+				Tenant: floorGroup.Tenant, GroupID: floorGroup.ID, JobID: jobID(i), Type: "noop", Payload: json.RawMessage(`{}`), Attempt: 1}}})
 		}},
 		{names.StreamReady(), func(i int) (*nats.Msg, error) {
-			return floorMsg(names.Result("floor"), &contracts.JobResult{V: contracts.Version, GroupID: "floor",
-				JobID: jobID(i), Attempt: 1, Status: contracts.ResultSuccess})
+			return floorMsg(names.Result(floorGroup), &contracts.ResultBatch{V: contracts.Version, Results: []contracts.JobResult{{
+				JobID: jobID(i), Attempt: 1, Status: contracts.ResultSuccess}}})
 		}},
 		{names.StreamResult(), nil},
 	}
@@ -106,8 +107,8 @@ func NatsFloor(ctx context.Context, natsURL string, jobs int) (FloorResult, erro
 	}
 	msgs := make([]*nats.Msg, 0, floorBatch)
 	for i := 0; i < jobs && rctx.Err() == nil; i++ {
-		m, err := floorMsg(names.Submit("floor"), &contracts.Submission{V: contracts.Version, Kind: contracts.KindJob,
-			GroupID: "floor", JobID: jobID(i), Type: "noop", Payload: json.RawMessage(`{}`)})
+		m, err := floorMsg(names.Submit(floorGroup), &contracts.Submission{V: contracts.Version, Kind: contracts.KindJobs,
+			Jobs: []contracts.SubmitJob{{JobID: jobID(i), Type: "noop", Payload: json.RawMessage(`{}`)}}})
 		if err != nil {
 			return FloorResult{}, err
 		}

@@ -300,7 +300,7 @@ func (p *Pipeline) HeadOfLine(ctx context.Context, backlog, small int) (HoLResul
 		return HoLResult{}, err
 	}
 	err := waitFor(ctx, 5*time.Millisecond, func() (bool, error) {
-		info, ok, err := p.conns.Queue.Group(ctx, ga)
+		info, ok, err := p.conns.Queue.Group(ctx, benchRef(ga))
 		return ok && info.Jobs == int64(backlog), err
 	})
 	if err != nil {
@@ -315,7 +315,7 @@ func (p *Pipeline) HeadOfLine(ctx context.Context, backlog, small int) (HoLResul
 		return HoLResult{}, err
 	}
 	res := HoLResult{Backlog: backlog, Small: small, Delay: wb.at.Sub(start)}
-	if info, ok, err := p.conns.Queue.Group(ctx, ga); err == nil && ok {
+	if info, ok, err := p.conns.Queue.Group(ctx, benchRef(ga)); err == nil && ok {
 		res.BacklogDoneFirst = info.Done
 	}
 	return res, wa.wait(ctx)
@@ -380,6 +380,9 @@ func (p *Pipeline) Latency(ctx context.Context, rate float64, d, warmup time.Dur
 	return res, nil
 }
 
+// benchRef is the group gid of the tenant the benchmark's client submits to.
+func benchRef(gid string) contracts.GroupRef { return contracts.Group(client.DefaultTenant, gid) }
+
 // readLatencies reads the job hashes of gid (jobs 0..n-1) and appends the
 // latencies of those submitted at or after fromUs.
 func (p *Pipeline) readLatencies(ctx context.Context, gid string, n int, fromUs int64, res *LatencyResult) error {
@@ -391,7 +394,7 @@ func (p *Pipeline) readLatencies(ctx context.Context, gid string, n int, fromUs 
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.SliceCmd, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			cmds = append(cmds, pipe.HMGet(ctx, keys.Job(gid, jobID(i)), "createdAt", "finishedAt", "payload"))
+			cmds = append(cmds, pipe.HMGet(ctx, keys.Job(benchRef(gid), jobID(i)), "createdAt", "finishedAt", "payload"))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("bench: read jobs of %s: %w", gid, err)

@@ -9,6 +9,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // Exit codes of the verbs that report a group's end (watch).
@@ -22,8 +24,35 @@ const (
 // cliCommands are `dev` and the verbs that talk to a running system.
 func cliCommands() []*cobra.Command {
 	return []*cobra.Command{
-		newDevCmd(), newSubmitCmd(), newStatusCmd(), newWatchCmd(), newCancelCmd(), newStatsCmd(),
+		newDevCmd(), newSubmitCmd(), newStatusCmd(), newWatchCmd(), newCancelCmd(),
+		newControlCmd(contracts.KindPause), newControlCmd(contracts.KindResume), newTenantCmd(), newStatsCmd(),
 	}
+}
+
+// tenantEnv is the environment variable that gives the verbs' default
+// tenant; the --tenant flag wins over it.
+const tenantEnv = config.Prefix + "_TENANT"
+
+// addTenantFlag adds --tenant to a verb that names groups. Its default is
+// $BULKACTION_TENANT, else "default" (the tenant of [client.DefaultTenant]).
+func addTenantFlag(cmd *cobra.Command, tenant *string) {
+	def := os.Getenv(tenantEnv)
+	if def == "" {
+		def = client.DefaultTenant
+	}
+	cmd.Flags().StringVar(tenant, "tenant", def, "tenant of the group (^[A-Za-z0-9_-]{1,64}$); default $"+tenantEnv+", else \"default\"")
+}
+
+// groupArg returns the group of tenant named by a verb's argument.
+func groupArg(tenant, id string) (contracts.GroupRef, error) {
+	g := contracts.Group(tenant, id)
+	if err := contracts.ValidateTenant(tenant); err != nil {
+		return g, fmt.Errorf("--tenant: %w", err)
+	}
+	if err := contracts.ValidateID("groupId", id); err != nil {
+		return g, fmt.Errorf("group: %w", err)
+	}
+	return g, nil
 }
 
 // isTerminal reports whether w is a terminal (progress bars are redrawn

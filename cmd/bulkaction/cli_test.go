@@ -22,6 +22,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
+	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -135,7 +136,7 @@ func TestSubmitWatchStatusCompleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "submitted 1000 jobs to group g1000") || !strings.Contains(out, "sealed it at 1000") {
+	if !strings.Contains(out, "submitted 1000 jobs to group g1000 of tenant default") || !strings.Contains(out, "sealed it at 1000") {
 		t.Errorf("submit printed %q", out)
 	}
 
@@ -151,7 +152,7 @@ func TestSubmitWatchStatusCompleted(t *testing.T) {
 	for k, want := range map[string]any{
 		"state": "COMPLETED", "status": "COMPLETED", "total": 1000.0, "jobs": 1000.0, "done": 1000.0,
 		"succeeded": 900.0, "failed": 100.0, "cancelled": 0.0, "declaredTotal": 1000.0, "successCount": 900.0,
-		"position": nil, "etaSeconds": 0.0,
+		"position": nil, "etaSeconds": 0.0, "tenant": "default", "groupId": "g1000",
 	} {
 		if m[k] != want {
 			t.Errorf("status --json %s = %v, want %v", k, m[k], want)
@@ -161,7 +162,7 @@ func TestSubmitWatchStatusCompleted(t *testing.T) {
 	// Ids: "jobId" where given, else the line number.
 	keys := s.queue.Keys()
 	for id, want := range map[string]int64{"1": 1, "j7": 1, "7": 0, "1000": 1} {
-		if n := s.queue.Client().Exists(ctx, keys.Job("g1000", id)).Val(); n != want {
+		if n := s.queue.Client().Exists(ctx, keys.Job(contracts.Group(client.DefaultTenant, "g1000"), id)).Val(); n != want {
 			t.Errorf("job %q exists = %d, want %d", id, n, want)
 		}
 	}
@@ -170,7 +171,7 @@ func TestSubmitWatchStatusCompleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"COMPLETED", "1000/1000 done (900 succeeded, 100 failed, 0 cancelled)", "sealed at 1000"} {
+	for _, want := range []string{"g1000 (tenant default)", "COMPLETED", "1000/1000 done (900 succeeded, 100 failed, 0 cancelled)", "sealed at 1000"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -208,8 +209,9 @@ func TestSubmitBadLinesPublishNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := s.submitMsgs(t); n != 1001 {
-		t.Errorf("stream holds %d messages, want 1000 jobs and a seal (%s)", n, out)
+	// The client sends 100 jobs per message.
+	if n := s.submitMsgs(t); n != 11 {
+		t.Errorf("stream holds %d messages, want 10 of 100 jobs and a seal (%s)", n, out)
 	}
 }
 
@@ -229,7 +231,7 @@ func TestSubmitStoppedPartWaySaysSoAndRerunIsSafe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	limit(300)
+	limit(3) // messages of 100 jobs: 300 jobs
 	file := writeLines(t, jobLines(1000))
 	_, _, err := run(ctx, "", "submit", "-g", "part", "-t", "sleep", "-f", file, "--chunk", "500")
 	if err == nil {
@@ -240,16 +242,18 @@ func TestSubmitStoppedPartWaySaysSoAndRerunIsSafe(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
-	if n := s.submitMsgs(t); n != 300 {
-		t.Fatalf("stream holds %d messages, want 300", n)
+	if n := s.submitMsgs(t); n != 3 {
+		t.Fatalf("stream holds %d messages, want 3", n)
 	}
 
 	limit(-1)
 	if _, _, err := run(ctx, "", "submit", "-g", "part", "-t", "sleep", "-f", file); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.submitMsgs(t); n != 1001 {
-		t.Errorf("after the re-run the stream holds %d messages, want 1000 jobs and a seal", n)
+	// The 3 stored messages come again with the same ids (the same jobs in
+	// the same batches) and are dropped as duplicates.
+	if n := s.submitMsgs(t); n != 11 {
+		t.Errorf("after the re-run the stream holds %d messages, want 10 of 100 jobs and a seal", n)
 	}
 }
 
@@ -284,7 +288,7 @@ func TestCancelEndsWatchWithExitCode3(t *testing.T) {
 	}
 
 	out, _, err := run(ctx, "", "status", "slow")
-	if err != nil || !strings.Contains(out, "position    1 of 1 waiting groups") || !strings.Contains(out, "RUNNING") {
+	if err != nil || !strings.Contains(out, "position    tenant 1 of 1 waiting tenants; group 1 among its tenant's waiting groups") || !strings.Contains(out, "RUNNING") {
 		t.Errorf("status: %v\n%s", err, out)
 	}
 	out, _, err = run(ctx, "", "stats", "--json")
@@ -295,8 +299,9 @@ func TestCancelEndsWatchWithExitCode3(t *testing.T) {
 		GroupsPerLevel map[string]int64 `json:"groupsPerLevel"`
 		ReadyDepth     int64            `json:"readyDepth"`
 		Rate           struct {
-			Limit        float64 `json:"limitPerSecond"`
-			ActiveGroups int64   `json:"activeGroups"`
+			Limit         float64 `json:"limitPerSecond"`
+			ActiveTenants int64   `json:"activeTenants"`
+			TenantShare   float64 `json:"tenantSharePerSecond"`
 		} `json:"rate"`
 		Congestion struct {
 			GroupsPerLevel map[string]int64 `json:"groupsPerLevel"`
@@ -305,10 +310,11 @@ func TestCancelEndsWatchWithExitCode3(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.GroupsPerLevel["normal"] != 1 || st.Rate.Limit != 20 || st.Rate.ActiveGroups != 1 || st.ReadyDepth < 0 || len(st.Congestion.GroupsPerLevel) != 5 {
+	if st.GroupsPerLevel["normal"] != 1 || st.Rate.Limit != 20 || st.Rate.ActiveTenants != 1 || st.Rate.TenantShare != 20 || st.ReadyDepth < 0 || len(st.Congestion.GroupsPerLevel) != 5 {
 		t.Errorf("stats --json = %s", out)
 	}
-	if out, _, err := run(ctx, "", "stats"); err != nil || !strings.Contains(out, "waiting groups  1 (high 0, normal 1, low 0)") {
+	if out, _, err := run(ctx, "", "stats"); err != nil || !strings.Contains(out, "waiting groups  1 (high 0, normal 1, low 0)") ||
+		!strings.Contains(out, "active tenants  1 (share 20 jobs/s each") {
 		t.Errorf("stats: %v\n%s", err, out)
 	}
 
@@ -349,6 +355,16 @@ func TestVerbErrors(t *testing.T) {
 		{[]string{"submit", "-g", "g:1", "-t", "sleep", "-f", "-"}, "--group"},
 		{[]string{"submit", "-g", "g", "-t", "sleep"}, `"file" not set`},
 		{[]string{"submit", "-g", "g", "-t", "sleep", "-f", "-"}, "no jobs"},
+		{[]string{"submit", "-g", "g", "-t", "sleep", "-f", "-", "--max-in-flight", "-1"}, "--max-in-flight -1: must be within [0, "},
+		// A tenant is a subject token: no dots.
+		{[]string{"submit", "--tenant", "a.b", "-g", "g", "-t", "sleep", "-f", "-"}, "--tenant"},
+		{[]string{"status", "--tenant", "a.b", "g"}, "--tenant"},
+		{[]string{"watch", "--tenant", "a.b", "g"}, "--tenant"},
+		{[]string{"cancel", "--tenant", "a.b", "g"}, "--tenant"},
+		{[]string{"pause", "--tenant", "a.b", "g"}, "--tenant"},
+		{[]string{"resume", "--tenant", "a.b", "g"}, "--tenant"},
+		{[]string{"pause", "bad id"}, "groupId"},
+		{[]string{"tenant", "weight", "acme", "x"}, "must be an integer from 1 to 1000"},
 		{[]string{"dev", "--redis", "valkey"}, "--redis"},
 		{[]string{"dev", "--scale", "small"}, "--scale applies only with --demo"},
 		{[]string{"dev", "--demo", "--scale", "huge"}, `scale "huge"`},
@@ -358,6 +374,13 @@ func TestVerbErrors(t *testing.T) {
 			t.Errorf("%v: err = %v, want it to mention %q", c.args, err, c.want)
 		}
 	}
+
+	// A bad $BULKACTION_TENANT is refused the same way.
+	t.Setenv(config.Prefix+"_TENANT", "a.b")
+	if _, _, err := run(ctx, "", "status", "g"); err == nil || !strings.Contains(err.Error(), "--tenant") {
+		t.Errorf("status with %s_TENANT=a.b: %v, want an error naming --tenant", config.Prefix, err)
+	}
+	os.Unsetenv(config.Prefix + "_TENANT")
 
 	// No bulkaction streams on the server: say so instead of timing out.
 	_, nc, _ := testenv.NATS(t)
@@ -394,7 +417,7 @@ func TestSubmitRefusesWhatCannotApply(t *testing.T) {
 	}
 	seq := lastSeq()
 	_, _, err := run(ctx, "", "submit", "-g", "once", "-t", "sleep", "-f", small)
-	if err == nil || !strings.Contains(err.Error(), "group once already ended (COMPLETED)") {
+	if err == nil || !strings.Contains(err.Error(), "group default/once already ended (COMPLETED)") {
 		t.Fatalf("submit to an ended group: %v", err)
 	}
 	if got := lastSeq(); got != seq {
@@ -410,13 +433,21 @@ func TestSubmitRefusesWhatCannotApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "group slow stored", 30*time.Second, func() bool {
-		_, ok, err := s.queue.Group(ctx, "slow")
+		_, ok, err := s.queue.Group(ctx, contracts.Group(client.DefaultTenant, "slow"))
 		return err == nil && ok
 	})
 	seq = lastSeq()
 	_, _, err = run(ctx, "", "submit", "-g", "slow", "-t", "sleep", "-f", slowFile, "--priority", "low")
-	if err == nil || !strings.Contains(err.Error(), "--priority low: group slow exists with priority normal") {
+	if err == nil || !strings.Contains(err.Error(), "--priority low: group default/slow exists with priority normal") {
 		t.Fatalf("--priority on an existing group: %v", err)
+	}
+	if got := lastSeq(); got != seq {
+		t.Fatalf("a refused submit published %d messages", got-seq)
+	}
+	// So is an in-flight limit the group was not created with.
+	_, _, err = run(ctx, "", "submit", "-g", "slow", "-t", "sleep", "-f", slowFile, "--max-in-flight", "5")
+	if err == nil || !strings.Contains(err.Error(), "--max-in-flight 5: group default/slow exists with max in flight 0") {
+		t.Fatalf("--max-in-flight on an existing group: %v", err)
 	}
 	if got := lastSeq(); got != seq {
 		t.Fatalf("a refused submit published %d messages", got-seq)

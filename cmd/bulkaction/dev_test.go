@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,25 +82,44 @@ func TestDevDemoSmall(t *testing.T) {
 				t.Fatalf("no summary:\n%s", out)
 			}
 			for _, g := range w.Groups {
+				name := g.Tenant + "/" + g.ID // rows name the tenant and the group
 				var row []string
 				for _, l := range strings.Split(summary, "\n") {
-					if f := strings.Fields(l); len(f) > 0 && f[0] == g.ID && row == nil {
+					if f := strings.Fields(l); len(f) > 0 && f[0] == name && row == nil {
 						row = f // the table comes before the verdicts
 					}
 				}
 				// group priority state jobs succeeded failed makespan throttles/job finished-at
 				if len(row) != 9 || row[1] != string(g.Priority) || row[2] != "COMPLETED" || row[3] != strconv.Itoa(g.Jobs) {
-					t.Errorf("summary row of %s = %q", g.ID, row)
+					t.Errorf("summary row of %s = %q", name, row)
 					continue
 				}
 				ok, _ := strconv.Atoi(row[4])
 				failed, _ := strconv.Atoi(row[5])
 				if ok+failed != g.Jobs {
-					t.Errorf("%s: %d succeeded + %d failed != %d jobs", g.ID, ok, failed, g.Jobs)
+					t.Errorf("%s: %d succeeded + %d failed != %d jobs", name, ok, failed, g.Jobs)
 				}
 			}
-			if !strings.Contains(summary, "vip-recall (high priority, submitted at") || !strings.Contains(summary, "did not wait behind the big one") {
-				t.Errorf("no verdicts:\n%s", summary)
+			if !strings.Contains(summary, "umbrella/vip-recall (high priority, submitted at") {
+				t.Errorf("no verdict on the urgent group:\n%s", summary)
+			}
+			// The small tenants (globex's four groups among them: a tenant
+			// that splits its work still gets a tenant's share) did not wait
+			// behind acme's newsletter.
+			var early string
+			for _, l := range strings.Split(summary, "\n") {
+				if strings.HasSuffix(l, "the small tenants did not wait behind the big one.") {
+					early, _, _ = strings.Cut(l, " finished by ")
+				}
+			}
+			if early == "" {
+				t.Errorf("no verdict on the small tenants:\n%s", summary)
+			}
+			earlyOnes := strings.Split(strings.ReplaceAll(early, " and ", ", "), ", ")
+			for _, g := range []string{"globex/sync-eu", "globex/sync-us", "globex/sync-apac", "globex/sync-latam", "initech/billing", "umbrella/survey"} {
+				if early != "" && !slices.Contains(earlyOnes, g) {
+					t.Errorf("%s is not among the groups that finished before acme/newsletter was half done (%s):\n%s", g, early, summary)
+				}
 			}
 			if !strings.Contains(out, "global: admitted") {
 				t.Errorf("no live lines:\n%s", out)

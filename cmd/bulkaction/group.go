@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -28,25 +31,32 @@ const watchPoll = 500 * time.Millisecond
 
 func newStatusCmd() *cobra.Command {
 	var asJSON bool
+	var tenant string
 	cmd := &cobra.Command{
 		Use:   "status GROUP",
 		Short: "Show a group's state, counts, position, rate, ETA and congestion",
-		Long: `Status reads a group from Redis: its state and counts, its position among the
-groups waiting in the fair queue, its rate since its first admission, the
-ETA at that rate, and its congestion level.
+		Long: `Status reads a group of a tenant from Redis: its state and counts, its
+place in the fair queue (its tenant's place among the waiting tenants, and
+the group's among its tenant's groups), its rate since its first admission,
+the ETA at that rate, and its congestion level.
 
 With --json it prints the group's meta hash (numbers as JSON numbers) plus
-the derived fields groupId, state, total, jobs, done, succeeded, failed,
-cancelled, pending, inFlight, nonReady, position, waitingGroups, rate, etaSeconds,
-congestionLevel, backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
+the derived fields tenant, groupId, state, total, jobs, done, succeeded,
+failed, cancelled, pending, inFlight, nonReady, position, tenantPosition,
+waitingGroups, waitingTenants, rate, etaSeconds, congestionLevel, backoffMs,
+throttles, throttlesPerJob, elapsedSeconds, at.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			g, err := groupArg(tenant, args[0])
+			if err != nil {
+				return err
+			}
 			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			s, err := cli.Status(cmd.Context(), c.Queue, args[0])
+			s, err := cli.Status(cmd.Context(), c.Queue, g)
 			if err != nil {
 				return notFoundHint(err)
 			}
@@ -60,6 +70,7 @@ congestionLevel, backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addTenantFlag(cmd, &tenant)
 	return cmd
 }
 
@@ -82,9 +93,12 @@ func notFoundHint(err error) error {
 func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
-	row("group", "%s", s.GroupID)
+	row("group", "%s (tenant %s)", s.GroupID, s.Tenant)
 	row("state", "%s", s.State)
 	row("priority", "%s (base %d)", s.Priority.OrDefault(), s.BasePriority)
+	if s.MaxInFlight > 0 {
+		row("max in flight", "%d", s.MaxInFlight)
+	}
 	sealed := "not sealed yet"
 	if s.Declared >= 0 {
 		sealed = fmt.Sprintf("sealed at %d", s.Declared)
@@ -92,9 +106,13 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	row("jobs", "%d received, %s", s.Jobs, sealed)
 	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
 	row("queued", "%d waiting, %d in READY or running, %d backing off", s.Pending, s.InFlight, s.NonReady)
-	if s.Position > 0 {
-		row("position", "%d of %d waiting groups", s.Position, s.Waiting)
-	} else {
+	switch {
+	case s.Position > 0:
+		row("position", "tenant %d of %d waiting tenants; group %d among its tenant's waiting groups (%d groups wait in all)",
+			s.TenantPosition, s.WaitingTenants, s.Position, s.Waiting)
+	case s.State == contracts.StatePaused:
+		row("position", "paused: not admitted until resumed (%d groups wait)", s.Waiting)
+	default:
 		row("position", "not waiting (%d groups wait)", s.Waiting)
 	}
 	row("rate", "%.1f jobs/s", s.Rate)
@@ -143,6 +161,7 @@ func endCode(s *cli.GroupStatus) error {
 
 func newWatchCmd() *cobra.Command {
 	var every time.Duration
+	var tenant string
 	cmd := &cobra.Command{
 		Use:   "watch GROUP",
 		Short: "Follow a group's progress until it ends",
@@ -155,6 +174,10 @@ errors (including an interrupt).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			g, err := groupArg(tenant, args[0])
+			if err != nil {
+				return err
+			}
 			c, err := dialFromEnv(ctx, cli.NeedRedis)
 			if err != nil {
 				return err
@@ -165,7 +188,7 @@ errors (including an interrupt).`,
 			if isTerminal(out) {
 				v = newBarWatch(out)
 			}
-			s, err := follow(ctx, c.Queue, args[0], v.update, func() {
+			s, err := follow(ctx, c.Queue, g, v.update, func() {
 				fmt.Fprintf(out, "waiting for group %s to appear...\n", args[0])
 			})
 			v.close(s)
@@ -177,14 +200,15 @@ errors (including an interrupt).`,
 		},
 	}
 	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often a plain line is printed when the output is not a terminal")
+	addTenantFlag(cmd, &tenant)
 	return cmd
 }
 
 // follow reads the group every watchPoll until it has ended, passing each
 // reading (with its rate over the last few seconds) to update; missing is
 // called once if the group does not exist yet. It returns the last reading.
-func follow(ctx context.Context, q *redisq.Queue, gid string, update func(*cli.GroupStatus), missing func()) (*cli.GroupStatus, error) {
-	if err := contracts.ValidateID("groupId", gid); err != nil {
+func follow(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, update func(*cli.GroupStatus), missing func()) (*cli.GroupStatus, error) {
+	if err := g.Validate(); err != nil {
 		return nil, err
 	}
 	var hist []*cli.GroupStatus
@@ -193,7 +217,7 @@ func follow(ctx context.Context, q *redisq.Queue, gid string, update func(*cli.G
 	t := time.NewTicker(watchPoll)
 	defer t.Stop()
 	for {
-		s, err := cli.Status(ctx, q, gid)
+		s, err := cli.Status(ctx, q, g)
 		switch {
 		case errors.Is(err, cli.ErrGroupNotFound):
 			if !warned && missing != nil {
@@ -294,43 +318,50 @@ func (v *barWatch) close(last *cli.GroupStatus) {
 
 func newCancelCmd() *cobra.Command {
 	var wait bool
+	var tenant string
 	cmd := &cobra.Command{
 		Use:   "cancel GROUP",
 		Short: "Cancel a group: queued and backed-off jobs are dropped and counted as cancelled",
 		Long: `Cancel asks for a group to end early: its queued and backed-off jobs are
 dropped and counted as cancelled; jobs already running finish and are
 counted. With --wait it waits until the group has ended and prints its
-counts. A group that has already ended is left as it is.`,
+counts. A group that has already ended is left as it is. A group that does
+not exist yet is created cancelled, so jobs sent to it later are refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			g, err := groupArg(tenant, args[0])
+			if err != nil {
+				return err
+			}
 			c, err := dialFromEnv(ctx, cli.NeedRedis|cli.NeedNATS)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			out := cmd.OutOrStdout()
-			gid := args[0]
-			s, err := cli.Status(ctx, c.Queue, gid)
-			if err != nil {
-				return notFoundHint(err)
-			}
-			if s.Ended() {
-				fmt.Fprintf(out, "group %s has already ended: %s\n", gid, endLine(s))
+			s, err := cli.Status(ctx, c.Queue, g)
+			switch {
+			case errors.Is(err, cli.ErrGroupNotFound):
+				fmt.Fprintf(out, "group %s is not known yet; it will be created cancelled\n", g.ID)
+			case err != nil:
+				return err
+			case s.Ended():
+				fmt.Fprintf(out, "group %s has already ended: %s\n", g.ID, endLine(s))
 				return nil
 			}
 			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
 				return err
 			}
-			cl := client.New(c.JS, client.Options{Names: c.Names})
-			if err := cl.Cancel(ctx, gid); err != nil {
+			cl := client.New(c.JS, client.Options{Names: c.Names, Tenant: g.Tenant})
+			if err := cl.Cancel(ctx, g.ID); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "cancel of group %s accepted\n", gid)
+			fmt.Fprintf(out, "cancel of group %s accepted\n", g.ID)
 			if !wait {
 				return nil
 			}
-			s, err = follow(ctx, c.Queue, gid, nil, nil)
+			s, err = follow(ctx, c.Queue, g, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -339,6 +370,118 @@ counts. A group that has already ended is left as it is.`,
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the group has ended and print its counts")
+	addTenantFlag(cmd, &tenant)
+	return cmd
+}
+
+// newControlCmd is `pause` or `resume`.
+func newControlCmd(kind contracts.Kind) *cobra.Command {
+	var tenant string
+	short := "Pause a group: its jobs are not admitted until it is resumed; it keeps its place"
+	long := `Pause stops admitting a group's jobs. The group keeps its place in the fair
+queue; jobs already running finish and are counted, and jobs submitted while
+it is paused are stored and wait. A group that does not exist yet is created
+paused. Resume it with "bulkaction resume".`
+	if kind == contracts.KindResume {
+		short = "Resume a paused group: its jobs are admitted again from the place it had"
+		long = `Resume lets a paused group's jobs be admitted again, from the place the group
+had in the fair queue when it was paused.`
+	}
+	cmd := &cobra.Command{
+		Use:   string(kind) + " GROUP",
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			g, err := groupArg(tenant, args[0])
+			if err != nil {
+				return err
+			}
+			c, err := dialFromEnv(ctx, cli.NeedNATS)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
+				return err
+			}
+			cl := client.New(c.JS, client.Options{Names: c.Names, Tenant: g.Tenant})
+			op := cl.Pause
+			if kind == contracts.KindResume {
+				op = cl.Resume
+			}
+			if err := op(ctx, g.ID); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s of group %s (tenant %s) accepted; \"bulkaction status --tenant %s %s\" shows its state\n",
+				kind, g.ID, g.Tenant, g.Tenant, g.ID)
+			return nil
+		},
+	}
+	addTenantFlag(cmd, &tenant)
+	return cmd
+}
+
+// newTenantCmd is `tenant weight`: a tenant's share of the fair queue.
+func newTenantCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tenant",
+		Short: "Show or set tenants' weights in the fair queue",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "weight [TENANT [WEIGHT]]",
+		Short: "Show the tenants' weights, or set one (1 to 1000; 1 is the default)",
+		Long: `Within a priority level, tenants are served by weighted round robin: a
+tenant of weight 2 is admitted twice as many jobs as one of weight 1 while
+both wait. With no argument, weight lists the tenants whose weight is not 1;
+with a tenant, it prints that tenant's weight; with a tenant and a weight,
+it sets it (taking effect at the next admission).`,
+		Args: cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := dialFromEnv(ctx, cli.NeedRedis)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out := cmd.OutOrStdout()
+			if len(args) == 2 {
+				w, err := strconv.Atoi(args[1])
+				if err != nil {
+					return fmt.Errorf("weight %q: must be an integer from 1 to 1000", args[1])
+				}
+				if err := c.Queue.SetTenantWeight(ctx, args[0], w); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "tenant %s: weight %d\n", args[0], w)
+				return nil
+			}
+			weights, err := c.Queue.TenantWeights(ctx)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				if err := contracts.ValidateTenant(args[0]); err != nil {
+					return err
+				}
+				w := weights[args[0]]
+				if w == 0 {
+					w = 1
+				}
+				fmt.Fprintf(out, "tenant %s: weight %d\n", args[0], w)
+				return nil
+			}
+			if len(weights) == 0 {
+				fmt.Fprintln(out, "every tenant has weight 1")
+				return nil
+			}
+			for _, t := range slices.Sorted(maps.Keys(weights)) {
+				fmt.Fprintf(out, "%s\t%d\n", t, weights[t])
+			}
+			return nil
+		},
+	})
 	return cmd
 }
 
@@ -346,7 +489,7 @@ func newStatsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Show the system: waiting groups per level, READY depth, backoff queue, active groups, congestion",
+		Short: "Show the system: waiting groups per level, READY depth, backoff queue, active tenants, congestion",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -382,7 +525,7 @@ func writeStats(w io.Writer, s *cli.SystemStats, readyCap int) error {
 		levels = append(levels, fmt.Sprintf("%s %d", p, s.GroupsPerLevel[string(p)]))
 	}
 	fmt.Fprintf(tw, "waiting groups\t%d (%s)\n", s.WaitingGroups, strings.Join(levels, ", "))
-	fmt.Fprintf(tw, "active groups\t%d (share %.0f jobs/s each)\n", s.Rate.ActiveGroups, s.Rate.GroupShare)
+	fmt.Fprintf(tw, "active tenants\t%d (share %.0f jobs/s each, times its weight)\n", s.Rate.ActiveTenants, s.Rate.TenantShare)
 	fmt.Fprintf(tw, "admitted\t%.0f jobs/s of %.0f jobs/s limit (last window)\n", s.Rate.Admitted, s.Rate.Limit)
 	fmt.Fprintf(tw, "READY depth\t%d (capacity %d)\n", s.ReadyDepth, readyCap)
 	fmt.Fprintf(tw, "non-ready\t%d backing off, %d admitted awaiting READY\n", s.NonReadySize, s.InflightSize)
@@ -392,8 +535,8 @@ func writeStats(w io.Writer, s *cli.SystemStats, readyCap int) error {
 		per = append(per, fmt.Sprintf("%s %d", l, cg.GroupsPerLevel[l]))
 	}
 	worst := string(cg.WorstLevel)
-	if cg.WorstGroup != "" {
-		worst += " (" + cg.WorstGroup + ")"
+	if cg.WorstGroupID != "" {
+		worst += " (" + cg.WorstGroup().String() + ")"
 	}
 	fmt.Fprintf(tw, "congestion\tworst %s; %s\n", worst, strings.Join(per, ", "))
 	return tw.Flush()

@@ -17,12 +17,12 @@ import (
 
 func newSubmitCmd() *cobra.Command {
 	var (
-		group, jobType, priority, file string
-		basePriority                   int64
-		chunk                          int
+		group, jobType, priority, file, tenant string
+		basePriority, maxInFlight              int64
+		chunk                                  int
 	)
 	cmd := &cobra.Command{
-		Use:   "submit --group G --type T --file jobs.jsonl|-",
+		Use:   "submit [--tenant T] --group G --type T --file jobs.jsonl|-",
 		Short: "Submit a group's jobs from a JSONL file, then seal the group",
 		Long: `Submit reads a JSONL file (or standard input with --file -): one job per line,
 either the job's payload (any JSON value) or an object whose only keys are
@@ -38,9 +38,9 @@ safe: stored jobs are recognised by their ids.
 
 Before publishing, submit reads the group's state (when Redis is
 reachable) and refuses, publishing nothing, a group that already ended, a
-group sealed at another number of jobs, and --priority or --base-priority
-for an existing group that has other settings (a group keeps the settings
-it was created with).`,
+group sealed at another number of jobs, and --priority, --base-priority or
+--max-in-flight for an existing group that has other settings (a group
+keeps the settings it was created with).`,
 		Example: `  printf '{"ms":10}\n{"jobId":"a","payload":{"ms":20}}\n' | bulkaction submit --group demo --type sleep --file -`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,9 +48,13 @@ it was created with).`,
 			if err != nil {
 				return err
 			}
+			if err := contracts.ValidateTenant(tenant); err != nil {
+				return fmt.Errorf("--tenant: %w", err)
+			}
 			if err := contracts.ValidateID("groupId", group); err != nil {
 				return fmt.Errorf("--group: %w", err)
 			}
+			g := contracts.Group(tenant, group)
 			if err := contracts.ValidateType(jobType); err != nil {
 				return fmt.Errorf("--type: %w", err)
 			}
@@ -60,6 +64,13 @@ it was created with).`,
 			}
 			if basePriority < contracts.MinBasePriority || basePriority > contracts.MaxBasePriority {
 				return fmt.Errorf("--base-priority %d: must be within [%d, %d]", basePriority, int64(contracts.MinBasePriority), int64(contracts.MaxBasePriority))
+			}
+			if maxInFlight < 0 || maxInFlight > contracts.MaxInFlight {
+				return fmt.Errorf("--max-in-flight %d: must be within [0, %d] (0 = unlimited)", maxInFlight, int64(contracts.MaxInFlight))
+			}
+			settings := contracts.GroupSettings{Priority: prio, BasePriority: basePriority, MaxInFlight: maxInFlight}
+			if prio == contracts.PriorityNormal {
+				settings.Priority = "" // the default, sent as such
 			}
 			var in io.Reader = cmd.InOrStdin()
 			name := "standard input"
@@ -72,7 +83,7 @@ it was created with).`,
 				in, name = f, file
 			}
 			limits := contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}
-			jobs, err := cli.ReadJobs(in, cli.JobSpec{GroupID: group, Type: jobType, Priority: prio, BasePriority: basePriority, Limits: limits})
+			jobs, err := cli.ReadJobs(in, cli.JobSpec{Group: g, Type: jobType, Settings: settings, Limits: limits})
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -101,20 +112,23 @@ it was created with).`,
 				if cmd.Flags().Changed("base-priority") {
 					req.BasePriority = &basePriority
 				}
-				if err := cli.CheckGroup(ctx, c.Queue, group, req); err != nil {
+				if cmd.Flags().Changed("max-in-flight") {
+					req.MaxInFlight = &maxInFlight
+				}
+				if err := cli.CheckGroup(ctx, c.Queue, g, req); err != nil {
 					return err
 				}
 			}
-			cl := client.New(c.JS, client.Options{Names: c.Names, Limits: limits})
+			cl := client.New(c.JS, client.Options{Names: c.Names, Tenant: tenant, Limits: limits})
 
 			progress, finish := submitProgress(cmd.ErrOrStderr(), group, int64(len(jobs)))
-			err = cli.SubmitFile(ctx, cl, group, jobs, chunk, progress)
+			err = cli.SubmitFile(ctx, cl, group, settings, jobs, chunk, progress)
 			finish(err == nil)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s to group %s (type %s, priority %s) and sealed it at %d; follow it with: bulkaction watch %s\n",
-				plural(int64(len(jobs)), "job"), group, jobType, prio, len(jobs), group)
+			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s to group %s of tenant %s (type %s, priority %s) and sealed it at %d; follow it with: bulkaction watch --tenant %s %s\n",
+				plural(int64(len(jobs)), "job"), group, tenant, jobType, prio, len(jobs), tenant, group)
 			return nil
 		},
 	}
@@ -123,8 +137,10 @@ it was created with).`,
 	f.StringVarP(&jobType, "type", "t", "", "job type of every job, e.g. sleep, http, noop")
 	f.StringVar(&priority, "priority", "normal", "group priority level: high, normal or low")
 	f.Int64Var(&basePriority, "base-priority", 0, "added to the group's fair-queue score (smaller is served earlier)")
+	f.Int64Var(&maxInFlight, "max-in-flight", 0, "most of the group's jobs admitted and not finished at once (0 = unlimited)")
 	f.StringVarP(&file, "file", "f", "", "JSONL file of jobs, - for standard input")
 	f.IntVar(&chunk, "chunk", cli.DefaultChunk, "jobs per publish call")
+	addTenantFlag(cmd, &tenant)
 	for _, n := range []string{"group", "type", "file"} {
 		_ = cmd.MarkFlagRequired(n)
 	}

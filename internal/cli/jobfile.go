@@ -8,22 +8,22 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // JobSpec is what every job of a file shares. The zero value is not valid:
-// GroupID and Type are required.
+// Group and Type are required.
 type JobSpec struct {
-	// GroupID is the group the jobs belong to.
-	GroupID string
+	// Group is the group (tenant and id) the jobs belong to.
+	Group contracts.GroupRef
 	// Type is the job type of every job.
 	Type string
-	// Priority is the group's level; "" means normal.
-	Priority contracts.Priority
-	// BasePriority shifts the group's fair-queue score; 0 is neutral.
-	BasePriority int64
+	// Settings are the group's settings (priority, base priority,
+	// in-flight limit); they apply when the group is created.
+	Settings contracts.GroupSettings
 	// Limits are the validation limits; the zero value means the contract
 	// defaults.
 	Limits contracts.Limits
@@ -124,7 +124,7 @@ func ReadJobs(r io.Reader, spec JobSpec) ([]FileJob, error) {
 // parseLine reads one non-blank line.
 func parseLine(n int, line []byte, spec JobSpec) (FileJob, *LineError) {
 	j := FileJob{Line: n, Job: client.Job{
-		ID: strconv.Itoa(n), Type: spec.Type, Priority: spec.Priority, BasePriority: spec.BasePriority, Payload: line,
+		ID: strconv.Itoa(n), Type: spec.Type, Payload: line,
 	}}
 	if !json.Valid(line) {
 		var v any
@@ -143,8 +143,11 @@ func parseLine(n int, line []byte, spec JobSpec) (FileJob, *LineError) {
 		}
 	}
 	sub := contracts.Submission{
-		V: contracts.Version, Kind: contracts.KindJob, GroupID: spec.GroupID, JobID: j.ID,
-		Type: j.Type, Payload: j.Payload, Priority: j.Priority, BasePriority: j.BasePriority,
+		V: contracts.Version, Kind: contracts.KindJobs, Tenant: spec.Group.Tenant, GroupID: spec.Group.ID,
+		Jobs: []contracts.SubmitJob{{JobID: j.ID, Type: j.Type, Payload: j.Payload}},
+	}
+	if spec.Settings != (contracts.GroupSettings{}) {
+		sub.Group = &spec.Settings
 	}
 	if err := sub.Validate(spec.Limits); err != nil {
 		var ve *contracts.ValidationError
@@ -153,7 +156,7 @@ func parseLine(n int, line []byte, spec JobSpec) (FileJob, *LineError) {
 			if ve.Limit != "" {
 				p += " (" + ve.Limit + ")"
 			}
-			return j, &LineError{Line: n, Field: ve.Field, Problem: p}
+			return j, &LineError{Line: n, Field: strings.TrimPrefix(ve.Field, "jobs[0]."), Problem: p}
 		}
 		return j, &LineError{Line: n, Problem: err.Error()}
 	}

@@ -9,7 +9,8 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
-var spec = cli.JobSpec{GroupID: "g", Type: "sleep", Priority: contracts.PriorityHigh, BasePriority: 7}
+var spec = cli.JobSpec{Group: contracts.Group("acme", "g"), Type: "sleep",
+	Settings: contracts.GroupSettings{Priority: contracts.PriorityHigh, BasePriority: 7, MaxInFlight: 5}}
 
 func TestReadJobsForms(t *testing.T) {
 	in := strings.Join([]string{
@@ -42,7 +43,7 @@ func TestReadJobsForms(t *testing.T) {
 		if j.Line != w.line || j.ID != w.id || string(j.Payload) != w.payload {
 			t.Errorf("job %d = line %d id %q payload %q, want line %d id %q payload %q", i, j.Line, j.ID, j.Payload, w.line, w.id, w.payload)
 		}
-		if j.Type != "sleep" || j.Priority != contracts.PriorityHigh || j.BasePriority != 7 {
+		if j.Type != "sleep" {
 			t.Errorf("job %d: spec not applied: %+v", i, j.Job)
 		}
 	}
@@ -106,5 +107,30 @@ func TestReadJobsLongLine(t *testing.T) {
 	}
 	if len(jobs) != 2 || len(jobs[0].Payload) != len(payload) || jobs[1].ID != "2" {
 		t.Fatalf("got %d jobs", len(jobs))
+	}
+}
+
+// The spec's group and settings are checked with every line: a bad tenant
+// or an out-of-range setting is reported (on each line), not published.
+func TestReadJobsChecksGroupAndSettings(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		spec  cli.JobSpec
+		field string
+	}{
+		{"tenant", cli.JobSpec{Group: contracts.Group("a.b", "g"), Type: "sleep"}, "tenant"},
+		{"group", cli.JobSpec{Group: contracts.Group("acme", "g:1"), Type: "sleep"}, "groupId"},
+		{"maxInFlight", cli.JobSpec{Group: contracts.Group("acme", "g"), Type: "sleep",
+			Settings: contracts.GroupSettings{MaxInFlight: -1}}, "group.maxInFlight"},
+	} {
+		_, err := cli.ReadJobs(strings.NewReader(`{"ms":1}`+"\n"+`{"ms":2}`), c.spec)
+		var fe *cli.FileError
+		if !errors.As(err, &fe) || len(fe.Lines) != 2 {
+			t.Errorf("%s: err = %v, want both lines reported", c.name, err)
+			continue
+		}
+		if fe.Lines[0].Field != c.field {
+			t.Errorf("%s: field %q, want %q (%v)", c.name, fe.Lines[0].Field, c.field, err)
+		}
 	}
 }

@@ -22,10 +22,11 @@ type Rate struct {
 	// Limit is the global limit per second (BULKACTION_GLOBAL_RPS per
 	// BULKACTION_RATE_LIMIT_WINDOW_MS).
 	Limit float64 `json:"limitPerSecond"`
-	// ActiveGroups counts the groups sharing the limit.
-	ActiveGroups int64 `json:"activeGroups"`
-	// GroupShare is one active group's share of the limit, per second.
-	GroupShare float64 `json:"groupSharePerSecond"`
+	// ActiveTenants counts the tenants sharing the limit.
+	ActiveTenants int64 `json:"activeTenants"`
+	// TenantShare is one active tenant's share of the limit (of weight 1),
+	// per second.
+	TenantShare float64 `json:"tenantSharePerSecond"`
 }
 
 // AdmittedRate reads the global admission counter of the last full window.
@@ -43,7 +44,7 @@ func AdmittedRate(ctx context.Context, q *redisq.Queue) (Rate, error) {
 	}
 	return Rate{
 		Admitted: float64(prev) / window, Limit: float64(st.GlobalLimit) / window,
-		ActiveGroups: st.Active, GroupShare: float64(st.GroupLimit) / window,
+		ActiveTenants: st.Active, TenantShare: float64(st.TenantLimit) / window,
 	}, nil
 }
 

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/bulkaction/bulkaction/internal/cli"
@@ -10,9 +12,9 @@ import (
 func TestStatsWithoutNATS(t *testing.T) {
 	t.Parallel()
 	q, ctx := setupQueue(t)
-	enqueue(t, q, "a", 2, contracts.PriorityNormal)
-	enqueue(t, q, "b", 1, contracts.PriorityNormal)
-	enqueue(t, q, "c", 1, contracts.PriorityLow)
+	enqueue(t, q, contracts.Group("acme", "a"), 2, contracts.PriorityNormal)
+	enqueue(t, q, contracts.Group("acme", "b"), 1, contracts.PriorityNormal)
+	enqueue(t, q, contracts.Group("globex", "c"), 1, contracts.PriorityLow)
 	s, err := cli.Stats(ctx, &cli.Conn{Redis: q.Client(), Queue: q})
 	if err != nil {
 		t.Fatal(err)
@@ -25,5 +27,24 @@ func TestStatsWithoutNATS(t *testing.T) {
 	}
 	if s.Rate.Limit != 10000 || s.Congestion == nil || s.At.IsZero() {
 		t.Errorf("stats = %+v", s)
+	}
+
+	// Rate shares are per tenant: acme's two groups and globex's one make
+	// two active tenants once admission has asked for capacity.
+	if _, err := q.Admit(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = cli.Stats(ctx, &cli.Conn{Redis: q.Client(), Queue: q}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Rate.ActiveTenants != 2 || s.Rate.TenantShare != 5000 {
+		t.Errorf("rate = %+v, want 2 active tenants sharing 5000/s each", s.Rate)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"activeTenants":2`) || !strings.Contains(string(b), `"tenantSharePerSecond":5000`) {
+		t.Errorf("json = %s", b)
 	}
 }

@@ -23,6 +23,8 @@ var ErrGroupNotFound = errors.New("cli: group not found")
 // derived from it and from the queue. The zero value is a reading of
 // nothing.
 type GroupStatus struct {
+	// Tenant is the group's tenant.
+	Tenant string
 	// GroupID is the group's id.
 	GroupID string
 	// State is the group's state (meta "status").
@@ -31,6 +33,8 @@ type GroupStatus struct {
 	Priority contracts.Priority
 	// BasePriority is the group's fair-queue offset (meta "basePriority").
 	BasePriority int64
+	// MaxInFlight is the group's in-flight limit (0 = none).
+	MaxInFlight int64
 	// Declared is the sealed total, or -1 while the group is not sealed.
 	Declared int64
 	// Jobs counts the distinct jobs received.
@@ -47,12 +51,19 @@ type GroupStatus struct {
 	// running, or leased on their way to READY. Jobs = Pending + InFlight +
 	// NonReady + Done + Cancelled.
 	InFlight int64
-	// Position is the group's 1-based place among every group waiting in
-	// the fair queue (all of a higher level come first); 0 means the group
-	// is not waiting (nothing queued, or it has ended).
+	// Position is the group's 1-based place among its tenant's groups
+	// waiting at its level; 0 means the group is not waiting (nothing
+	// queued, paused, or ended).
 	Position int64
+	// TenantPosition is the tenant's 1-based place among the tenants
+	// waiting in the fair queue (all of a higher level come first); 0 when
+	// the group is not waiting.
+	TenantPosition int64
 	// Waiting counts the groups waiting in the fair queue, all levels.
 	Waiting int64
+	// WaitingTenants counts the tenants waiting in the fair queue, summed
+	// over the levels.
+	WaitingTenants int64
 	// Rate is jobs done per second: since the group started for a single
 	// reading, over the interval between two readings after Since.
 	Rate float64
@@ -114,20 +125,24 @@ func (s *GroupStatus) Elapsed() time.Duration {
 }
 
 // Status reads a group: its meta hash, queued and backed-off jobs, position
-// among waiting groups, congestion state, and its rate and ETA since it
-// started. A group Redis does not know is ErrGroupNotFound.
-func Status(ctx context.Context, q *redisq.Queue, groupID string) (*GroupStatus, error) {
-	if err := contracts.ValidateID("groupId", groupID); err != nil {
+// in the two-level fair queue, congestion state, and its rate and ETA since
+// it started. A group Redis does not know is ErrGroupNotFound.
+func Status(ctx context.Context, q *redisq.Queue, g contracts.GroupRef) (*GroupStatus, error) {
+	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	info, ok, err := q.Group(ctx, groupID)
+	info, ok, err := q.Group(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrGroupNotFound, groupID)
+		return nil, fmt.Errorf("%w: %s", ErrGroupNotFound, g)
 	}
-	cong, err := q.Congestion(ctx, groupID)
+	cong, err := q.Congestion(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	perLevel, err := q.GroupsPerLevel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -135,17 +150,19 @@ func Status(ctx context.Context, q *redisq.Queue, groupID string) (*GroupStatus,
 	keys := q.Keys()
 	pipe := q.Client().Pipeline()
 	now := pipe.Time(ctx)
-	cards := make(map[contracts.Priority]*redis.IntCmd, len(contracts.Priorities))
+	tenants := make(map[contracts.Priority]*redis.IntCmd, len(contracts.Priorities))
 	for _, p := range contracts.Priorities {
-		cards[p] = pipe.ZCard(ctx, keys.FairQueue(p))
+		tenants[p] = pipe.ZCard(ctx, keys.FairQueue(p))
 	}
-	rank := pipe.ZRank(ctx, keys.FairQueue(level), groupID)
+	tenantRank := pipe.ZRank(ctx, keys.FairQueue(level), g.Tenant)
+	groupRank := pipe.ZRank(ctx, keys.TenantGroups(g.Tenant, level), keys.GroupMember(g))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("cli: status %s: %w", groupID, err)
+		return nil, fmt.Errorf("cli: status %s: %w", g, err)
 	}
 	s := &GroupStatus{
-		GroupID: groupID, State: info.State, Priority: info.Priority, BasePriority: info.BasePriority,
-		Declared: info.Declared, Jobs: info.Jobs, Done: info.Done,
+		Tenant: g.Tenant, GroupID: g.ID, State: info.State, Priority: info.Priority, BasePriority: info.BasePriority,
+		MaxInFlight: info.MaxInFlight,
+		Declared:    info.Declared, Jobs: info.Jobs, Done: info.Done,
 		Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
 		Pending: info.Pending, NonReady: cong.NonReadyCount,
 		Congestion: cong.Level, BackoffMs: cong.CurrentBackoffMs, Throttles: cong.TotalThrottleCount,
@@ -154,15 +171,19 @@ func Status(ctx context.Context, q *redisq.Queue, groupID string) (*GroupStatus,
 	}
 	s.InFlight = max(s.Jobs-s.Done-s.Cancelled-s.Pending-s.NonReady, 0)
 	for _, p := range contracts.Priorities {
-		s.Waiting += cards[p].Val()
+		s.Waiting += perLevel[p]
+		s.WaitingTenants += tenants[p].Val()
 	}
-	if r, err := rank.Result(); err == nil && !s.Ended() {
-		s.Position = r + 1
+	gr, gerr := groupRank.Result()
+	tr, terr := tenantRank.Result()
+	if gerr == nil && terr == nil && !s.Ended() {
+		s.Position = gr + 1
+		s.TenantPosition = tr + 1
 		for _, p := range contracts.Priorities {
 			if p == level {
 				break
 			}
-			s.Position += cards[p].Val()
+			s.TenantPosition += tenants[p].Val()
 		}
 	}
 	if secs := s.Elapsed().Seconds(); secs > 0 {
@@ -204,9 +225,10 @@ func (s *GroupStatus) eta() float64 {
 }
 
 // MarshalJSON writes the meta hash (integer values as JSON numbers) with the
-// derived fields beside it: groupId, state, total (null until sealed), jobs,
-// done, succeeded, failed, cancelled, pending, inFlight, nonReady, position (null when
-// not waiting), waitingGroups, rate (jobs/s), etaSeconds (null when
+// derived fields beside it: tenant, groupId, state, total (null until
+// sealed), jobs, done, succeeded, failed, cancelled, pending, inFlight,
+// nonReady, position and tenantPosition (null when not waiting),
+// waitingGroups, waitingTenants, rate (jobs/s), etaSeconds (null when
 // unknown), congestionLevel, backoffMs, throttles, throttlesPerJob,
 // elapsedSeconds and at (RFC 3339).
 func (s *GroupStatus) MarshalJSON() ([]byte, error) {
@@ -224,6 +246,7 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 		}
 		return v
 	}
+	m["tenant"] = s.Tenant
 	m["groupId"] = s.GroupID
 	m["state"] = s.State
 	m["total"] = nullIf(s.Declared < 0, s.Declared)
@@ -236,7 +259,9 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["inFlight"] = s.InFlight
 	m["nonReady"] = s.NonReady
 	m["position"] = nullIf(s.Position == 0, s.Position)
+	m["tenantPosition"] = nullIf(s.TenantPosition == 0, s.TenantPosition)
 	m["waitingGroups"] = s.Waiting
+	m["waitingTenants"] = s.WaitingTenants
 	m["rate"] = round2(s.Rate)
 	m["etaSeconds"] = nullIf(s.ETASeconds < 0, s.ETASeconds)
 	m["congestionLevel"] = s.Congestion

@@ -25,36 +25,59 @@ func setupQueue(t *testing.T) (*redisq.Queue, context.Context) {
 	return q, ctx
 }
 
-func enqueue(t *testing.T, q *redisq.Queue, gid string, n int, p contracts.Priority) {
+func enqueue(t *testing.T, q *redisq.Queue, g contracts.GroupRef, n int, p contracts.Priority) {
 	t.Helper()
 	var jobs []redisq.Job
 	for i := 1; i <= n; i++ {
-		jobs = append(jobs, redisq.Job{GroupID: gid, ID: strconv.Itoa(i), Type: "noop", Priority: p})
+		jobs = append(jobs, redisq.Job{Group: g, ID: strconv.Itoa(i), Type: "noop", Priority: p})
 	}
 	if _, err := q.EnqueueJobs(context.Background(), jobs); err != nil {
 		t.Fatal(err)
 	}
 }
 
+func ref(tenant, id string) contracts.GroupRef { return contracts.Group(tenant, id) }
+
+// Position is a group's place among its tenant's waiting groups at its
+// level; TenantPosition its tenant's place among the waiting tenants, every
+// tenant waiting at a higher level first.
 func TestStatusPositionAcrossLevels(t *testing.T) {
 	t.Parallel()
 	q, ctx := setupQueue(t)
-	enqueue(t, q, "n1", 3, contracts.PriorityNormal)
-	enqueue(t, q, "n2", 2, contracts.PriorityNormal)
-	enqueue(t, q, "h1", 1, contracts.PriorityHigh)
-	enqueue(t, q, "l1", 1, contracts.PriorityLow)
+	enqueue(t, q, ref("acme", "n1"), 3, contracts.PriorityNormal)
+	enqueue(t, q, ref("acme", "n2"), 2, contracts.PriorityNormal)
+	enqueue(t, q, ref("acme", "h1"), 1, contracts.PriorityHigh)
+	// globex uses acme's group id n1: another group.
+	enqueue(t, q, ref("globex", "n1"), 1, contracts.PriorityNormal)
+	enqueue(t, q, ref("globex", "l1"), 1, contracts.PriorityLow)
 
-	for gid, want := range map[string]int64{"h1": 1, "n1": 2, "n2": 3, "l1": 4} {
-		s, err := cli.Status(ctx, q, gid)
+	// Levels: high {acme: h1}, normal {acme: n1 n2, globex: n1} (the two
+	// tenants entered the level at the same virtual time: equal scores are
+	// ordered by name), low {globex: l1}.
+	for _, w := range []struct {
+		g              contracts.GroupRef
+		pos, tenantPos int64
+	}{
+		{ref("acme", "h1"), 1, 1},
+		{ref("acme", "n1"), 1, 2},
+		{ref("acme", "n2"), 2, 2},
+		{ref("globex", "n1"), 1, 3},
+		{ref("globex", "l1"), 1, 4},
+	} {
+		s, err := cli.Status(ctx, q, w.g)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Position != want || s.Waiting != 4 {
-			t.Errorf("%s: position %d of %d, want %d of 4", gid, s.Position, s.Waiting, want)
+		if s.Tenant != w.g.Tenant || s.GroupID != w.g.ID {
+			t.Errorf("%s: status names %s/%s", w.g, s.Tenant, s.GroupID)
+		}
+		if s.Position != w.pos || s.TenantPosition != w.tenantPos || s.Waiting != 5 || s.WaitingTenants != 4 {
+			t.Errorf("%s: group position %d, tenant position %d of %d tenants, %d groups waiting; want %d, %d of 4, 5",
+				w.g, s.Position, s.TenantPosition, s.WaitingTenants, s.Waiting, w.pos, w.tenantPos)
 		}
 	}
 
-	s, err := cli.Status(ctx, q, "n2")
+	s, err := cli.Status(ctx, q, ref("acme", "n2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +86,9 @@ func TestStatusPositionAcrossLevels(t *testing.T) {
 	}
 	if s.Rate != 0 || s.ETASeconds != -1 {
 		t.Errorf("n2 has no rate yet: rate %v, ETA %v; want no ETA without a rate", s.Rate, s.ETASeconds)
+	}
+	if other, err := cli.Status(ctx, q, ref("globex", "n1")); err != nil || other.Jobs != 1 {
+		t.Errorf("globex/n1: %v, %+v; want its own group of 1 job", err, other)
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -73,9 +99,9 @@ func TestStatusPositionAcrossLevels(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]any{
-		"groupId": "n2", "state": "CREATED", "status": "CREATED", "priorityLevel": "normal",
-		"totalJobs": 2.0, "jobs": 2.0, "pending": 2.0, "position": 3.0, "waitingGroups": 4.0,
-		"total": nil, "congestionLevel": "NONE",
+		"tenant": "acme", "groupId": "n2", "state": "CREATED", "status": "CREATED", "priorityLevel": "normal",
+		"totalJobs": 2.0, "jobs": 2.0, "pending": 2.0, "position": 2.0, "tenantPosition": 2.0,
+		"waitingGroups": 5.0, "waitingTenants": 4.0, "total": nil, "congestionLevel": "NONE",
 	} {
 		if got, ok := m[k]; !ok || got != want {
 			t.Errorf("json %s = %v (present %v), want %v", k, got, ok, want)
@@ -86,9 +112,10 @@ func TestStatusPositionAcrossLevels(t *testing.T) {
 func TestStatusCompletedCounts(t *testing.T) {
 	t.Parallel()
 	q, ctx := setupQueue(t)
-	enqueue(t, q, "g", 3, contracts.PriorityNormal)
-	enqueue(t, q, "other", 1, contracts.PriorityNormal)
-	if _, err := q.Seal(ctx, "g", 3); err != nil {
+	g := ref("acme", "g")
+	enqueue(t, q, g, 3, contracts.PriorityNormal)
+	enqueue(t, q, ref("acme", "other"), 1, contracts.PriorityNormal)
+	if _, err := q.Seal(ctx, g, 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Admit(ctx, 10); err != nil {
@@ -96,33 +123,111 @@ func TestStatusCompletedCounts(t *testing.T) {
 	}
 	var rs []contracts.JobResult
 	for i, st := range []contracts.ResultStatus{contracts.ResultSuccess, contracts.ResultFailed, contracts.ResultSuccess} {
-		rs = append(rs, contracts.JobResult{V: 1, GroupID: "g", JobID: strconv.Itoa(i + 1), Attempt: 1, Status: st})
+		rs = append(rs, contracts.JobResult{Tenant: g.Tenant, GroupID: g.ID, JobID: strconv.Itoa(i + 1), Attempt: 1, Status: st})
 	}
 	if _, err := q.RecordBatch(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	s, err := cli.Status(ctx, q, "g")
+	s, err := cli.Status(ctx, q, g)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.State != contracts.StateCompleted || s.Done != 3 || s.Succeeded != 2 || s.Failed != 1 || s.Declared != 3 {
 		t.Errorf("g = %+v", s)
 	}
-	if !s.Ended() || s.Position != 0 || s.ETASeconds != 0 || s.StartedAt.IsZero() || s.FinishedAt.IsZero() {
-		t.Errorf("ended group: ended %v position %d eta %v started %v finished %v", s.Ended(), s.Position, s.ETASeconds, s.StartedAt, s.FinishedAt)
+	if !s.Ended() || s.Position != 0 || s.TenantPosition != 0 || s.ETASeconds != 0 || s.StartedAt.IsZero() || s.FinishedAt.IsZero() {
+		t.Errorf("ended group: ended %v position %d/%d eta %v started %v finished %v",
+			s.Ended(), s.Position, s.TenantPosition, s.ETASeconds, s.StartedAt, s.FinishedAt)
 	}
 	b, _ := json.Marshal(s)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	if m["position"] != nil || m["total"] != 3.0 || m["succeeded"] != 2.0 || m["failed"] != 1.0 || m["etaSeconds"] != 0.0 {
+	if m["position"] != nil || m["tenantPosition"] != nil || m["total"] != 3.0 || m["succeeded"] != 2.0 || m["failed"] != 1.0 || m["etaSeconds"] != 0.0 {
 		t.Errorf("json = %s", b)
 	}
 
-	if _, err := cli.Status(ctx, q, "missing"); !errors.Is(err, cli.ErrGroupNotFound) {
+	if _, err := cli.Status(ctx, q, ref("acme", "missing")); !errors.Is(err, cli.ErrGroupNotFound) {
 		t.Errorf("missing group: err = %v, want ErrGroupNotFound", err)
 	}
-	if _, err := cli.Status(ctx, q, "bad id"); err == nil || errors.Is(err, cli.ErrGroupNotFound) {
-		t.Errorf("invalid id: err = %v, want a validation error", err)
+	// The group exists for acme only.
+	if _, err := cli.Status(ctx, q, ref("globex", "g")); !errors.Is(err, cli.ErrGroupNotFound) {
+		t.Errorf("another tenant's group: err = %v, want ErrGroupNotFound", err)
+	}
+	for _, bad := range []contracts.GroupRef{ref("acme", "bad id"), ref("a.b", "g"), ref("", "g")} {
+		if _, err := cli.Status(ctx, q, bad); err == nil || errors.Is(err, cli.ErrGroupNotFound) {
+			t.Errorf("%q: err = %v, want a validation error", bad, err)
+		}
+	}
+}
+
+// A paused group is not waiting (no position) and keeps its place: resumed,
+// it is ahead of the group that came after it again.
+func TestStatusPausedKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	q, ctx := setupQueue(t)
+	p, o := ref("acme", "p"), ref("acme", "o")
+	enqueue(t, q, p, 3, contracts.PriorityNormal)
+	enqueue(t, q, o, 1, contracts.PriorityNormal)
+	if r, err := q.Pause(ctx, p); err != nil || r.Outcome != redisq.Paused {
+		t.Fatalf("pause: %+v, %v", r, err)
+	}
+	s, err := cli.Status(ctx, q, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != contracts.StatePaused || s.Position != 0 || s.TenantPosition != 0 || s.Pending != 3 || s.Waiting != 1 {
+		t.Errorf("paused: state %s position %d/%d pending %d waiting %d; want PAUSED, no position, 3 pending, 1 group waiting",
+			s.State, s.Position, s.TenantPosition, s.Pending, s.Waiting)
+	}
+	if s, err := cli.Status(ctx, q, o); err != nil || s.Position != 1 {
+		t.Errorf("the other group while p is paused: %v, position %d, want 1", err, s.Position)
+	}
+	if r, err := q.Resume(ctx, p); err != nil || r.Outcome != redisq.Resumed {
+		t.Fatalf("resume: %+v, %v", r, err)
+	}
+	for g, want := range map[contracts.GroupRef]int64{p: 1, o: 2} {
+		s, err := cli.Status(ctx, q, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.State != contracts.StateCreated || s.Position != want || s.Waiting != 2 {
+			t.Errorf("%s after resume: state %s position %d of %d, want CREATED %d of 2", g, s.State, s.Position, s.Waiting, want)
+		}
+	}
+}
+
+// Status reports the in-flight limit the group was created with, and the
+// jobs admitted under it.
+func TestStatusMaxInFlight(t *testing.T) {
+	t.Parallel()
+	q, ctx := setupQueue(t)
+	g := ref("acme", "lim")
+	var jobs []redisq.Job
+	for i := 1; i <= 5; i++ {
+		jobs = append(jobs, redisq.Job{Group: g, ID: strconv.Itoa(i), Type: "noop", MaxInFlight: 2})
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	r, err := q.Admit(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != 2 {
+		t.Fatalf("admitted %d jobs, want the limit of 2", len(r.Jobs))
+	}
+	s, err := cli.Status(ctx, q, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxInFlight != 2 || s.InFlight != 2 || s.Pending != 3 {
+		t.Errorf("status: max in flight %d, in flight %d, pending %d; want 2, 2, 3", s.MaxInFlight, s.InFlight, s.Pending)
+	}
+	b, _ := json.Marshal(s)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	if m["maxInFlight"] != 2.0 || m["inFlight"] != 2.0 {
+		t.Errorf("json = %s", b)
 	}
 }
 

@@ -41,12 +41,12 @@ func (e *PartialError) Error() string {
 // Unwrap returns Err.
 func (e *PartialError) Unwrap() error { return e.Err }
 
-// SubmitFile publishes jobs to groupID in chunks of chunk jobs (0 or less
-// means DefaultChunk), calling progress (if not nil) with the number stored
+// SubmitFile publishes jobs to groupID (of cl's tenant), with the group
+// settings set, in chunks of chunk jobs (0 or less means DefaultChunk), calling progress (if not nil) with the number stored
 // after each chunk, then seals the group at len(jobs). It stops at the
 // first chunk with a failure and returns a *PartialError saying how many
 // jobs are stored; a cancelled ctx is reported the same way.
-func SubmitFile(ctx context.Context, cl *client.Client, groupID string, jobs []FileJob, chunk int, progress func(stored int)) error {
+func SubmitFile(ctx context.Context, cl *client.Client, groupID string, set contracts.GroupSettings, jobs []FileJob, chunk int, progress func(stored int)) error {
 	if chunk <= 0 {
 		chunk = DefaultChunk
 	}
@@ -60,7 +60,7 @@ func SubmitFile(ctx context.Context, cl *client.Client, groupID string, jobs []F
 		if err := ctx.Err(); err != nil {
 			return &PartialError{Stored: stored, Total: len(jobs), Err: err}
 		}
-		if err := cl.Submit(ctx, groupID, batch...); err != nil {
+		if err := cl.SubmitGroup(ctx, groupID, set, batch...); err != nil {
 			var se *client.SubmitError
 			if errors.As(err, &se) {
 				stored += len(batch) - len(se.Failed)
@@ -87,37 +87,42 @@ var ErrGroupRefuses = errors.New("the group cannot take this submission")
 type GroupRequest struct {
 	// Jobs is the number of jobs the submission seals the group at.
 	Jobs int64
-	// Priority and BasePriority, when set (non-nil), are the settings the
-	// submission asks for; a group keeps the settings it was created with.
+	// Priority, BasePriority and MaxInFlight, when set (non-nil), are the
+	// settings the submission asks for; a group keeps the settings it was
+	// created with.
 	Priority     *contracts.Priority
 	BasePriority *int64
+	MaxInFlight  *int64
 }
 
-// CheckGroup reads groupID's state from the queue and returns an error
+// CheckGroup reads g's state from the queue and returns an error
 // wrapping [ErrGroupRefuses] when the submission would be rejected or would
 // not do what it says: the group already ended (its jobs would be
 // dead-lettered as group_ended), it is sealed at another total (the seal
 // would be rejected), or it exists with other settings than requested.
 // A group that does not exist yet, or sealed at the same total (a re-run),
 // passes.
-func CheckGroup(ctx context.Context, q *redisq.Queue, groupID string, req GroupRequest) error {
-	info, ok, err := q.Group(ctx, groupID)
+func CheckGroup(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, req GroupRequest) error {
+	info, ok, err := q.Group(ctx, g)
 	if err != nil || !ok {
 		return err
 	}
 	switch {
 	case info.State.Terminal():
 		return fmt.Errorf("%w: group %s already ended (%s); jobs sent to it are rejected. Nothing was submitted: use a new group id",
-			ErrGroupRefuses, groupID, info.State)
+			ErrGroupRefuses, g, info.State)
 	case info.Declared >= 0 && info.Declared != req.Jobs:
 		return fmt.Errorf("%w: group %s is already sealed at %d jobs and this submission has %d; the seal would be rejected. Nothing was submitted",
-			ErrGroupRefuses, groupID, info.Declared, req.Jobs)
+			ErrGroupRefuses, g, info.Declared, req.Jobs)
 	case req.Priority != nil && *req.Priority != info.Priority:
 		return fmt.Errorf("%w: --priority %s: group %s exists with priority %s, and a group keeps the settings it was created with. Nothing was submitted",
-			ErrGroupRefuses, *req.Priority, groupID, info.Priority)
+			ErrGroupRefuses, *req.Priority, g, info.Priority)
 	case req.BasePriority != nil && *req.BasePriority != info.BasePriority:
 		return fmt.Errorf("%w: --base-priority %d: group %s exists with base priority %d, and a group keeps the settings it was created with. Nothing was submitted",
-			ErrGroupRefuses, *req.BasePriority, groupID, info.BasePriority)
+			ErrGroupRefuses, *req.BasePriority, g, info.BasePriority)
+	case req.MaxInFlight != nil && *req.MaxInFlight != info.MaxInFlight:
+		return fmt.Errorf("%w: --max-in-flight %d: group %s exists with max in flight %d, and a group keeps the settings it was created with. Nothing was submitted",
+			ErrGroupRefuses, *req.MaxInFlight, g, info.MaxInFlight)
 	}
 	return nil
 }

@@ -153,7 +153,7 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	if err != nil {
 		return s, err
 	}
-	s.ActiveGroups = sum.ActiveGroups
+	s.ActiveTenants = sum.ActiveTenants
 	s.CongestionLevels = map[string]int64{}
 	for l, n := range sum.GroupsPerLevel {
 		s.CongestionLevels[string(l)] = n

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +25,33 @@ func TestForScale(t *testing.T) {
 		t.Errorf("totals %d and %d, want 23100 and 2310", full.TotalJobs(), small.TotalJobs())
 	}
 	for _, w := range []Workload{full, small} {
-		if len(w.Groups) != 6 || w.JobType != "sleep" || w.GlobalRps <= 0 {
+		if len(w.Groups) != 9 || w.JobType != "sleep" || w.GlobalRps <= 0 {
 			t.Fatalf("%s: %+v", w.Scale, w)
 		}
 		big, high := w.Groups[0], 0
-		for _, g := range w.Groups[1:] {
-			if big.Jobs < 20*g.Jobs/2 {
-				t.Errorf("%s: %s (%d) is not much bigger than %s (%d)", w.Scale, big.ID, big.Jobs, g.ID, g.Jobs)
+		perTenant := map[string]int{}
+		seen := map[contracts.GroupRef]bool{}
+		for _, g := range w.Groups {
+			ref := contracts.Group(g.Tenant, g.ID)
+			if err := ref.Validate(); err != nil || seen[ref] {
+				t.Errorf("%s: group %s: invalid (%v) or repeated", w.Scale, ref, err)
 			}
+			seen[ref] = true
+			perTenant[g.Tenant] += g.Jobs
+		}
+		// Five tenants; globex splits its work into four bulk actions.
+		if len(perTenant) != 5 || big.Tenant != "acme" {
+			t.Errorf("%s: tenants %v, the big group's %q", w.Scale, perTenant, big.Tenant)
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(w.Groups), func(g Group) bool { return g.Tenant != "globex" })); n != 4 {
+			t.Errorf("%s: globex has %d groups, want 4", w.Scale, n)
+		}
+		for tenant, jobs := range perTenant {
+			if tenant != big.Tenant && big.Jobs < 20*jobs/2 {
+				t.Errorf("%s: %s (%d) is not much bigger than tenant %s (%d)", w.Scale, big.ID, big.Jobs, tenant, jobs)
+			}
+		}
+		for _, g := range w.Groups[1:] {
 			if g.Priority == contracts.PriorityHigh {
 				high++
 				if g.After <= 0 {
@@ -55,10 +75,10 @@ func TestForScale(t *testing.T) {
 
 func sampleSummary() *Summary {
 	return &Summary{Biggest: 0, Elapsed: 61 * time.Second, Groups: []GroupResult{
-		{ID: "big", Priority: "normal", Jobs: 1000, State: "COMPLETED", Succeeded: 990, Failed: 10, Makespan: 60 * time.Second, Throttles: 150, FinishedAt: 61 * time.Second, BiggestPercent: 100},
-		{ID: "mid", Priority: "normal", Jobs: 40, State: "COMPLETED", Succeeded: 40, Makespan: 8 * time.Second, FinishedAt: 9 * time.Second, BiggestPercent: 14},
-		{ID: "tiny", Priority: "normal", Jobs: 10, State: "COMPLETED", Succeeded: 10, Makespan: 2 * time.Second, FinishedAt: 3 * time.Second, BiggestPercent: 4},
-		{ID: "vip", Priority: "high", Jobs: 20, State: "COMPLETED", Succeeded: 20, Makespan: time.Second, SubmittedAt: 5 * time.Second, FinishedAt: 6500 * time.Millisecond, BiggestPercent: 9},
+		{ID: "acme/big", Priority: "normal", Jobs: 1000, State: "COMPLETED", Succeeded: 990, Failed: 10, Makespan: 60 * time.Second, Throttles: 150, FinishedAt: 61 * time.Second, BiggestPercent: 100},
+		{ID: "globex/mid", Priority: "normal", Jobs: 40, State: "COMPLETED", Succeeded: 40, Makespan: 8 * time.Second, FinishedAt: 9 * time.Second, BiggestPercent: 14},
+		{ID: "initech/tiny", Priority: "normal", Jobs: 10, State: "COMPLETED", Succeeded: 10, Makespan: 2 * time.Second, FinishedAt: 3 * time.Second, BiggestPercent: 4},
+		{ID: "umbrella/vip", Priority: "high", Jobs: 20, State: "COMPLETED", Succeeded: 20, Makespan: time.Second, SubmittedAt: 5 * time.Second, FinishedAt: 6500 * time.Millisecond, BiggestPercent: 9},
 	}}
 }
 
@@ -74,8 +94,8 @@ func TestSummaryWrite(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"group", "priority", "jobs", "succeeded", "failed", "makespan", "throttles/job",
-		"vip (high priority, submitted at 5.0s) finished at 6.5s while big was 9% done.",
-		"mid and tiny finished by 9.0s while big was 14% done",
+		"umbrella/vip (high priority, submitted at 5.0s) finished at 6.5s while acme/big was 9% done.",
+		"globex/mid and initech/tiny finished by 9.0s while acme/big was 14% done: the small tenants did not wait behind the big one.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
@@ -83,7 +103,7 @@ func TestSummaryWrite(t *testing.T) {
 	}
 	bigLine := ""
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "big ") {
+		if strings.HasPrefix(l, "acme/big ") {
 			bigLine = l
 		}
 	}
@@ -97,14 +117,14 @@ func TestSummaryWrite(t *testing.T) {
 	}
 	v := strings.Join(s.Verdicts(), "\n")
 	// Only what finished early is claimed; the cancelled group is named as such.
-	if !strings.Contains(v, "Not every group completed: tiny CANCELLED") || strings.Contains(v, "tiny finished") ||
-		!strings.Contains(v, "mid finished by 9.0s while big was 14% done") {
+	if !strings.Contains(v, "Not every group completed: initech/tiny CANCELLED") || strings.Contains(v, "tiny finished") ||
+		!strings.Contains(v, "globex/mid finished by 9.0s while acme/big was 14% done") {
 		t.Errorf("verdicts with a cancelled group:\n%s", v)
 	}
 }
 
 func snap(elapsed time.Duration, rows ...row) *snapshot {
-	return &snapshot{elapsed: elapsed, rate: cli.Rate{Admitted: 300, Limit: 300, ActiveGroups: 2}, groups: rows}
+	return &snapshot{elapsed: elapsed, rate: cli.Rate{Admitted: 300, Limit: 300, ActiveTenants: 2}, groups: rows}
 }
 
 func TestPlainView(t *testing.T) {
@@ -113,7 +133,7 @@ func TestPlainView(t *testing.T) {
 	running := row{id: "a", priority: "normal", total: 100, settled: 40, state: "RUNNING", rate: 12.5, eta: 5, level: redisq.CongestionLow}
 	v.update(snap(time.Second, running, row{id: "b", priority: "high", total: 10, state: "not submitted yet"}))
 	first := b.String()
-	for _, want := range []string{"admitted 300/s of 300/s limit", "a", "40/100", "40.0%", "12.5/s", "eta 5s", "congestion LOW", "not submitted yet"} {
+	for _, want := range []string{"admitted 300/s of 300/s limit", "2 active tenant(s)", "a", "40/100", "40.0%", "12.5/s", "eta 5s", "congestion LOW", "not submitted yet"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("first block lacks %q:\n%s", want, first)
 		}
@@ -137,19 +157,19 @@ func TestPlainView(t *testing.T) {
 func TestBarView(t *testing.T) {
 	var b bytes.Buffer
 	groups := []*tracked{
-		{Group: Group{ID: "alpha", Jobs: 50}, id: "alpha", submitted: 0},
-		{Group: Group{ID: "beta", Jobs: 5, Priority: contracts.PriorityHigh}, id: "beta", submitted: -1},
+		{Group: Group{Tenant: "t", ID: "alpha", Jobs: 50}, id: "alpha", submitted: 0},
+		{Group: Group{Tenant: "t", ID: "beta", Jobs: 5, Priority: contracts.PriorityHigh}, id: "beta", submitted: -1},
 	}
 	v := newBarView(&b, groups, Workload{})
 	v.update(snap(time.Second,
-		row{id: "alpha", priority: "normal", total: 50, settled: 20, state: "RUNNING", rate: 9, eta: 4, level: redisq.CongestionNone},
-		row{id: "beta", priority: "high", total: 5, state: "not submitted yet"}))
+		row{id: "t/alpha", priority: "normal", total: 50, settled: 20, state: "RUNNING", rate: 9, eta: 4, level: redisq.CongestionNone},
+		row{id: "t/beta", priority: "high", total: 5, state: "not submitted yet"}))
 	v.update(snap(2*time.Second,
-		row{id: "alpha", priority: "normal", total: 50, settled: 50, state: "COMPLETED", ended: true, completed: true},
-		row{id: "beta", priority: "high", total: 5, settled: 2, state: "CANCELLED", ended: true}))
+		row{id: "t/alpha", priority: "normal", total: 50, settled: 50, state: "COMPLETED", ended: true, completed: true},
+		row{id: "t/beta", priority: "high", total: 5, settled: 2, state: "CANCELLED", ended: true}))
 	v.close() // returns only once every bar has ended
 	out := b.String()
-	for _, want := range []string{"alpha", "beta", "50/50", "COMPLETED", "CANCELLED", "global: admitted 300/s of 300/s limit"} {
+	for _, want := range []string{"t/alpha", "t/beta", "50/50", "COMPLETED", "CANCELLED", "global: admitted 300/s of 300/s limit"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bars lack %q:\n%s", want, out)
 		}
@@ -158,17 +178,17 @@ func TestBarView(t *testing.T) {
 
 func TestVerdictReportsALateThrottledGroup(t *testing.T) {
 	s := &Summary{Biggest: 0, Groups: []GroupResult{
-		{ID: "big", Priority: contracts.PriorityNormal, Jobs: 1000, State: contracts.StateCompleted, FinishedAt: 60 * time.Second},
-		{ID: "crm", Priority: contracts.PriorityNormal, Jobs: 100, Throttles: 65, State: contracts.StateCompleted,
+		{ID: "acme/big", Priority: contracts.PriorityNormal, Jobs: 1000, State: contracts.StateCompleted, FinishedAt: 60 * time.Second},
+		{ID: "hooli/crm", Priority: contracts.PriorityNormal, Jobs: 100, Throttles: 65, State: contracts.StateCompleted,
 			FinishedAt: 40 * time.Second, BiggestPercent: 70},
-		{ID: "tiny", Priority: contracts.PriorityNormal, Jobs: 10, State: contracts.StateCompleted,
+		{ID: "initech/tiny", Priority: contracts.PriorityNormal, Jobs: 10, State: contracts.StateCompleted,
 			FinishedAt: 2 * time.Second, BiggestPercent: 3},
 	}}
 	v := strings.Join(s.Verdicts(), "\n")
-	if !strings.Contains(v, "crm finished at 40.0s, when big was 70% done: its downstream rate-limited it (0.65 throttles per job)") {
+	if !strings.Contains(v, "hooli/crm finished at 40.0s, when acme/big was 70% done: its downstream rate-limited it (0.65 throttles per job)") {
 		t.Errorf("late group not reported as it is:\n%s", v)
 	}
-	if !strings.Contains(v, "tiny finished by 2.0s while big was 3% done") || strings.Contains(v, "crm and tiny") {
+	if !strings.Contains(v, "initech/tiny finished by 2.0s while acme/big was 3% done") || strings.Contains(v, "crm and") {
 		t.Errorf("early group claim:\n%s", v)
 	}
 }

@@ -210,19 +210,19 @@ func submit(ctx context.Context, o Options, jobType string, t *tracked, start ti
 	for i := 0; i < t.Jobs; i += submitChunk {
 		jobs = jobs[:0]
 		for n := i; n < min(i+submitChunk, t.Jobs); n++ {
-			jobs = append(jobs, client.Job{ID: "job-" + strconv.Itoa(n+1), Type: jobType, Payload: t.Payload, Priority: t.Priority})
+			jobs = append(jobs, client.Job{ID: "job-" + strconv.Itoa(n+1), Type: jobType, Payload: t.Payload})
 		}
-		if err := o.Client.Submit(ctx, t.id, jobs...); err != nil {
+		if err := o.Client.ForTenant(t.Tenant).SubmitGroup(ctx, t.id, contracts.GroupSettings{Priority: t.Priority}, jobs...); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 	}
-	if err := o.Client.Seal(ctx, t.id, int64(t.Jobs)); err != nil && ctx.Err() == nil {
+	if err := o.Client.ForTenant(t.Tenant).Seal(ctx, t.id, int64(t.Jobs)); err != nil && ctx.Err() == nil {
 		return err
 	}
-	o.Log.Debug("demo group submitted", "group", t.id, "jobs", t.Jobs, "priority", t.Priority)
+	o.Log.Debug("demo group submitted", "tenant", t.Tenant, "group", t.id, "jobs", t.Jobs, "priority", t.Priority)
 	return nil
 }
 
@@ -239,7 +239,7 @@ func poll(ctx context.Context, o Options, groups []*tracked, start time.Time, mu
 		submitted := t.submitted >= 0
 		mu.Unlock()
 		if submitted && !t.ended {
-			s, err := cli.Status(ctx, o.Queue, t.id)
+			s, err := cli.Status(ctx, o.Queue, contracts.Group(t.Tenant, t.id))
 			switch {
 			case errors.Is(err, cli.ErrGroupNotFound): // not ingested yet
 			case err != nil:
@@ -284,7 +284,7 @@ type row struct {
 }
 
 func rowOf(t *tracked, submitted bool) row {
-	r := row{id: t.id, priority: t.Priority.OrDefault(), total: int64(t.Jobs), state: "WAITING", eta: -1, level: redisq.CongestionNone}
+	r := row{id: t.Tenant + "/" + t.id, priority: t.Priority.OrDefault(), total: int64(t.Jobs), state: "WAITING", eta: -1, level: redisq.CongestionNone}
 	if !submitted {
 		r.state = "not submitted yet"
 		return r

@@ -69,7 +69,7 @@ func (s *Summary) AllCompleted() bool {
 func summarize(groups []*tracked, big int, elapsed time.Duration) *Summary {
 	s := &Summary{Biggest: big, Elapsed: elapsed}
 	for _, t := range groups {
-		g := GroupResult{ID: t.id, Priority: t.Priority.OrDefault(), Jobs: t.Jobs, Throttles: t.throttles, SubmittedAt: max(t.submitted, 0)}
+		g := GroupResult{ID: t.Tenant + "/" + t.id, Priority: t.Priority.OrDefault(), Jobs: t.Jobs, Throttles: t.throttles, SubmittedAt: max(t.submitted, 0)}
 		if st := t.last; st != nil {
 			g.State, g.Succeeded, g.Failed, g.Cancelled = st.State, st.Succeeded, st.Failed, st.Cancelled
 			if st.Ended() {

@@ -38,8 +38,8 @@ func fmtETA(sec float64) string {
 
 // globalLine is the line of the rate limiter and the total throughput.
 func globalLine(s *snapshot) string {
-	return fmt.Sprintf("global: admitted %s of %s limit, completing %s, %d active group(s)",
-		fmtRate(s.rate.Admitted), fmtRate(s.rate.Limit), fmtRate(s.completedRate()), s.rate.ActiveGroups)
+	return fmt.Sprintf("global: admitted %s of %s limit, completing %s, %d active tenant(s)",
+		fmtRate(s.rate.Admitted), fmtRate(s.rate.Limit), fmtRate(s.completedRate()), s.rate.ActiveTenants)
 }
 
 // detail is a row's text after its counters: rate, ETA and congestion,
@@ -119,7 +119,7 @@ func newBarView(out io.Writer, groups []*tracked, w Workload) *barView {
 	}
 	width := 0
 	for _, t := range groups {
-		width = max(width, len(t.id))
+		width = max(width, len(t.Tenant)+1+len(t.id))
 	}
 	v.global = v.p.New(0, mpb.NopStyle(), mpb.PrependDecorators(decor.Any(func(decor.Statistics) string {
 		v.mu.Lock()
@@ -130,7 +130,7 @@ func newBarView(out io.Writer, groups []*tracked, w Workload) *barView {
 		v.rows[i] = rowOf(t, false)
 		v.bars = append(v.bars, v.p.AddBar(int64(t.Jobs),
 			mpb.PrependDecorators(
-				decor.Name(t.id, decor.WC{W: width + 1, C: decor.DindentRight}),
+				decor.Name(t.Tenant+"/"+t.id, decor.WC{W: width + 1, C: decor.DindentRight}),
 				decor.Name(string(t.Priority.OrDefault()), decor.WC{W: 7, C: decor.DindentRight}),
 			),
 			mpb.AppendDecorators(

@@ -19,8 +19,10 @@ const (
 )
 
 // Group is one tenant's bulk action in the workload. The zero value is not
-// usable: ID and Jobs are required.
+// usable: Tenant, ID and Jobs are required.
 type Group struct {
+	// Tenant is the tenant the group belongs to.
+	Tenant string
 	// ID is the group id.
 	ID string
 	// Jobs is the number of jobs.
@@ -70,10 +72,12 @@ func sleepPayload(failRate, rateLimitRate float64, retryAfterMs int) json.RawMes
 	return b
 }
 
-// ForScale returns the workload of a scale: one big newsletter of 20,000
-// jobs, a CRM sync of 1,500 against a partner API that rate-limits hard,
-// three tenants of a few hundred, and an urgent high-priority recall of 150
-// jobs submitted a few seconds in (a tenth of each at ScaleSmall).
+// ForScale returns the workload of a scale: one tenant's big newsletter of
+// 20,000 jobs, another's CRM sync of 1,500 against a partner API that
+// rate-limits hard, a tenant that splits 800 jobs into four bulk actions
+// (it still gets one tenant's share), two tenants of a few hundred, and an
+// urgent high-priority recall of 150 jobs submitted a few seconds in (a
+// tenth of each at ScaleSmall).
 func ForScale(scale string) (Workload, error) {
 	div, vipAfter, rps := 1, 5*time.Second, 400
 	switch scale {
@@ -87,15 +91,18 @@ func ForScale(scale string) (Workload, error) {
 	return Workload{
 		Scale: scale, GlobalRps: rps, WorkerCount: 16, JobType: builtin.TypeSleep,
 		Groups: []Group{
-			{ID: "acme-newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.08, 2000)},
+			{Tenant: "acme", ID: "newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.08, 2000)},
 			// Its partner API answers 429 with "Retry-After: 4" to half the
 			// calls: its jobs pile up in the backoff queue and its congestion
 			// level rises, then falls as they drain.
-			{ID: "hooli-crm", Jobs: 1500 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.5, 4000)},
-			{ID: "globex-sync", Jobs: 800 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
-			{ID: "initech-billing", Jobs: 400 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
-			{ID: "umbrella-survey", Jobs: 250 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
-			{ID: "vip-recall", Jobs: 150 / div, Priority: contracts.PriorityHigh, After: vipAfter, Payload: sleepPayload(0.01, 0.02, 500)},
+			{Tenant: "hooli", ID: "crm-sync", Jobs: 1500 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.5, 4000)},
+			{Tenant: "globex", ID: "sync-eu", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
+			{Tenant: "globex", ID: "sync-us", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
+			{Tenant: "globex", ID: "sync-apac", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
+			{Tenant: "globex", ID: "sync-latam", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
+			{Tenant: "initech", ID: "billing", Jobs: 400 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
+			{Tenant: "umbrella", ID: "survey", Jobs: 250 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
+			{Tenant: "umbrella", ID: "vip-recall", Jobs: 150 / div, Priority: contracts.PriorityHigh, After: vipAfter, Payload: sleepPayload(0.01, 0.02, 500)},
 		},
 	}, nil
 }

@@ -91,19 +91,26 @@ func (r *running) stop(t *testing.T) {
 	}
 }
 
-// submit sends n jobs of one type with the same payload, then seals.
+// submit sends n jobs of one type with the same payload to a group of the
+// tenant "default", then seals.
 func (e *env) submit(gid, typ string, n int, payload string, prio contracts.Priority) {
+	e.t.Helper()
+	e.submitAs(e.client, gid, typ, n, payload, prio)
+}
+
+// submitAs is submit through cl, to a group of cl's tenant.
+func (e *env) submitAs(cl *client.Client, gid, typ string, n int, payload string, prio contracts.Priority) {
 	e.t.Helper()
 	ctx := context.Background()
 	jobs := make([]client.Job, 0, 1000)
 	flush := func() {
-		if err := e.client.Submit(ctx, gid, jobs...); err != nil {
+		if err := cl.SubmitGroup(ctx, gid, contracts.GroupSettings{Priority: prio}, jobs...); err != nil {
 			e.t.Fatal(err)
 		}
 		jobs = jobs[:0]
 	}
 	for i := 0; i < n; i++ {
-		jobs = append(jobs, client.Job{ID: fmt.Sprintf("job-%06d", i), Type: typ, Payload: []byte(payload), Priority: prio})
+		jobs = append(jobs, client.Job{ID: fmt.Sprintf("job-%06d", i), Type: typ, Payload: []byte(payload)})
 		if len(jobs) == cap(jobs) {
 			flush()
 		}
@@ -111,27 +118,37 @@ func (e *env) submit(gid, typ string, n int, payload string, prio contracts.Prio
 	if len(jobs) > 0 {
 		flush()
 	}
-	if err := e.client.Seal(ctx, gid, int64(n)); err != nil {
+	if err := cl.Seal(ctx, gid, int64(n)); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-// wait blocks until the group ends and returns its final event.
+// wait blocks until the group of the tenant "default" ends and returns its
+// final event.
 func (e *env) wait(gid string, timeout time.Duration) contracts.GroupEvent {
+	e.t.Helper()
+	return e.waitAs(e.client, gid, timeout)
+}
+
+// waitAs is wait for a group of cl's tenant.
+func (e *env) waitAs(cl *client.Client, gid string, timeout time.Duration) contracts.GroupEvent {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	ev, err := e.client.Wait(ctx, gid)
+	ev, err := cl.Wait(ctx, gid)
 	if err != nil {
-		e.t.Fatalf("group %s did not end: %v", gid, err)
+		e.t.Fatalf("group %s/%s did not end: %v", cl.Tenant(), gid, err)
 	}
 	return ev
 }
 
+// ref is the group gid of the tenant the tests' client submits to.
+func ref(gid string) contracts.GroupRef { return contracts.Group(client.DefaultTenant, gid) }
+
 // group reads a group's meta from Redis.
 func group(t *testing.T, q *redisq.Queue, gid string) *redisq.GroupInfo {
 	t.Helper()
-	info, ok, err := q.Group(context.Background(), gid)
+	info, ok, err := q.Group(context.Background(), ref(gid))
 	if err != nil || !ok {
 		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
 	}

@@ -94,6 +94,13 @@ func TestMetricsMatchARun(t *testing.T) {
 			t.Errorf("per-group label in %s", k)
 		}
 	}
+	// Rate shares are per tenant: the gauge counts tenants, not groups.
+	if _, ok := m["bulk_action_active_tenants"]; !ok {
+		t.Error("no bulk_action_active_tenants gauge")
+	}
+	if _, ok := m["bulk_action_active_groups"]; ok {
+		t.Error("bulk_action_active_groups is still exported")
+	}
 }
 
 func TestReadyzFollowsRedis(t *testing.T) {

@@ -38,7 +38,7 @@ func TestThreeGroupsFairAndExact(t *testing.T) {
 		}
 		for ev := range ch {
 			if ev.State == contracts.StateCompleted {
-				info, _, _ := q.Group(context.Background(), "big")
+				info, _, _ := q.Group(context.Background(), ref("big"))
 				if info != nil {
 					smallDone <- info.Done
 				}
@@ -189,7 +189,7 @@ func TestCancelMidRun(t *testing.T) {
 	const n = 3000
 	e.submit("victim", "sleep", n, `{"ms":2}`, "")
 	testkit.WaitFor(t, "some progress", 30*time.Second, func() bool {
-		info, ok, _ := q.Group(context.Background(), "victim")
+		info, ok, _ := q.Group(context.Background(), ref("victim"))
 		return ok && info.Done >= 100
 	})
 	if err := e.client.Cancel(context.Background(), "victim"); err != nil {
@@ -210,11 +210,15 @@ func TestCancelMidRun(t *testing.T) {
 	}
 	ctx := context.Background()
 	k := q.Keys()
-	nonReady, _ := r.st.Conns.Redis.ZScan(ctx, k.NonReadyQueue(), 0, "victim:*", 1000).Val()
+	// Members of the non-ready queue are "<tenant>:<groupId>:<jobId>".
+	nonReady, _ := r.st.Conns.Redis.ZScan(ctx, k.NonReadyQueue(), 0, "default:victim:*", 1000).Val()
 	if len(nonReady) != 0 {
 		t.Fatalf("backed-off jobs left: %v", nonReady)
 	}
 	if n, _ := r.st.Conns.Redis.ZCard(ctx, k.FairQueue(contracts.PriorityNormal)).Result(); n != 0 {
+		t.Fatalf("tenant still queued")
+	}
+	if n, _ := r.st.Conns.Redis.ZCard(ctx, k.TenantGroups("default", contracts.PriorityNormal)).Result(); n != 0 {
 		t.Fatalf("group still queued")
 	}
 }
@@ -232,7 +236,7 @@ func TestCancelledGroupsFinalEventAddsUp(t *testing.T) {
 	const n = 2000
 	e.submit("late", "sleep", n, `{"ms":50}`, "")
 	testkit.WaitFor(t, "jobs running", 30*time.Second, func() bool {
-		info, ok, _ := q.Group(context.Background(), "late")
+		info, ok, _ := q.Group(context.Background(), ref("late"))
 		return ok && info.Done >= 20
 	})
 	if err := e.client.Cancel(context.Background(), "late"); err != nil {
@@ -259,7 +263,7 @@ func TestUnservedTypeStallsNobody(t *testing.T) {
 	q := r.st.Conns.Queue
 	e.submit("stuck", "nobody-serves-this", 100, `{}`, "")
 	testkit.WaitFor(t, "the unserved group queued", 30*time.Second, func() bool {
-		info, ok, _ := q.Group(context.Background(), "stuck")
+		info, ok, _ := q.Group(context.Background(), ref("stuck"))
 		return ok && info.Jobs == 100
 	})
 	e.submit("normal", "noop", 50, `{}`, "")
@@ -294,7 +298,7 @@ func TestWorkerSigtermMidRun(t *testing.T) {
 	const n = 3000 // about 1.5s of work for 10 slots
 	e.submit("g", "sleep", n, `{"ms":5}`, "")
 	testkit.WaitFor(t, "progress", 30*time.Second, func() bool {
-		info, ok, _ := q.Group(context.Background(), "g")
+		info, ok, _ := q.Group(context.Background(), ref("g"))
 		return ok && info.Done >= 100
 	})
 	w1.stop(t) // graceful: returns once in-flight jobs finished or were handed back

@@ -1,5 +1,6 @@
-// Package events publishes group state changes to bulkaction.events.<gid>
-// (docs/ARCHITECTURE.md §3) and logs one line per change.
+// Package events publishes group state changes to
+// bulkaction.events.<tenant>.<groupId> (docs/ARCHITECTURE.md §3) and logs
+// one line per change.
 package events
 
 import (
@@ -37,23 +38,33 @@ func NewPublisher(js jetstream.JetStream, names contracts.Names, log *slog.Logge
 
 // Change is one change of a group to publish.
 type Change struct {
-	Group  string
+	Group  contracts.GroupRef
 	Counts redisq.GroupCounts
 	// Ended is set when this change ended the group (COMPLETED or
 	// CANCELLED): it is counted once, by state, whether or not the event
 	// is published. Events repeated for a group that had already ended
 	// leave it unset.
 	Ended bool
+	// Notice is carried by the event (see [contracts.GroupEvent.Notice]).
+	Notice string
+	// Progress marks a change of counts only, not of state: it is logged at
+	// debug level, not info.
+	Progress bool
+	// Control marks a change made by a pause or a resume, which may bring a
+	// group back to a state and counts it had before: such an event is
+	// published without a message id, so JetStream does not drop it as a
+	// duplicate of the earlier one.
+	Control bool
 }
 
 // Event builds the event of a group's counts.
-func Event(groupID string, c redisq.GroupCounts, at time.Time) contracts.GroupEvent {
+func Event(g contracts.GroupRef, c redisq.GroupCounts, at time.Time) contracts.GroupEvent {
 	total := c.Declared
 	if total < 0 {
 		total = 0
 	}
 	return contracts.GroupEvent{
-		V: contracts.Version, GroupID: groupID, State: c.State, Total: total, Jobs: c.Jobs,
+		V: contracts.Version, Tenant: g.Tenant, GroupID: g.ID, State: c.State, Total: total, Jobs: c.Jobs,
 		Succeeded: c.Succeeded, Failed: c.Failed, Cancelled: c.Cancelled, At: at.UTC(),
 	}
 }
@@ -62,22 +73,34 @@ func Event(groupID string, c redisq.GroupCounts, at time.Time) contracts.GroupEv
 // message id is derived from the state and counts, so publishing the same
 // change again (after a crash) is deduplicated by JetStream.
 func (p *Publisher) Publish(ctx context.Context, ch Change) error {
-	groupID, c := ch.Group, ch.Counts
+	g, c := ch.Group, ch.Counts
 	if ch.Ended && p.metrics != nil {
 		p.metrics.GroupCompletions.WithLabelValues(completionLabel(c.State)).Inc()
 	}
-	ev := Event(groupID, c, time.Now())
+	ev := Event(g, c, time.Now())
+	ev.Notice = ch.Notice
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(p.names.Events(groupID))
+	msg := nats.NewMsg(p.names.Events(g))
 	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:%d:%d:%d", groupID, c.State, c.Done, c.Cancelled, c.Jobs))
-	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("events: publish %s %s: %w", groupID, c.State, err)
+	if ch.Notice == "" && !ch.Control {
+		// A notice is news each time; a state and counts are published once.
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:%s:%d:%d:%d:%d", g.Tenant, g.ID, c.State, c.Done, c.Cancelled, c.Jobs, c.Declared))
 	}
-	p.log.Info("group state", "group", groupID, "state", string(c.State), "total", ev.Total,
+	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("events: publish %s %s: %w", g, c.State, err)
+	}
+	if ch.Notice != "" {
+		p.log.Warn("group notice", "tenant", g.Tenant, "group", g.ID, "state", string(c.State), "notice", ch.Notice)
+		return nil
+	}
+	level := slog.LevelInfo
+	if ch.Progress {
+		level = slog.LevelDebug
+	}
+	p.log.Log(ctx, level, "group state", "tenant", g.Tenant, "group", g.ID, "state", string(c.State), "total", ev.Total,
 		"jobs", c.Jobs, "succeeded", c.Succeeded, "failed", c.Failed, "cancelled", c.Cancelled)
 	return nil
 }

@@ -37,6 +37,8 @@ const (
 
 // Span attribute keys set on every hand-off span.
 const (
+	// AttrTenant is the tenant of the job's group (the same key as the client's).
+	AttrTenant = telemetry.AttrTenant
 	// AttrGroupID is the job's group id (the same key as the client's).
 	AttrGroupID = telemetry.AttrGroupID
 	// AttrJobID is the job's id within its group.
@@ -60,7 +62,7 @@ const confirmTimeout = 10 * time.Second
 
 // Publish hands jobs to READY: for each job it starts a span named span
 // (a child of the job's stored traceparent, with the group id, job id, type,
-// attempt and any extra attrs), publishes a [contracts.ReadyJob] to
+// attempt and any extra attrs), publishes a [contracts.ReadyBatch] of that one job to
 // d.Names.Ready(job.Type) with Nats-Msg-Id [contracts.ReadyMsgID] and the
 // span's trace context in the headers, waits for every PubAck
 // ([natsutil.PublishAll]) and then confirms the published jobs with one
@@ -90,7 +92,7 @@ func Publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, span str
 	fail := func(i int, e error) {
 		failed++
 		if first == nil {
-			first = fmt.Errorf("%s/%s attempt %d: %w", jobs[i].GroupID, jobs[i].ID, jobs[i].Attempt, e)
+			first = fmt.Errorf("%s/%s attempt %d: %w", jobs[i].Group, jobs[i].ID, jobs[i].Attempt, e)
 		}
 		spans[i].RecordError(e)
 		spans[i].SetStatus(codes.Error, e.Error())
@@ -99,23 +101,24 @@ func Publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, span str
 		subject := d.Names.Ready(j.Type)
 		sctx, sp := telemetry.StartMessageSpan(parentContext(ctx, j.Trace), tracer, span, trace.SpanKindProducer, subject)
 		if sp.IsRecording() {
-			sp.SetAttributes(AttrGroupID.String(j.GroupID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
+			sp.SetAttributes(AttrTenant.String(j.Group.Tenant), AttrGroupID.String(j.Group.ID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
 				AttrAttempt.Int(j.Attempt))
 			sp.SetAttributes(attrs...)
 		}
 		spans[i] = sp
-		rj := contracts.ReadyJob{V: contracts.Version, GroupID: j.GroupID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}
+		rb := contracts.ReadyBatch{V: contracts.Version, Jobs: []contracts.ReadyJob{{
+			Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}}}
 		if len(j.Payload) > 0 {
-			rj.Payload = json.RawMessage(j.Payload)
+			rb.Jobs[0].Payload = json.RawMessage(j.Payload)
 		}
-		data, err := json.Marshal(&rj)
+		data, err := json.Marshal(&rb)
 		if err != nil {
 			fail(i, fmt.Errorf("encode ready job: %w", err))
 			continue
 		}
 		m := nats.NewMsg(subject)
 		m.Data = data
-		m.Header.Set(jetstream.MsgIDHeader, rj.MsgID())
+		m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
 		telemetry.InjectHeader(sctx, m.Header)
 		msgs = append(msgs, m)
 		idx = append(idx, i)

@@ -22,13 +22,16 @@ import (
 
 func TestMain(m *testing.M) { pipelinetest.Main(m) }
 
-// lease enqueues n jobs per group and admits them all.
+// tenant is the tenant of the tests' groups.
+const tenant = "t1"
+
+// lease enqueues n jobs per group (of tenant) and admits them all.
 func lease(t *testing.T, e *pipelinetest.Env, groups []string, n int, trace string) []redisq.LeasedJob {
 	t.Helper()
 	var jobs []redisq.Job
 	for _, g := range groups {
 		for i := range n {
-			jobs = append(jobs, redisq.Job{GroupID: g, ID: fmt.Sprintf("j%03d", i), Type: "type-" + g,
+			jobs = append(jobs, redisq.Job{Group: contracts.Group(tenant, g), ID: fmt.Sprintf("j%03d", i), Type: "type-" + g,
 				Payload: []byte(fmt.Sprintf(`{"g":%q,"i":%d}`, g, i)), Trace: trace})
 		}
 	}
@@ -67,18 +70,22 @@ func TestPublishPublishesAndConfirms(t *testing.T) {
 		if m.Subject != e.Names.Ready(j.Type) {
 			t.Errorf("message %d on %s, want %s", i, m.Subject, e.Names.Ready(j.Type))
 		}
-		if got, want := m.Header.Get(jetstream.MsgIDHeader), contracts.ReadyMsgID(j.GroupID, j.ID, 1); got != want {
+		if got, want := m.Header.Get(jetstream.MsgIDHeader), contracts.ReadyMsgID(j.Group, j.ID, 1); got != want {
 			t.Errorf("message %d: Nats-Msg-Id %q, want %q", i, got, want)
 		}
-		rj, err := contracts.DecodeReadyJob(m.Data, contracts.Limits{})
+		rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
+		if len(rb.Jobs) != 1 {
+			t.Fatalf("message %d carries %d jobs, want 1", i, len(rb.Jobs))
+		}
+		rj := rb.Jobs[0]
 		var n int
 		fmt.Sscanf(j.ID, "j%d", &n)
-		want := fmt.Sprintf(`{"g":%q,"i":%d}`, j.GroupID, n)
-		if rj.GroupID != j.GroupID || rj.JobID != j.ID || rj.Type != j.Type || rj.Attempt != 1 || string(rj.Payload) != want {
-			t.Errorf("message %d = %+v payload %s, want %s/%s %s attempt 1 payload %s", i, rj, rj.Payload, j.GroupID, j.ID, j.Type, want)
+		want := fmt.Sprintf(`{"g":%q,"i":%d}`, j.Group.ID, n)
+		if rj.Ref() != j.Group || rj.Tenant != tenant || rj.JobID != j.ID || rj.Type != j.Type || rj.Attempt != 1 || string(rj.Payload) != want {
+			t.Errorf("message %d = %+v payload %s, want %s/%s %s attempt 1 payload %s", i, rj, rj.Payload, j.Group, j.ID, j.Type, want)
 		}
 	}
 
@@ -147,11 +154,13 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 	}
 	var ids []string
 	for _, m := range stored(t, e) {
-		rj, err := contracts.DecodeReadyJob(m.Data, contracts.Limits{})
+		rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, rj.JobID)
+		for _, rj := range rb.Jobs {
+			ids = append(ids, rj.JobID)
+		}
 	}
 	slices.Sort(ids)
 	want := []string{"j000", "j001", "j002", "j003", "j004", "j005", "j006", "j007", "j008", "j009"}
@@ -189,7 +198,7 @@ func TestPublishContinuesStoredTrace(t *testing.T) {
 		}
 		attrs := attribute.NewSet(s.Attributes()...)
 		for k, want := range map[attribute.Key]string{
-			handoff.AttrGroupID: "g", handoff.AttrJobType: "type-g", handoff.AttrDecision: handoff.DecisionReady,
+			handoff.AttrTenant: tenant, handoff.AttrGroupID: "g", handoff.AttrJobType: "type-g", handoff.AttrDecision: handoff.DecisionReady,
 		} {
 			if v, ok := attrs.Value(k); !ok || v.AsString() != want {
 				t.Errorf("span %d: %s = %v, want %s", i, k, v.Emit(), want)
@@ -230,5 +239,44 @@ func TestPublishNothing(t *testing.T) {
 	ok, err := handoff.Publish(context.Background(), pipelinetest.NewEnv(t, redisq.Config{}).Deps(), nil, handoff.SpanAdmit)
 	if ok != nil || err != nil {
 		t.Fatalf("Publish(nil) = %v, %v", ok, err)
+	}
+}
+
+// Two tenants' groups of the same id, with the same job ids, are different
+// jobs: their READY messages carry their tenant, and the duplicate window
+// (message ids name the tenant) keeps both.
+func TestPublishKeepsTenantsApart(t *testing.T) {
+	t.Parallel()
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	var jobs []redisq.Job
+	for _, tenant := range []string{"acme", "globex"} {
+		for i := range 5 {
+			jobs = append(jobs, redisq.Job{Group: contracts.Group(tenant, "g"), ID: fmt.Sprintf("j%d", i), Type: "t"})
+		}
+	}
+	leased := e.Lease(t, jobs)
+	ok, err := handoff.Publish(context.Background(), e.Deps(), leased, handoff.SpanAdmit)
+	if err != nil || len(ok) != len(jobs) {
+		t.Fatalf("published %d of %d: %v", len(ok), len(jobs), err)
+	}
+	seen := map[string]bool{}
+	for _, m := range stored(t, e) {
+		rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rj := range rb.Jobs {
+			key := rj.Ref().String() + "/" + rj.JobID
+			if seen[key] {
+				t.Errorf("%s published twice", key)
+			}
+			seen[key] = true
+			if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, rj.Tenant+":g:") {
+				t.Errorf("%s: Nats-Msg-Id %q does not name the tenant", key, id)
+			}
+		}
+	}
+	if len(seen) != len(jobs) {
+		t.Fatalf("READY holds %d distinct jobs, want %d", len(seen), len(jobs))
 	}
 }

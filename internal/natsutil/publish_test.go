@@ -15,12 +15,13 @@ import (
 )
 
 func submitMsgs(n contracts.Names, gid string, count int) []*nats.Msg {
+	g := contracts.Group("t1", gid)
 	msgs := make([]*nats.Msg, count)
 	for i := range msgs {
 		jid := fmt.Sprintf("j%d", i)
-		m := nats.NewMsg(n.Submit(gid))
+		m := nats.NewMsg(n.Submit(g))
 		m.Data = []byte(jid)
-		m.Header.Set(jetstream.MsgIDHeader, contracts.SubmitMsgID(gid, jid))
+		m.Header.Set(jetstream.MsgIDHeader, contracts.SubmitMsgID(g, jid))
 		msgs[i] = m
 	}
 	return msgs

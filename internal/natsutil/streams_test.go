@@ -115,10 +115,10 @@ func TestEnsureStreamsIsIdempotentAndUpdates(t *testing.T) {
 	if err := natsutil.EnsureStreams(ctx, js, n, natsutil.StreamSettings{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctx, n.Events("g1"), []byte(`{}`)); err != nil {
+	if _, err := js.Publish(ctx, n.Events(contracts.Group("t1", "g1")), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctx, n.Submit("g1"), []byte(`{}`)); err != nil {
+	if _, err := js.Publish(ctx, n.Submit(contracts.Group("t1", "g1")), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	before := streamInfos(t, js, n)

@@ -157,13 +157,13 @@ func (e *Env) Inflight(t testing.TB) int64 {
 	return n
 }
 
-// Group returns the counters of group gid, failing t if the group does not
+// Group returns the counters of group g, failing t if the group does not
 // exist or cannot be read.
-func (e *Env) Group(t testing.TB, gid string) *redisq.GroupInfo {
+func (e *Env) Group(t testing.TB, g contracts.GroupRef) *redisq.GroupInfo {
 	t.Helper()
-	info, ok, err := e.Queue.Group(context.Background(), gid)
+	info, ok, err := e.Queue.Group(context.Background(), g)
 	if err != nil || !ok {
-		t.Fatalf("group %s: ok=%v err=%v", gid, ok, err)
+		t.Fatalf("group %s: ok=%v err=%v", g, ok, err)
 	}
 	return info
 }
@@ -216,11 +216,12 @@ func (e *Env) StoredMsgs(t testing.TB, stream string) []*jetstream.RawStreamMsg 
 	return out
 }
 
-// Msg is one READY message as the reader received it.
+// Msg is one job of a READY message as the reader received it (a message
+// of N jobs gives N Msgs sharing the message's fields).
 type Msg struct {
-	// Job is the decoded body; the zero value when Err is set.
+	// Job is the decoded job; the zero value when Err is set.
 	Job contracts.ReadyJob
-	// Err is the decoding error of a body that is not a valid ReadyJob.
+	// Err is the decoding error of a body that is not a valid ReadyBatch.
 	Err error
 	// Data is the raw body.
 	Data []byte
@@ -236,8 +237,8 @@ type Msg struct {
 	At time.Time
 }
 
-// Key returns "<groupId>:<jobId>" of the message's job.
-func (m Msg) Key() string { return m.Job.GroupID + ":" + m.Job.JobID }
+// Key returns "<tenant>:<groupId>:<jobId>" of the message's job.
+func (m Msg) Key() string { return m.Job.Tenant + ":" + m.Job.GroupID + ":" + m.Job.JobID }
 
 // Reader is a durable consumer over every READY subject that acknowledges
 // what it reads and records each stream message once (a redelivery of the
@@ -288,15 +289,20 @@ func NewReader(t testing.TB, e *Env, opts ReaderOptions) *Reader {
 			return
 		}
 		rec := Msg{Data: append([]byte(nil), m.Data()...), Subject: m.Subject(), Header: m.Headers(), Seq: md.Sequence.Stream, Stored: md.Timestamp, At: at}
-		if j, err := contracts.DecodeReadyJob(m.Data(), contracts.Limits{}); err != nil {
-			rec.Err = err
+		recs := []Msg{rec}
+		if b, err := contracts.DecodeReadyBatch(m.Data(), contracts.Limits{}); err != nil {
+			recs[0].Err = err
 		} else {
-			rec.Job = *j
+			recs = recs[:0]
+			for _, j := range b.Jobs {
+				rec.Job = j
+				recs = append(recs, rec)
+			}
 		}
 		r.mu.Lock()
 		if !r.seen[rec.Seq] {
 			r.seen[rec.Seq] = true
-			r.msgs = append(r.msgs, rec)
+			r.msgs = append(r.msgs, recs...)
 		}
 		r.mu.Unlock()
 		_ = m.Ack()
@@ -349,7 +355,7 @@ func (r *Reader) WaitJobs(t testing.TB, n int, timeout time.Duration) []Msg {
 	return got
 }
 
-// Counts returns how many times each job ("<groupId>:<jobId>") was read.
+// Counts returns how many times each job ("<tenant>:<groupId>:<jobId>") was read.
 func Counts(msgs []Msg) map[string]int {
 	c := make(map[string]int, len(msgs))
 	for _, m := range msgs {

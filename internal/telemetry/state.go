@@ -30,8 +30,8 @@ type QueueState struct {
 	NonReadySize int64
 	// InflightSize is bulk_action_inflight_size: admitted jobs not yet confirmed on READY.
 	InflightSize int64
-	// ActiveGroups is bulk_action_active_groups: groups sharing the global rate.
-	ActiveGroups int64
+	// ActiveTenants is bulk_action_active_tenants: tenants sharing the global rate.
+	ActiveTenants int64
 	// CongestionLevels is bulk_action_congestion_level{level}: groups at each congestion level
 	// (NONE, LOW, MODERATE, HIGH, CRITICAL). Levels missing from the map are reported as 0.
 	CongestionLevels map[string]int64
@@ -67,7 +67,7 @@ func NewStateCollector(fn func(ctx context.Context) (QueueState, error), timeout
 		ready:       gauge("ready_queue_size", "Messages in the READY stream."),
 		nonReady:    gauge("non_ready_queue_size", "Jobs parked in the non-ready (backoff) queue."),
 		inflight:    gauge("inflight_size", "Admitted jobs not yet confirmed on the READY stream."),
-		active:      gauge("active_groups", "Groups sharing the global rate limit."),
+		active:      gauge("active_tenants", "Tenants sharing the global rate limit."),
 		congestion:  gauge("congestion_level", "Groups at each congestion level.", "level"),
 		globalLimit: gauge("rate_limit_global", "Configured global rate limit, in jobs per second."),
 	}
@@ -94,7 +94,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(st.ReadySize))
 	ch <- prometheus.MustNewConstMetric(c.nonReady, prometheus.GaugeValue, float64(st.NonReadySize))
 	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(st.InflightSize))
-	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.ActiveGroups))
+	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.ActiveTenants))
 	perLevel(ch, c.congestion, congestionLevels, st.CongestionLevels)
 	ch <- prometheus.MustNewConstMetric(c.globalLimit, prometheus.GaugeValue, st.GlobalRateLimit)
 }

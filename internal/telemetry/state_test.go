@@ -16,7 +16,7 @@ func TestStateCollectorReportsState(t *testing.T) {
 		ReadySize:        120,
 		NonReadySize:     7,
 		InflightSize:     3,
-		ActiveGroups:     8,
+		ActiveTenants:    8,
 		CongestionLevels: map[string]int64{"NONE": 6, "HIGH": 2},
 		GlobalRateLimit:  10000,
 	}
@@ -24,9 +24,9 @@ func TestStateCollectorReportsState(t *testing.T) {
 	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) { return st, nil }, time.Second))
 
 	const want = `
-# HELP bulk_action_active_groups Groups sharing the global rate limit.
-# TYPE bulk_action_active_groups gauge
-bulk_action_active_groups 8
+# HELP bulk_action_active_tenants Tenants sharing the global rate limit.
+# TYPE bulk_action_active_tenants gauge
+bulk_action_active_tenants 8
 # HELP bulk_action_congestion_level Groups at each congestion level.
 # TYPE bulk_action_congestion_level gauge
 bulk_action_congestion_level{level="CRITICAL"} 0

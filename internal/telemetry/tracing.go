@@ -128,6 +128,8 @@ func canonicalCopy(h nats.Header) propagation.HeaderCarrier {
 // Span attribute keys every service puts on a job's spans, so one job's
 // spans can be searched by the same keys whichever service made them.
 const (
+	// AttrTenant is the tenant of the job's group.
+	AttrTenant = attribute.Key("bulkaction.tenant")
 	// AttrGroupID is the job's group id.
 	AttrGroupID = attribute.Key("bulkaction.group_id")
 	// AttrJobID is the job's id within its group.

@@ -16,10 +16,10 @@ import (
 // connection closed.
 var ErrWatchEnded = errors.New("client: watch ended before the group reached a terminal state")
 
-// Watch streams the events of the group, starting from the first one the
+// Watch streams the events of the client's tenant's group, starting from the first one the
 // EVENTS stream holds, so a late watcher still sees the group's history. It
 // uses an ordered consumer: events arrive once each, in order. Messages that
-// are not valid v1 events of this group are skipped.
+// are not valid v2 events of this group are skipped.
 //
 // The channel is closed after the group's final event has been delivered
 // (COMPLETED, or CANCELLED once every job is accounted for: see
@@ -27,11 +27,12 @@ var ErrWatchEnded = errors.New("client: watch ended before the group reached a t
 // connection closed, the stream was deleted). The caller must receive until
 // the channel is closed or cancel ctx.
 func (c *Client) Watch(ctx context.Context, groupID string) (<-chan contracts.GroupEvent, error) {
-	if err := contracts.ValidateID("groupId", groupID); err != nil {
+	g, err := c.group(groupID)
+	if err != nil {
 		return nil, fmt.Errorf("client: watch: %w", err)
 	}
 	cons, err := c.js.OrderedConsumer(ctx, c.names.StreamEvents(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.names.Events(groupID)},
+		FilterSubjects: []string{c.names.Events(g)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -51,7 +52,7 @@ func (c *Client) Watch(ctx context.Context, groupID string) (<-chan contracts.Gr
 				return // ctx ended, or the iterator closed for good
 			}
 			var ev contracts.GroupEvent
-			if json.Unmarshal(msg.Data(), &ev) != nil || ev.Validate() != nil || ev.GroupID != groupID {
+			if json.Unmarshal(msg.Data(), &ev) != nil || ev.Validate() != nil || ev.Ref() != g {
 				continue
 			}
 			select {

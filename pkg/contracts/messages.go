@@ -10,7 +10,10 @@ import (
 
 // Version is the value of the "v" field of every message. A message with any other version is
 // rejected with reason [ReasonBadVersion].
-const Version = 1
+const Version = 2
+
+// MaxBatch is the most items a jobs, ready or results message carries.
+const MaxBatch = 1000
 
 // Priority is the serving level of a job's group in the fair queue. The zero value "" means
 // [PriorityNormal].
@@ -58,81 +61,166 @@ func ParsePriority(s string) (Priority, error) {
 	return p, nil
 }
 
-// Kind tells which of its three forms a [Submission] takes. The zero value is not a kind: a
-// submission without one is rejected with reason [ReasonUnknownKind].
+// Kind tells which of its forms a [Submission] takes. The zero value is not a kind: a submission
+// without one is rejected with reason [ReasonUnknownKind].
 type Kind string
 
 // The submission kinds.
 const (
-	// KindJob submits one job of a group.
-	KindJob Kind = "job"
+	// KindJobs submits 1..[MaxBatch] jobs of a group, validated as a whole.
+	KindJobs Kind = "jobs"
 	// KindSeal declares the number of distinct jobs the group has in total.
 	KindSeal Kind = "seal"
 	// KindCancel ends the group early: queued and backed-off jobs are dropped and counted as cancelled.
 	KindCancel Kind = "cancel"
+	// KindPause stops admitting the group's jobs; the group keeps its place in the fair queue.
+	KindPause Kind = "pause"
+	// KindResume lets a paused group's jobs be admitted again.
+	KindResume Kind = "resume"
 )
 
-// Valid reports whether k is one of the three kinds.
+// Kinds lists every kind, in the order error messages name them. Callers must not modify it.
+var Kinds = []Kind{KindJobs, KindSeal, KindCancel, KindPause, KindResume}
+
+// Valid reports whether k is one of the kinds.
 func (k Kind) Valid() bool {
 	switch k {
-	case KindJob, KindSeal, KindCancel:
+	case KindJobs, KindSeal, KindCancel, KindPause, KindResume:
 		return true
 	}
 	return false
 }
 
-// Submission is the body of <prefix>.submit.<groupId>: a job, a seal or a cancel, as Kind says.
-// Fields that belong to another kind must be left at their zero values. The zero value is not a
-// valid submission (V and Kind are required).
+// GroupRef identifies a group: a group is named by its tenant and its groupId, so two tenants may
+// use the same groupId without touching each other. The zero value names no group.
+type GroupRef struct {
+	// Tenant is the tenant token (see [TenantPattern]).
+	Tenant string
+	// ID is the groupId token (see [IDPattern]).
+	ID string
+}
+
+// Group returns the GroupRef of tenant and groupID.
+func Group(tenant, groupID string) GroupRef { return GroupRef{Tenant: tenant, ID: groupID} }
+
+// String returns "<tenant>/<groupId>", the form logs and errors use.
+func (g GroupRef) String() string { return g.Tenant + "/" + g.ID }
+
+// Validate checks both tokens: the tenant against [TenantPattern] (field "tenant") and the ID
+// against [IDPattern] (field "groupId").
+func (g GroupRef) Validate() error {
+	if err := ValidateTenant(g.Tenant); err != nil {
+		return err
+	}
+	return ValidateID("groupId", g.ID)
+}
+
+// Submission is the body of <prefix>.submit.<tenant>.<groupId>: jobs, a seal, a cancel, a pause or
+// a resume, as Kind says. Fields that belong to another kind must be left at their zero values.
+// The zero value is not a valid submission (V and Kind are required).
 type Submission struct {
 	// V is the contract version; it must equal [Version].
 	V int `json:"v"`
 	// Kind says which form this submission takes; required.
 	Kind Kind `json:"kind"`
-	// GroupID is the group the submission belongs to; required, and it must equal the <groupId>
-	// token of the subject the message is published on.
-	GroupID string `json:"groupId"`
-	// JobID identifies the job within its group (kind job only; required there).
-	JobID string `json:"jobId,omitempty"`
-	// Type routes the job to the workers of that type (kind job only; required there).
-	Type string `json:"type,omitempty"`
-	// Payload is the job's input, any JSON value (kind job only). Nil or absent means JSON null.
-	// At most [Limits.MaxPayloadBytes] bytes in compact form.
-	Payload json.RawMessage `json:"payload,omitempty"`
-	// Priority is the group's serving level (kind job only); "" means [PriorityNormal].
-	Priority Priority `json:"priority,omitempty"`
-	// BasePriority is added to the group's fair-queue score, smaller is served earlier (kind job
-	// only); 0 by default, within [MinBasePriority, MaxBasePriority].
-	BasePriority int64 `json:"basePriority,omitempty"`
+	// Tenant is the group's tenant. The subject is authoritative: a body may leave it out, and
+	// one that names it must name the subject's <tenant> token. [DecodeSubmission] fills it in.
+	Tenant string `json:"tenant,omitempty"`
+	// GroupID is the group the submission belongs to; like Tenant, optional in the body, and when
+	// given it must equal the subject's <groupId> token.
+	GroupID string `json:"groupId,omitempty"`
+	// Jobs are the jobs submitted (kind jobs only): 1..[MaxBatch] of them, with distinct job IDs.
+	Jobs []SubmitJob `json:"jobs,omitempty"`
+	// Group holds the group's settings (kind jobs only, optional). They apply when the message
+	// creates the group; a later message with other settings is reported, never silently applied.
+	Group *GroupSettings `json:"group,omitempty"`
 	// Total is the number of distinct jobs the group has (kind seal only; required there),
 	// within [0, MaxTotal]. Nil means not given.
 	Total *int64 `json:"total,omitempty"`
 }
 
-// MsgID returns the Nats-Msg-Id header value for s according to its kind: [SubmitMsgID] for a job,
-// [SealMsgID] for a seal (a nil Total counts as 0) and [CancelMsgID] for a cancel. It returns "" for
-// an unknown kind.
+// Ref returns the group the submission names.
+func (s *Submission) Ref() GroupRef { return GroupRef{Tenant: s.Tenant, ID: s.GroupID} }
+
+// SubmitJob is one job of a jobs submission.
+type SubmitJob struct {
+	// JobID identifies the job within its group; required. A job is run once per (tenant,
+	// groupId, jobId) for the whole life of the group, however often it is submitted.
+	JobID string `json:"jobId"`
+	// Type routes the job to the workers of that type; required.
+	Type string `json:"type"`
+	// Payload is the job's input, any JSON value. Nil or absent means JSON null. At most
+	// [Limits.MaxPayloadBytes] bytes in compact form.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// GroupSettings are the settings a jobs submission gives the group it creates.
+type GroupSettings struct {
+	// Priority is the group's serving level; "" means [PriorityNormal].
+	Priority Priority `json:"priority,omitempty"`
+	// BasePriority is added to the group's fair-queue score, smaller is served earlier; 0 by
+	// default, within [MinBasePriority, MaxBasePriority].
+	BasePriority int64 `json:"basePriority,omitempty"`
+	// MaxInFlight bounds the group's admitted but unfinished jobs; 0 means unlimited, at most
+	// [MaxInFlight].
+	MaxInFlight int64 `json:"maxInFlight,omitempty"`
+}
+
+// Settings returns s's group settings, the defaults when it has none.
+func (s *Submission) Settings() GroupSettings {
+	if s.Group == nil {
+		return GroupSettings{}
+	}
+	return *s.Group
+}
+
+// MsgID returns the Nats-Msg-Id header value for s according to its kind: [JobsMsgID] for jobs,
+// [SealMsgID] for a seal (a nil Total counts as 0) and [CancelMsgID] for a cancel. A pause or a
+// resume has none ("": each one counts, so pause, resume, pause is not deduplicated), nor has an
+// unknown kind.
 func (s *Submission) MsgID() string {
+	g := s.Ref()
 	switch s.Kind {
-	case KindJob:
-		return SubmitMsgID(s.GroupID, s.JobID)
+	case KindJobs:
+		return JobsMsgID(g, s.Jobs)
 	case KindSeal:
 		var total int64
 		if s.Total != nil {
 			total = *s.Total
 		}
-		return SealMsgID(s.GroupID, total)
+		return SealMsgID(g, total)
 	case KindCancel:
-		return CancelMsgID(s.GroupID)
+		return CancelMsgID(g)
 	}
 	return ""
 }
 
-// ReadyJob is the body of <prefix>.ready.<type>: one attempt of a job admitted for execution. The
-// zero value is not valid (V, the IDs, Type and Attempt are required).
-type ReadyJob struct {
+// ReadyBatch is the body of <prefix>.ready.<type>: 1..[MaxBatch] jobs admitted for execution, all
+// of the subject's type. The zero value is not valid.
+type ReadyBatch struct {
 	// V is the contract version; it must equal [Version].
 	V int `json:"v"`
+	// Jobs are the admitted jobs.
+	Jobs []ReadyJob `json:"jobs"`
+}
+
+// MsgID returns the Nats-Msg-Id header value for b: [ReadyMsgID] for a batch of one, and a digest
+// of every job's IDs and attempt for a larger batch.
+func (b *ReadyBatch) MsgID() string {
+	if len(b.Jobs) == 1 {
+		return b.Jobs[0].MsgID()
+	}
+	return batchMsgID("ready", len(b.Jobs), func(yield func(string)) {
+		for i := range b.Jobs {
+			yield(b.Jobs[i].MsgID())
+		}
+	})
+}
+
+// ReadyJob is one attempt of a job admitted for execution, an item of a [ReadyBatch].
+type ReadyJob struct {
+	// Tenant is the job's tenant; required.
+	Tenant string `json:"tenant"`
 	// GroupID is the job's group; required.
 	GroupID string `json:"groupId"`
 	// JobID identifies the job within its group; required.
@@ -145,8 +233,11 @@ type ReadyJob struct {
 	Attempt int `json:"attempt"`
 }
 
-// MsgID returns the Nats-Msg-Id header value for r, [ReadyMsgID] of its IDs and attempt.
-func (r *ReadyJob) MsgID() string { return ReadyMsgID(r.GroupID, r.JobID, r.Attempt) }
+// Ref returns the job's group.
+func (r *ReadyJob) Ref() GroupRef { return GroupRef{Tenant: r.Tenant, ID: r.GroupID} }
+
+// MsgID returns [ReadyMsgID] of r's IDs and attempt.
+func (r *ReadyJob) MsgID() string { return ReadyMsgID(r.Ref(), r.JobID, r.Attempt) }
 
 // ResultStatus is the outcome of one attempt. The zero value is not a status.
 type ResultStatus string
@@ -162,13 +253,36 @@ const (
 // Valid reports whether s is [ResultSuccess] or [ResultFailed].
 func (s ResultStatus) Valid() bool { return s == ResultSuccess || s == ResultFailed }
 
-// JobResult is the body of <prefix>.result.<groupId>: the terminal outcome of one job attempt. The
-// zero value is not valid (V, the IDs, Attempt and Status are required).
-type JobResult struct {
+// ResultBatch is the body of <prefix>.result.<tenant>.<groupId>: the terminal outcomes of 1..
+// [MaxBatch] job attempts of that group. The zero value is not valid.
+type ResultBatch struct {
 	// V is the contract version; it must equal [Version].
 	V int `json:"v"`
-	// GroupID is the job's group; required.
-	GroupID string `json:"groupId"`
+	// Results are the outcomes.
+	Results []JobResult `json:"results"`
+}
+
+// MsgID returns the Nats-Msg-Id header value for b: [ResultMsgID] for a batch of one, and a digest
+// of every result's IDs and attempt for a larger batch.
+func (b *ResultBatch) MsgID() string {
+	if len(b.Results) == 1 {
+		return b.Results[0].MsgID()
+	}
+	return batchMsgID("result", len(b.Results), func(yield func(string)) {
+		for i := range b.Results {
+			yield(b.Results[i].MsgID())
+		}
+	})
+}
+
+// JobResult is the terminal outcome of one job attempt, an item of a [ResultBatch]. The zero value
+// is not valid (the IDs, Attempt and Status are required).
+type JobResult struct {
+	// Tenant is the job's tenant. The subject is authoritative: a body may leave it out, and one
+	// that names it must name the subject's <tenant> token. [DecodeResultBatch] fills it in.
+	Tenant string `json:"tenant,omitempty"`
+	// GroupID is the job's group, optional in the body like Tenant.
+	GroupID string `json:"groupId,omitempty"`
 	// JobID identifies the job within its group; required.
 	JobID string `json:"jobId"`
 	// Attempt is the attempt this result belongs to, starting at 1.
@@ -181,11 +295,14 @@ type JobResult struct {
 	DurationMs int64 `json:"durationMs"`
 }
 
+// Ref returns the result's group.
+func (r *JobResult) Ref() GroupRef { return GroupRef{Tenant: r.Tenant, ID: r.GroupID} }
+
 // MsgID returns the Nats-Msg-Id header value for r, [ResultMsgID] of its IDs and attempt.
-func (r *JobResult) MsgID() string { return ResultMsgID(r.GroupID, r.JobID, r.Attempt) }
+func (r *JobResult) MsgID() string { return ResultMsgID(r.Ref(), r.JobID, r.Attempt) }
 
 // GroupState is the state of a group's life cycle: CREATED → RUNNING → AGGREGATING → COMPLETED,
-// or CANCELLED from any non-terminal state. The zero value is not a state.
+// PAUSED (to and from CREATED, RUNNING or AGGREGATING), or CANCELLED from any non-terminal state. The zero value is not a state.
 type GroupState string
 
 // The group states.
@@ -200,12 +317,14 @@ const (
 	StateCompleted GroupState = "COMPLETED"
 	// StateCancelled means the group was ended early; Succeeded+Failed+Cancelled == Jobs.
 	StateCancelled GroupState = "CANCELLED"
+	// StatePaused means admission skips the group, which keeps its place, until it is resumed.
+	StatePaused GroupState = "PAUSED"
 )
 
-// Valid reports whether s is one of the five states.
+// Valid reports whether s is one of the six states.
 func (s GroupState) Valid() bool {
 	switch s {
-	case StateCreated, StateRunning, StateAggregating, StateCompleted, StateCancelled:
+	case StateCreated, StateRunning, StateAggregating, StateCompleted, StateCancelled, StatePaused:
 		return true
 	}
 	return false
@@ -213,6 +332,9 @@ func (s GroupState) Valid() bool {
 
 // Terminal reports whether s is final: [StateCompleted] or [StateCancelled].
 func (s GroupState) Terminal() bool { return s == StateCompleted || s == StateCancelled }
+
+// Ref returns the event's group.
+func (e *GroupEvent) Ref() GroupRef { return GroupRef{Tenant: e.Tenant, ID: e.GroupID} }
 
 // Final reports whether e is a group's last word: COMPLETED, or CANCELLED with every job accounted
 // for (succeeded + failed + cancelled == jobs). A CANCELLED event whose counts do not add up yet is
@@ -227,11 +349,15 @@ func (e *GroupEvent) Final() bool {
 	return false
 }
 
-// GroupEvent is the body of <prefix>.events.<groupId>, published on every state change of a group.
-// The zero value is not valid (V, GroupID and State are required).
+// GroupEvent is the body of <prefix>.events.<tenant>.<groupId>: the public status feed of a group.
+// One is published on every state change and, while the counts change, at most about once a
+// second, so the last event of a group carries its current state and counts. The zero value is not
+// valid (V, Tenant, GroupID and State are required).
 type GroupEvent struct {
 	// V is the contract version; it must equal [Version].
 	V int `json:"v"`
+	// Tenant is the group's tenant; required.
+	Tenant string `json:"tenant"`
 	// GroupID is the group the event describes; required.
 	GroupID string `json:"groupId"`
 	// State is the group's state after the change.
@@ -248,6 +374,10 @@ type GroupEvent struct {
 	Cancelled int64 `json:"cancelled"`
 	// At is when the change happened.
 	At time.Time `json:"at"`
+	// Notice reports, when set, something the group's producer should know that changed no
+	// state: a submission whose group settings differ from the group's (they are not applied),
+	// or a pause or resume that did nothing. Empty otherwise.
+	Notice string `json:"notice,omitempty"`
 }
 
 // DeadLetter is the body of <prefix>.dlq.<reason>: a message that was rejected, and why. Build one

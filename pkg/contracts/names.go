@@ -1,6 +1,8 @@
 package contracts
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 )
@@ -9,7 +11,7 @@ import (
 const DefaultPrefix = "bulkaction"
 
 // Names builds the subjects and stream names of one bulkaction installation. The zero value uses
-// [DefaultPrefix]: subjects bulkaction.submit.<groupId>, … and streams BULKACTION_SUBMIT, ….
+// [DefaultPrefix]: subjects bulkaction.submit.<tenant>.<groupId>, … and streams BULKACTION_SUBMIT, ….
 type Names struct {
 	// Prefix is the first token(s) of every subject, e.g. "bulkaction" or "acme.bulk"; "" means
 	// [DefaultPrefix]. Stream names derive from it too (see [Names.StreamSubmit]). See
@@ -44,8 +46,12 @@ func (n Names) Validate() error {
 	return nil
 }
 
-// Submit returns the subject of a group's submissions, <prefix>.submit.<groupId>.
-func (n Names) Submit(groupID string) string { return n.subject("submit", groupID) }
+// Submit returns the subject of a group's submissions, <prefix>.submit.<tenant>.<groupId>.
+func (n Names) Submit(g GroupRef) string { return n.subject("submit", g.Tenant+"."+g.ID) }
+
+// SubmitTenant returns the wildcard of one tenant's submissions, <prefix>.submit.<tenant>.>: what
+// a tenant's NATS user may publish to.
+func (n Names) SubmitTenant(tenant string) string { return n.subject("submit", tenant+".>") }
 
 // SubmitAll returns the wildcard of every group's submissions, <prefix>.submit.>.
 func (n Names) SubmitAll() string { return n.subject("submit", ">") }
@@ -56,14 +62,18 @@ func (n Names) Ready(jobType string) string { return n.subject("ready", jobType)
 // ReadyAll returns the wildcard of ready jobs of every type, <prefix>.ready.>.
 func (n Names) ReadyAll() string { return n.subject("ready", ">") }
 
-// Result returns the subject of a group's job results, <prefix>.result.<groupId>.
-func (n Names) Result(groupID string) string { return n.subject("result", groupID) }
+// Result returns the subject of a group's job results, <prefix>.result.<tenant>.<groupId>.
+func (n Names) Result(g GroupRef) string { return n.subject("result", g.Tenant+"."+g.ID) }
 
 // ResultAll returns the wildcard of every group's job results, <prefix>.result.>.
 func (n Names) ResultAll() string { return n.subject("result", ">") }
 
-// Events returns the subject of a group's state events, <prefix>.events.<groupId>.
-func (n Names) Events(groupID string) string { return n.subject("events", groupID) }
+// Events returns the subject of a group's events, <prefix>.events.<tenant>.<groupId>.
+func (n Names) Events(g GroupRef) string { return n.subject("events", g.Tenant+"."+g.ID) }
+
+// EventsTenant returns the wildcard of one tenant's events, <prefix>.events.<tenant>.>: what a
+// tenant's NATS user may subscribe to.
+func (n Names) EventsTenant(tenant string) string { return n.subject("events", tenant+".>") }
 
 // EventsAll returns the wildcard of every group's state events, <prefix>.events.>.
 func (n Names) EventsAll() string { return n.subject("events", ">") }
@@ -80,22 +90,33 @@ func (n Names) DLQ(reason string) string {
 // DLQAll returns the wildcard of every dead-letter subject, <prefix>.dlq.>.
 func (n Names) DLQAll() string { return n.subject("dlq", ">") }
 
-// GroupFromSubject returns the <groupId> token of a submit, result or events subject of n's prefix.
-// ok is false for any other subject, and when the token is not a valid ID (see [ValidateID]).
-func (n Names) GroupFromSubject(subject string) (groupID string, ok bool) {
-	kind, tok, ok := n.split(subject)
+// GroupFromSubject returns the group of a submit, result or events subject of n's prefix,
+// <prefix>.<kind>.<tenant>.<groupId>. ok is false for any other subject, and when a token is not
+// valid (see [GroupRef.Validate]).
+func (n Names) GroupFromSubject(subject string) (g GroupRef, ok bool) {
+	kind, rest, ok := n.split(subject)
 	if !ok {
-		return "", false
+		return GroupRef{}, false
 	}
 	switch kind {
 	case "submit", "result", "events":
 	default:
-		return "", false
+		return GroupRef{}, false
 	}
-	if ValidateID("groupId", tok) != nil {
-		return "", false
+	return groupTokens(rest)
+}
+
+// groupTokens parses "<tenant>.<groupId>".
+func groupTokens(rest string) (GroupRef, bool) {
+	tenant, id, ok := strings.Cut(rest, ".")
+	if !ok {
+		return GroupRef{}, false
 	}
-	return tok, true
+	g := GroupRef{Tenant: tenant, ID: id}
+	if g.Validate() != nil {
+		return GroupRef{}, false
+	}
+	return g, true
 }
 
 // TypeFromSubject returns the <type> token of a ready subject of n's prefix. ok is false for any
@@ -161,29 +182,53 @@ func (n Names) StreamEvents() string { return n.streamName("EVENTS") }
 // BULKACTION_DLQ for the default prefix.
 func (n Names) StreamDLQ() string { return n.streamName("DLQ") }
 
-// SubmitMsgID returns the Nats-Msg-Id of a job submission, "<groupId>:<jobId>": a producer that
-// publishes the same job again within the stream's duplicate window is deduplicated.
-func SubmitMsgID(groupID, jobID string) string { return groupID + ":" + jobID }
-
-// SealMsgID returns the Nats-Msg-Id of a seal, "<groupId>:seal:<total>".
-func SealMsgID(groupID string, total int64) string {
-	return groupID + ":seal:" + strconv.FormatInt(total, 10)
+// JobsMsgID returns the Nats-Msg-Id of a jobs submission: "<tenant>:<groupId>:<jobId>" for one
+// job, so a producer that publishes the same job again within the stream's duplicate window is
+// deduplicated, and "<tenant>:<groupId>:jobs:<n>:<digest of the job IDs>" for more. Job-level
+// idempotency does not depend on it: a job is run once per group whatever the message IDs.
+func JobsMsgID(g GroupRef, jobs []SubmitJob) string {
+	if len(jobs) == 1 {
+		return SubmitMsgID(g, jobs[0].JobID)
+	}
+	return g.Tenant + ":" + g.ID + ":" + batchMsgID("jobs", len(jobs), func(yield func(string)) {
+		for i := range jobs {
+			yield(jobs[i].JobID)
+		}
+	})
 }
 
-// CancelMsgID returns the Nats-Msg-Id of a cancel, "<groupId>:cancel:all" (three tokens, so no
-// job id, which cannot contain a colon, collides with it).
-func CancelMsgID(groupID string) string { return groupID + ":cancel:all" }
+// SubmitMsgID returns the Nats-Msg-Id of a submission of one job, "<tenant>:<groupId>:<jobId>".
+func SubmitMsgID(g GroupRef, jobID string) string { return g.Tenant + ":" + g.ID + ":" + jobID }
 
-// ReadyMsgID returns the Nats-Msg-Id of a ready job, "<groupId>:<jobId>:<attempt>". The attempt
-// keeps a legitimate retry inside the duplicate window from being dropped, while a re-publish of
-// the same attempt (an expired lease) is.
-func ReadyMsgID(groupID, jobID string, attempt int) string {
-	return groupID + ":" + jobID + ":" + strconv.Itoa(attempt)
+// SealMsgID returns the Nats-Msg-Id of a seal, "<tenant>:<groupId>:seal:<total>".
+func SealMsgID(g GroupRef, total int64) string {
+	return g.Tenant + ":" + g.ID + ":seal:" + strconv.FormatInt(total, 10)
 }
 
-// ResultMsgID returns the Nats-Msg-Id of a job result, "<groupId>:<jobId>:<attempt>:result".
-func ResultMsgID(groupID, jobID string, attempt int) string {
-	return ReadyMsgID(groupID, jobID, attempt) + ":result"
+// CancelMsgID returns the Nats-Msg-Id of a cancel, "<tenant>:<groupId>:cancel:all" (four tokens,
+// so no job's ID, which cannot contain a colon, collides with it).
+func CancelMsgID(g GroupRef) string { return g.Tenant + ":" + g.ID + ":cancel:all" }
+
+// ReadyMsgID returns the Nats-Msg-Id of a ready job, "<tenant>:<groupId>:<jobId>:<attempt>". The
+// attempt keeps a legitimate retry inside the duplicate window from being dropped, while a
+// re-publish of the same attempt (an expired lease) is.
+func ReadyMsgID(g GroupRef, jobID string, attempt int) string {
+	return g.Tenant + ":" + g.ID + ":" + jobID + ":" + strconv.Itoa(attempt)
+}
+
+// ResultMsgID returns the Nats-Msg-Id of a job result, "<tenant>:<groupId>:<jobId>:<attempt>:result".
+func ResultMsgID(g GroupRef, jobID string, attempt int) string {
+	return ReadyMsgID(g, jobID, attempt) + ":result"
+}
+
+// batchMsgID returns "<kind>:<n>:<hex digest>" of the ids each yields, in order.
+func batchMsgID(kind string, n int, each func(yield func(string))) string {
+	h := sha256.New()
+	each(func(id string) {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	})
+	return kind + ":" + strconv.Itoa(n) + ":" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Notify is the core-NATS (not JetStream) subject on which services wake

@@ -19,20 +19,24 @@ func TestNamesSubjects(t *testing.T) {
 		{contracts.Names{Prefix: "acme.bulk"}, "acme.bulk", "ACME_BULK"},
 		{contracts.Names{Prefix: "t-1_X"}, "t-1_X", "T_1_X"},
 	}
+	g := contracts.Group("acme", "g1")
 	for _, tt := range tests {
 		p := tt.prefix
 		for _, c := range [][2]string{
-			{tt.n.Submit("g1"), p + ".submit.g1"},
+			{tt.n.Submit(g), p + ".submit.acme.g1"},
+			{tt.n.SubmitTenant("acme"), p + ".submit.acme.>"},
 			{tt.n.SubmitAll(), p + ".submit.>"},
 			{tt.n.Ready("email"), p + ".ready.email"},
 			{tt.n.ReadyAll(), p + ".ready.>"},
-			{tt.n.Result("g1"), p + ".result.g1"},
+			{tt.n.Result(g), p + ".result.acme.g1"},
 			{tt.n.ResultAll(), p + ".result.>"},
-			{tt.n.Events("g1"), p + ".events.g1"},
+			{tt.n.Events(g), p + ".events.acme.g1"},
+			{tt.n.EventsTenant("acme"), p + ".events.acme.>"},
 			{tt.n.EventsAll(), p + ".events.>"},
 			{tt.n.DLQ("bad_json"), p + ".dlq.bad_json"},
 			{tt.n.DLQ(""), p + ".dlq.invalid"},
 			{tt.n.DLQAll(), p + ".dlq.>"},
+			{tt.n.Notify("work"), p + ".notify.work"},
 			{tt.n.StreamSubmit(), tt.stream + "_SUBMIT"},
 			{tt.n.StreamReady(), tt.stream + "_READY"},
 			{tt.n.StreamResult(), tt.stream + "_RESULT"},
@@ -42,6 +46,34 @@ func TestNamesSubjects(t *testing.T) {
 			if got, want := c[0], c[1]; got != want {
 				t.Errorf("prefix %q: got %q, want %q", tt.n.Prefix, got, want)
 			}
+		}
+	}
+}
+
+// TestTenantWildcardsCoverOnlyTheTenant: a tenant's wildcard matches its own groups' subjects and
+// no other tenant's, even one whose name extends it.
+func TestTenantWildcardsCoverOnlyTheTenant(t *testing.T) {
+	t.Parallel()
+	var n contracts.Names
+	matches := func(wildcard, subject string) bool { // NATS matching, for wildcards ending in ">"
+		head := strings.TrimSuffix(wildcard, ">")
+		return strings.HasPrefix(subject, head) && len(subject) > len(head)
+	}
+	for _, c := range []struct {
+		wildcard string
+		subject  string
+		want     bool
+	}{
+		{n.SubmitTenant("acme"), n.Submit(contracts.Group("acme", "g1")), true},
+		{n.SubmitTenant("acme"), n.Submit(contracts.Group("acme2", "g1")), false},
+		{n.SubmitTenant("acme"), n.Submit(contracts.Group("umbrella", "acme")), false},
+		{n.SubmitTenant("acme"), n.Events(contracts.Group("acme", "g1")), false},
+		{n.EventsTenant("acme"), n.Events(contracts.Group("acme", "g1")), true},
+		{n.EventsTenant("acme"), n.Events(contracts.Group("acme-eu", "g1")), false},
+		{n.EventsTenant("acme"), n.Result(contracts.Group("acme", "g1")), false},
+	} {
+		if got := matches(c.wildcard, c.subject); got != c.want {
+			t.Errorf("%s matches %s: %v, want %v", c.wildcard, c.subject, got, c.want)
 		}
 	}
 }
@@ -65,36 +97,58 @@ func TestGroupFromSubject(t *testing.T) {
 	t.Parallel()
 	def := contracts.Names{}
 	custom := contracts.Names{Prefix: "acme.bulk"}
+	none := contracts.GroupRef{}
+	g := func(tenant, id string) contracts.GroupRef { return contracts.Group(tenant, id) }
+	long := func(c string, n int) string { return strings.Repeat(c, n) }
 	tests := []struct {
 		n       contracts.Names
 		subject string
-		want    string
+		want    contracts.GroupRef
 		ok      bool
 	}{
-		{def, "bulkaction.submit.g1", "g1", true},
-		{def, "bulkaction.result.g-2", "g-2", true},
-		{def, "bulkaction.events.G_3", "G_3", true},
-		{def, def.Submit(strings.Repeat("g", 128)), strings.Repeat("g", 128), true},
-		{def, def.Submit(strings.Repeat("g", 129)), "", false},
-		{def, "bulkaction.ready.g1", "", false},
-		{def, "bulkaction.dlq.bad_json", "", false},
-		{def, "bulkaction.submit.>", "", false},
-		{def, "bulkaction.submit.*", "", false},
-		{def, "bulkaction.submit.", "", false},
-		{def, "bulkaction.submit", "", false},
-		{def, "bulkaction.submit.g1.extra", "", false},
-		{def, "other.submit.g1", "", false},
-		{def, "bulkactionx.submit.g1", "", false},
-		{def, "acme.bulk.submit.g1", "", false},
-		{custom, "acme.bulk.submit.g1", "g1", true},
-		{custom, "acme.bulk.events.g1", "g1", true},
-		{custom, "bulkaction.submit.g1", "", false},
-		{def, "", "", false},
+		{def, "bulkaction.submit.acme.g1", g("acme", "g1"), true},
+		{def, "bulkaction.result.acme.g-2", g("acme", "g-2"), true},
+		{def, "bulkaction.events.Umbrella_1.G_3", g("Umbrella_1", "G_3"), true},
+		{def, "bulkaction.submit.umbrella.g1", g("umbrella", "g1"), true},
+		{def, def.Submit(g(long("t", 64), long("g", 128))), g(long("t", 64), long("g", 128)), true},
+		{def, def.Submit(g(long("t", 65), "g")), none, false},
+		{def, def.Submit(g("t", long("g", 129))), none, false},
+		{def, "bulkaction.submit.g1", none, false}, // a v1 subject: no tenant
+		{def, "bulkaction.submit.acme.g1.extra", none, false},
+		{def, "bulkaction.submit.acme.", none, false},
+		{def, "bulkaction.submit..g1", none, false},
+		{def, "bulkaction.submit.acme", none, false},
+		{def, "bulkaction.submit", none, false},
+		{def, "bulkaction.submit.acme.>", none, false},
+		{def, "bulkaction.submit.acme.*", none, false},
+		{def, "bulkaction.submit.*.g1", none, false},
+		{def, "bulkaction.submit.>", none, false},
+		{def, "bulkaction.ready.acme.g1", none, false},
+		{def, "bulkaction.ready.email", none, false},
+		{def, "bulkaction.dlq.bad_json", none, false},
+		{def, "bulkaction.notify.acme.g1", none, false},
+		{def, "other.submit.acme.g1", none, false},
+		{def, "bulkactionx.submit.acme.g1", none, false},
+		{def, "acme.bulk.submit.acme.g1", none, false},
+		{custom, "acme.bulk.submit.acme.g1", g("acme", "g1"), true},
+		{custom, "acme.bulk.events.umbrella.g1", g("umbrella", "g1"), true},
+		{custom, "bulkaction.submit.acme.g1", none, false},
+		{def, "", none, false},
 	}
 	for _, tt := range tests {
 		got, ok := tt.n.GroupFromSubject(tt.subject)
 		if got != tt.want || ok != tt.ok {
-			t.Errorf("%+v.GroupFromSubject(%q) = %q, %v; want %q, %v", tt.n, tt.subject, got, ok, tt.want, tt.ok)
+			t.Errorf("%+v.GroupFromSubject(%q) = %v, %v; want %v, %v", tt.n, tt.subject, got, ok, tt.want, tt.ok)
+		}
+	}
+	// Every group's subjects give it back.
+	for _, n := range []contracts.Names{def, custom} {
+		for _, grp := range []contracts.GroupRef{g("acme", "g1"), g("umbrella", "g1"), g("a", "b")} {
+			for _, s := range []string{n.Submit(grp), n.Result(grp), n.Events(grp)} {
+				if got, ok := n.GroupFromSubject(s); !ok || got != grp {
+					t.Errorf("GroupFromSubject(%q) = %v, %v; want %v", s, got, ok, grp)
+				}
+			}
 		}
 	}
 }
@@ -114,6 +168,7 @@ func TestTypeFromSubject(t *testing.T) {
 		{def, "bulkaction.ready.>", "", false},
 		{def, "bulkaction.ready.a.b", "", false},
 		{def, "bulkaction.submit.email", "", false},
+		{def, "bulkaction.submit.acme.email", "", false},
 		{contracts.Names{Prefix: "p"}, "p.ready.sms", "sms", true},
 		{contracts.Names{Prefix: "p"}, "bulkaction.ready.sms", "", false},
 	}
@@ -140,46 +195,175 @@ func TestNamesValidate(t *testing.T) {
 
 func TestMsgIDs(t *testing.T) {
 	t.Parallel()
+	g := contracts.Group("acme", "g1")
 	for _, c := range [][2]string{
-		{contracts.SubmitMsgID("g1", "j1"), "g1:j1"},
-		{contracts.SealMsgID("g1", 1000), "g1:seal:1000"},
-		{contracts.SealMsgID("g1", 0), "g1:seal:0"},
-		{contracts.CancelMsgID("g1"), "g1:cancel:all"},
-		{contracts.ReadyMsgID("g1", "j1", 1), "g1:j1:1"},
-		{contracts.ReadyMsgID("g1", "j1", 2), "g1:j1:2"},
-		{contracts.ResultMsgID("g1", "j1", 2), "g1:j1:2:result"},
+		{contracts.SubmitMsgID(g, "j1"), "acme:g1:j1"},
+		{contracts.SealMsgID(g, 1000), "acme:g1:seal:1000"},
+		{contracts.SealMsgID(g, 0), "acme:g1:seal:0"},
+		{contracts.CancelMsgID(g), "acme:g1:cancel:all"},
+		{contracts.ReadyMsgID(g, "j1", 1), "acme:g1:j1:1"},
+		{contracts.ReadyMsgID(g, "j1", 2), "acme:g1:j1:2"},
+		{contracts.ResultMsgID(g, "j1", 2), "acme:g1:j1:2:result"},
+		{contracts.JobsMsgID(g, manyJobs(1)), "acme:g1:j0"},
 	} {
 		if got, want := c[0], c[1]; got != want {
 			t.Errorf("got %q, want %q", got, want)
 		}
 	}
-	if contracts.ReadyMsgID("g", "j", 1) == contracts.ReadyMsgID("g", "j", 2) {
+	if contracts.ReadyMsgID(g, "j", 1) == contracts.ReadyMsgID(g, "j", 2) {
 		t.Error("a retry has the same ready Msg-Id as the first attempt")
 	}
-	if contracts.SubmitMsgID("a", "b") == contracts.SubmitMsgID("b", "a") {
-		t.Error("submit Msg-Ids of different groups collide")
+	other := contracts.Group("umbrella", "g1")
+	for _, pair := range [][2]string{
+		{contracts.SubmitMsgID(g, "j"), contracts.SubmitMsgID(other, "j")},
+		{contracts.SealMsgID(g, 1), contracts.SealMsgID(other, 1)},
+		{contracts.CancelMsgID(g), contracts.CancelMsgID(other)},
+		{contracts.ReadyMsgID(g, "j", 1), contracts.ReadyMsgID(other, "j", 1)},
+		{contracts.ResultMsgID(g, "j", 1), contracts.ResultMsgID(other, "j", 1)},
+		{contracts.JobsMsgID(g, manyJobs(3)), contracts.JobsMsgID(other, manyJobs(3))},
+		{contracts.SubmitMsgID(contracts.Group("a", "b"), "c"), contracts.SubmitMsgID(contracts.Group("b", "a"), "c")},
+	} {
+		if pair[0] == pair[1] {
+			t.Errorf("Msg-Ids of two tenants' groups collide: %q", pair[0])
+		}
 	}
 
 	for _, tt := range []struct {
 		s    contracts.Submission
 		want string
 	}{
-		{validJob(), "g1:j1"},
-		{contracts.Submission{Kind: contracts.KindSeal, GroupID: "g", Total: i64(5)}, "g:seal:5"},
-		{contracts.Submission{Kind: contracts.KindSeal, GroupID: "g"}, "g:seal:0"},
-		{contracts.Submission{Kind: contracts.KindCancel, GroupID: "g"}, "g:cancel:all"},
-		{contracts.Submission{Kind: "other", GroupID: "g"}, ""},
+		{contracts.Submission{Kind: contracts.KindJobs, Tenant: "acme", GroupID: "g", Jobs: manyJobs(1)}, "acme:g:j0"},
+		{contracts.Submission{Kind: contracts.KindSeal, Tenant: "acme", GroupID: "g", Total: i64(5)}, "acme:g:seal:5"},
+		{contracts.Submission{Kind: contracts.KindSeal, Tenant: "acme", GroupID: "g"}, "acme:g:seal:0"},
+		{contracts.Submission{Kind: contracts.KindCancel, Tenant: "acme", GroupID: "g"}, "acme:g:cancel:all"},
+		{contracts.Submission{Kind: contracts.KindPause, Tenant: "acme", GroupID: "g"}, ""},
+		{contracts.Submission{Kind: contracts.KindResume, Tenant: "acme", GroupID: "g"}, ""},
+		{contracts.Submission{Kind: "other", Tenant: "acme", GroupID: "g"}, ""},
 	} {
 		if got := tt.s.MsgID(); got != tt.want {
 			t.Errorf("%+v.MsgID() = %q, want %q", tt.s, got, tt.want)
 		}
 	}
-	r := contracts.ReadyJob{GroupID: "g", JobID: "j", Attempt: 3}
-	if got := r.MsgID(); got != "g:j:3" {
+	s := validJobs()
+	if got, want := s.MsgID(), contracts.JobsMsgID(acme, s.Jobs); got != want {
+		t.Errorf("jobs MsgID = %q, want %q", got, want)
+	}
+	r := contracts.ReadyJob{Tenant: "acme", GroupID: "g", JobID: "j", Attempt: 3}
+	if got := r.MsgID(); got != "acme:g:j:3" {
 		t.Errorf("ReadyJob.MsgID = %q", got)
 	}
-	res := contracts.JobResult{GroupID: "g", JobID: "j", Attempt: 3}
-	if got := res.MsgID(); got != "g:j:3:result" {
+	res := contracts.JobResult{Tenant: "acme", GroupID: "g", JobID: "j", Attempt: 3}
+	if got := res.MsgID(); got != "acme:g:j:3:result" {
 		t.Errorf("JobResult.MsgID = %q", got)
 	}
+}
+
+// TestBatchMsgIDs: the Msg-Id of a batch is a function of its items' IDs (and attempts), in order:
+// equal batches share it, a batch with any item's ID changed does not.
+func TestBatchMsgIDs(t *testing.T) {
+	t.Parallel()
+	t.Run("jobs", func(t *testing.T) {
+		base := contracts.JobsMsgID(acme, manyJobs(3))
+		if !strings.HasPrefix(base, "acme:g1:jobs:3:") || len(base) != len("acme:g1:jobs:3:")+32 {
+			t.Fatalf("JobsMsgID = %q", base)
+		}
+		if got := contracts.JobsMsgID(acme, manyJobs(3)); got != base {
+			t.Errorf("equal batches: %q != %q", got, base)
+		}
+		// The payload and type are not part of it: job-level idempotency is by ID.
+		jobs := manyJobs(3)
+		jobs[1].Type, jobs[1].Payload = "other", []byte(`{"a":1}`)
+		if got := contracts.JobsMsgID(acme, jobs); got != base {
+			t.Errorf("payload and type changed the Msg-Id: %q != %q", got, base)
+		}
+		seen := map[string]bool{base: true}
+		for i := range 3 {
+			jobs := manyJobs(3)
+			jobs[i].JobID += "x"
+			id := contracts.JobsMsgID(acme, jobs)
+			if seen[id] {
+				t.Errorf("changing jobs[%d].jobId keeps a known Msg-Id %q", i, id)
+			}
+			seen[id] = true
+		}
+		jobs = manyJobs(3)
+		jobs[0], jobs[2] = jobs[2], jobs[0]
+		if contracts.JobsMsgID(acme, jobs) == base {
+			t.Error("the order of the jobs does not count")
+		}
+		// ["a", "bc"] and ["ab", "c"] are different batches.
+		split := func(ids ...string) string {
+			jobs := make([]contracts.SubmitJob, len(ids))
+			for i, id := range ids {
+				jobs[i].JobID = id
+			}
+			return contracts.JobsMsgID(acme, jobs)
+		}
+		if split("a", "bc") == split("ab", "c") {
+			t.Error("the digest runs the job IDs together")
+		}
+		if contracts.JobsMsgID(acme, manyJobs(2)) == base {
+			t.Error("a batch and its start share a Msg-Id")
+		}
+	})
+	t.Run("ready", func(t *testing.T) {
+		one := contracts.ReadyBatch{V: 2, Jobs: validReady().Jobs[:1]}
+		if got, want := one.MsgID(), one.Jobs[0].MsgID(); got != want {
+			t.Errorf("batch of one: %q, want %q", got, want)
+		}
+		base := validReady()
+		id := base.MsgID()
+		if !strings.HasPrefix(id, "ready:3:") {
+			t.Fatalf("ReadyBatch.MsgID = %q", id)
+		}
+		if again := validReady(); again.MsgID() != id {
+			t.Error("equal batches differ")
+		}
+		seen := map[string]bool{id: true}
+		for i := range base.Jobs {
+			for _, mutate := range []func(*contracts.ReadyJob){
+				func(j *contracts.ReadyJob) { j.JobID += "x" },
+				func(j *contracts.ReadyJob) { j.GroupID += "x" },
+				func(j *contracts.ReadyJob) { j.Tenant += "x" },
+				func(j *contracts.ReadyJob) { j.Attempt++ },
+			} {
+				b := validReady()
+				mutate(&b.Jobs[i])
+				if id := b.MsgID(); seen[id] {
+					t.Errorf("changing jobs[%d] keeps a known Msg-Id %q", i, id)
+				} else {
+					seen[id] = true
+				}
+			}
+		}
+	})
+	t.Run("results", func(t *testing.T) {
+		one := contracts.ResultBatch{V: 2, Results: validResults().Results[:1]}
+		if got, want := one.MsgID(), "acme:g1:j1:1:result"; got != want {
+			t.Errorf("batch of one: %q, want %q", got, want)
+		}
+		base := validResults()
+		id := base.MsgID()
+		if !strings.HasPrefix(id, "result:3:") {
+			t.Fatalf("ResultBatch.MsgID = %q", id)
+		}
+		if again := validResults(); again.MsgID() != id {
+			t.Error("equal batches differ")
+		}
+		seen := map[string]bool{id: true}
+		for i := range base.Results {
+			for _, mutate := range []func(*contracts.JobResult){
+				func(r *contracts.JobResult) { r.JobID += "x" },
+				func(r *contracts.JobResult) { r.Attempt++ },
+			} {
+				b := validResults()
+				mutate(&b.Results[i])
+				if id := b.MsgID(); seen[id] {
+					t.Errorf("changing results[%d] keeps a known Msg-Id %q", i, id)
+				} else {
+					seen[id] = true
+				}
+			}
+		}
+	})
 }

@@ -12,6 +12,12 @@ import (
 const (
 	// MaxIDLen is the maximum length of a group or job ID, in bytes.
 	MaxIDLen = 128
+	// MaxTenantLen is the maximum length of a tenant token, in bytes.
+	MaxTenantLen = 64
+	// TenantPattern is the pattern every tenant token matches.
+	TenantPattern = `^[A-Za-z0-9_-]{1,64}$`
+	// MaxInFlight is the largest maxInFlight of a group, 1e6.
+	MaxInFlight = 1_000_000
 	// MaxTypeLen is the maximum length of a job type, in bytes.
 	MaxTypeLen = 64
 	// IDPattern is the pattern every group and job ID matches.
@@ -65,15 +71,16 @@ const (
 	ReasonBadJSON = "bad_json"
 	// ReasonBadVersion means "v" is missing or differs from [Version].
 	ReasonBadVersion = "bad_version"
-	// ReasonUnknownKind means a submission's "kind" is missing or not job, seal or cancel.
+	// ReasonUnknownKind means a submission's "kind" is missing or not jobs, seal, cancel, pause or
+	// resume.
 	ReasonUnknownKind = "unknown_kind"
 	// ReasonInvalidField means a field is missing, has the wrong JSON type, is out of its limits
 	// or belongs to another kind.
 	ReasonInvalidField = "invalid_field"
 	// ReasonTooLarge means the payload exceeds [Limits.MaxPayloadBytes].
 	ReasonTooLarge = "too_large"
-	// ReasonSubjectMismatch means a submission's groupId differs from its subject's <groupId>
-	// token, or the subject is not a submit subject.
+	// ReasonSubjectMismatch means a body's tenant or groupId differs from its subject's token, or
+	// the subject is not of the message's kind.
 	ReasonSubjectMismatch = "subject_mismatch"
 	// ReasonInvalid is what [Reason] returns for an error that carries no reason of its own.
 	ReasonInvalid = "invalid"
@@ -134,6 +141,12 @@ func ValidateID(field, v string) error {
 	return validateToken(field, v, MaxIDLen, IDPattern)
 }
 
+// ValidateTenant checks that v is a valid tenant token (see [TenantPattern]), reporting errors
+// under the field name "tenant".
+func ValidateTenant(v string) error {
+	return validateToken("tenant", v, MaxTenantLen, TenantPattern)
+}
+
 // ValidateType checks that v is a valid job type (see [TypePattern]), reporting errors under
 // the field name "type".
 func ValidateType(v string) error {
@@ -166,13 +179,15 @@ func versionError(v int) error {
 		Limit: "must be " + strconv.Itoa(Version)}
 }
 
+const kindLimit = "must be one of jobs, seal, cancel, pause, resume"
+
 func kindError(k Kind) error {
 	p := fmt.Sprintf("unknown kind %q", string(k))
 	if k == "" {
 		p = "missing"
 	}
 	return &ValidationError{Reason: ReasonUnknownKind, Field: "kind", Problem: p,
-		Limit: "must be one of job, seal, cancel"}
+		Limit: kindLimit}
 }
 
 func priorityError(s string) error {
@@ -234,10 +249,11 @@ func checkPayload(p json.RawMessage, lim Limits, canonical bool) error {
 	return nil
 }
 
-// Validate checks s against the contract and lim: the version, the kind, the fields its kind
-// requires, and that fields of other kinds are unset. The payload size is measured in compact JSON
-// form. It returns a [*ValidationError], or nil. Validate does not know the subject; see
-// [DecodeSubmission].
+// Validate checks s against the contract and lim: the version, the kind, the tokens, the fields
+// its kind requires, and that fields of other kinds are unset. A jobs submission is checked as a
+// whole: 1..[MaxBatch] jobs with distinct job IDs, the first invalid one named by its index
+// ("jobs[3].type"). Payload sizes are measured in compact JSON form. It returns a
+// [*ValidationError], or nil. Validate does not know the subject; see [DecodeSubmission].
 func (s *Submission) Validate(lim Limits) error {
 	return s.validate(lim, false)
 }
@@ -252,40 +268,25 @@ func (s *Submission) validate(lim Limits, canonical bool) error {
 	if !s.Kind.Valid() {
 		return kindError(s.Kind)
 	}
-	if err := ValidateID("groupId", s.GroupID); err != nil {
+	if err := s.Ref().Validate(); err != nil {
 		return err
 	}
-	if s.Kind == KindJob {
-		if err := ValidateID("jobId", s.JobID); err != nil {
-			return err
-		}
-		if err := ValidateType(s.Type); err != nil {
-			return err
-		}
-		if s.Priority != "" && !s.Priority.Valid() {
-			return priorityError(string(s.Priority))
-		}
-		if s.BasePriority < MinBasePriority || s.BasePriority > MaxBasePriority {
-			return rangeError("basePriority", s.BasePriority, MinBasePriority, MaxBasePriority)
-		}
+	if s.Kind == KindJobs {
 		if s.Total != nil {
 			return notAllowed("total", s.Kind, KindSeal)
 		}
-		return checkPayload(s.Payload, lim, canonical)
+		if err := s.Settings().validate(); err != nil {
+			return err
+		}
+		return validateJobs(s.Jobs, lim, canonical)
 	}
 	switch {
-	case s.JobID != "":
-		return notAllowed("jobId", s.Kind, KindJob)
-	case s.Type != "":
-		return notAllowed("type", s.Kind, KindJob)
-	case !payloadAbsent(s.Payload):
-		return notAllowed("payload", s.Kind, KindJob)
-	case s.Priority != "":
-		return notAllowed("priority", s.Kind, KindJob)
-	case s.BasePriority != 0:
-		return notAllowed("basePriority", s.Kind, KindJob)
+	case s.Jobs != nil:
+		return notAllowed("jobs", s.Kind, KindJobs)
+	case s.Group != nil:
+		return notAllowed("group", s.Kind, KindJobs)
 	}
-	if s.Kind == KindCancel {
+	if s.Kind != KindSeal {
 		if s.Total != nil {
 			return notAllowed("total", s.Kind, KindSeal)
 		}
@@ -300,20 +301,104 @@ func (s *Submission) validate(lim Limits, canonical bool) error {
 	return nil
 }
 
-// Validate checks r against the contract and lim: the version, the IDs, the type, the payload size
-// (in compact JSON form) and an attempt of at least 1. It returns a [*ValidationError], or nil.
-func (r *ReadyJob) Validate(lim Limits) error {
-	return r.validate(lim, false)
+// validate checks the settings' ranges, reporting fields as "group.<name>".
+func (g GroupSettings) validate() error {
+	if g.Priority != "" && !g.Priority.Valid() {
+		return prefixed("group.", priorityError(string(g.Priority)))
+	}
+	if g.BasePriority < MinBasePriority || g.BasePriority > MaxBasePriority {
+		return rangeError("group.basePriority", g.BasePriority, MinBasePriority, MaxBasePriority)
+	}
+	if g.MaxInFlight < 0 || g.MaxInFlight > MaxInFlight {
+		return rangeError("group.maxInFlight", g.MaxInFlight, 0, MaxInFlight)
+	}
+	return nil
+}
+
+func validateJobs(jobs []SubmitJob, lim Limits, canonical bool) error {
+	if err := checkBatch("jobs", len(jobs)); err != nil {
+		return err
+	}
+	var seen map[string]int
+	if len(jobs) > 1 {
+		seen = make(map[string]int, len(jobs))
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		err := ValidateID("jobId", j.JobID)
+		if err == nil {
+			err = ValidateType(j.Type)
+		}
+		if err == nil {
+			err = checkPayload(j.Payload, lim, canonical)
+		}
+		if err != nil {
+			return prefixed(itemField("jobs", i), err)
+		}
+		if seen != nil {
+			if k, dup := seen[j.JobID]; dup {
+				return invalidField(itemField("jobs", i)+"jobId", "duplicate of "+itemField("jobs", k)+"jobId",
+					"job IDs must be distinct within a message")
+			}
+			seen[j.JobID] = i
+		}
+	}
+	return nil
+}
+
+// checkBatch checks the length of an array of items.
+func checkBatch(field string, n int) error {
+	if n < 1 || n > MaxBatch {
+		return invalidField(field, strconv.Itoa(n)+" items", "must hold 1 to "+strconv.Itoa(MaxBatch))
+	}
+	return nil
+}
+
+// itemField returns "<field>[i]." for an item's fields.
+func itemField(field string, i int) string { return field + "[" + strconv.Itoa(i) + "]." }
+
+// prefixed puts head in front of the field of a *ValidationError.
+func prefixed(head string, err error) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		c := *ve
+		c.Field = head + c.Field
+		return &c
+	}
+	return err
+}
+
+// Validate checks b against the contract and lim: the version, 1..[MaxBatch] jobs of one type, and
+// for each job the tokens, the payload size (in compact JSON form) and an attempt of at least 1. The
+// first invalid job is named by its index. It returns a [*ValidationError], or nil.
+func (b *ReadyBatch) Validate(lim Limits) error {
+	return b.validate(lim, false)
+}
+
+func (b *ReadyBatch) validate(lim Limits, canonical bool) error {
+	if b == nil {
+		return &ValidationError{Reason: ReasonInvalid, Problem: "no ready batch"}
+	}
+	if b.V != Version {
+		return versionError(b.V)
+	}
+	if err := checkBatch("jobs", len(b.Jobs)); err != nil {
+		return err
+	}
+	for i := range b.Jobs {
+		if err := b.Jobs[i].validate(lim, canonical); err != nil {
+			return prefixed(itemField("jobs", i), err)
+		}
+		if b.Jobs[i].Type != b.Jobs[0].Type {
+			return invalidField(itemField("jobs", i)+"type", strconv.Quote(b.Jobs[i].Type)+" differs from jobs[0]",
+				"a ready message holds jobs of one type")
+		}
+	}
+	return nil
 }
 
 func (r *ReadyJob) validate(lim Limits, canonical bool) error {
-	if r == nil {
-		return &ValidationError{Reason: ReasonInvalid, Problem: "no ready job"}
-	}
-	if r.V != Version {
-		return versionError(r.V)
-	}
-	if err := ValidateID("groupId", r.GroupID); err != nil {
+	if err := r.Ref().Validate(); err != nil {
 		return err
 	}
 	if err := ValidateID("jobId", r.JobID); err != nil {
@@ -328,16 +413,35 @@ func (r *ReadyJob) validate(lim Limits, canonical bool) error {
 	return checkPayload(r.Payload, lim, canonical)
 }
 
-// Validate checks r against the contract: the version, the IDs, an attempt of at least 1, a known
-// status and a duration of 0 or more. It returns a [*ValidationError], or nil.
+// Validate checks b against the contract: the version, 1..[MaxBatch] results, and for each the
+// tokens (Tenant and GroupID included: see [DecodeResultBatch], which fills them from the subject),
+// an attempt of at least 1, a known status and a duration of 0 or more. It returns a
+// [*ValidationError], or nil.
+func (b *ResultBatch) Validate() error {
+	if b == nil {
+		return &ValidationError{Reason: ReasonInvalid, Problem: "no result batch"}
+	}
+	if b.V != Version {
+		return versionError(b.V)
+	}
+	if err := checkBatch("results", len(b.Results)); err != nil {
+		return err
+	}
+	for i := range b.Results {
+		if err := b.Results[i].Validate(); err != nil {
+			return prefixed(itemField("results", i), err)
+		}
+	}
+	return nil
+}
+
+// Validate checks one result: the tokens, an attempt of at least 1, a known status and a duration
+// of 0 or more. It returns a [*ValidationError], or nil.
 func (r *JobResult) Validate() error {
 	if r == nil {
 		return &ValidationError{Reason: ReasonInvalid, Problem: "no job result"}
 	}
-	if r.V != Version {
-		return versionError(r.V)
-	}
-	if err := ValidateID("groupId", r.GroupID); err != nil {
+	if err := r.Ref().Validate(); err != nil {
 		return err
 	}
 	if err := ValidateID("jobId", r.JobID); err != nil {
@@ -355,7 +459,7 @@ func (r *JobResult) Validate() error {
 	return nil
 }
 
-// Validate checks e against the contract: the version, the group ID, a known state and counters of
+// Validate checks e against the contract: the version, the tokens, a known state and counters of
 // 0 or more. It does not check how the counters relate to each other. It returns a
 // [*ValidationError], or nil.
 func (e *GroupEvent) Validate() error {
@@ -365,12 +469,12 @@ func (e *GroupEvent) Validate() error {
 	if e.V != Version {
 		return versionError(e.V)
 	}
-	if err := ValidateID("groupId", e.GroupID); err != nil {
+	if err := e.Ref().Validate(); err != nil {
 		return err
 	}
 	if !e.State.Valid() {
 		return invalidField("state", fmt.Sprintf("unknown state %q", string(e.State)),
-			"must be one of CREATED, RUNNING, AGGREGATING, COMPLETED, CANCELLED")
+			"must be one of CREATED, RUNNING, AGGREGATING, COMPLETED, CANCELLED, PAUSED")
 	}
 	for _, c := range []struct {
 		name string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -47,8 +48,9 @@ func wantInvalid(t *testing.T, err error, reason, field string, limitParts ...st
 }
 
 var (
-	idRE   = regexp.MustCompile(contracts.IDPattern)
-	typeRE = regexp.MustCompile(contracts.TypePattern)
+	idRE     = regexp.MustCompile(contracts.IDPattern)
+	tenantRE = regexp.MustCompile(contracts.TenantPattern)
+	typeRE   = regexp.MustCompile(contracts.TypePattern)
 )
 
 func TestValidateID(t *testing.T) {
@@ -92,6 +94,18 @@ func TestValidateID(t *testing.T) {
 	}
 }
 
+func TestValidateTenant(t *testing.T) {
+	t.Parallel()
+	if err := contracts.ValidateTenant(strings.Repeat("t", contracts.MaxTenantLen)); err != nil {
+		t.Fatalf("64-char tenant: %v", err)
+	}
+	wantInvalid(t, contracts.ValidateTenant(strings.Repeat("t", 65)), contracts.ReasonInvalidField, "tenant",
+		"65 characters", "must match ^[A-Za-z0-9_-]{1,64}$")
+	wantInvalid(t, contracts.ValidateTenant(""), contracts.ReasonInvalidField, "tenant", "empty")
+	wantInvalid(t, contracts.ValidateTenant("acme.eu"), contracts.ReasonInvalidField, "tenant", "contains '.'")
+	wantInvalid(t, contracts.ValidateTenant("acme:eu"), contracts.ReasonInvalidField, "tenant", "contains ':'")
+}
+
 func TestValidateType(t *testing.T) {
 	t.Parallel()
 	if err := contracts.ValidateType(strings.Repeat("t", 64)); err != nil {
@@ -120,6 +134,9 @@ func TestValidateAgreesWithPatterns(t *testing.T) {
 		}
 		if got, want := contracts.ValidateType(in) == nil, typeRE.MatchString(in); got != want {
 			t.Errorf("ValidateType(%q) ok=%v, TypePattern says %v", in, got, want)
+		}
+		if got, want := contracts.ValidateTenant(in) == nil, tenantRE.MatchString(in); got != want {
+			t.Errorf("ValidateTenant(%q) ok=%v, TenantPattern says %v", in, got, want)
 		}
 	}
 }
@@ -151,9 +168,28 @@ func TestParsePriority(t *testing.T) {
 
 func i64(v int64) *int64 { return &v }
 
-func validJob() contracts.Submission {
-	return contracts.Submission{V: 1, Kind: contracts.KindJob, GroupID: "g1", JobID: "j1", Type: "email",
-		Payload: json.RawMessage(`{"to":"a@example.com"}`), Priority: contracts.PriorityHigh, BasePriority: 5}
+// acme is the group most tests use; the default subjects below name it.
+var acme = contracts.Group("acme", "g1")
+
+// validJobs returns a valid jobs submission of three jobs of two types, with group settings.
+func validJobs() contracts.Submission {
+	return contracts.Submission{V: contracts.Version, Kind: contracts.KindJobs, Tenant: "acme", GroupID: "g1",
+		Jobs: []contracts.SubmitJob{
+			{JobID: "j1", Type: "email", Payload: json.RawMessage(`{"to":"a@example.com"}`)},
+			{JobID: "j2", Type: "sms"},
+			{JobID: "j3", Type: "email", Payload: json.RawMessage(`[1,2]`)},
+		},
+		Group: &contracts.GroupSettings{Priority: contracts.PriorityHigh, BasePriority: 5, MaxInFlight: 10},
+	}
+}
+
+// manyJobs returns n valid jobs with distinct IDs.
+func manyJobs(n int) []contracts.SubmitJob {
+	jobs := make([]contracts.SubmitJob, n)
+	for i := range jobs {
+		jobs[i] = contracts.SubmitJob{JobID: "j" + strconv.Itoa(i), Type: "t"}
+	}
+	return jobs
 }
 
 // payloadOfSize returns a JSON string literal exactly n bytes long (n >= 2).
@@ -172,41 +208,68 @@ func TestSubmissionValidate(t *testing.T) {
 		field  string
 		parts  []string
 	}{
-		{name: "valid job", mutate: func(*contracts.Submission) {}},
-		{name: "job without priority or payload", mutate: func(s *contracts.Submission) { s.Priority, s.Payload = "", nil }},
-		{name: "job with null payload", mutate: func(s *contracts.Submission) { s.Payload = json.RawMessage(`null`) }},
-		{name: "v 0", mutate: func(s *contracts.Submission) { s.V = 0 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 0", "must be 1"}},
-		{name: "v 2", mutate: func(s *contracts.Submission) { s.V = 2 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 2"}},
-		{name: "no kind", mutate: func(s *contracts.Submission) { s.Kind = "" }, reason: contracts.ReasonUnknownKind, field: "kind", parts: []string{"missing", "job, seal, cancel"}},
-		{name: "unknown kind", mutate: func(s *contracts.Submission) { s.Kind = "JOB" }, reason: contracts.ReasonUnknownKind, field: "kind", parts: []string{`"JOB"`}},
+		{name: "valid jobs", mutate: func(*contracts.Submission) {}},
+		{name: "one job, no settings", mutate: func(s *contracts.Submission) { s.Jobs, s.Group = s.Jobs[:1], nil }},
+		{name: "empty settings", mutate: func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{} }},
+		{name: "null payload", mutate: func(s *contracts.Submission) { s.Jobs[0].Payload = json.RawMessage(` null `) }},
+		{name: "v 0", mutate: func(s *contracts.Submission) { s.V = 0 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 0", "must be 2"}},
+		{name: "v 1", mutate: func(s *contracts.Submission) { s.V = 1 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 1", "must be 2"}},
+		{name: "v 3", mutate: func(s *contracts.Submission) { s.V = 3 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 3"}},
+		{name: "no kind", mutate: func(s *contracts.Submission) { s.Kind = "" }, reason: contracts.ReasonUnknownKind, field: "kind", parts: []string{"missing", "jobs, seal, cancel, pause, resume"}},
+		{name: "v1 kind job", mutate: func(s *contracts.Submission) { s.Kind = "job" }, reason: contracts.ReasonUnknownKind, field: "kind", parts: []string{`"job"`}},
+		{name: "kind upper case", mutate: func(s *contracts.Submission) { s.Kind = "JOBS" }, reason: contracts.ReasonUnknownKind, field: "kind", parts: []string{`"JOBS"`}},
+		{name: "tenant 64", mutate: func(s *contracts.Submission) { s.Tenant = strings.Repeat("t", 64) }},
+		{name: "tenant 65", mutate: func(s *contracts.Submission) { s.Tenant = strings.Repeat("t", 65) }, reason: contracts.ReasonInvalidField, field: "tenant", parts: []string{"65 characters", "{1,64}"}},
+		{name: "tenant missing", mutate: func(s *contracts.Submission) { s.Tenant = "" }, reason: contracts.ReasonInvalidField, field: "tenant", parts: []string{"empty"}},
+		{name: "tenant with dot", mutate: func(s *contracts.Submission) { s.Tenant = "a.b" }, reason: contracts.ReasonInvalidField, field: "tenant", parts: []string{"contains '.'"}},
 		{name: "groupId 128", mutate: func(s *contracts.Submission) { s.GroupID = strings.Repeat("g", 128) }},
 		{name: "groupId 129", mutate: func(s *contracts.Submission) { s.GroupID = strings.Repeat("g", 129) }, reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"129 characters", "{1,128}"}},
-		{name: "jobId 128", mutate: func(s *contracts.Submission) { s.JobID = strings.Repeat("j", 128) }},
-		{name: "jobId 129", mutate: func(s *contracts.Submission) { s.JobID = strings.Repeat("j", 129) }, reason: contracts.ReasonInvalidField, field: "jobId", parts: []string{"129 characters", "{1,128}"}},
-		{name: "jobId missing", mutate: func(s *contracts.Submission) { s.JobID = "" }, reason: contracts.ReasonInvalidField, field: "jobId", parts: []string{"empty"}},
-		{name: "type 64", mutate: func(s *contracts.Submission) { s.Type = strings.Repeat("t", 64) }},
-		{name: "type 65", mutate: func(s *contracts.Submission) { s.Type = strings.Repeat("t", 65) }, reason: contracts.ReasonInvalidField, field: "type", parts: []string{"65 characters", "{1,64}"}},
-		{name: "type missing", mutate: func(s *contracts.Submission) { s.Type = "" }, reason: contracts.ReasonInvalidField, field: "type", parts: []string{"empty"}},
-		{name: "bad priority", mutate: func(s *contracts.Submission) { s.Priority = "urgent" }, reason: contracts.ReasonInvalidField, field: "priority", parts: []string{`"urgent"`, "high, normal, low"}},
-		{name: "basePriority max", mutate: func(s *contracts.Submission) { s.BasePriority = contracts.MaxBasePriority }},
-		{name: "basePriority min", mutate: func(s *contracts.Submission) { s.BasePriority = contracts.MinBasePriority }},
-		{name: "basePriority max+1", mutate: func(s *contracts.Submission) { s.BasePriority = contracts.MaxBasePriority + 1 }, reason: contracts.ReasonInvalidField, field: "basePriority", parts: []string{"1000000000001 out of range", "[-1000000000000, 1000000000000]"}},
-		{name: "basePriority min-1", mutate: func(s *contracts.Submission) { s.BasePriority = contracts.MinBasePriority - 1 }, reason: contracts.ReasonInvalidField, field: "basePriority", parts: []string{"-1000000000001 out of range"}},
-		{name: "payload at default limit", mutate: func(s *contracts.Submission) { s.Payload = payloadOfSize(defLimit) }},
-		{name: "payload one above default limit", mutate: func(s *contracts.Submission) { s.Payload = payloadOfSize(defLimit + 1) }, reason: contracts.ReasonTooLarge, field: "payload", parts: []string{"262145 bytes", "limit 262144"}},
-		{name: "payload at custom limit", lim: contracts.Limits{MaxPayloadBytes: 10}, mutate: func(s *contracts.Submission) { s.Payload = payloadOfSize(10) }},
-		{name: "payload above custom limit", lim: contracts.Limits{MaxPayloadBytes: 10}, mutate: func(s *contracts.Submission) { s.Payload = payloadOfSize(11) }, reason: contracts.ReasonTooLarge, field: "payload", parts: []string{"11 bytes", "limit 10"}},
-		{name: "negative limit means default", lim: contracts.Limits{MaxPayloadBytes: -1}, mutate: func(s *contracts.Submission) { s.Payload = payloadOfSize(defLimit) }},
+		{name: "groupId missing", mutate: func(s *contracts.Submission) { s.GroupID = "" }, reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"empty"}},
+		{name: "no jobs", mutate: func(s *contracts.Submission) { s.Jobs = nil }, reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"0 items", "must hold 1 to 1000"}},
+		{name: "empty jobs", mutate: func(s *contracts.Submission) { s.Jobs = []contracts.SubmitJob{} }, reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"0 items"}},
+		{name: "MaxBatch jobs", mutate: func(s *contracts.Submission) { s.Jobs = manyJobs(contracts.MaxBatch) }},
+		{name: "MaxBatch+1 jobs", mutate: func(s *contracts.Submission) { s.Jobs = manyJobs(contracts.MaxBatch + 1) }, reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"1001 items", "must hold 1 to 1000"}},
+		{name: "jobId 128", mutate: func(s *contracts.Submission) { s.Jobs[1].JobID = strings.Repeat("j", 128) }},
+		{name: "jobId 129", mutate: func(s *contracts.Submission) { s.Jobs[1].JobID = strings.Repeat("j", 129) }, reason: contracts.ReasonInvalidField, field: "jobs[1].jobId", parts: []string{"129 characters", "{1,128}"}},
+		{name: "jobId missing", mutate: func(s *contracts.Submission) { s.Jobs[2].JobID = "" }, reason: contracts.ReasonInvalidField, field: "jobs[2].jobId", parts: []string{"empty"}},
+		{name: "jobId with colon", mutate: func(s *contracts.Submission) { s.Jobs[0].JobID = "a:b" }, reason: contracts.ReasonInvalidField, field: "jobs[0].jobId", parts: []string{"contains ':'"}},
+		{name: "type 64", mutate: func(s *contracts.Submission) { s.Jobs[0].Type = strings.Repeat("t", 64) }},
+		{name: "type 65", mutate: func(s *contracts.Submission) { s.Jobs[0].Type = strings.Repeat("t", 65) }, reason: contracts.ReasonInvalidField, field: "jobs[0].type", parts: []string{"65 characters", "{1,64}"}},
+		{name: "type missing", mutate: func(s *contracts.Submission) { s.Jobs[2].Type = "" }, reason: contracts.ReasonInvalidField, field: "jobs[2].type", parts: []string{"empty"}},
+		{name: "first invalid job is named", mutate: func(s *contracts.Submission) { s.Jobs[1].Type, s.Jobs[2].JobID = "a b", "" }, reason: contracts.ReasonInvalidField, field: "jobs[1].type", parts: []string{"contains ' '"}},
+		{name: "duplicate job id", mutate: func(s *contracts.Submission) { s.Jobs[2].JobID = "j1" }, reason: contracts.ReasonInvalidField, field: "jobs[2].jobId", parts: []string{"duplicate of jobs[0].jobId", "distinct within a message"}},
+		{name: "duplicate job id, other type", mutate: func(s *contracts.Submission) { s.Jobs[2].JobID = "j2" }, reason: contracts.ReasonInvalidField, field: "jobs[2].jobId", parts: []string{"duplicate of jobs[1].jobId"}},
+		{name: "bad priority", mutate: func(s *contracts.Submission) { s.Group.Priority = "urgent" }, reason: contracts.ReasonInvalidField, field: "group.priority", parts: []string{`"urgent"`, "high, normal, low"}},
+		{name: "empty priority is normal", mutate: func(s *contracts.Submission) { s.Group.Priority = "" }},
+		{name: "basePriority max", mutate: func(s *contracts.Submission) { s.Group.BasePriority = contracts.MaxBasePriority }},
+		{name: "basePriority min", mutate: func(s *contracts.Submission) { s.Group.BasePriority = contracts.MinBasePriority }},
+		{name: "basePriority max+1", mutate: func(s *contracts.Submission) { s.Group.BasePriority = contracts.MaxBasePriority + 1 }, reason: contracts.ReasonInvalidField, field: "group.basePriority", parts: []string{"1000000000001 out of range", "[-1000000000000, 1000000000000]"}},
+		{name: "basePriority min-1", mutate: func(s *contracts.Submission) { s.Group.BasePriority = contracts.MinBasePriority - 1 }, reason: contracts.ReasonInvalidField, field: "group.basePriority", parts: []string{"-1000000000001 out of range"}},
+		{name: "maxInFlight 0 is unlimited", mutate: func(s *contracts.Submission) { s.Group.MaxInFlight = 0 }},
+		{name: "maxInFlight max", mutate: func(s *contracts.Submission) { s.Group.MaxInFlight = contracts.MaxInFlight }},
+		{name: "maxInFlight max+1", mutate: func(s *contracts.Submission) { s.Group.MaxInFlight = contracts.MaxInFlight + 1 }, reason: contracts.ReasonInvalidField, field: "group.maxInFlight", parts: []string{"1000001 out of range", "[0, 1000000]"}},
+		{name: "maxInFlight negative", mutate: func(s *contracts.Submission) { s.Group.MaxInFlight = -1 }, reason: contracts.ReasonInvalidField, field: "group.maxInFlight", parts: []string{"-1 out of range"}},
+		{name: "payload at default limit", mutate: func(s *contracts.Submission) { s.Jobs[1].Payload = payloadOfSize(defLimit) }},
+		{name: "payload one above default limit", mutate: func(s *contracts.Submission) { s.Jobs[1].Payload = payloadOfSize(defLimit + 1) }, reason: contracts.ReasonTooLarge, field: "jobs[1].payload", parts: []string{"262145 bytes", "limit 262144"}},
+		{name: "payload at custom limit", lim: contracts.Limits{MaxPayloadBytes: 30}, mutate: func(s *contracts.Submission) { s.Jobs[2].Payload = payloadOfSize(30) }},
+		{name: "payload above custom limit", lim: contracts.Limits{MaxPayloadBytes: 30}, mutate: func(s *contracts.Submission) { s.Jobs[2].Payload = payloadOfSize(31) }, reason: contracts.ReasonTooLarge, field: "jobs[2].payload", parts: []string{"31 bytes", "limit 30"}},
+		{name: "negative limit means default", lim: contracts.Limits{MaxPayloadBytes: -1}, mutate: func(s *contracts.Submission) { s.Jobs[0].Payload = payloadOfSize(defLimit) }},
 		// Whitespace does not count: the compact form [1,2,3,4,5] is 11 bytes.
-		{name: "payload size is compact size", lim: contracts.Limits{MaxPayloadBytes: 11}, mutate: func(s *contracts.Submission) { s.Payload = json.RawMessage(` [ 1 , 2 , 3 , 4 , 5 ] `) }},
+		{name: "payload size is compact size", lim: contracts.Limits{MaxPayloadBytes: 22}, mutate: func(s *contracts.Submission) {
+			s.Jobs[0].Payload = json.RawMessage(` [ 1 , 2 , 3 , 4 , 5 ] `)
+		}},
 		// encoding/json re-encodes "<" as \u003c: 3 bytes become 8, over the limit of 7.
-		{name: "payload size counts HTML escaping", lim: contracts.Limits{MaxPayloadBytes: 7}, mutate: func(s *contracts.Submission) { s.Payload = json.RawMessage(`"<"`) }, reason: contracts.ReasonTooLarge, field: "payload", parts: []string{"8 bytes", "limit 7"}},
-		{name: "payload not JSON", mutate: func(s *contracts.Submission) { s.Payload = json.RawMessage(`{"a":`) }, reason: contracts.ReasonInvalidField, field: "payload", parts: []string{"not valid JSON"}},
-		{name: "job with total", mutate: func(s *contracts.Submission) { s.Total = i64(1) }, reason: contracts.ReasonInvalidField, field: "total", parts: []string{"set on kind job", "allowed only for kind seal"}},
+		{name: "payload size counts HTML escaping", lim: contracts.Limits{MaxPayloadBytes: 7}, mutate: func(s *contracts.Submission) {
+			s.Jobs = s.Jobs[1:2]
+			s.Jobs[0].Payload = json.RawMessage(`"<"`)
+		}, reason: contracts.ReasonTooLarge, field: "jobs[0].payload", parts: []string{"8 bytes", "limit 7"}},
+		{name: "payload not JSON", mutate: func(s *contracts.Submission) { s.Jobs[1].Payload = json.RawMessage(`{"a":`) }, reason: contracts.ReasonInvalidField, field: "jobs[1].payload", parts: []string{"not valid JSON"}},
+		{name: "jobs with total", mutate: func(s *contracts.Submission) { s.Total = i64(1) }, reason: contracts.ReasonInvalidField, field: "total", parts: []string{"set on kind jobs", "allowed only for kind seal"}},
+		{name: "jobs with total 0", mutate: func(s *contracts.Submission) { s.Total = i64(0) }, reason: contracts.ReasonInvalidField, field: "total"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := validJob()
+			s := validJobs()
 			tt.mutate(&s)
 			err := s.Validate(tt.lim)
 			if tt.reason == "" {
@@ -220,12 +283,24 @@ func TestSubmissionValidate(t *testing.T) {
 	}
 }
 
-func TestSealAndCancelValidate(t *testing.T) {
+// TestOtherKindsValidate covers seal, cancel, pause and resume, and that each refuses the fields of
+// other kinds.
+func TestOtherKindsValidate(t *testing.T) {
 	t.Parallel()
-	seal := func(total *int64) contracts.Submission {
-		return contracts.Submission{V: 1, Kind: contracts.KindSeal, GroupID: "g", Total: total}
+	of := func(k contracts.Kind, mutate func(*contracts.Submission)) contracts.Submission {
+		s := contracts.Submission{V: contracts.Version, Kind: k, Tenant: "acme", GroupID: "g"}
+		if k == contracts.KindSeal {
+			s.Total = i64(3)
+		}
+		if mutate != nil {
+			mutate(&s)
+		}
+		return s
 	}
-	cancel := contracts.Submission{V: 1, Kind: contracts.KindCancel, GroupID: "g"}
+	withJobs := func(s *contracts.Submission) { s.Jobs = manyJobs(1) }
+	withEmptyJobs := func(s *contracts.Submission) { s.Jobs = []contracts.SubmitJob{} }
+	withGroup := func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{} }
+	withTotal := func(s *contracts.Submission) { s.Total = i64(0) }
 	tests := []struct {
 		name   string
 		s      contracts.Submission
@@ -233,22 +308,32 @@ func TestSealAndCancelValidate(t *testing.T) {
 		field  string
 		parts  []string
 	}{
-		{name: "seal 0", s: seal(i64(0))},
-		{name: "seal max", s: seal(i64(contracts.MaxTotal))},
-		{name: "seal null payload", s: func() contracts.Submission { s := seal(i64(1)); s.Payload = json.RawMessage(" null "); return s }()},
-		{name: "seal without total", s: seal(nil), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"missing", "required for kind seal"}},
-		{name: "seal negative", s: seal(i64(-1)), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"-1 out of range", "[0, 1000000000]"}},
-		{name: "seal max+1", s: seal(i64(contracts.MaxTotal + 1)), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"1000000001 out of range"}},
-		{name: "seal bad group", s: func() contracts.Submission { s := seal(i64(1)); s.GroupID = "a:b"; return s }(), reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"contains ':'"}},
-		{name: "seal with jobId", s: func() contracts.Submission { s := seal(i64(1)); s.JobID = "j"; return s }(), reason: contracts.ReasonInvalidField, field: "jobId", parts: []string{"set on kind seal", "allowed only for kind job"}},
-		{name: "seal with type", s: func() contracts.Submission { s := seal(i64(1)); s.Type = "t"; return s }(), reason: contracts.ReasonInvalidField, field: "type"},
-		{name: "seal with payload", s: func() contracts.Submission { s := seal(i64(1)); s.Payload = json.RawMessage(`{}`); return s }(), reason: contracts.ReasonInvalidField, field: "payload"},
-		{name: "seal with priority", s: func() contracts.Submission { s := seal(i64(1)); s.Priority = contracts.PriorityLow; return s }(), reason: contracts.ReasonInvalidField, field: "priority"},
-		{name: "seal with basePriority", s: func() contracts.Submission { s := seal(i64(1)); s.BasePriority = -3; return s }(), reason: contracts.ReasonInvalidField, field: "basePriority"},
-		{name: "cancel", s: cancel},
-		{name: "cancel with total", s: func() contracts.Submission { s := cancel; s.Total = i64(3); return s }(), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"set on kind cancel"}},
-		{name: "cancel with jobId", s: func() contracts.Submission { s := cancel; s.JobID = "j"; return s }(), reason: contracts.ReasonInvalidField, field: "jobId"},
-		{name: "cancel without group", s: func() contracts.Submission { s := cancel; s.GroupID = ""; return s }(), reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"empty"}},
+		{name: "seal", s: of(contracts.KindSeal, nil)},
+		{name: "seal 0", s: of(contracts.KindSeal, withTotal)},
+		{name: "seal max", s: of(contracts.KindSeal, func(s *contracts.Submission) { s.Total = i64(contracts.MaxTotal) })},
+		{name: "seal without total", s: of(contracts.KindSeal, func(s *contracts.Submission) { s.Total = nil }), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"missing", "required for kind seal"}},
+		{name: "seal negative", s: of(contracts.KindSeal, func(s *contracts.Submission) { s.Total = i64(-1) }), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"-1 out of range", "[0, 1000000000]"}},
+		{name: "seal max+1", s: of(contracts.KindSeal, func(s *contracts.Submission) { s.Total = i64(contracts.MaxTotal + 1) }), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"1000000001 out of range"}},
+		{name: "seal bad group", s: of(contracts.KindSeal, func(s *contracts.Submission) { s.GroupID = "a:b" }), reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"contains ':'"}},
+		{name: "seal bad tenant", s: of(contracts.KindSeal, func(s *contracts.Submission) { s.Tenant = "a>" }), reason: contracts.ReasonInvalidField, field: "tenant", parts: []string{"contains '>'"}},
+		{name: "seal with jobs", s: of(contracts.KindSeal, withJobs), reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"set on kind seal", "allowed only for kind jobs"}},
+		{name: "seal with empty jobs", s: of(contracts.KindSeal, withEmptyJobs), reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"set on kind seal"}},
+		{name: "seal with group", s: of(contracts.KindSeal, withGroup), reason: contracts.ReasonInvalidField, field: "group", parts: []string{"set on kind seal", "allowed only for kind jobs"}},
+		{name: "cancel", s: of(contracts.KindCancel, nil)},
+		{name: "cancel with total", s: of(contracts.KindCancel, withTotal), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"set on kind cancel", "allowed only for kind seal"}},
+		{name: "cancel with jobs", s: of(contracts.KindCancel, withJobs), reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"set on kind cancel"}},
+		{name: "cancel with group", s: of(contracts.KindCancel, withGroup), reason: contracts.ReasonInvalidField, field: "group"},
+		{name: "cancel without group", s: of(contracts.KindCancel, func(s *contracts.Submission) { s.GroupID = "" }), reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"empty"}},
+		{name: "cancel without tenant", s: of(contracts.KindCancel, func(s *contracts.Submission) { s.Tenant = "" }), reason: contracts.ReasonInvalidField, field: "tenant", parts: []string{"empty"}},
+		{name: "pause", s: of(contracts.KindPause, nil)},
+		{name: "pause with total", s: of(contracts.KindPause, withTotal), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"set on kind pause"}},
+		{name: "pause with jobs", s: of(contracts.KindPause, withEmptyJobs), reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"set on kind pause"}},
+		{name: "pause with group", s: of(contracts.KindPause, withGroup), reason: contracts.ReasonInvalidField, field: "group", parts: []string{"set on kind pause"}},
+		{name: "pause v1", s: of(contracts.KindPause, func(s *contracts.Submission) { s.V = 1 }), reason: contracts.ReasonBadVersion, field: "v"},
+		{name: "resume", s: of(contracts.KindResume, nil)},
+		{name: "resume with total", s: of(contracts.KindResume, withTotal), reason: contracts.ReasonInvalidField, field: "total", parts: []string{"set on kind resume"}},
+		{name: "resume with jobs", s: of(contracts.KindResume, withJobs), reason: contracts.ReasonInvalidField, field: "jobs"},
+		{name: "resume with group", s: of(contracts.KindResume, withGroup), reason: contracts.ReasonInvalidField, field: "group"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,35 +349,72 @@ func TestSealAndCancelValidate(t *testing.T) {
 	}
 }
 
-func TestReadyJobValidate(t *testing.T) {
+func TestSubmissionSettingsAndRef(t *testing.T) {
 	t.Parallel()
-	valid := func() contracts.ReadyJob {
-		return contracts.ReadyJob{V: 1, GroupID: "g", JobID: "j", Type: "t", Payload: json.RawMessage(`[1]`), Attempt: 1}
+	s := validJobs()
+	if got := s.Settings(); got != *s.Group {
+		t.Errorf("Settings = %+v, want %+v", got, *s.Group)
 	}
+	s.Group = nil
+	if got := s.Settings(); got != (contracts.GroupSettings{}) {
+		t.Errorf("Settings without group = %+v, want the defaults", got)
+	}
+	if got := s.Ref(); got != acme {
+		t.Errorf("Ref = %v, want %v", got, acme)
+	}
+}
+
+// validReady returns a valid ready batch: three jobs of one type from two tenants and groups.
+func validReady() contracts.ReadyBatch {
+	return contracts.ReadyBatch{V: contracts.Version, Jobs: []contracts.ReadyJob{
+		{Tenant: "acme", GroupID: "g1", JobID: "j1", Type: "email", Payload: json.RawMessage(`[1]`), Attempt: 1},
+		{Tenant: "acme", GroupID: "g2", JobID: "j1", Type: "email", Attempt: 3},
+		{Tenant: "umbrella", GroupID: "g1", JobID: "j1", Type: "email", Payload: json.RawMessage(`{"a":"b"}`), Attempt: 1},
+	}}
+}
+
+func manyReady(n int) []contracts.ReadyJob {
+	jobs := make([]contracts.ReadyJob, n)
+	for i := range jobs {
+		jobs[i] = contracts.ReadyJob{Tenant: "acme", GroupID: "g1", JobID: "j" + strconv.Itoa(i), Type: "t", Attempt: 1}
+	}
+	return jobs
+}
+
+func TestReadyBatchValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
-		mutate func(*contracts.ReadyJob)
+		mutate func(*contracts.ReadyBatch)
 		lim    contracts.Limits
 		reason string
 		field  string
 		parts  []string
 	}{
-		{name: "valid", mutate: func(*contracts.ReadyJob) {}},
-		{name: "nil payload", mutate: func(r *contracts.ReadyJob) { r.Payload = nil }},
-		{name: "v 2", mutate: func(r *contracts.ReadyJob) { r.V = 2 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"must be 1"}},
-		{name: "groupId 129", mutate: func(r *contracts.ReadyJob) { r.GroupID = strings.Repeat("g", 129) }, reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"{1,128}"}},
-		{name: "jobId 128", mutate: func(r *contracts.ReadyJob) { r.JobID = strings.Repeat("j", 128) }},
-		{name: "jobId 129", mutate: func(r *contracts.ReadyJob) { r.JobID = strings.Repeat("j", 129) }, reason: contracts.ReasonInvalidField, field: "jobId", parts: []string{"{1,128}"}},
-		{name: "type 65", mutate: func(r *contracts.ReadyJob) { r.Type = strings.Repeat("t", 65) }, reason: contracts.ReasonInvalidField, field: "type", parts: []string{"{1,64}"}},
-		{name: "attempt 0", mutate: func(r *contracts.ReadyJob) { r.Attempt = 0 }, reason: contracts.ReasonInvalidField, field: "attempt", parts: []string{"0 out of range", "must be >= 1"}},
-		{name: "payload at limit", lim: contracts.Limits{MaxPayloadBytes: 100}, mutate: func(r *contracts.ReadyJob) { r.Payload = payloadOfSize(100) }},
-		{name: "payload above limit", lim: contracts.Limits{MaxPayloadBytes: 100}, mutate: func(r *contracts.ReadyJob) { r.Payload = payloadOfSize(101) }, reason: contracts.ReasonTooLarge, field: "payload", parts: []string{"101 bytes", "limit 100"}},
+		{name: "valid", mutate: func(*contracts.ReadyBatch) {}},
+		{name: "one job, nil payload", mutate: func(b *contracts.ReadyBatch) { b.Jobs = b.Jobs[1:2] }},
+		{name: "v 1", mutate: func(b *contracts.ReadyBatch) { b.V = 1 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 1", "must be 2"}},
+		{name: "no jobs", mutate: func(b *contracts.ReadyBatch) { b.Jobs = nil }, reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"0 items", "must hold 1 to 1000"}},
+		{name: "MaxBatch jobs", mutate: func(b *contracts.ReadyBatch) { b.Jobs = manyReady(contracts.MaxBatch) }},
+		{name: "MaxBatch+1 jobs", mutate: func(b *contracts.ReadyBatch) { b.Jobs = manyReady(contracts.MaxBatch + 1) }, reason: contracts.ReasonInvalidField, field: "jobs", parts: []string{"1001 items"}},
+		{name: "tenant missing", mutate: func(b *contracts.ReadyBatch) { b.Jobs[1].Tenant = "" }, reason: contracts.ReasonInvalidField, field: "jobs[1].tenant", parts: []string{"empty"}},
+		{name: "groupId 129", mutate: func(b *contracts.ReadyBatch) { b.Jobs[2].GroupID = strings.Repeat("g", 129) }, reason: contracts.ReasonInvalidField, field: "jobs[2].groupId", parts: []string{"{1,128}"}},
+		{name: "jobId 128", mutate: func(b *contracts.ReadyBatch) { b.Jobs[0].JobID = strings.Repeat("j", 128) }},
+		{name: "jobId 129", mutate: func(b *contracts.ReadyBatch) { b.Jobs[0].JobID = strings.Repeat("j", 129) }, reason: contracts.ReasonInvalidField, field: "jobs[0].jobId", parts: []string{"{1,128}"}},
+		{name: "type 65", mutate: func(b *contracts.ReadyBatch) { b.Jobs[1].Type = strings.Repeat("t", 65) }, reason: contracts.ReasonInvalidField, field: "jobs[1].type", parts: []string{"{1,64}"}},
+		{name: "attempt 0", mutate: func(b *contracts.ReadyBatch) { b.Jobs[2].Attempt = 0 }, reason: contracts.ReasonInvalidField, field: "jobs[2].attempt", parts: []string{"0 out of range", "must be >= 1"}},
+		{name: "payload at limit", lim: contracts.Limits{MaxPayloadBytes: 100}, mutate: func(b *contracts.ReadyBatch) { b.Jobs[1].Payload = payloadOfSize(100) }},
+		{name: "payload above limit", lim: contracts.Limits{MaxPayloadBytes: 100}, mutate: func(b *contracts.ReadyBatch) { b.Jobs[1].Payload = payloadOfSize(101) }, reason: contracts.ReasonTooLarge, field: "jobs[1].payload", parts: []string{"101 bytes", "limit 100"}},
+		{name: "second type", mutate: func(b *contracts.ReadyBatch) { b.Jobs[2].Type = "sms" }, reason: contracts.ReasonInvalidField, field: "jobs[2].type", parts: []string{`"sms" differs from jobs[0]`, "one type"}},
+		{name: "first job of another type", mutate: func(b *contracts.ReadyBatch) { b.Jobs[0].Type = "sms" }, reason: contracts.ReasonInvalidField, field: "jobs[1].type", parts: []string{`"email" differs from jobs[0]`}},
+		// The same job twice (two attempts, or a re-publish) is not the batch's business.
+		{name: "same job twice", mutate: func(b *contracts.ReadyBatch) { b.Jobs[1] = b.Jobs[0] }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := valid()
-			tt.mutate(&r)
-			err := r.Validate(tt.lim)
+			b := validReady()
+			tt.mutate(&b)
+			err := b.Validate(tt.lim)
 			if tt.reason == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)
@@ -304,32 +426,50 @@ func TestReadyJobValidate(t *testing.T) {
 	}
 }
 
-func TestJobResultValidate(t *testing.T) {
-	t.Parallel()
-	valid := func() contracts.JobResult {
-		return contracts.JobResult{V: 1, GroupID: "g", JobID: "j", Attempt: 2, Status: contracts.ResultFailed, Error: "boom", DurationMs: 12}
+// validResults returns a valid result batch of group acme/g1, the tokens filled in.
+func validResults() contracts.ResultBatch {
+	return contracts.ResultBatch{V: contracts.Version, Results: []contracts.JobResult{
+		{Tenant: "acme", GroupID: "g1", JobID: "j1", Attempt: 1, Status: contracts.ResultSuccess, DurationMs: 12},
+		{Tenant: "acme", GroupID: "g1", JobID: "j2", Attempt: 2, Status: contracts.ResultFailed, Error: "boom", DurationMs: 0},
+		{Tenant: "acme", GroupID: "g1", JobID: "j3", Attempt: 1, Status: contracts.ResultSuccess, DurationMs: 3},
+	}}
+}
+
+func manyResults(n int) []contracts.JobResult {
+	rs := make([]contracts.JobResult, n)
+	for i := range rs {
+		rs[i] = contracts.JobResult{Tenant: "acme", GroupID: "g1", JobID: "j" + strconv.Itoa(i), Attempt: 1, Status: contracts.ResultSuccess}
 	}
+	return rs
+}
+
+func TestResultBatchValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
-		mutate func(*contracts.JobResult)
+		mutate func(*contracts.ResultBatch)
 		reason string
 		field  string
 		parts  []string
 	}{
-		{name: "valid", mutate: func(*contracts.JobResult) {}},
-		{name: "success, zero duration", mutate: func(r *contracts.JobResult) { r.Status, r.Error, r.DurationMs = contracts.ResultSuccess, "", 0 }},
-		{name: "v 0", mutate: func(r *contracts.JobResult) { r.V = 0 }, reason: contracts.ReasonBadVersion, field: "v"},
-		{name: "bad group", mutate: func(r *contracts.JobResult) { r.GroupID = "g>" }, reason: contracts.ReasonInvalidField, field: "groupId", parts: []string{"contains '>'"}},
-		{name: "bad job", mutate: func(r *contracts.JobResult) { r.JobID = "" }, reason: contracts.ReasonInvalidField, field: "jobId"},
-		{name: "attempt 0", mutate: func(r *contracts.JobResult) { r.Attempt = 0 }, reason: contracts.ReasonInvalidField, field: "attempt", parts: []string{"must be >= 1"}},
-		{name: "status lower case", mutate: func(r *contracts.JobResult) { r.Status = "success" }, reason: contracts.ReasonInvalidField, field: "status", parts: []string{`"success"`, "SUCCESS, FAILED"}},
-		{name: "negative duration", mutate: func(r *contracts.JobResult) { r.DurationMs = -1 }, reason: contracts.ReasonInvalidField, field: "durationMs", parts: []string{"-1 out of range", "must be >= 0"}},
+		{name: "valid", mutate: func(*contracts.ResultBatch) {}},
+		{name: "v 0", mutate: func(b *contracts.ResultBatch) { b.V = 0 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"must be 2"}},
+		{name: "no results", mutate: func(b *contracts.ResultBatch) { b.Results = nil }, reason: contracts.ReasonInvalidField, field: "results", parts: []string{"0 items", "must hold 1 to 1000"}},
+		{name: "MaxBatch results", mutate: func(b *contracts.ResultBatch) { b.Results = manyResults(contracts.MaxBatch) }},
+		{name: "MaxBatch+1 results", mutate: func(b *contracts.ResultBatch) { b.Results = manyResults(contracts.MaxBatch + 1) }, reason: contracts.ReasonInvalidField, field: "results", parts: []string{"1001 items"}},
+		{name: "tenant missing", mutate: func(b *contracts.ResultBatch) { b.Results[2].Tenant = "" }, reason: contracts.ReasonInvalidField, field: "results[2].tenant", parts: []string{"empty"}},
+		{name: "bad group", mutate: func(b *contracts.ResultBatch) { b.Results[0].GroupID = "g>" }, reason: contracts.ReasonInvalidField, field: "results[0].groupId", parts: []string{"contains '>'"}},
+		{name: "bad job", mutate: func(b *contracts.ResultBatch) { b.Results[1].JobID = "" }, reason: contracts.ReasonInvalidField, field: "results[1].jobId", parts: []string{"empty"}},
+		{name: "attempt 0", mutate: func(b *contracts.ResultBatch) { b.Results[2].Attempt = 0 }, reason: contracts.ReasonInvalidField, field: "results[2].attempt", parts: []string{"must be >= 1"}},
+		{name: "status lower case", mutate: func(b *contracts.ResultBatch) { b.Results[1].Status = "success" }, reason: contracts.ReasonInvalidField, field: "results[1].status", parts: []string{`"success"`, "SUCCESS, FAILED"}},
+		{name: "status missing", mutate: func(b *contracts.ResultBatch) { b.Results[0].Status = "" }, reason: contracts.ReasonInvalidField, field: "results[0].status"},
+		{name: "negative duration", mutate: func(b *contracts.ResultBatch) { b.Results[1].DurationMs = -1 }, reason: contracts.ReasonInvalidField, field: "results[1].durationMs", parts: []string{"-1 out of range", "must be >= 0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := valid()
-			tt.mutate(&r)
-			err := r.Validate()
+			b := validResults()
+			tt.mutate(&b)
+			err := b.Validate()
 			if tt.reason == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)
@@ -339,19 +479,31 @@ func TestJobResultValidate(t *testing.T) {
 			wantInvalid(t, err, tt.reason, tt.field, tt.parts...)
 		})
 	}
+	// An item on its own names its fields without the index.
+	r := validResults().Results[0]
+	r.Attempt = -1
+	wantInvalid(t, r.Validate(), contracts.ReasonInvalidField, "attempt", "must be >= 1")
 }
 
 func TestGroupEventValidate(t *testing.T) {
 	t.Parallel()
-	valid := contracts.GroupEvent{V: 1, GroupID: "g", State: contracts.StateRunning, Jobs: 3, Succeeded: 1}
+	valid := contracts.GroupEvent{V: contracts.Version, Tenant: "acme", GroupID: "g", State: contracts.StateRunning, Jobs: 3, Succeeded: 1}
 	if err := valid.Validate(); err != nil {
 		t.Fatalf("valid event: %v", err)
+	}
+	paused := valid
+	paused.State = contracts.StatePaused
+	if err := paused.Validate(); err != nil {
+		t.Fatalf("PAUSED event: %v", err)
 	}
 	for _, tt := range []struct {
 		field  string
 		mutate func(*contracts.GroupEvent)
 	}{
 		{"state", func(e *contracts.GroupEvent) { e.State = "DONE" }},
+		{"state", func(e *contracts.GroupEvent) { e.State = "" }},
+		{"tenant", func(e *contracts.GroupEvent) { e.Tenant = "" }},
+		{"tenant", func(e *contracts.GroupEvent) { e.Tenant = "a b" }},
 		{"groupId", func(e *contracts.GroupEvent) { e.GroupID = "" }},
 		{"total", func(e *contracts.GroupEvent) { e.Total = -1 }},
 		{"jobs", func(e *contracts.GroupEvent) { e.Jobs = -1 }},
@@ -364,29 +516,78 @@ func TestGroupEventValidate(t *testing.T) {
 		wantInvalid(t, e.Validate(), contracts.ReasonInvalidField, tt.field)
 	}
 	e := valid
-	e.V = 3
-	wantInvalid(t, e.Validate(), contracts.ReasonBadVersion, "v", "got 3")
+	e.V = 1
+	wantInvalid(t, e.Validate(), contracts.ReasonBadVersion, "v", "got 1", "must be 2")
+	if got := valid.Ref(); got != contracts.Group("acme", "g") {
+		t.Errorf("Ref = %v", got)
+	}
 }
 
-func TestGroupStateTerminal(t *testing.T) {
+func TestGroupStates(t *testing.T) {
 	t.Parallel()
-	for s, want := range map[contracts.GroupState]bool{
-		contracts.StateCreated: false, contracts.StateRunning: false, contracts.StateAggregating: false,
-		contracts.StateCompleted: true, contracts.StateCancelled: true, "": false, "FAILED": false,
+	for s, want := range map[contracts.GroupState][2]bool{ // valid, terminal
+		contracts.StateCreated: {true, false}, contracts.StateRunning: {true, false}, contracts.StateAggregating: {true, false},
+		contracts.StatePaused: {true, false}, contracts.StateCompleted: {true, true}, contracts.StateCancelled: {true, true},
+		"": {false, false}, "FAILED": {false, false}, "paused": {false, false},
 	} {
-		if got := s.Terminal(); got != want {
-			t.Errorf("%q.Terminal() = %v, want %v", s, got, want)
+		if got := [2]bool{s.Valid(), s.Terminal()}; got != want {
+			t.Errorf("%q: Valid, Terminal = %v, want %v", s, got, want)
 		}
+	}
+}
+
+func TestGroupEventFinal(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		e    contracts.GroupEvent
+		want bool
+	}{
+		{contracts.GroupEvent{State: contracts.StateCompleted, Total: 2, Jobs: 2, Succeeded: 2}, true},
+		{contracts.GroupEvent{State: contracts.StateCancelled, Jobs: 5, Succeeded: 1, Failed: 1, Cancelled: 3}, true},
+		{contracts.GroupEvent{State: contracts.StateCancelled, Jobs: 5, Succeeded: 1, Cancelled: 3}, false},
+		{contracts.GroupEvent{State: contracts.StateRunning, Jobs: 1, Succeeded: 1}, false},
+		{contracts.GroupEvent{State: contracts.StatePaused}, false},
+	} {
+		if got := tt.e.Final(); got != tt.want {
+			t.Errorf("%+v.Final() = %v, want %v", tt.e, got, tt.want)
+		}
+	}
+}
+
+func TestKindsAndGroupRef(t *testing.T) {
+	t.Parallel()
+	if got := fmt.Sprint(contracts.Kinds); got != "[jobs seal cancel pause resume]" {
+		t.Errorf("Kinds = %s", got)
+	}
+	for _, k := range contracts.Kinds {
+		if !k.Valid() {
+			t.Errorf("%q.Valid() = false", k)
+		}
+	}
+	for _, k := range []contracts.Kind{"", "job", "JOBS", "cancel "} {
+		if k.Valid() {
+			t.Errorf("%q.Valid() = true", k)
+		}
+	}
+	g := contracts.Group("acme", "g1")
+	if g.Tenant != "acme" || g.ID != "g1" || g.String() != "acme/g1" || g.Validate() != nil {
+		t.Errorf("Group = %+v %q %v", g, g.String(), g.Validate())
+	}
+	wantInvalid(t, contracts.Group("", "g1").Validate(), contracts.ReasonInvalidField, "tenant", "empty")
+	wantInvalid(t, contracts.Group("acme", "g.1").Validate(), contracts.ReasonInvalidField, "groupId", "contains '.'")
+	if contracts.Group("acme", "g1") == contracts.Group("umbrella", "g1") {
+		t.Error("the same groupId of two tenants is one group")
 	}
 }
 
 func TestNilReceivers(t *testing.T) {
 	t.Parallel()
 	for name, err := range map[string]error{
-		"Submission": (*contracts.Submission)(nil).Validate(contracts.Limits{}),
-		"ReadyJob":   (*contracts.ReadyJob)(nil).Validate(contracts.Limits{}),
-		"JobResult":  (*contracts.JobResult)(nil).Validate(),
-		"GroupEvent": (*contracts.GroupEvent)(nil).Validate(),
+		"Submission":  (*contracts.Submission)(nil).Validate(contracts.Limits{}),
+		"ReadyBatch":  (*contracts.ReadyBatch)(nil).Validate(contracts.Limits{}),
+		"ResultBatch": (*contracts.ResultBatch)(nil).Validate(),
+		"JobResult":   (*contracts.JobResult)(nil).Validate(),
+		"GroupEvent":  (*contracts.GroupEvent)(nil).Validate(),
 	} {
 		if !errors.Is(err, contracts.ErrInvalid) {
 			t.Errorf("nil %s: Validate = %v, want ErrInvalid", name, err)
@@ -412,15 +613,20 @@ func TestValidationErrorFormat(t *testing.T) {
 			t.Errorf("Error() = %q, want %q", got, tt.want)
 		}
 	}
-	// The brief's own example, produced by the code rather than built by hand.
+	// The same, produced by the code rather than built by hand.
 	err := contracts.ValidateID("jobId", "a.b")
 	if got, want := err.Error(), "contracts: jobId: contains '.' (must match ^[A-Za-z0-9_-]{1,128}$)"; got != want {
 		t.Errorf("ValidateID error = %q, want %q", got, want)
 	}
-	s := validJob()
-	s.Payload = payloadOfSize(300000)
-	if got, want := s.Validate(contracts.Limits{}).Error(), "contracts: payload: 300000 bytes (limit 262144)"; got != want {
+	s := validJobs()
+	s.Jobs[1].Payload = payloadOfSize(300000)
+	if got, want := s.Validate(contracts.Limits{}).Error(), "contracts: jobs[1].payload: 300000 bytes (limit 262144)"; got != want {
 		t.Errorf("payload error = %q, want %q", got, want)
+	}
+	s = validJobs()
+	s.Jobs[2].Type = "a.b"
+	if got, want := s.Validate(contracts.Limits{}).Error(), "contracts: jobs[2].type: contains '.' (must match ^[A-Za-z0-9_-]{1,64}$)"; got != want {
+		t.Errorf("type error = %q, want %q", got, want)
 	}
 }
 

@@ -27,9 +27,9 @@ func ExampleMux() {
 
 	ctx := context.Background()
 	for _, job := range []*processor.Job{
-		{GroupID: "g1", JobID: "j1", Type: "greet", Payload: []byte(`{"name":"Ada"}`), Attempt: 1},
-		{GroupID: "g1", JobID: "j2", Type: "charge", Attempt: 1},
-		{GroupID: "g1", JobID: "j3", Type: "refund", Attempt: 1},
+		{Tenant: "acme", GroupID: "g1", JobID: "j1", Type: "greet", Payload: []byte(`{"name":"Ada"}`), Attempt: 1},
+		{Tenant: "acme", GroupID: "g1", JobID: "j2", Type: "charge", Attempt: 1},
+		{Tenant: "acme", GroupID: "g1", JobID: "j3", Type: "refund", Attempt: 1},
 	} {
 		err := processor.Run(ctx, mux, job)
 		outcome, after := processor.Classify(err)
@@ -37,7 +37,7 @@ func ExampleMux() {
 	}
 	// Output:
 	// [charge greet]
-	// hello Ada (job g1:j1, attempt 1)
+	// hello Ada (job acme:g1:j1, attempt 1)
 	// greet success 0s <nil>
 	// charge rate_limited 2s rate limited (retry after 2s): payment API busy
 	// refund failed 0s processor: no processor for job type "refund"

@@ -11,6 +11,8 @@ import (
 // The zero value is a job of no group, no id and no type with an empty payload; the worker always
 // fills every field. A processor must not keep the Job or its Payload after Process returns.
 type Job struct {
+	// Tenant is the tenant the job's group belongs to.
+	Tenant string `json:"tenant"`
 	// GroupID is the id of the group (bulk action) the job belongs to.
 	GroupID string `json:"groupId"`
 	// JobID is the id of the job, unique within its group.
@@ -24,10 +26,10 @@ type Job struct {
 	Attempt int `json:"attempt"`
 }
 
-// IdempotencyKey returns "<groupId>:<jobId>", the key that is the same for every run and every
-// attempt of the job. Pass it to downstream systems that deduplicate requests.
+// IdempotencyKey returns "<tenant>:<groupId>:<jobId>", the key that is the same for every run and
+// every attempt of the job. Pass it to downstream systems that deduplicate requests.
 func (j *Job) IdempotencyKey() string {
-	return j.GroupID + ":" + j.JobID
+	return j.Tenant + ":" + j.GroupID + ":" + j.JobID
 }
 
 // UnmarshalPayload decodes the job's JSON payload into v. A payload that is not valid JSON for v is

@@ -178,8 +178,8 @@ func TestRecoverMiddleware(t *testing.T) {
 
 func TestJobHelpers(t *testing.T) {
 	t.Parallel()
-	job := &processor.Job{GroupID: "g1", JobID: "j1", Type: "t", Payload: []byte(`{"n":7}`)}
-	if got := job.IdempotencyKey(); got != "g1:j1" {
+	job := &processor.Job{Tenant: "acme", GroupID: "g1", JobID: "j1", Type: "t", Payload: []byte(`{"n":7}`)}
+	if got := job.IdempotencyKey(); got != "acme:g1:j1" {
 		t.Errorf("IdempotencyKey = %q", got)
 	}
 	var v struct{ N int }
@@ -191,7 +191,7 @@ func TestJobHelpers(t *testing.T) {
 	if !errors.Is(err, processor.ErrSkipRetry) {
 		t.Fatalf("UnmarshalPayload of a bad payload = %v, want a permanent error", err)
 	}
-	if !strings.Contains(err.Error(), "g1:j1") {
+	if !strings.Contains(err.Error(), "acme:g1:j1") {
 		t.Errorf("error %q does not name the job", err)
 	}
 	job.Payload = nil

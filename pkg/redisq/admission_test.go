@@ -26,7 +26,7 @@ func admit(t testing.TB, q *redisq.Queue, n int) *redisq.AdmitResult {
 func groupsOf(jobs []redisq.LeasedJob) string {
 	var s []string
 	for _, j := range jobs {
-		s = append(s, j.GroupID)
+		s = append(s, j.Group.ID)
 	}
 	return strings.Join(s, ",")
 }
@@ -70,7 +70,7 @@ func TestFairnessSuite(t *testing.T) {
 						break
 					}
 					for _, j := range r.Jobs {
-						order = append(order, j.GroupID)
+						order = append(order, j.Group.ID)
 					}
 				}
 				if len(order) != 1200 {
@@ -97,7 +97,7 @@ func TestAdmitLeasesJobs(t *testing.T) {
 		t.Fatal("admit with no capacity took jobs")
 	}
 	r := admit(t, q, 2)
-	if len(r.Jobs) != 2 || r.Jobs[0].Attempt != 1 || strings.Join(r.Started, ",") != "g" {
+	if len(r.Jobs) != 2 || r.Jobs[0].Attempt != 1 || fmt.Sprint(r.Started) != fmt.Sprint([]contracts.GroupRef{G("g")}) {
 		t.Fatalf("admit: %+v", r)
 	}
 	if n, _ := b.rdb.ZCard(ctx, q.Keys().Inflight()).Result(); n != 2 {
@@ -112,7 +112,7 @@ func TestAdmitLeasesJobs(t *testing.T) {
 	}
 	b.clock.advance(6 * time.Second)
 	exp, _ := q.ExpiredLeases(ctx, 10)
-	if len(exp) != 1 || exp[0] != "g:"+r.Jobs[1].ID {
+	if len(exp) != 1 || exp[0] != "t:g:"+r.Jobs[1].ID {
 		t.Fatalf("expired %v", exp)
 	}
 	rc, err := q.Reclaim(ctx, 10)
@@ -124,7 +124,7 @@ func TestAdmitLeasesJobs(t *testing.T) {
 		t.Fatalf("reclaimed twice: %+v", rc2)
 	}
 	// A claimed (running) job is no longer recovered by lease expiry.
-	if o, _ := q.Claim(ctx, "g", r.Jobs[1].ID, 1); o != redisq.ClaimRun {
+	if o, _ := q.Claim(ctx, G("g"), r.Jobs[1].ID, 1); o != redisq.ClaimRun {
 		t.Fatalf("claim: %v", o)
 	}
 	b.clock.advance(6 * time.Second)
@@ -205,7 +205,7 @@ func TestSeedModeShares(t *testing.T) {
 		if len(r.Jobs) != 0 || r.Parked != 1 || r.DeniedGlobal != 1 {
 			t.Fatalf("11th: %+v", r)
 		}
-		st, _ := q.LimiterStatus(ctx, "A")
+		st, _ := q.LimiterStatus(ctx, testTenant)
 		if st.GlobalCount != 10 || st.GlobalLimit != 10 {
 			t.Fatalf("denial did not roll back: %+v", st)
 		}
@@ -220,22 +220,39 @@ func TestSeedModeShares(t *testing.T) {
 		}
 	})
 	t.Run("share follows active count", func(t *testing.T) {
+		// Shares are per tenant: tenants a and b get 5 each of the 10.
 		q, _ := setup(t, cfg, true)
-		enqueueN(t, q, "A", 6, "", 0)
+		enqueueN(t, q, "a/A", 6, "", 0)
 		if r := admit(t, q, 5); len(r.Jobs) != 5 {
 			t.Fatalf("A: %+v", r)
 		}
-		enqueueN(t, q, "B", 1, contracts.PriorityHigh, 0)
+		enqueueN(t, q, "b/B", 1, contracts.PriorityHigh, 0)
 		if r := admit(t, q, 1); groupsOf(r.Jobs) != "B" {
 			t.Fatalf("B: %+v", r)
 		}
 		r := admit(t, q, 1)
 		if r.Parked != 1 || r.DeniedGroup != 1 {
-			t.Fatalf("A's 6th with two active groups: %+v", r)
+			t.Fatalf("A's 6th with two active tenants: %+v", r)
 		}
-		st, _ := q.LimiterStatus(ctx, "A")
-		if st.GroupLimit != 5 || st.Active != 2 || st.GroupCount != 5 {
+		st, _ := q.LimiterStatus(ctx, "a")
+		if st.TenantLimit != 5 || st.Active != 2 || st.TenantCount != 5 || st.Weight != 1 {
 			t.Fatalf("status %+v", st)
+		}
+	})
+	t.Run("a tenant's groups share one share", func(t *testing.T) {
+		// Tenant a splits its work into three groups, b has one: a does
+		// not get three shares.
+		q, _ := setup(t, cfg, true)
+		for _, g := range []string{"a/A1", "a/A2", "a/A3", "b/B"} {
+			enqueueN(t, q, g, 10, "", 0)
+		}
+		r := admit(t, q, 40)
+		per := map[string]int{}
+		for _, j := range r.Jobs {
+			per[j.Group.Tenant]++
+		}
+		if per["a"] != 5 || per["b"] != 5 || r.Parked != 30 {
+			t.Fatalf("admitted per tenant %v, parked %d; want 5 each", per, r.Parked)
 		}
 	})
 	t.Run("global limit first", func(t *testing.T) {
@@ -255,42 +272,46 @@ func TestSeedModeShares(t *testing.T) {
 func TestActiveSetMembership(t *testing.T) {
 	ctx := context.Background()
 	q, b := setup(t, redisq.Config{GlobalLimit: 10, Window: 10 * time.Second, Burst: 10 * time.Second, ActiveStaleAfter: time.Minute}, true)
-	enqueueN(t, q, "A", 20, "", 0)
-	enqueueN(t, q, "B", 1, "", 0)
-	if _, err := q.Seal(ctx, "B", 1); err != nil {
+	enqueueN(t, q, "a/A", 20, "", 0)
+	enqueueN(t, q, "b/B", 1, "", 0)
+	if _, err := q.Seal(ctx, G("b/B"), 1); err != nil {
 		t.Fatal(err)
 	}
 	admit(t, q, 4)
-	st, _ := q.LimiterStatus(ctx, "A")
-	if st.Active != 2 || st.GroupLimit != 5 {
-		t.Fatalf("two groups: %+v", st)
+	st, _ := q.LimiterStatus(ctx, "a")
+	if st.Active != 2 || st.TenantLimit != 5 {
+		t.Fatalf("two tenants: %+v", st)
 	}
-	// B completes: it leaves the set and A's share grows.
-	if _, err := q.Record(ctx, contracts.JobResult{GroupID: "B", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
+	// B completes; its tenant stays active until it stops asking for
+	// capacity (an ended group no longer leaves the set by itself).
+	if _, err := q.Record(ctx, contracts.JobResult{Tenant: "b", GroupID: "B", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := q.LimiterStatus(ctx, "A"); st.Active != 1 || st.GroupLimit != 10 {
+	if st, _ := q.LimiterStatus(ctx, "a"); st.Active != 2 {
 		t.Fatalf("after B completed: %+v", st)
 	}
-	// A group that stops asking expires from the set.
-	if err := b.rdb.SAdd(ctx, q.Keys().ActiveGroups(), "ghost").Err(); err != nil {
+	// A tenant that stops asking expires from the set.
+	if err := b.rdb.SAdd(ctx, q.Keys().ActiveTenants(), "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
 	b.rdb.ZAdd(ctx, q.Keys().ActiveSeen(), redis.Z{Score: float64(b.clock.t.UnixMilli()), Member: "ghost"})
 	b.clock.advance(2 * time.Minute)
-	admit(t, q, 1) // A asks again; ghost has not for 2 minutes
-	if g, _ := q.ActiveGroups(ctx); strings.Join(g, ",") != "A" {
+	admit(t, q, 1) // a asks again; b and ghost have not for 2 minutes
+	if g, _ := q.ActiveTenants(ctx); strings.Join(g, ",") != "a" {
 		t.Fatalf("active after staleness: %v", g)
+	}
+	if st, _ := q.LimiterStatus(ctx, "a"); st.Active != 1 || st.TenantLimit != 10 {
+		t.Fatalf("alone: %+v", st)
 	}
 }
 
 func TestPacedSkipsUsedShareThenConservesWork(t *testing.T) {
 	q, _ := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 10, Window: 10 * time.Second, Burst: 10 * time.Second}, true)
-	enqueueN(t, q, "A", 20, "", 0)
-	enqueueN(t, q, "B", 2, "", 0)
+	enqueueN(t, q, "a/A", 20, "", 0)
+	enqueueN(t, q, "b/B", 2, "", 0)
 	r := admit(t, q, 100)
-	// A and B alternate; B runs out; A reaches its share (5), then the
-	// unused capacity goes to A, up to the global limit and no further.
+	// Tenants a and b alternate; b runs out; a reaches its share (5), then
+	// the unused capacity goes to a, up to the global limit and no further.
 	if got := groupsOf(r.Jobs); got != "A,B,A,B,A,A,A,A,A,A" {
 		t.Fatalf("order %s", got)
 	}
@@ -304,8 +325,8 @@ func TestPacedSkipsUsedShareThenConservesWork(t *testing.T) {
 
 func TestPacedCappedGroupKeepsItsPlace(t *testing.T) {
 	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 4, Window: 10 * time.Second, Burst: 10 * time.Second}, true)
-	enqueueN(t, q, "A", 10, "", 0)
-	enqueueN(t, q, "B", 10, "", 0)
+	enqueueN(t, q, "a/A", 10, "", 0)
+	enqueueN(t, q, "b/B", 10, "", 0)
 	if got := groupsOf(admit(t, q, 100).Jobs); got != "A,B,A,B" {
 		t.Fatalf("window 1: %s", got)
 	}
@@ -357,22 +378,22 @@ func TestClaimBatch(t *testing.T) {
 	if len(r.Jobs) != 5 {
 		t.Fatalf("admitted %d", len(r.Jobs))
 	}
-	if _, err := q.Cancel(ctx, "c"); err != nil {
+	if _, err := q.Cancel(ctx, G("c")); err != nil {
 		t.Fatal(err)
 	}
 	a, c := []redisq.LeasedJob{}, []redisq.LeasedJob{}
 	for _, j := range r.Jobs {
-		if j.GroupID == "a" {
+		if j.Group.ID == "a" {
 			a = append(a, j)
 		} else {
 			c = append(c, j)
 		}
 	}
 	d := func(j redisq.LeasedJob, attempt int) redisq.Delivery {
-		return redisq.Delivery{GroupID: j.GroupID, JobID: j.ID, Attempt: attempt}
+		return redisq.Delivery{Group: j.Group, JobID: j.ID, Attempt: attempt}
 	}
 	got, err := q.ClaimBatch(ctx, []redisq.Delivery{
-		d(a[0], 1), d(c[0], 1), d(a[1], 2), d(a[0], 1), {GroupID: "a", JobID: "nope", Attempt: 1}, d(c[1], 1), d(a[2], 1),
+		d(a[0], 1), d(c[0], 1), d(a[1], 2), d(a[0], 1), {Group: G("a"), JobID: "nope", Attempt: 1}, d(c[1], 1), d(a[2], 1),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -384,10 +405,10 @@ func TestClaimBatch(t *testing.T) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
 	// a[1] was delivered with a stale attempt: it stays leased.
-	if left, _ := b.rdb.ZRange(ctx, q.Keys().Inflight(), 0, -1).Result(); fmt.Sprint(left) != "[a:"+a[1].ID+"]" {
+	if left, _ := b.rdb.ZRange(ctx, q.Keys().Inflight(), 0, -1).Result(); fmt.Sprint(left) != "[t:a:"+a[1].ID+"]" {
 		t.Fatalf("inflight after claim: %v", left)
 	}
-	if info, ok, err := q.Group(ctx, "c"); err != nil || !ok || info.Cancelled != 2 {
+	if info, ok, err := q.Group(ctx, G("c")); err != nil || !ok || info.Cancelled != 2 {
 		t.Fatalf("cancelled group: %+v %v %v", info, ok, err)
 	}
 	// A redelivery of a claimed attempt (its worker died) may run again;
@@ -413,7 +434,7 @@ func TestTypeRoomsHoldTypesWithoutRoom(t *testing.T) {
 			enq := func(gid, typ string, n int) {
 				jobs := make([]redisq.Job, n)
 				for i := range jobs {
-					jobs[i] = redisq.Job{GroupID: gid, ID: fmt.Sprintf("j%03d", i), Type: typ}
+					jobs[i] = redisq.Job{Group: G(gid), ID: fmt.Sprintf("j%03d", i), Type: typ}
 				}
 				if _, err := q.EnqueueBatch(ctx, jobs); err != nil {
 					t.Fatal(err)
@@ -438,12 +459,12 @@ func TestTypeRoomsHoldTypesWithoutRoom(t *testing.T) {
 				t.Fatalf("held %v wake %d", r.Held, r.WakeMs)
 			}
 			// The held group kept its jobs and its place.
-			if info, _, _ := q.Group(ctx, "dead"); info.Pending != 100 {
+			if info, _, _ := q.Group(ctx, G("dead")); info.Pending != 100 {
 				t.Fatalf("held group pending %d, want 100", info.Pending)
 			}
 			// Once its type has room it is served first again.
 			r, err = q.Admit(ctx, 1, redisq.WithTypeRooms(map[string]int{"nobody": 10}, 0))
-			if err != nil || len(r.Jobs) != 1 || r.Jobs[0].GroupID != "dead" {
+			if err != nil || len(r.Jobs) != 1 || r.Jobs[0].Group.ID != "dead" {
 				t.Fatalf("after room: %+v %v", r.Jobs, err)
 			}
 			// A default room applies to every type not listed.

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // CongestionLevel grades a group's congestion by its backoff relative to the
@@ -36,8 +38,10 @@ func (l CongestionLevel) rank() int {
 }
 
 // Backoff is the congestion-aware backoff: base + floor(nonReady /
-// rate) seconds, clamped to max; a rate below 1 counts as 1. The rate is a
-// group's share of the global limit per window (1s by default).
+// rate) seconds, clamped to max; a rate below 1 counts as 1. Rate shares are
+// per tenant (docs/ARCHITECTURE.md §5): the rate is the share of the group's
+// tenant of the global limit per window (1s by default), and nonReady the
+// tenant's count of jobs in the non-ready queue.
 func Backoff(nonReadyCount, ratePerSec int64, base, max time.Duration) time.Duration {
 	if ratePerSec < 1 {
 		ratePerSec = 1
@@ -89,8 +93,9 @@ type RetryResult struct {
 
 // Retry sends a running job back to the non-ready queue with the
 // congestion-aware backoff; retryAfter >= 0 (a worker's Retry-After)
-// overrides it, capped by Config.MaxBackoff; retryAfter < 0 means none.
-func (q *Queue) Retry(ctx context.Context, groupID, jobID string, attempt int, retryAfter time.Duration, errText string,
+// overrides it, capped by Config.MaxBackoff; retryAfter < 0 means none. The
+// job frees its slot of the group's in-flight limit.
+func (q *Queue) Retry(ctx context.Context, g contracts.GroupRef, jobID string, attempt int, retryAfter time.Duration, errText string,
 	opts ...RetryOption) (*RetryResult, error) {
 	var o retryOptions
 	for _, opt := range opts {
@@ -109,9 +114,9 @@ func (q *Queue) Retry(ctx context.Context, groupID, jobID string, attempt int, r
 		congestion = "0"
 	}
 	v, err := q.run(ctx, "retry", retryScript,
-		[]string{q.keys.Job(groupID, jobID), q.keys.GroupMeta(groupID), q.keys.ActiveGroups()},
-		q.keys.Prefix(), groupID, jobID, attempt, q.now(), ra, int64(q.cfg.GlobalLimit),
-		ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion, errText, secs(q.cfg.JobTTL), throttled)
+		[]string{q.keys.Job(g, jobID), q.keys.GroupMeta(g), q.keys.ActiveTenants(), q.keys.TenantWeights()},
+		q.keys.Prefix(), g.Tenant, g.ID, jobID, attempt, q.now(), ra, int64(q.cfg.GlobalLimit),
+		ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion, errText, secs(q.cfg.JobTTL), throttled, q.cfg.Alpha)
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +134,13 @@ type retryOptions struct{ throttled bool }
 // of their own, not as an error against the retry budget.
 func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true } }
 
-// CorrectCounters re-derives every group's non-ready counter from the
-// non-ready queue (counters can drift after failures). It returns how many
-// counters were wrong.
+// CorrectCounters re-derives the non-ready counters of groups and tenants
+// from the non-ready queue (counters can drift after failures): the
+// counters of the groups with jobs in it and of the groups on the stuck
+// watch list ([Keys.StuckWatch]: every group that started and has not
+// ended), and of their tenants. It returns how many counters were wrong.
 func (q *Queue) CorrectCounters(ctx context.Context) (int, error) {
-	v, err := q.run(ctx, "correct", correctScript, []string{q.keys.NonReadyQueue(), q.keys.ActiveGroups()}, q.keys.Prefix())
+	v, err := q.run(ctx, "correct", correctScript, []string{q.keys.NonReadyQueue(), q.keys.StuckWatch()}, q.keys.Prefix())
 	if err != nil {
 		return 0, err
 	}
@@ -142,41 +149,54 @@ func (q *Queue) CorrectCounters(ctx context.Context) (int, error) {
 
 // CongestionState is a group's congestion state.
 type CongestionState struct {
-	GroupID            string          `json:"groupId"`
-	NonReadyCount      int64           `json:"nonReadyCount"`
-	RateLimitSpeed     int64           `json:"rateLimitSpeed"`
-	CurrentBackoffMs   int64           `json:"currentBackoffMs"`
-	Level              CongestionLevel `json:"congestionLevel"`
-	TotalThrottleCount int64           `json:"totalThrottleCount"`
-	LastThrottleAtMs   int64           `json:"lastThrottleAt"`
-	LastBackoffMs      int64           `json:"lastBackoffMs"`
-	AvgThrottlePerJob  float64         `json:"avgThrottlePerJob"`
+	Tenant  string `json:"tenant"`
+	GroupID string `json:"groupId"`
+	// NonReadyCount counts the group's jobs in the non-ready queue.
+	NonReadyCount int64 `json:"nonReadyCount"`
+	// TenantNonReadyCount counts its tenant's: with RateLimitSpeed (the
+	// tenant's share) it gives CurrentBackoffMs.
+	TenantNonReadyCount int64           `json:"tenantNonReadyCount"`
+	RateLimitSpeed      int64           `json:"rateLimitSpeed"`
+	CurrentBackoffMs    int64           `json:"currentBackoffMs"`
+	Level               CongestionLevel `json:"congestionLevel"`
+	TotalThrottleCount  int64           `json:"totalThrottleCount"`
+	LastThrottleAtMs    int64           `json:"lastThrottleAt"`
+	LastBackoffMs       int64           `json:"lastBackoffMs"`
+	AvgThrottlePerJob   float64         `json:"avgThrottlePerJob"`
 	// EstimatedSeconds is how long the group's pending jobs (queued and
 	// backed off) take at its current rate.
 	EstimatedSeconds int64 `json:"estimatedSeconds"`
 }
 
-// Congestion returns a group's congestion state.
-func (q *Queue) Congestion(ctx context.Context, groupID string) (*CongestionState, error) {
-	pipe := q.rdb.Pipeline()
-	cnt := pipe.Get(ctx, q.keys.CongestionCount(groupID))
-	stats := pipe.HGetAll(ctx, q.keys.CongestionStats(groupID))
-	active := pipe.SCard(ctx, q.keys.ActiveGroups())
-	pending := pipe.LLen(ctx, q.keys.GroupJobs(groupID))
-	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
-		return nil, fmt.Errorf("redisq: congestion %s: %w", groupID, err)
-	}
-	return q.congestionFrom(groupID, cnt.Val(), stats.Val(), active.Val(), pending.Val()), nil
+// Ref returns the group the state describes.
+func (s *CongestionState) Ref() contracts.GroupRef {
+	return contracts.GroupRef{Tenant: s.Tenant, ID: s.GroupID}
 }
 
-func (q *Queue) congestionFrom(gid, count string, stats map[string]string, active, pending int64) *CongestionState {
+// Congestion returns a group's congestion state. Its rate (RateLimitSpeed)
+// is its tenant's share of the global limit.
+func (q *Queue) Congestion(ctx context.Context, g contracts.GroupRef) (*CongestionState, error) {
+	pipe := q.rdb.Pipeline()
+	cnt := pipe.Get(ctx, q.keys.CongestionCount(g))
+	tcnt := pipe.Get(ctx, q.keys.TenantNonReady(g.Tenant))
+	stats := pipe.HGetAll(ctx, q.keys.CongestionStats(g))
+	active := pipe.SCard(ctx, q.keys.ActiveTenants())
+	weight := pipe.HGet(ctx, q.keys.TenantWeights(), g.Tenant)
+	pending := pipe.LLen(ctx, q.keys.GroupJobs(g))
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: congestion %s: %w", g, err)
+	}
+	rate := tenantShare(int64(q.cfg.GlobalLimit), active.Val(), weightOf(weight.Val()))
+	return q.congestionFrom(g, cnt.Val(), tcnt.Val(), stats.Val(), rate, pending.Val()), nil
+}
+
+func (q *Queue) congestionFrom(g contracts.GroupRef, count, tenantCount string, stats map[string]string, rate, pending int64) *CongestionState {
 	n := func(s string) int64 { x, _ := strconv.ParseInt(s, 10, 64); return x }
-	rate := groupRate(int64(q.cfg.GlobalLimit), active)
-	nonReady := n(count)
-	backoff := Backoff(nonReady, rate, q.cfg.BaseBackoff, q.cfg.MaxBackoff)
+	nonReady, tenantNonReady := n(count), n(tenantCount)
+	backoff := Backoff(tenantNonReady, rate, q.cfg.BaseBackoff, q.cfg.MaxBackoff)
 	avg, _ := strconv.ParseFloat(stats["avgThrottlePerJob"], 64)
 	return &CongestionState{
-		GroupID: gid, NonReadyCount: nonReady, RateLimitSpeed: rate,
+		Tenant: g.Tenant, GroupID: g.ID, NonReadyCount: nonReady, TenantNonReadyCount: tenantNonReady, RateLimitSpeed: rate,
 		CurrentBackoffMs: ms(backoff), Level: Level(backoff, q.cfg.BaseBackoff),
 		TotalThrottleCount: n(stats["totalThrottleCount"]), LastThrottleAtMs: n(stats["lastThrottleAt"]),
 		LastBackoffMs: n(stats["lastBackoffMs"]), AvgThrottlePerJob: avg,
@@ -184,69 +204,77 @@ func (q *Queue) congestionFrom(gid, count string, stats map[string]string, activ
 	}
 }
 
-func groupRate(limit, active int64) int64 {
-	if active < 1 {
-		active = 1
-	}
-	r := limit / active
-	if r < 1 {
-		r = 1
-	}
-	return r
-}
-
 // CongestionSummary is the system-wide congestion picture.
 type CongestionSummary struct {
-	AtMs           int64                     `json:"at"`
-	ActiveGroups   int64                     `json:"activeGroupCount"`
-	TotalNonReady  int64                     `json:"totalNonReadyCount"`
-	WorstLevel     CongestionLevel           `json:"worstCongestionLevel"`
-	WorstGroup     string                    `json:"worstCongestionGroupId"`
+	AtMs int64 `json:"at"`
+	// ActiveTenants counts the tenants sharing the global limit.
+	ActiveTenants int64 `json:"activeTenantCount"`
+	// ActiveGroups counts the groups summarised ([Queue.CandidateGroups]).
+	ActiveGroups  int64           `json:"activeGroupCount"`
+	TotalNonReady int64           `json:"totalNonReadyCount"`
+	WorstLevel    CongestionLevel `json:"worstCongestionLevel"`
+	// WorstTenant and WorstGroupID name the group with the highest backoff
+	// ("" when no group is summarised); see [CongestionSummary.WorstGroup].
+	WorstTenant    string                    `json:"worstCongestionTenant"`
+	WorstGroupID   string                    `json:"worstCongestionGroupId"`
 	GroupsPerLevel map[CongestionLevel]int64 `json:"groupsPerLevel"`
 	Groups         []*CongestionState        `json:"groups,omitempty"`
 }
 
-// SystemCongestion summarises the congestion of every active group: the
-// worst group (highest backoff), the total non-ready count and how many
-// groups are at each level.
+// WorstGroup returns the group with the highest backoff (the zero GroupRef
+// when none).
+func (s *CongestionSummary) WorstGroup() contracts.GroupRef {
+	return contracts.GroupRef{Tenant: s.WorstTenant, ID: s.WorstGroupID}
+}
+
+// SystemCongestion summarises the congestion of every group that may have
+// jobs waiting or backing off ([Queue.CandidateGroups]: the queued groups and
+// those that started and have not ended): the worst group (highest
+// backoff), the total non-ready count and how many groups are at each level.
 func (q *Queue) SystemCongestion(ctx context.Context) (*CongestionSummary, error) {
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	gids, err := q.rdb.SMembers(ctx, q.keys.ActiveGroups()).Result()
+	groups, err := q.CandidateGroups(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redisq: congestion summary: %w", err)
 	}
-	s := &CongestionSummary{AtMs: now, ActiveGroups: int64(len(gids)), WorstLevel: CongestionNone, GroupsPerLevel: map[CongestionLevel]int64{}}
-	for _, l := range CongestionLevels {
-		s.GroupsPerLevel[l] = 0
-	}
-	if len(gids) == 0 {
-		return s, nil
-	}
 	pipe := q.rdb.Pipeline()
+	activeCmd := pipe.SCard(ctx, q.keys.ActiveTenants())
+	weightsCmd := pipe.HGetAll(ctx, q.keys.TenantWeights())
 	type cmds struct {
 		cnt     interface{ Val() string }
 		stats   interface{ Val() map[string]string }
 		pending interface{ Val() int64 }
 	}
-	cs := make([]cmds, len(gids))
-	for i, g := range gids {
+	cs := make([]cmds, len(groups))
+	tenantCounts := map[string]interface{ Val() string }{}
+	for i, g := range groups {
 		cs[i] = cmds{pipe.Get(ctx, q.keys.CongestionCount(g)), pipe.HGetAll(ctx, q.keys.CongestionStats(g)), pipe.LLen(ctx, q.keys.GroupJobs(g))}
+		if tenantCounts[g.Tenant] == nil {
+			tenantCounts[g.Tenant] = pipe.Get(ctx, q.keys.TenantNonReady(g.Tenant))
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, fmt.Errorf("redisq: congestion summary: %w", err)
 	}
+	active, weights := activeCmd.Val(), weightsCmd.Val()
+	s := &CongestionSummary{AtMs: now, ActiveTenants: active, ActiveGroups: int64(len(groups)), WorstLevel: CongestionNone,
+		GroupsPerLevel: map[CongestionLevel]int64{}}
+	for _, l := range CongestionLevels {
+		s.GroupsPerLevel[l] = 0
+	}
 	var worstBackoff int64 = -1
-	for i, g := range gids {
-		st := q.congestionFrom(g, cs[i].cnt.Val(), cs[i].stats.Val(), int64(len(gids)), cs[i].pending.Val())
+	for i, g := range groups {
+		rate := tenantShare(int64(q.cfg.GlobalLimit), active, weightOf(weights[g.Tenant]))
+		st := q.congestionFrom(g, cs[i].cnt.Val(), tenantCounts[g.Tenant].Val(), cs[i].stats.Val(), rate, cs[i].pending.Val())
 		s.Groups = append(s.Groups, st)
 		s.TotalNonReady += st.NonReadyCount
 		s.GroupsPerLevel[st.Level]++
 		if st.CurrentBackoffMs > worstBackoff {
 			worstBackoff = st.CurrentBackoffMs
-			s.WorstLevel, s.WorstGroup = st.Level, g
+			s.WorstLevel, s.WorstTenant, s.WorstGroupID = st.Level, g.Tenant, g.ID
 		}
 	}
 	return s, nil

@@ -2,6 +2,8 @@ package redisq_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,12 +64,12 @@ func TestSeedParkingUsesCongestionBackoff(t *testing.T) {
 	now := float64(b.clock.t.UnixMilli())
 	// The first parked job (count 1) waits the base; the 201st waits
 	// 1000 + floor(201/100) * 1000 ms.
-	first, _ := b.rdb.ZScore(ctx, q.Keys().NonReadyQueue(), "A:j00100").Result()
-	last, _ := b.rdb.ZScore(ctx, q.Keys().NonReadyQueue(), "A:j00300").Result()
+	first, _ := b.rdb.ZScore(ctx, q.Keys().NonReadyQueue(), "t:A:j00100").Result()
+	last, _ := b.rdb.ZScore(ctx, q.Keys().NonReadyQueue(), "t:A:j00300").Result()
 	if first != now+1000 || last != now+3000 {
 		t.Fatalf("due times +%v and +%v, want +1000 and +3000", first-now, last-now)
 	}
-	st, err := q.Congestion(ctx, "A")
+	st, err := q.Congestion(ctx, G("A"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestSeedParkingUsesCongestionBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.TotalNonReady != 201 || sum.WorstGroup != "A" || sum.WorstLevel != st.Level {
+	if sum.TotalNonReady != 201 || sum.WorstGroup() != G("A") || sum.WorstLevel != st.Level {
 		t.Fatalf("summary %+v", sum)
 	}
 }
@@ -89,7 +91,7 @@ func TestCongestionDisabledUsesFixedBase(t *testing.T) {
 	enqueueN(t, q, "A", 500, "", 0)
 	admit(t, q, 1)
 	parkAll(t, q, 499)
-	last, _ := b.rdb.ZScore(ctx, q.Keys().NonReadyQueue(), "A:j00499").Result()
+	last, _ := b.rdb.ZScore(ctx, q.Keys().NonReadyQueue(), "t:A:j00499").Result()
 	if due := last - float64(b.clock.t.UnixMilli()); due != 1000 {
 		t.Fatalf("fixed backoff %v, want 1000", due)
 	}
@@ -144,7 +146,7 @@ func TestReleaseOnlyDueJobsOnce(t *testing.T) {
 				}
 				mu.Lock()
 				for _, j := range r.Jobs {
-					seen[j.GroupID+":"+j.ID]++
+					seen[j.Group.ID+":"+j.ID]++
 					if j.Attempt != 1 {
 						t.Errorf("attempt %d", j.Attempt)
 					}
@@ -172,10 +174,11 @@ func assertCountersMatchQueue(t *testing.T, q *redisq.Queue, b *testBundle, grou
 	members, _ := b.rdb.ZRange(ctx, q.Keys().NonReadyQueue(), 0, -1).Result()
 	real := map[string]int64{}
 	for _, m := range members {
-		real[m[:1]]++ // test group ids are one letter
+		parts := strings.Split(m, ":") // tenant, group, job
+		real[parts[1]]++
 	}
 	for _, g := range groups {
-		st, err := q.Congestion(ctx, g)
+		st, err := q.Congestion(ctx, G(g))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,9 +194,12 @@ func TestCorrectCountersFixesDrift(t *testing.T) {
 	enqueueN(t, q, "A", 21, "", 0)
 	admit(t, q, 1)
 	parkAll(t, q, 20)
-	b.rdb.Set(ctx, q.Keys().CongestionCount("A"), 57, 0) // drifted up
-	b.rdb.Set(ctx, q.Keys().CongestionCount("Z"), 3, 0)  // a group with nothing parked
-	b.rdb.SAdd(ctx, q.Keys().ActiveGroups(), "Z")
+	b.rdb.Set(ctx, q.Keys().CongestionCount(G("A")), 57, 0) // drifted up
+	b.rdb.Set(ctx, q.Keys().CongestionCount(G("Z")), 3, 0)  // a group with nothing parked
+	// Z started and has not ended: it is on the watch list.
+	if err := q.WatchGroups(ctx, G("Z")); err != nil {
+		t.Fatal(err)
+	}
 	fixed, err := q.CorrectCounters(ctx)
 	if err != nil || fixed != 2 {
 		t.Fatalf("fixed %d, %v", fixed, err)
@@ -214,20 +220,20 @@ func TestRetryBacksOffAndRetryAfterWins(t *testing.T) {
 		t.Fatalf("admitted %d", len(r.Jobs))
 	}
 	for _, j := range r.Jobs {
-		if o, _ := q.Claim(ctx, j.GroupID, j.ID, j.Attempt); o != redisq.ClaimRun {
+		if o, _ := q.Claim(ctx, j.Group, j.ID, j.Attempt); o != redisq.ClaimRun {
 			t.Fatalf("claim %v", o)
 		}
 	}
-	rr, err := q.Retry(ctx, "A", r.Jobs[0].ID, 1, -1, "boom")
+	rr, err := q.Retry(ctx, G("A"), r.Jobs[0].ID, 1, -1, "boom")
 	if err != nil || rr.Outcome != "parked" || rr.Delay != time.Second {
 		t.Fatalf("retry: %+v %v", rr, err)
 	}
-	rr, _ = q.Retry(ctx, "A", r.Jobs[1].ID, 1, 7*time.Second, "429")
+	rr, _ = q.Retry(ctx, G("A"), r.Jobs[1].ID, 1, 7*time.Second, "429")
 	if rr.Delay != 7*time.Second {
 		t.Fatalf("retry-after ignored: %v", rr.Delay)
 	}
 	// A stale attempt is refused.
-	if rr, _ := q.Retry(ctx, "A", r.Jobs[0].ID, 1, -1, ""); rr.Outcome != "stale" {
+	if rr, _ := q.Retry(ctx, G("A"), r.Jobs[0].ID, 1, -1, ""); rr.Outcome != "stale" {
 		t.Fatalf("second retry of the same attempt: %v", rr.Outcome)
 	}
 	b.clock.advance(time.Second)
@@ -236,7 +242,7 @@ func TestRetryBacksOffAndRetryAfterWins(t *testing.T) {
 		t.Fatalf("release: %+v", rel.Jobs)
 	}
 	// The old attempt's delivery is stale now.
-	if o, _ := q.Claim(ctx, "A", rel.Jobs[0].ID, 1); o != redisq.ClaimStale {
+	if o, _ := q.Claim(ctx, G("A"), rel.Jobs[0].ID, 1); o != redisq.ClaimStale {
 		t.Fatalf("claim of a stale attempt: %v", o)
 	}
 }
@@ -252,7 +258,7 @@ func TestSnapshotHistoryIsBounded(t *testing.T) {
 		}
 	}
 	h, err := q.History(ctx, 100)
-	if err != nil || len(h) != 3 || h[0].ActiveGroups != 1 {
+	if err != nil || len(h) != 3 || h[0].ActiveTenants != 1 || h[0].ActiveGroups != 1 {
 		t.Fatalf("history %d entries %+v %v", len(h), h, err)
 	}
 }
@@ -268,14 +274,14 @@ func TestReleaseLeavesNoCounterWithoutTTL(t *testing.T) {
 	b.rdb.Del(ctx, q.Keys().RatePacer())
 	r := admit(t, q, 2)
 	for _, j := range r.Jobs {
-		if o, _ := q.Claim(ctx, j.GroupID, j.ID, j.Attempt); o != redisq.ClaimRun {
+		if o, _ := q.Claim(ctx, j.Group, j.ID, j.Attempt); o != redisq.ClaimRun {
 			t.Fatalf("claim %v", o)
 		}
-		if rr, err := q.Retry(ctx, "A", j.ID, 1, -1, "boom"); err != nil || rr.Outcome != "parked" {
+		if rr, err := q.Retry(ctx, G("A"), j.ID, 1, -1, "boom"); err != nil || rr.Outcome != "parked" {
 			t.Fatalf("retry: %+v %v", rr, err)
 		}
 	}
-	count := q.Keys().CongestionCount("A")
+	count := q.Keys().CongestionCount(G("A"))
 	// The group's congestion keys are cleaned up (as when it ends) while
 	// its jobs are still due for release.
 	b.rdb.Del(ctx, count)
@@ -283,8 +289,10 @@ func TestReleaseLeavesNoCounterWithoutTTL(t *testing.T) {
 	if rel, err := q.Release(ctx, 10); err != nil || len(rel.Jobs) != 2 {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	if n := b.rdb.Exists(ctx, count).Val(); n != 0 {
-		t.Fatalf("release left %s (TTL %v)", count, b.rdb.TTL(ctx, count).Val())
+	for _, key := range []string{count, q.Keys().TenantNonReady(testTenant)} {
+		if n := b.rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("release left %s (TTL %v)", key, b.rdb.TTL(ctx, key).Val())
+		}
 	}
 }
 
@@ -298,10 +306,10 @@ func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
 	enqueueN(t, q, "A", 1, "", 0)
 	b.rdb.Del(ctx, q.Keys().RatePacer())
 	r := admit(t, q, 1)
-	if o, _ := q.Claim(ctx, "A", r.Jobs[0].ID, 1); o != redisq.ClaimRun {
+	if o, _ := q.Claim(ctx, G("A"), r.Jobs[0].ID, 1); o != redisq.ClaimRun {
 		t.Fatalf("claim %v", o)
 	}
-	rr, err := q.Retry(ctx, "A", r.Jobs[0].ID, 1, time.Hour, "429", redisq.Throttled())
+	rr, err := q.Retry(ctx, G("A"), r.Jobs[0].ID, 1, time.Hour, "429", redisq.Throttled())
 	if err != nil || rr.Outcome != "parked" || rr.Delay != 5*time.Second {
 		t.Fatalf("retry after an hour: %+v %v, want parked for MaxBackoff (5s)", rr, err)
 	}
@@ -310,8 +318,41 @@ func TestRetryAfterIsCappedByMaxBackoff(t *testing.T) {
 	if err != nil || len(rel.Jobs) != 1 {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	out, err := q.ClaimBatch(ctx, []redisq.Delivery{{GroupID: "A", JobID: rel.Jobs[0].ID, Attempt: 2}})
+	out, err := q.ClaimBatch(ctx, []redisq.Delivery{{Group: G("A"), JobID: rel.Jobs[0].ID, Attempt: 2}})
 	if err != nil || out[0] != (redisq.Claimed{Outcome: redisq.ClaimRun, Claims: 1, Throttles: 1}) {
 		t.Fatalf("claim of attempt 2: %+v %v, want one throttle", out, err)
+	}
+}
+
+// TestBackoffIsPerTenant: the congestion-aware backoff divides the
+// tenant's non-ready count by the tenant's share, so a tenant that splits
+// its work into many groups backs off as much as one with a single group.
+func TestBackoffIsPerTenant(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeSeed, GlobalLimit: 20, Window: time.Hour, MaxBackoff: time.Hour}, true)
+	enqueueN(t, q, "a/one", 110, "", 0)
+	for g := 0; g < 10; g++ {
+		enqueueN(t, q, fmt.Sprintf("b/g%d", g), 11, "", 0)
+	}
+	if r := admit(t, q, 220); len(r.Jobs) != 20 || r.Parked != 200 {
+		t.Fatalf("admitted %d, parked %d", len(r.Jobs), r.Parked)
+	}
+	all, err := b.rdb.ZRangeWithScores(ctx, q.Keys().NonReadyQueue(), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := map[string]float64{}
+	for _, z := range all {
+		tenant, _, _ := strings.Cut(z.Member.(string), ":")
+		latest[tenant] = max(latest[tenant], z.Score-float64(b.clock.t.UnixMilli()))
+	}
+	// 100 jobs of each tenant parked at a share of 10: the last waits
+	// 1s + floor(100/10)s, whatever the number of groups.
+	if latest["a"] != 11_000 || latest["b"] != 11_000 {
+		t.Fatalf("longest backoff per tenant %v, want 11000 ms each", latest)
+	}
+	st, err := q.Congestion(ctx, G("b/g0"))
+	if err != nil || st.NonReadyCount != 10 || st.TenantNonReadyCount != 100 || st.RateLimitSpeed != 10 || st.CurrentBackoffMs != 11_000 {
+		t.Fatalf("congestion %+v %v", st, err)
 	}
 }

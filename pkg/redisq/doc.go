@@ -8,8 +8,14 @@
 //
 // # Fair queue
 //
-// Groups wait in one ZSET per priority level (high, normal, low), served
-// strictly in that order. A group's score is
+// The fair queue has two levels (docs/ARCHITECTURE.md §4). Within each
+// priority level (high, normal, low, served strictly in that order) the
+// tenants wait in one ZSET scored by their virtual time: the tenant with the
+// smallest goes first, and serving one of its jobs adds 1/weight to it
+// ([Queue.SetTenantWeight]; weighted round robin). A tenant that becomes
+// non-empty enters at the level's virtual time (that of the tenant served
+// last), so it gets no credit for the time it was away. Within the tenant,
+// its groups wait in a ZSET of their own, scored
 //
 //	vt + basePriority + ALPHA * doneJobs / max(1, totalJobs - doneJobs)
 //
@@ -18,22 +24,29 @@
 // increasing scores. A group is scored when it becomes non-empty (ZADD NX)
 // and again each time one of its jobs is served, so equal groups alternate.
 // ALPHA > 0 pushes well-progressed groups back; ALPHA < 0 favours nearly-done
-// groups; 0 is round robin by age.
+// groups; 0 is round robin by age. So a tenant that splits its work into
+// many groups gets the share of one tenant, and its groups share it.
+//
+// A paused group ([Queue.Pause]) and a group at its in-flight limit
+// (maxInFlight) leave their tenant's ZSET keeping their score, and go back
+// with it when resumed or when a slot frees: they keep their place.
 //
 // # Admission
 //
 // [Queue.Admit] takes up to N jobs (the caller's free READY capacity) in fair
 // order through the rate gate of the configured mode, and leases them: each
-// job moves to the inflight set with attempt+1 until [Queue.Confirm]. In
-// [ModeSeed] a fixed window counts admissions globally and per group (a
-// group's share is max(1, floor(global / active groups))), and a denied job is
+// job moves to the inflight set with attempt+1 until [Queue.Confirm]. Rate
+// shares are per tenant: an active tenant's share of the window is
+// max(1, floor(global / active tenants)) * its weight. In [ModeSeed] a fixed
+// window counts admissions globally and per tenant, and a denied job is
 // parked in the non-ready queue with the congestion-aware backoff
 // base + floor(nonReadyCount / share) seconds; one call moves at most N jobs,
-// parked ones included. In [ModePaced] (the default) a
-// group whose share of the window is used up is skipped and keeps its place,
-// capacity no waiting group can use goes to the others (never beyond the
-// global limit), and a GCRA pacer spreads admissions over the window, so no
-// sliding window sees more than limit * (1 + Burst/Window) jobs.
+// parked ones included. In [ModePaced] (the default) a tenant whose share of
+// the window is used up is skipped and keeps its place, capacity no waiting
+// tenant can use goes to the others (never beyond the global limit), and a
+// GCRA pacer spreads admissions over the window, so no sliding window sees
+// more than limit * (1 + Burst/Window) jobs. A group's admitted but
+// unfinished jobs never exceed its maxInFlight (0 = no limit).
 //
 // [WithTypeRooms] limits a call to the READY room of each job type: a group
 // whose next job's type has no room keeps its place and is passed by, so a
@@ -41,8 +54,17 @@
 //
 // [Queue.Release] moves due jobs out of the non-ready queue under a lease,
 // through the same global gate (the pacer, or the fixed window's room);
-// [Queue.Reclaim] re-leases jobs whose admission lease expired. [Queue.Claim],
-// [Queue.Retry] and [Queue.Record] are the worker's and aggregator's side of
-// the reliability protocol: a delivery runs only if it carries the current
-// attempt, and a result is counted exactly once.
+// [Queue.Reclaim] re-leases jobs whose admission lease expired. A job of a
+// paused group (or, for Release, of a group at its in-flight limit) goes
+// back into its group's queue instead. [Queue.Claim], [Queue.Retry] and
+// [Queue.Record] are the worker's and aggregator's side of the reliability
+// protocol: a delivery runs only if it carries the current attempt, and a
+// result is counted exactly once.
+//
+// # Groups
+//
+// A group is named by its tenant and groupId ([contracts.GroupRef]); two
+// tenants may use the same groupId without touching each other. A job id
+// is accepted once for the whole life of its group: a re-sent job is a
+// duplicate even after its job hash expired.
 package redisq

@@ -12,17 +12,26 @@ import (
 
 // Job is a job to enqueue.
 type Job struct {
-	GroupID string
-	ID      string
-	Type    string
+	// Group is the job's group, named by tenant and groupId.
+	Group contracts.GroupRef
+	ID    string
+	Type  string
+	// Payload is the job's input.
 	Payload []byte
-	// Priority is the level of the job's group; a group keeps the level and
-	// base priority of the first job that created it. "" means normal.
+	// Priority, BasePriority and MaxInFlight are the settings of the job's
+	// group: a group keeps those of the first job that created it. Priority
+	// "" means normal; MaxInFlight 0 means no in-flight limit.
 	Priority     contracts.Priority
 	BasePriority int64
+	MaxInFlight  int64
 	// Trace is the W3C traceparent of the job's submission ("" = none); it
 	// is kept with the job so later hops continue the same trace.
 	Trace string
+}
+
+// settings are the group settings j asks for.
+func (j *Job) settings() contracts.GroupSettings {
+	return contracts.GroupSettings{Priority: j.Priority.OrDefault(), BasePriority: j.BasePriority, MaxInFlight: j.MaxInFlight}
 }
 
 // EnqueueOutcome says what Enqueue did with one job.
@@ -60,7 +69,25 @@ type EnqueueResult struct {
 	// Outcomes has one entry per job, in order.
 	Outcomes []EnqueueOutcome
 	// Created lists the groups this call created.
-	Created []string
+	Created []contracts.GroupRef
+	// Groups has one entry per group of the call, in order of first
+	// appearance.
+	Groups []EnqueuedGroup
+}
+
+// EnqueuedGroup is the state of one group of an Enqueue call after it.
+type EnqueuedGroup struct {
+	Group contracts.GroupRef
+	// Created is true when this call created the group.
+	Created bool
+	// Settings are the group's effective settings (Priority never ""): the
+	// ones it was created with, which later jobs cannot change. Callers
+	// compare them with the ones they asked for to report differences.
+	// A group that has none yet (it was sealed, cancelled or paused before
+	// its first job, and the call added no job) reports the requested ones.
+	Settings contracts.GroupSettings
+	// Counts are the group's state and counters after the call.
+	Counts GroupCounts
 }
 
 // Enqueue adds one job. Enqueueing a job that already exists in its group
@@ -83,7 +110,11 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome,
 	return r.Outcomes, nil
 }
 
-// EnqueueJobs is EnqueueBatch reporting also the groups it created.
+// EnqueueJobs is EnqueueBatch reporting also, per group, whether the call
+// created it, its effective settings and its counters. A job id is a
+// duplicate for the whole life of its group (until the group ends and its
+// keys expire), even after the job's own hash expired (Config.JobTTL).
+// Groups and job ids must be valid tokens (contracts.GroupRef.Validate).
 func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, error) {
 	if len(jobs) == 0 {
 		return &EnqueueResult{}, nil
@@ -92,25 +123,35 @@ func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, er
 		idx  []int
 		keys []string
 		args []any
+		want contracts.GroupSettings
 	}
-	var order []string
-	byGroup := map[string]*batch{}
-	for i, j := range jobs {
-		b := byGroup[j.GroupID]
+	var order []contracts.GroupRef
+	byGroup := map[contracts.GroupRef]*batch{}
+	for i := range jobs {
+		j := &jobs[i]
+		b := byGroup[j.Group]
 		if b == nil {
-			level := j.Priority
-			if level == "" {
-				level = contracts.PriorityNormal
+			if err := j.Group.Validate(); err != nil {
+				return nil, fmt.Errorf("redisq: enqueue: group %s: %w", j.Group, err)
 			}
+			if j.MaxInFlight < 0 {
+				return nil, fmt.Errorf("redisq: enqueue: group %s: maxInFlight %d: must be >= 0", j.Group, j.MaxInFlight)
+			}
+			want := j.settings()
 			b = &batch{
-				keys: append(q.keys.FairQueues(), q.keys.VClock(), q.keys.GroupJobs(j.GroupID), q.keys.GroupMeta(j.GroupID)),
-				args: []any{j.GroupID, string(level), j.BasePriority, q.cfg.Alpha, q.now()},
+				keys: []string{q.keys.GroupMeta(j.Group), q.keys.GroupJobs(j.Group), q.keys.GroupIDs(j.Group)},
+				args: []any{q.keys.Prefix(), j.Group.Tenant, j.Group.ID, string(want.Priority), want.BasePriority,
+					want.MaxInFlight, q.cfg.Alpha, q.now()},
+				want: want,
 			}
-			byGroup[j.GroupID] = b
-			order = append(order, j.GroupID)
+			byGroup[j.Group] = b
+			order = append(order, j.Group)
+		}
+		if j.ID == "" || strings.IndexByte(j.ID, ':') >= 0 {
+			return nil, fmt.Errorf("redisq: enqueue: group %s: job id %q: must be a non-empty token without ':'", j.Group, j.ID)
 		}
 		b.idx = append(b.idx, i)
-		b.keys = append(b.keys, q.keys.Job(j.GroupID, j.ID))
+		b.keys = append(b.keys, q.keys.Job(j.Group, j.ID))
 		b.args = append(b.args, j.ID, j.Type, j.Payload, j.Trace)
 	}
 	replies, err := q.pipelineScripts(ctx, "enqueue", enqueueScript, len(order), func(i int) ([]string, []any) {
@@ -120,21 +161,33 @@ func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, er
 	if err != nil {
 		return nil, err
 	}
-	res := &EnqueueResult{Outcomes: make([]EnqueueOutcome, len(jobs))}
+	res := &EnqueueResult{Outcomes: make([]EnqueueOutcome, len(jobs)), Groups: make([]EnqueuedGroup, 0, len(order))}
 	out := res.Outcomes
-	for gi, gid := range order {
+	for gi, g := range order {
 		rep := toList(replies[gi])
-		if toInt(rep[4]) == 1 {
-			res.Created = append(res.Created, gid)
+		if len(rep) != 5+groupReplyWidth {
+			return nil, fmt.Errorf("redisq: enqueue script: %d reply values", len(rep))
 		}
 		codes := toStr(rep[0])
-		b := byGroup[gid]
+		b := byGroup[g]
 		if len(codes) != len(b.idx) {
 			return nil, fmt.Errorf("redisq: enqueue script: %d outcomes for %d jobs", len(codes), len(b.idx))
 		}
 		for k, i := range b.idx {
 			out[i] = EnqueueOutcome(codes[k])
 		}
+		eg := EnqueuedGroup{
+			Group:   g,
+			Created: toInt(rep[1]) == 1,
+			Settings: contracts.GroupSettings{
+				Priority: contracts.Priority(toStr(rep[2])).OrDefault(), BasePriority: toInt(rep[3]), MaxInFlight: toInt(rep[4]),
+			},
+			Counts: parseCounts(rep[5:]),
+		}
+		if eg.Created {
+			res.Created = append(res.Created, g)
+		}
+		res.Groups = append(res.Groups, eg)
 	}
 	return res, nil
 }
@@ -192,7 +245,7 @@ func pipelineChunks[T any](ctx context.Context, q *Queue, name string, s *redis.
 
 // LeasedJob is a job taken out of the queue.
 type LeasedJob struct {
-	GroupID string
+	Group   contracts.GroupRef
 	ID      string
 	Type    string
 	Payload []byte
@@ -212,13 +265,15 @@ type AdmitResult struct {
 	// wait but their types have no READY room; 0 at once; > 0 the number of
 	// ms until the rate gate opens.
 	WakeMs int64
-	// Started lists groups that moved CREATED -> RUNNING.
-	Started []string
+	// Started lists groups that moved CREATED -> RUNNING (they are put on
+	// the stuck watch list, [Keys.StuckWatch]).
+	Started []contracts.GroupRef
 	// Drained lists sealed groups whose last queued job left (-> AGGREGATING).
-	Drained []string
+	Drained []contracts.GroupRef
 	// DeniedGlobal and DeniedGroup count rate-limit denials (seed mode: jobs
-	// parked; paced mode: groups skipped for a used-up share, and stops at
-	// the global limit).
+	// parked; paced mode: tenants skipped for a used-up share, and stops at
+	// the global limit). Rate shares are per tenant (docs/ARCHITECTURE.md §5):
+	// DeniedGroup counts denials by a tenant's share.
 	DeniedGlobal, DeniedGroup int
 	// NowMs is the time the call ran at (Redis TIME, ms).
 	NowMs int64
@@ -259,9 +314,12 @@ func WithTypeRooms(rooms map[string]int, other int) AdmitOption {
 	}
 }
 
-// Admit takes up to n jobs in fair order through the configured rate gate
-// and leases them (status LEASED, attempt+1, in the inflight set until
-// Confirm). With n <= 0 it does nothing.
+// Admit takes up to n jobs in fair order (tenant, then group:
+// docs/ARCHITECTURE.md §4) through the configured rate gate (per-tenant
+// shares, docs/ARCHITECTURE.md §5) and leases them (status LEASED,
+// attempt+1, in the inflight set until Confirm). Paused groups and groups at
+// their in-flight limit are passed by and keep their place. With n <= 0 it
+// does nothing.
 func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitResult, error) {
 	var o admitOptions
 	for _, opt := range opts {
@@ -270,8 +328,9 @@ func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitRe
 	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease), o.rooms)
 }
 
-// Dequeue takes the next job in fair order, with no rate gate and no lease.
-// It returns ErrQueueEmpty when no job waits.
+// Dequeue takes the next job in fair order, with no rate gate and no lease
+// (status DEQUEUED; the job counts in its group's in-flight jobs until its
+// result is recorded). It returns ErrQueueEmpty when no job waits.
 func (q *Queue) Dequeue(ctx context.Context) (*LeasedJob, error) {
 	jobs, err := q.DequeueBatch(ctx, 1)
 	if err != nil {
@@ -302,7 +361,8 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 		congestion = "0"
 	}
 	keys := append(q.keys.FairQueues(), q.keys.VClock(), q.keys.Inflight(),
-		q.keys.ActiveGroups(), q.keys.ActiveSeen(), q.keys.RatePacer())
+		q.keys.ActiveTenants(), q.keys.ActiveSeen(), q.keys.RatePacer(), q.keys.TenantWeights(),
+		q.keys.TenantClock(), q.keys.StuckWatch())
 	v, err := q.run(ctx, "admit", admitScript, keys,
 		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
@@ -315,8 +375,8 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 		Jobs:         parseJobs(toList(rep[0])),
 		Parked:       int(toInt(rep[1])),
 		WakeMs:       toInt(rep[2]),
-		Started:      toStrings(rep[3]),
-		Drained:      toStrings(rep[4]),
+		Started:      toGroupRefs(rep[3]),
+		Drained:      toGroupRefs(rep[4]),
 		DeniedGlobal: int(toInt(rep[5])),
 		DeniedGroup:  int(toInt(rep[6])),
 		NowMs:        toInt(rep[7]),
@@ -330,11 +390,12 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 	return res, nil
 }
 
-func toStrings(v any) []string {
+// toGroupRefs reads a list of group keys ("<tenant>:<gid>").
+func toGroupRefs(v any) []contracts.GroupRef {
 	l := toList(v)
-	out := make([]string, 0, len(l))
+	out := make([]contracts.GroupRef, 0, len(l))
 	for _, x := range l {
-		out = append(out, toStr(x))
+		out = append(out, parseGroupKey(toStr(x)))
 	}
 	return out
 }

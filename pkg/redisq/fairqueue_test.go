@@ -43,7 +43,7 @@ func TestEqualGroupsAlternateWithinOneBatch(t *testing.T) {
 	}
 	var got []string
 	for _, j := range jobs {
-		got = append(got, j.GroupID+"/"+j.ID)
+		got = append(got, j.Group.ID+"/"+j.ID)
 	}
 	want := []string{"gB/j00000", "gA/j00000", "gB/j00001", "gA/j00001", "gB/j00002", "gA/j00002"}
 	if !slices.Equal(got, want) {
@@ -89,14 +89,17 @@ func TestEmptyGroupAtTopDoesNotHideItsLevel(t *testing.T) {
 	enqueueN(t, q, "other", 1, "", 0)
 	enqueueN(t, q, "low", 1, contracts.PriorityLow, 0)
 	// The group's list empties behind the queue's back.
-	if err := b.rdb.Del(ctx, q.Keys().GroupJobs("empty")).Err(); err != nil {
+	if err := b.rdb.Del(ctx, q.Keys().GroupJobs(G("empty"))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got := drain(t, q, 1)[0]; got != "other" {
 		t.Fatalf("served %s, want the same level's next group", got)
 	}
-	if n, _ := b.rdb.ZCard(ctx, q.Keys().FairQueue(contracts.PriorityNormal)).Result(); n != 0 {
+	if n, _ := b.rdb.ZCard(ctx, q.Keys().TenantGroups(testTenant, contracts.PriorityNormal)).Result(); n != 0 {
 		t.Fatalf("normal level still holds %d groups", n)
+	}
+	if n, _ := b.rdb.ZCard(ctx, q.Keys().FairQueue(contracts.PriorityNormal)).Result(); n != 0 {
+		t.Fatalf("normal level still holds %d tenants", n)
 	}
 }
 
@@ -123,7 +126,7 @@ func TestFairScoreSeedCases(t *testing.T) {
 func TestScriptScoreMatchesFairScore(t *testing.T) {
 	q, b := setup(t, redisq.Config{Alpha: 10000}, true)
 	enqueueN(t, q, "g", 4, "", 250)
-	got, err := b.rdb.ZScore(context.Background(), q.Keys().FairQueue(contracts.PriorityNormal), "g").Result()
+	got, err := b.rdb.ZScore(context.Background(), q.Keys().TenantGroups(testTenant, contracts.PriorityNormal), "g").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +157,7 @@ func TestAlphaWeighsProgress(t *testing.T) {
 				t.Fatalf("first two %v", first)
 			}
 			// A progresses: one of its jobs finishes.
-			if _, err := q.Record(ctx, contracts.JobResult{GroupID: "gA", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
+			if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "gA", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
 				t.Fatal(err)
 			}
 			// A is still first (its score was set before), and is re-scored with its progress.
@@ -194,7 +197,7 @@ func TestConcurrentDequeueExactlyOnce(t *testing.T) {
 				}
 				mu.Lock()
 				for _, j := range jobs {
-					seen[j.GroupID+"/"+j.ID]++
+					seen[j.Group.ID+"/"+j.ID]++
 				}
 				mu.Unlock()
 			}
@@ -231,7 +234,7 @@ func TestLongRunWindowFairness(t *testing.T) {
 			break
 		}
 		for _, j := range jobs {
-			order = append(order, j.GroupID)
+			order = append(order, j.Group.ID)
 		}
 	}
 	if len(order) != groups*perGroup {

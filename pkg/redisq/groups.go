@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/redis/go-redis/v9"
 )
 
 // GroupCounts are a group's state and counters.
@@ -23,6 +24,10 @@ type GroupCounts struct {
 
 // Sealed reports whether the group's total has been declared.
 func (c GroupCounts) Sealed() bool { return c.Declared >= 0 }
+
+// groupReplyWidth is the number of values of a group reply (lua/lib.lua's
+// group_reply), which parseCounts reads.
+const groupReplyWidth = 7
 
 func parseCounts(l []any) GroupCounts {
 	st := toStr(l[0])
@@ -60,8 +65,10 @@ type RecordResult struct {
 
 // Record marks a job terminal exactly once (SUCCESS or FAILED) and counts it;
 // a second record of the same job is a no-op reporting DuplicateResult. A
-// sealed group whose every job is terminal becomes COMPLETED: it leaves the
-// active set, its congestion state is dropped and its keys get their TTLs.
+// sealed group whose every job is terminal becomes COMPLETED: its congestion
+// state is dropped and its keys get their TTLs. A job that was in flight
+// frees its slot of the group's in-flight limit. Each result names its group
+// by Tenant and GroupID ([contracts.JobResult.Ref]).
 func (q *Queue) Record(ctx context.Context, r contracts.JobResult) (*RecordResult, error) {
 	out, err := q.RecordBatch(ctx, []contracts.JobResult{r})
 	if err != nil {
@@ -82,9 +89,13 @@ const recordReplyWidth = 10
 // before it stay recorded (recording those results again reports them as
 // duplicates).
 func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*RecordResult, error) {
-	for _, r := range rs {
+	for i := range rs {
+		r := &rs[i]
 		if r.Status != contracts.ResultSuccess && r.Status != contracts.ResultFailed {
-			return nil, fmt.Errorf("redisq: record %s/%s: status %q: must be SUCCESS or FAILED", r.GroupID, r.JobID, r.Status)
+			return nil, fmt.Errorf("redisq: record %s/%s: status %q: must be SUCCESS or FAILED", r.Ref(), r.JobID, r.Status)
+		}
+		if err := r.Ref().Validate(); err != nil {
+			return nil, fmt.Errorf("redisq: record %s/%s: %w", r.Ref(), r.JobID, err)
 		}
 	}
 	if len(rs) == 0 {
@@ -117,23 +128,25 @@ func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*R
 // lua/record.lua): the meta key of each group touched, in order of first
 // appearance, then each result with its group's index.
 func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
-	index := make(map[string]int, 8)
+	index := make(map[contracts.GroupRef]int, 8)
 	var keys []string
-	var gids []any
+	var gks []any
 	results := make([]any, 0, 5*len(rs))
-	for _, r := range rs {
-		g, ok := index[r.GroupID]
+	for i := range rs {
+		r := &rs[i]
+		ref := r.Ref()
+		g, ok := index[ref]
 		if !ok {
-			keys = append(keys, q.keys.GroupMeta(r.GroupID))
-			gids = append(gids, r.GroupID)
+			keys = append(keys, q.keys.GroupMeta(ref))
+			gks = append(gks, groupKey(ref))
 			g = len(keys)
-			index[r.GroupID] = g
+			index[ref] = g
 		}
 		results = append(results, g, r.JobID, string(r.Status), r.Error, r.Attempt)
 	}
-	args := make([]any, 0, 4+len(gids)+len(results))
-	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
-	args = append(args, gids...)
+	args := make([]any, 0, 5+len(gks)+len(results))
+	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha)
+	args = append(args, gks...)
 	args = append(args, results...)
 	return keys, args
 }
@@ -165,13 +178,16 @@ type SealResult struct {
 
 // Seal declares that the group has exactly total distinct jobs. It may come
 // before, during or after the jobs and their results.
-func (q *Queue) Seal(ctx context.Context, groupID string, total int64) (*SealResult, error) {
+func (q *Queue) Seal(ctx context.Context, g contracts.GroupRef, total int64) (*SealResult, error) {
 	if total < 0 {
 		return nil, fmt.Errorf("redisq: seal: total %d: must be >= 0", total)
 	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("redisq: seal %s: %w", g, err)
+	}
 	v, err := q.run(ctx, "seal", sealScript,
-		[]string{q.keys.GroupMeta(groupID), q.keys.GroupJobs(groupID)},
-		q.keys.Prefix(), groupID, total, q.now(), secs(q.cfg.GroupTTL))
+		[]string{q.keys.GroupMeta(g), q.keys.GroupJobs(g)},
+		q.keys.Prefix(), groupKey(g), total, q.now(), secs(q.cfg.GroupTTL))
 	if err != nil {
 		return nil, err
 	}
@@ -200,11 +216,15 @@ type CancelResult struct {
 }
 
 // Cancel ends a group early: its queued and backed-off jobs are dropped and
-// counted as cancelled; jobs already handed out finish and are counted.
-func (q *Queue) Cancel(ctx context.Context, groupID string) (*CancelResult, error) {
+// counted as cancelled; jobs already handed out finish and are counted. A
+// paused group is cancelled the same way.
+func (q *Queue) Cancel(ctx context.Context, g contracts.GroupRef) (*CancelResult, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("redisq: cancel %s: %w", g, err)
+	}
 	v, err := q.run(ctx, "cancel", cancelScript,
-		append(q.keys.FairQueues(), q.keys.GroupMeta(groupID), q.keys.GroupJobs(groupID), q.keys.NonReadyQueue()),
-		q.keys.Prefix(), groupID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
+		[]string{q.keys.GroupMeta(g), q.keys.GroupJobs(g), q.keys.NonReadyQueue()},
+		q.keys.Prefix(), g.Tenant, g.ID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +232,86 @@ func (q *Queue) Cancel(ctx context.Context, groupID string) (*CancelResult, erro
 	return &CancelResult{Outcome: CancelOutcome(toStr(l[0])), Dropped: toInt(l[1]), Group: parseCounts(l[2:])}, nil
 }
 
+// ControlOutcome says what Pause or Resume did.
+type ControlOutcome string
+
+// Pause and Resume outcomes.
+const (
+	// Paused: the group is now PAUSED. A pause that arrives before the
+	// group's first job creates the group PAUSED.
+	Paused ControlOutcome = "paused"
+	// Resumed: the group is back in the state it had when it was paused.
+	Resumed ControlOutcome = "resumed"
+	// ControlUnchanged: the group was already in that state (a pause of a
+	// paused group, a resume of a group that is not paused).
+	ControlUnchanged ControlOutcome = "unchanged"
+	// ControlEnded: the group was cancelled or completed; nothing changed.
+	ControlEnded ControlOutcome = "ended"
+	// ControlUnknown: a resume of a group that does not exist; nothing changed.
+	ControlUnknown ControlOutcome = "unknown"
+)
+
+// ControlResult is what Pause or Resume did and the group's counters after it.
+type ControlResult struct {
+	Outcome ControlOutcome
+	// Transition is the group's new state when it changed, "" otherwise.
+	Transition contracts.GroupState
+	Group      GroupCounts
+}
+
+// Pause pauses a group (docs/ARCHITECTURE.md §5): admission skips it, and it
+// keeps its place in its tenant's queue until it is resumed. Its jobs that
+// arrive meanwhile, come due in the non-ready queue or lose their lease go
+// into its queue only; jobs already admitted run and are recorded as usual
+// (a sealed paused group whose jobs all end completes). A pause before the
+// group's first job creates the group PAUSED. The state the group had is
+// kept and restored by Resume.
+func (q *Queue) Pause(ctx context.Context, g contracts.GroupRef) (*ControlResult, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("redisq: pause %s: %w", g, err)
+	}
+	v, err := q.run(ctx, "pause", pauseScript, []string{q.keys.GroupMeta(g)},
+		q.keys.Prefix(), g.Tenant, g.ID, q.now())
+	if err != nil {
+		return nil, err
+	}
+	return parseControl(v), nil
+}
+
+// Resume lets a paused group be admitted again: it gets back the state it
+// had (RUNNING becomes AGGREGATING when the group was sealed and has no job
+// queued any more) and the place it kept in its tenant's queue.
+func (q *Queue) Resume(ctx context.Context, g contracts.GroupRef) (*ControlResult, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("redisq: resume %s: %w", g, err)
+	}
+	v, err := q.run(ctx, "resume", resumeScript, []string{q.keys.GroupMeta(g), q.keys.GroupJobs(g)},
+		q.keys.Prefix(), groupKey(g), q.now(), q.cfg.Alpha)
+	if err != nil {
+		return nil, err
+	}
+	return parseControl(v), nil
+}
+
+func parseControl(v any) *ControlResult {
+	l := toList(v)
+	return &ControlResult{Outcome: ControlOutcome(toStr(l[0])), Transition: contracts.GroupState(toStr(l[1])), Group: parseCounts(l[2:])}
+}
+
 // GroupInfo is a group's meta hash.
 type GroupInfo struct {
-	ID           string
+	Group        contracts.GroupRef
 	GroupCounts  // state and counters
 	Priority     contracts.Priority
 	BasePriority int64
+	// MaxInFlight is the group's in-flight limit (0 = none).
+	MaxInFlight int64
+	// InFlight counts the group's admitted jobs that have not finished
+	// (leased, running, or handed out without a lease).
+	InFlight int64
+	// PausedFrom is the state a PAUSED group returns to when resumed ("" when
+	// not paused).
+	PausedFrom   contracts.GroupState
 	Pending      int64 // jobs queued in the fair queue now
 	CreatedAtMs  int64
 	StartedAtMs  int64
@@ -229,12 +323,12 @@ type GroupInfo struct {
 
 // Group reads a group's meta and its pending count. ok is false when the
 // group does not exist (or its meta expired).
-func (q *Queue) Group(ctx context.Context, groupID string) (info *GroupInfo, ok bool, err error) {
+func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInfo, ok bool, err error) {
 	pipe := q.rdb.Pipeline()
-	m := pipe.HGetAll(ctx, q.keys.GroupMeta(groupID))
-	l := pipe.LLen(ctx, q.keys.GroupJobs(groupID))
+	m := pipe.HGetAll(ctx, q.keys.GroupMeta(g))
+	l := pipe.LLen(ctx, q.keys.GroupJobs(g))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, false, fmt.Errorf("redisq: group %s: %w", groupID, err)
+		return nil, false, fmt.Errorf("redisq: group %s: %w", g, err)
 	}
 	pending := l.Val()
 	h := m.Val()
@@ -247,12 +341,13 @@ func (q *Queue) Group(ctx context.Context, groupID string) (info *GroupInfo, ok 
 		declared = n("declaredTotal")
 	}
 	info = &GroupInfo{
-		ID: groupID,
+		Group: g,
 		GroupCounts: GroupCounts{
 			State: contracts.GroupState(h["status"]), Declared: declared, Jobs: n("totalJobs"),
 			Done: n("doneJobs"), Succeeded: n("successCount"), Failed: n("failedCount"), Cancelled: n("cancelledCount"),
 		},
 		Priority: contracts.Priority(h["priorityLevel"]), BasePriority: n("basePriority"),
+		MaxInFlight: n("maxInFlight"), InFlight: n("inFlight"), PausedFrom: contracts.GroupState(h["pausedFrom"]),
 		Pending: pending, CreatedAtMs: n("createdAt"), StartedAtMs: n("startedAt"), FinishedAtMs: n("finishedAt"),
 		LastProgressAtMs: n("lastProgressAt"),
 		Meta:             h,
@@ -261,23 +356,84 @@ func (q *Queue) Group(ctx context.Context, groupID string) (info *GroupInfo, ok 
 }
 
 // PendingJobs returns the number of jobs of a group waiting in the fair queue.
-func (q *Queue) PendingJobs(ctx context.Context, groupID string) (int64, error) {
-	return q.rdb.LLen(ctx, q.keys.GroupJobs(groupID)).Result()
+func (q *Queue) PendingJobs(ctx context.Context, g contracts.GroupRef) (int64, error) {
+	return q.rdb.LLen(ctx, q.keys.GroupJobs(g)).Result()
 }
 
-// GroupsPerLevel returns how many groups wait at each priority level.
+// GroupsPerLevel returns how many groups wait at each priority level: the
+// sizes of the waiting tenants' group ZSETs, summed per level (two round
+// trips). Paused groups and groups at their in-flight limit are not waiting.
 func (q *Queue) GroupsPerLevel(ctx context.Context) (map[contracts.Priority]int64, error) {
 	pipe := q.rdb.Pipeline()
-	cmds := map[contracts.Priority]interface{ Val() int64 }{}
+	tenants := make(map[contracts.Priority]*redis.StringSliceCmd, len(contracts.Priorities))
 	for _, p := range contracts.Priorities {
-		cmds[p] = pipe.ZCard(ctx, q.keys.FairQueue(p))
+		tenants[p] = pipe.ZRange(ctx, q.keys.FairQueue(p), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: groups per level: %w", err)
 	}
-	out := make(map[contracts.Priority]int64, len(cmds))
-	for p, c := range cmds {
-		out[p] = c.Val()
+	out := make(map[contracts.Priority]int64, len(contracts.Priorities))
+	cards := map[contracts.Priority][]*redis.IntCmd{}
+	pipe = q.rdb.Pipeline()
+	for _, p := range contracts.Priorities {
+		out[p] = 0
+		for _, t := range tenants[p].Val() {
+			cards[p] = append(cards[p], pipe.ZCard(ctx, q.keys.TenantGroups(t, p)))
+		}
+	}
+	if len(cards) == 0 {
+		return out, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisq: groups per level: %w", err)
+	}
+	for p, cs := range cards {
+		for _, c := range cs {
+			out[p] += c.Val()
+		}
+	}
+	return out, nil
+}
+
+// MaxTenantWeight is the largest tenant weight.
+const MaxTenantWeight = 1000
+
+// SetTenantWeight sets a tenant's weight (docs/ARCHITECTURE.md §4, §5): within
+// a level, backlogged tenants are served in proportion to their weights, and
+// a tenant's rate share is max(1, floor(limit / active tenants)) * weight.
+// The weight is 1..MaxTenantWeight; 1, the default, removes the setting.
+func (q *Queue) SetTenantWeight(ctx context.Context, tenant string, weight int) error {
+	if err := contracts.ValidateTenant(tenant); err != nil {
+		return fmt.Errorf("redisq: tenant weight: %w", err)
+	}
+	if weight < 1 || weight > MaxTenantWeight {
+		return fmt.Errorf("redisq: tenant weight of %s: %d: must be between 1 and %d", tenant, weight, MaxTenantWeight)
+	}
+	var err error
+	if weight == 1 {
+		err = q.rdb.HDel(ctx, q.keys.TenantWeights(), tenant).Err()
+	} else {
+		err = q.rdb.HSet(ctx, q.keys.TenantWeights(), tenant, weight).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redisq: tenant weight of %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// TenantWeights returns the tenants whose weight is not the default 1.
+func (q *Queue) TenantWeights(ctx context.Context) (map[string]int, error) {
+	h, err := q.rdb.HGetAll(ctx, q.keys.TenantWeights()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: tenant weights: %w", err)
+	}
+	out := make(map[string]int, len(h))
+	for t, v := range h {
+		w, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		out[t] = min(max(w, 1), MaxTenantWeight)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package redisq
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -11,8 +12,13 @@ const DefaultPrefix = "bulk-action:"
 
 // Keys builds every Redis key of the system (docs/ARCHITECTURE.md §3). Scripts that must
 // build a key of a group they discover receive the prefix and build it the
-// same way; the tests check both agree. No key built from a group or job
-// id can equal a system key, whatever the id (a test checks it).
+// same way; the tests check both agree. No key built from a tenant, group or
+// job id can equal a system key, whatever the id (a test checks it).
+//
+// A group is named by (tenant, groupId). Inside Redis its group key is
+// "<tenant>:<groupId>" (tokens never contain ':'): per-group keys are
+// P group:<tenant>:<gid>:meta|jobs|ids, job hashes P job:<tenant>:<gid>:<jid>,
+// and the members of the inflight and non-ready ZSETs "<tenant>:<gid>:<jid>".
 type Keys struct{ prefix string }
 
 // NewKeys returns the key builder for prefix ("" = DefaultPrefix). The prefix
@@ -27,7 +33,8 @@ func NewKeys(prefix string) Keys {
 // Prefix is the key prefix.
 func (k Keys) Prefix() string { return k.prefix }
 
-// FairQueue is the ZSET of groups waiting at one priority level.
+// FairQueue is the ZSET of the tenants waiting at one priority level, scored
+// by each tenant's virtual time (docs/ARCHITECTURE.md §4).
 func (k Keys) FairQueue(level contracts.Priority) string {
 	return k.prefix + "fair-queue:" + string(level)
 }
@@ -37,18 +44,49 @@ func (k Keys) FairQueues() []string {
 	return []string{k.FairQueue(contracts.PriorityHigh), k.FairQueue(contracts.PriorityNormal), k.FairQueue(contracts.PriorityLow)}
 }
 
+// TenantGroups is the ZSET of one tenant's groups waiting at one level,
+// scored by the group fair score; its members are [Keys.GroupMember]s.
+func (k Keys) TenantGroups(tenant string, level contracts.Priority) string {
+	return k.prefix + "tenant:" + tenant + ":groups:" + string(level)
+}
+
+// GroupMember is the member a group has in its tenant's ZSET
+// ([Keys.TenantGroups]): its groupId.
+func (k Keys) GroupMember(g contracts.GroupRef) string { return g.ID }
+
+// TenantClock is the HASH of each level's virtual time for tenants (field:
+// the level): the virtual time of the tenant served last there. A tenant
+// that becomes non-empty at a level enters at it.
+func (k Keys) TenantClock() string { return k.prefix + "fair-queue:tenant-clock" }
+
+// TenantWeights is the HASH tenant → weight (1..1000; absent = 1) of the
+// tenant level of the fair queue and of the rate shares.
+func (k Keys) TenantWeights() string { return k.prefix + "tenant-weights" }
+
 // VClock is the fair queue's virtual clock: a strictly increasing time that
 // orders groups served within the same millisecond.
 func (k Keys) VClock() string { return k.prefix + "fair-queue:vclock" }
 
 // GroupJobs is the LIST of a group's queued job ids.
-func (k Keys) GroupJobs(gid string) string { return k.prefix + "group:" + gid + ":jobs" }
+func (k Keys) GroupJobs(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":jobs"
+}
 
 // GroupMeta is the HASH of a group's counters and state.
-func (k Keys) GroupMeta(gid string) string { return k.prefix + "group:" + gid + ":meta" }
+func (k Keys) GroupMeta(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":meta"
+}
+
+// GroupIDs is the SET of every job id the group ever accepted: a job is a
+// duplicate for as long as the group lives, whether or not its hash expired.
+func (k Keys) GroupIDs(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":ids"
+}
 
 // Job is the HASH of one job.
-func (k Keys) Job(gid, jid string) string { return k.prefix + "job:" + gid + ":" + jid }
+func (k Keys) Job(g contracts.GroupRef, jid string) string {
+	return k.prefix + "job:" + groupKey(g) + ":" + jid
+}
 
 // NonReadyQueue is the ZSET of backed-off jobs, scored by due time (ms).
 func (k Keys) NonReadyQueue() string { return k.prefix + "non-ready-queue" }
@@ -56,10 +94,10 @@ func (k Keys) NonReadyQueue() string { return k.prefix + "non-ready-queue" }
 // Inflight is the ZSET of leased jobs, scored by lease deadline (ms).
 func (k Keys) Inflight() string { return k.prefix + "inflight" }
 
-// RateLimitGroup is a group's fixed-window counter. Its "group:" segment
-// keeps it apart from the system's rate keys whatever the group is named.
-func (k Keys) RateLimitGroup(gid string, window int64) string {
-	return k.prefix + "rate-limit:group:" + gid + ":" + strconv.FormatInt(window, 10)
+// RateLimitTenant is a tenant's fixed-window counter. Its "tenant:" segment
+// keeps it apart from the system's rate keys whatever the tenant is named.
+func (k Keys) RateLimitTenant(tenant string, window int64) string {
+	return k.prefix + "rate-limit:tenant:" + tenant + ":" + strconv.FormatInt(window, 10)
 }
 
 // RateLimitGlobal is the global fixed-window counter.
@@ -70,20 +108,28 @@ func (k Keys) RateLimitGlobal(window int64) string {
 // RatePacer holds the global pacer's theoretical arrival time (paced mode).
 func (k Keys) RatePacer() string { return k.prefix + "rate-limit:pacer" }
 
-// ActiveGroups is the SET of groups sharing the global rate.
-func (k Keys) ActiveGroups() string { return k.prefix + "active-groups" }
+// ActiveTenants is the SET of tenants sharing the global rate.
+func (k Keys) ActiveTenants() string { return k.prefix + "active-tenants" }
 
-// ActiveSeen scores each active group by when it last asked for capacity,
-// so stale groups can leave the active set.
-func (k Keys) ActiveSeen() string { return k.prefix + "active-groups:seen" }
+// ActiveSeen scores each active tenant by when it last asked for capacity,
+// so stale tenants can leave the active set.
+func (k Keys) ActiveSeen() string { return k.prefix + "active-tenants:seen" }
 
 // CongestionCount is a group's count of jobs in the non-ready queue.
-func (k Keys) CongestionCount(gid string) string {
-	return k.prefix + "congestion:" + gid + ":non-ready-count"
+func (k Keys) CongestionCount(g contracts.GroupRef) string {
+	return k.prefix + "congestion:" + groupKey(g) + ":non-ready-count"
+}
+
+// TenantNonReady is a tenant's count of jobs in the non-ready queue: the
+// congestion-aware backoff divides it by the tenant's rate share.
+func (k Keys) TenantNonReady(tenant string) string {
+	return k.prefix + "tenant:" + tenant + ":non-ready-count"
 }
 
 // CongestionStats is a group's congestion statistics HASH.
-func (k Keys) CongestionStats(gid string) string { return k.prefix + "congestion:" + gid + ":stats" }
+func (k Keys) CongestionStats(g contracts.GroupRef) string {
+	return k.prefix + "congestion:" + groupKey(g) + ":stats"
+}
 
 // WorkerTypes is the ZSET of job types workers serve, scored by when the
 // last announcement of each expires (ms).
@@ -92,5 +138,14 @@ func (k Keys) WorkerTypes() string { return k.prefix + "worker-types" }
 // CongestionHistory is the capped LIST of system congestion snapshots.
 func (k Keys) CongestionHistory() string { return k.prefix + "congestion:history" }
 
-// member is the "<gid>:<jid>" member of the non-ready and inflight ZSETs.
-func member(gid, jid string) string { return gid + ":" + jid }
+// groupKey is a group's name inside Redis, "<tenant>:<gid>".
+func groupKey(g contracts.GroupRef) string { return g.Tenant + ":" + g.ID }
+
+// parseGroupKey reads a group key back ("<tenant>:<gid>").
+func parseGroupKey(s string) contracts.GroupRef {
+	t, id, _ := strings.Cut(s, ":")
+	return contracts.GroupRef{Tenant: t, ID: id}
+}
+
+// member is the "<tenant>:<gid>:<jid>" member of the non-ready and inflight ZSETs.
+func member(g contracts.GroupRef, jid string) string { return groupKey(g) + ":" + jid }

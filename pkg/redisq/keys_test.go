@@ -7,35 +7,52 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-// TestNoUserKeyCollidesWithASystemKey builds every key that takes a group
-// or job id with ids named after the segments of the system keys, and
-// checks that none equals a system key. A group named "global" once shared
-// the global rate counter's key and halved the limit for everyone.
+// TestNoUserKeyCollidesWithASystemKey builds every key that takes a tenant,
+// group or job id with ids named after the segments of the system keys, and
+// checks that none equals a system key, and that no two user keys of
+// different tenants, groups or jobs are equal. A group named "global" once
+// shared the global rate counter's key and halved the limit for everyone.
 func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 	k := redisq.NewKeys("p:")
 	const window = 1234
 	system := map[string]string{
 		k.VClock(): "VClock", k.NonReadyQueue(): "NonReadyQueue", k.Inflight(): "Inflight",
-		k.RateLimitGlobal(window): "RateLimitGlobal", k.RatePacer(): "RatePacer", k.ActiveGroups(): "ActiveGroups",
+		k.RateLimitGlobal(window): "RateLimitGlobal", k.RatePacer(): "RatePacer", k.ActiveTenants(): "ActiveTenants",
 		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory", k.WorkerTypes(): "WorkerTypes",
+		k.TenantClock(): "TenantClock", k.TenantWeights(): "TenantWeights", k.StuckWatch(): "StuckWatch",
 	}
-	for _, l := range []contracts.Priority{contracts.PriorityHigh, contracts.PriorityNormal, contracts.PriorityLow} {
+	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
 	}
-	ids := []string{"global", "pacer", "vclock", "seen", "history", "group", "rate-limit", "fair-queue", "inflight",
-		"non-ready-queue", "active-groups", "congestion", "high", "normal", "low", "1234", "meta", "jobs", "stats"}
-	for _, gid := range ids {
-		user := map[string]string{
-			k.GroupJobs(gid): "GroupJobs", k.GroupMeta(gid): "GroupMeta",
-			k.RateLimitGroup(gid, window): "RateLimitGroup", k.CongestionCount(gid): "CongestionCount",
-			k.CongestionStats(gid): "CongestionStats",
+	ids := []string{"global", "pacer", "vclock", "seen", "history", "group", "groups", "tenant", "tenants",
+		"rate-limit", "fair-queue", "inflight", "non-ready-queue", "non-ready-count", "active-groups",
+		"active-tenants", "tenant-weights", "tenant-clock", "stuck-watch", "worker-types", "congestion",
+		"high", "normal", "low", "1234", "meta", "jobs", "ids", "stats", "job", "p"}
+	owner := map[string]string{} // user key -> what built it
+	add := func(key, what string) {
+		if sys, ok := system[key]; ok {
+			t.Errorf("%s = %q, the key of %s", what, key, sys)
 		}
-		for _, jid := range ids {
-			user[k.Job(gid, jid)] = "Job"
+		if o, ok := owner[key]; ok && o != what {
+			t.Errorf("%s = %q, the key of %s", what, key, o)
 		}
-		for key, builder := range user {
-			if sys, ok := system[key]; ok {
-				t.Errorf("%s(%q) = %q, the key of %s", builder, gid, key, sys)
+		owner[key] = what
+	}
+	for _, tenant := range ids {
+		add(k.RateLimitTenant(tenant, window), "RateLimitTenant("+tenant+")")
+		add(k.TenantNonReady(tenant), "TenantNonReady("+tenant+")")
+		for _, l := range contracts.Priorities {
+			add(k.TenantGroups(tenant, l), "TenantGroups("+tenant+","+string(l)+")")
+		}
+		for _, gid := range ids {
+			g := contracts.GroupRef{Tenant: tenant, ID: gid}
+			add(k.GroupJobs(g), "GroupJobs("+g.String()+")")
+			add(k.GroupMeta(g), "GroupMeta("+g.String()+")")
+			add(k.GroupIDs(g), "GroupIDs("+g.String()+")")
+			add(k.CongestionCount(g), "CongestionCount("+g.String()+")")
+			add(k.CongestionStats(g), "CongestionStats("+g.String()+")")
+			for _, jid := range ids {
+				add(k.Job(g, jid), "Job("+g.String()+","+jid+")")
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +19,7 @@ func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
 	}
 	members := make([]any, len(jobs))
 	for i, j := range jobs {
-		members[i] = member(j.GroupID, j.ID)
+		members[i] = member(j.Group, j.ID)
 	}
 	if err := q.rdb.ZRem(ctx, q.keys.Inflight(), members...).Err(); err != nil {
 		return fmt.Errorf("redisq: confirm: %w", err)
@@ -27,7 +28,7 @@ func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
 }
 
 // ExpiredLeases lists up to n leases whose deadline has passed, without
-// touching them.
+// touching them, as "<tenant>:<groupId>:<jobId>".
 func (q *Queue) ExpiredLeases(ctx context.Context, n int) ([]string, error) {
 	now, err := q.clockMs(ctx)
 	if err != nil {
@@ -43,18 +44,23 @@ type ReclaimResult struct {
 	Jobs []LeasedJob
 	// NextDeadlineMs is the earliest remaining lease deadline, -1 if none.
 	NextDeadlineMs int64
+	// Requeued counts expired leases of paused groups: those jobs went back
+	// into their groups' queues (a delivery of the old attempt is stale)
+	// and are admitted again when their groups are resumed.
+	Requeued int
 }
 
 // Reclaim takes up to n expired leases (a holder died between lease and
-// hand-over) and leases them again to the caller.
+// hand-over) and leases them again to the caller; a job of a paused group
+// goes back into its group's queue instead and frees its in-flight slot.
 func (q *Queue) Reclaim(ctx context.Context, n int) (*ReclaimResult, error) {
 	v, err := q.run(ctx, "reclaim", reclaimScript, []string{q.keys.Inflight()},
-		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now())
+		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Alpha)
 	if err != nil {
 		return nil, err
 	}
 	l := toList(v)
-	return &ReclaimResult{Jobs: parseJobs(toList(l[0])), NextDeadlineMs: toInt(l[1])}, nil
+	return &ReclaimResult{Jobs: parseJobs(toList(l[0])), NextDeadlineMs: toInt(l[1]), Requeued: int(toInt(l[2]))}, nil
 }
 
 // ReleaseResult is the outcome of Release.
@@ -65,12 +71,18 @@ type ReleaseResult struct {
 	NextDueMs int64
 	// Cancelled counts due jobs of cancelled groups, counted as cancelled.
 	Cancelled int
+	// Requeued counts due jobs of paused groups, or of groups at their
+	// in-flight limit: they went back into their groups' queues, where
+	// admission takes them when the group is resumed or a slot frees.
+	Requeued int
 }
 
 // Release takes up to n due jobs out of the non-ready queue (one call),
 // decrements their groups' non-ready counters and leases them. Any number
 // of callers may run at once: a due job is released once. In paced mode the
-// released jobs also pass the global rate gate.
+// released jobs also pass the global rate gate. A due job of a paused group,
+// or of a group at its in-flight limit, is put back into its group's queue
+// instead (ReleaseResult.Requeued).
 func (q *Queue) Release(ctx context.Context, n int) (*ReleaseResult, error) {
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
@@ -80,7 +92,8 @@ func (q *Queue) Release(ctx context.Context, n int) (*ReleaseResult, error) {
 		return nil, err
 	}
 	l := toList(v)
-	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2]))}, nil
+	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
+		Requeued: int(toInt(l[3]))}, nil
 }
 
 // ClaimOutcome says whether a worker may run a delivered job.
@@ -101,8 +114,8 @@ const (
 // Claim marks a delivered job RUNNING if the delivery's attempt is the
 // job's current one (docs/ARCHITECTURE.md §6.3). A redelivery of the same attempt (the
 // previous worker died) may run again. It is a [Queue.ClaimBatch] of one.
-func (q *Queue) Claim(ctx context.Context, groupID, jobID string, attempt int) (ClaimOutcome, error) {
-	out, err := q.ClaimBatch(ctx, []Delivery{{GroupID: groupID, JobID: jobID, Attempt: attempt}})
+func (q *Queue) Claim(ctx context.Context, g contracts.GroupRef, jobID string, attempt int) (ClaimOutcome, error) {
+	out, err := q.ClaimBatch(ctx, []Delivery{{Group: g, JobID: jobID, Attempt: attempt}})
 	if err != nil {
 		return "", err
 	}
@@ -126,8 +139,9 @@ type Claimed struct {
 // Delivery identifies one delivered attempt of a job, as a READY message
 // carries it.
 type Delivery struct {
-	GroupID, JobID string
-	Attempt        int
+	Group   contracts.GroupRef
+	JobID   string
+	Attempt int
 }
 
 // ClaimBatch claims several deliveries in one round trip and returns one
@@ -142,7 +156,7 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error
 		args := make([]any, 0, 3+3*len(part))
 		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL))
 		for _, d := range part {
-			args = append(args, d.GroupID, d.JobID, d.Attempt)
+			args = append(args, groupKey(d.Group), d.JobID, d.Attempt)
 		}
 		return []string{q.keys.Inflight()}, args
 	})
@@ -176,7 +190,7 @@ func parseJobs(flat []any) []LeasedJob {
 	jobs := make([]LeasedJob, 0, len(flat)/6)
 	for i := 0; i+5 < len(flat); i += 6 {
 		jobs = append(jobs, LeasedJob{
-			GroupID: toStr(flat[i]), ID: toStr(flat[i+1]), Type: toStr(flat[i+2]),
+			Group: parseGroupKey(toStr(flat[i])), ID: toStr(flat[i+1]), Type: toStr(flat[i+2]),
 			Payload: []byte(toStr(flat[i+3])), Attempt: int(toInt(flat[i+4])), Trace: toStr(flat[i+5]),
 		})
 	}

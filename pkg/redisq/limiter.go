@@ -4,23 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// LimiterStatus is the rate limiter's view of the current window.
+// LimiterStatus is the rate limiter's view of the current window. Rate
+// shares are per tenant (docs/ARCHITECTURE.md §5): a tenant that splits its
+// work into many groups gets one share.
 type LimiterStatus struct {
 	Window      int64 // window number (ms since epoch / window length)
 	GlobalCount int64 // jobs admitted in this window
 	GlobalLimit int64
-	GroupCount  int64 // the group's jobs admitted in this window ("" group: 0)
-	GroupLimit  int64 // the group's share: max(1, floor(global / active))
-	Active      int64 // groups sharing the global limit
+	TenantCount int64 // the tenant's jobs admitted in this window ("" tenant: 0)
+	// TenantLimit is the tenant's share: max(1, floor(global / active)) *
+	// weight ("" tenant: weight 1).
+	TenantLimit int64
+	Weight      int64 // the tenant's weight (1 by default)
+	Active      int64 // tenants sharing the global limit
 }
 
-// LimiterStatus reports the current window's counts and limits, for groupID
+// LimiterStatus reports the current window's counts and limits, for tenant
 // when it is not empty.
-func (q *Queue) LimiterStatus(ctx context.Context, groupID string) (*LimiterStatus, error) {
+func (q *Queue) LimiterStatus(ctx context.Context, tenant string) (*LimiterStatus, error) {
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return nil, err
@@ -28,26 +34,51 @@ func (q *Queue) LimiterStatus(ctx context.Context, groupID string) (*LimiterStat
 	w := now / ms(q.cfg.Window)
 	pipe := q.rdb.Pipeline()
 	g := pipe.Get(ctx, q.keys.RateLimitGlobal(w))
-	var gr *redis.StringCmd
-	if groupID != "" {
-		gr = pipe.Get(ctx, q.keys.RateLimitGroup(groupID, w))
+	var tc, tw *redis.StringCmd
+	if tenant != "" {
+		tc = pipe.Get(ctx, q.keys.RateLimitTenant(tenant, w))
+		tw = pipe.HGet(ctx, q.keys.TenantWeights(), tenant)
 	}
-	a := pipe.SCard(ctx, q.keys.ActiveGroups())
+	a := pipe.SCard(ctx, q.keys.ActiveTenants())
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, fmt.Errorf("redisq: limiter status: %w", err)
 	}
-	st := &LimiterStatus{Window: w, GlobalLimit: int64(q.cfg.GlobalLimit), Active: a.Val()}
+	st := &LimiterStatus{Window: w, GlobalLimit: int64(q.cfg.GlobalLimit), Active: a.Val(), Weight: 1}
 	st.GlobalCount, _ = g.Int64()
-	if gr != nil {
-		st.GroupCount, _ = gr.Int64()
+	if tc != nil {
+		st.TenantCount, _ = tc.Int64()
+		st.Weight = weightOf(tw.Val())
 	}
-	st.GroupLimit = groupRate(st.GlobalLimit, st.Active)
+	st.TenantLimit = tenantShare(st.GlobalLimit, st.Active, st.Weight)
 	return st, nil
 }
 
-// ActiveGroups lists the groups sharing the global limit.
-func (q *Queue) ActiveGroups(ctx context.Context) ([]string, error) {
-	return q.rdb.SMembers(ctx, q.keys.ActiveGroups()).Result()
+// ActiveTenants lists the tenants sharing the global limit.
+func (q *Queue) ActiveTenants(ctx context.Context) ([]string, error) {
+	return q.rdb.SMembers(ctx, q.keys.ActiveTenants()).Result()
+}
+
+// tenantShare is a tenant's share of the global limit per window, and the
+// rate of its groups' congestion-aware backoff: max(1, floor(limit /
+// active)) * weight (lua/lib.lua's tenant_share).
+func tenantShare(limit, active, weight int64) int64 {
+	if active < 1 {
+		active = 1
+	}
+	r := limit / active
+	if r < 1 {
+		r = 1
+	}
+	return r * max(weight, 1)
+}
+
+// weightOf reads a stored tenant weight: 1..MaxTenantWeight, absent = 1.
+func weightOf(s string) int64 {
+	w, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || w < 1 {
+		return 1
+	}
+	return min(w, MaxTenantWeight)
 }
 
 func isNil(err error) bool { return errors.Is(err, redis.Nil) }

@@ -3,6 +3,7 @@ package redisq_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,11 +48,23 @@ func setup(t testing.TB, cfg redisq.Config, fixedClock bool) (*redisq.Queue, *te
 	return q, b
 }
 
+// testTenant is the tenant of the groups tests name by groupId alone.
+const testTenant = "t"
+
+// G names a group: "tenant/gid", or "gid" alone for the group gid of
+// testTenant.
+func G(name string) contracts.GroupRef {
+	if t, id, ok := strings.Cut(name, "/"); ok {
+		return contracts.GroupRef{Tenant: t, ID: id}
+	}
+	return contracts.GroupRef{Tenant: testTenant, ID: name}
+}
+
 func enqueueN(t testing.TB, q *redisq.Queue, gid string, n int, prio contracts.Priority, base int64) {
 	t.Helper()
 	jobs := make([]redisq.Job, n)
 	for i := range jobs {
-		jobs[i] = redisq.Job{GroupID: gid, ID: fmt.Sprintf("j%05d", i), Type: "t", Payload: []byte(`{}`), Priority: prio, BasePriority: base}
+		jobs[i] = redisq.Job{Group: G(gid), ID: fmt.Sprintf("j%05d", i), Type: "t", Payload: []byte(`{}`), Priority: prio, BasePriority: base}
 	}
 	out, err := q.EnqueueBatch(context.Background(), jobs)
 	if err != nil {
@@ -64,7 +77,7 @@ func enqueueN(t testing.TB, q *redisq.Queue, gid string, n int, prio contracts.P
 	}
 }
 
-// drain dequeues n jobs one call at a time and returns their group ids.
+// drain dequeues n jobs one call at a time and returns their groupIds.
 func drain(t testing.TB, q *redisq.Queue, n int) []string {
 	t.Helper()
 	var got []string
@@ -73,7 +86,7 @@ func drain(t testing.TB, q *redisq.Queue, n int) []string {
 		if err != nil {
 			t.Fatalf("dequeue %d: %v", i, err)
 		}
-		got = append(got, j.GroupID)
+		got = append(got, j.Group.ID)
 	}
 	return got
 }

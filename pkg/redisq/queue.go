@@ -18,9 +18,9 @@ const (
 	// ModeSeed is the fixed-window check: a denied job is parked in the
 	// non-ready queue with the congestion-aware backoff.
 	ModeSeed = "seed"
-	// ModePaced skips a group whose share of the window is used up (it keeps
-	// its place), gives unused capacity to groups still waiting, and spreads
-	// admissions over the window. Nothing is parked for rate reasons.
+	// ModePaced skips a tenant whose share of the window is used up (it
+	// keeps its place), gives unused capacity to tenants still waiting, and
+	// spreads admissions over the window. Nothing is parked for rate reasons.
 	ModePaced = "paced"
 )
 
@@ -51,14 +51,15 @@ type Config struct {
 	// Mode is the admission mode: ModePaced (default), ModeSeed or ModeFair.
 	Mode string
 	// GlobalLimit is the number of jobs admitted per Window across all
-	// groups; default 10000.
+	// tenants; default 10000. Each active tenant's share of it is
+	// max(1, floor(GlobalLimit / active tenants)) * its weight.
 	GlobalLimit int
 	// Window is the rate-limit window; default 1s.
 	Window time.Duration
 	// Burst is how far ahead of the even pace the paced mode may admit;
 	// default Window/25, which bounds any sliding window to 1.04x the limit.
 	Burst time.Duration
-	// ActiveStaleAfter removes a group from the active set when it has not
+	// ActiveStaleAfter removes a tenant from the active set when it has not
 	// asked for capacity for this long; default 30s.
 	ActiveStaleAfter time.Duration
 	// Lease is how long an admitted job may stay unconfirmed before it can
@@ -185,6 +186,7 @@ var allScripts = map[string]*redis.Script{
 	"enqueue": enqueueScript, "admit": admitScript, "record": recordScript,
 	"seal": sealScript, "cancel": cancelScript, "release": releaseScript,
 	"reclaim": reclaimScript, "claim": claimScript, "retry": retryScript, "correct": correctScript,
+	"pause": pauseScript, "resume": resumeScript,
 }
 
 func (q *Queue) loadScripts(ctx context.Context) error {

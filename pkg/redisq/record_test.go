@@ -14,11 +14,11 @@ import (
 )
 
 func success(gid string, j int) contracts.JobResult {
-	return contracts.JobResult{GroupID: gid, JobID: fmt.Sprintf("j%05d", j), Attempt: 1, Status: contracts.ResultSuccess}
+	return contracts.JobResult{Tenant: testTenant, GroupID: gid, JobID: fmt.Sprintf("j%05d", j), Attempt: 1, Status: contracts.ResultSuccess}
 }
 
 func failure(gid string, j int, msg string) contracts.JobResult {
-	return contracts.JobResult{GroupID: gid, JobID: fmt.Sprintf("j%05d", j), Attempt: 1, Status: contracts.ResultFailed, Error: msg}
+	return contracts.JobResult{Tenant: testTenant, GroupID: gid, JobID: fmt.Sprintf("j%05d", j), Attempt: 1, Status: contracts.ResultFailed, Error: msg}
 }
 
 // want is what one RecordResult of a batch must say.
@@ -57,7 +57,7 @@ func checkBatch(t *testing.T, rs []contracts.JobResult, got []*redisq.RecordResu
 
 func seal(t *testing.T, q *redisq.Queue, gid string, n int64) {
 	t.Helper()
-	if r, err := q.Seal(context.Background(), gid, n); err != nil || r.Outcome != redisq.Sealed {
+	if r, err := q.Seal(context.Background(), G(gid), n); err != nil || r.Outcome != redisq.Sealed {
 		t.Fatalf("seal %s: %+v %v", gid, r, err)
 	}
 }
@@ -92,7 +92,7 @@ func TestRecordBatchInterleavedGroups(t *testing.T) {
 	})
 	// The stored counters are the last ones each group reported.
 	for _, gid := range []string{"A", "B", "C"} {
-		info, ok, err := q.Group(ctx, gid)
+		info, ok, err := q.Group(ctx, G(gid))
 		if err != nil || !ok {
 			t.Fatalf("group %s: %v %v", gid, ok, err)
 		}
@@ -132,11 +132,11 @@ func TestRecordBatchSameJobTwice(t *testing.T) {
 	if got[1].CreatedAtMs != got[0].CreatedAtMs || got[3].CreatedAtMs != got[0].CreatedAtMs {
 		t.Errorf("duplicates report createdAt %d and %d, want %d", got[1].CreatedAtMs, got[3].CreatedAtMs, got[0].CreatedAtMs)
 	}
-	h, _ := b.rdb.HGetAll(ctx, q.Keys().Job("A", "j00000")).Result()
+	h, _ := b.rdb.HGetAll(ctx, q.Keys().Job(G("A"), "j00000")).Result()
 	if h["status"] != "SUCCESS" || h["error"] != "" {
 		t.Errorf("the duplicate changed the job: %v", h)
 	}
-	info, _, _ := q.Group(ctx, "A")
+	info, _, _ := q.Group(ctx, G("A"))
 	if info.Done != 2 || info.Succeeded != 2 || info.Failed != 0 {
 		t.Errorf("stored counts %+v", info.GroupCounts)
 	}
@@ -159,10 +159,10 @@ func TestRecordBatchCompletesGroupInTheMiddle(t *testing.T) {
 	enqueueN(t, q, "B", 3, "", 0)
 	seal(t, q, "A", 2)
 	admit(t, q, 5)
-	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().ActiveGroups(), "A").Result(); !ok {
-		t.Fatal("A is not in the active set after admission")
+	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().ActiveTenants(), testTenant).Result(); !ok {
+		t.Fatal("the tenant is not in the active set after admission")
 	}
-	if err := b.rdb.HSet(ctx, q.Keys().CongestionStats("A"), "totalThrottleCount", 4).Err(); err != nil {
+	if err := b.rdb.HSet(ctx, q.Keys().CongestionStats(G("A")), "totalThrottleCount", 4).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.advance(time.Second)
@@ -184,19 +184,16 @@ func TestRecordBatchCompletesGroupInTheMiddle(t *testing.T) {
 		{outcome: D, state: done, done: 2, succeeded: 1, failed: 1, declared: 2, jobs: 2},
 	})
 
-	info, _, _ := q.Group(ctx, "A")
+	info, _, _ := q.Group(ctx, G("A"))
 	now := b.clock.t.UnixMilli()
 	if info.State != done || info.FinishedAtMs != now || info.LastProgressAtMs != now {
 		t.Errorf("A after completion: %+v finishedAt %d lastProgressAt %d, want %d", info.GroupCounts, info.FinishedAtMs, info.LastProgressAtMs, now)
 	}
-	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().ActiveGroups(), "A").Result(); ok {
-		t.Error("A is still in the active set")
-	}
-	if n, _ := b.rdb.Exists(ctx, q.Keys().CongestionStats("A")).Result(); n != 0 {
+	if n, _ := b.rdb.Exists(ctx, q.Keys().CongestionStats(G("A"))).Result(); n != 0 {
 		t.Error("A's congestion stats were kept")
 	}
-	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().ActiveGroups(), "B").Result(); !ok {
-		t.Error("B left the active set")
+	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().ActiveTenants(), testTenant).Result(); !ok {
+		t.Error("the tenant left the active set (tenants leave it only when they stop asking for capacity)")
 	}
 	// A group completed by an earlier batch: its late result is a duplicate
 	// that reports the completed group and completes nothing.
@@ -241,7 +238,7 @@ func TestRecordBatchUnknownJobs(t *testing.T) {
 	if got[2].Group.State != "" {
 		t.Errorf("a group that does not exist has state %q", got[2].Group.State)
 	}
-	n, err := b.rdb.Exists(ctx, q.Keys().GroupMeta("nobody"), q.Keys().Job("nobody", "j00000"), q.Keys().Job("A", "j00099")).Result()
+	n, err := b.rdb.Exists(ctx, q.Keys().GroupMeta(G("nobody")), q.Keys().Job(G("nobody"), "j00000"), q.Keys().Job(G("A"), "j00099")).Result()
 	if err != nil || n != 0 {
 		t.Errorf("unknown results created %d keys (%v)", n, err)
 	}
@@ -265,22 +262,22 @@ func TestRecordBatchStoresResultOnJob(t *testing.T) {
 	}
 	now := strconv.FormatInt(b.clock.t.UnixMilli(), 10)
 	for i, r := range rs {
-		h, _ := b.rdb.HGetAll(ctx, q.Keys().Job(r.GroupID, r.JobID)).Result()
+		h, _ := b.rdb.HGetAll(ctx, q.Keys().Job(G(r.GroupID), r.JobID)).Result()
 		if h["status"] != string(r.Status) || h["finishedAt"] != now || h["resultAttempt"] != strconv.Itoa(r.Attempt) {
 			t.Errorf("job %d: %v", i, h)
 		}
 		if e, ok := h["error"]; ok != (r.Error != "") || e != r.Error {
 			t.Errorf("job %d: error %q (set %v), want %q", i, e, ok, r.Error)
 		}
-		ttl, _ := b.rdb.TTL(ctx, q.Keys().Job(r.GroupID, r.JobID)).Result()
+		ttl, _ := b.rdb.TTL(ctx, q.Keys().Job(G(r.GroupID), r.JobID)).Result()
 		if ttl <= 59*time.Minute || ttl > time.Hour {
 			t.Errorf("job %d: TTL %s, want 1h", i, ttl)
 		}
 	}
-	if ttl, _ := b.rdb.TTL(ctx, q.Keys().GroupMeta("A")).Result(); ttl <= 119*time.Minute || ttl > 2*time.Hour {
+	if ttl, _ := b.rdb.TTL(ctx, q.Keys().GroupMeta(G("A"))).Result(); ttl <= 119*time.Minute || ttl > 2*time.Hour {
 		t.Errorf("completed group's meta TTL %s, want 2h", ttl)
 	}
-	if ttl, _ := b.rdb.TTL(ctx, q.Keys().GroupMeta("B")).Result(); ttl != -1 {
+	if ttl, _ := b.rdb.TTL(ctx, q.Keys().GroupMeta(G("B"))).Result(); ttl != -1 {
 		t.Errorf("running group's meta TTL %s, want none", ttl)
 	}
 }
@@ -292,7 +289,7 @@ func TestRecordBatchFailingChangesNothing(t *testing.T) {
 	seal(t, q, "A", 3)
 	drain(t, q, 3)
 	// j00001's job hash is broken: reading it fails inside the script.
-	key := q.Keys().Job("A", "j00001")
+	key := q.Keys().Job(G("A"), "j00001")
 	dump, err := b.rdb.Dump(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -306,10 +303,10 @@ func TestRecordBatchFailingChangesNothing(t *testing.T) {
 	}
 	// The results before the broken one were not recorded either, so the
 	// whole batch can be recorded again.
-	if st, _ := b.rdb.HGet(ctx, q.Keys().Job("A", "j00000"), "status").Result(); st == "SUCCESS" {
+	if st, _ := b.rdb.HGet(ctx, q.Keys().Job(G("A"), "j00000"), "status").Result(); st == "SUCCESS" {
 		t.Error("a failed call marked j00000 terminal")
 	}
-	if info, _, _ := q.Group(ctx, "A"); info.Done != 0 || info.LastProgressAtMs != 0 {
+	if info, _, _ := q.Group(ctx, G("A")); info.Done != 0 || info.LastProgressAtMs != 0 {
 		t.Errorf("a failed call changed the group: %+v", info)
 	}
 	if err := b.rdb.RestoreReplace(ctx, key, 0, dump).Err(); err != nil {
@@ -332,7 +329,7 @@ func TestRecordBatchUpdatesThrottleAverageOnce(t *testing.T) {
 	q, b := setup(t, redisq.Config{}, false)
 	enqueueN(t, q, "A", 3, "", 0)
 	drain(t, q, 3)
-	stats := q.Keys().CongestionStats("A")
+	stats := q.Keys().CongestionStats(G("A"))
 	b.rdb.HSet(ctx, stats, "totalThrottleCount", 7)
 	if _, err := q.Record(ctx, success("A", 0)); err != nil {
 		t.Fatal(err)
@@ -365,12 +362,12 @@ func TestRecordBatchMatchesOneByOne(t *testing.T) {
 			if sealed[gid] {
 				seal(t, q, gid, int64(sizes[gid]))
 			}
-			b.rdb.HSet(ctx, q.Keys().CongestionStats(gid), "totalThrottleCount", 5)
+			b.rdb.HSet(ctx, q.Keys().CongestionStats(G(gid)), "totalThrottleCount", 5)
 		}
 		if _, err := q.DequeueBatch(ctx, 1000); err != nil {
 			t.Fatal(err)
 		}
-		if r, err := q.Cancel(ctx, "D"); err != nil || r.Outcome != redisq.Cancelled {
+		if r, err := q.Cancel(ctx, G("D")); err != nil || r.Outcome != redisq.Cancelled {
 			t.Fatalf("cancel: %+v %v", r, err)
 		}
 		envs = append(envs, env{q, b})
@@ -421,7 +418,7 @@ func TestRecordBatchMatchesOneByOne(t *testing.T) {
 		t.Errorf("%d completions, want 2 (A and B)", completions)
 	}
 	keys := func(k redisq.Keys, gid string) []string {
-		return []string{k.GroupMeta(gid), k.CongestionStats(gid)}
+		return []string{k.GroupMeta(G(gid)), k.CongestionStats(G(gid))}
 	}
 	for _, gid := range []string{"A", "B", "C", "D"} {
 		for i, k := range keys(envs[0].q.Keys(), gid) {
@@ -433,8 +430,8 @@ func TestRecordBatchMatchesOneByOne(t *testing.T) {
 		}
 	}
 	for _, r := range rs[:200] {
-		h0, _ := envs[0].b.rdb.HGetAll(ctx, envs[0].q.Keys().Job(r.GroupID, r.JobID)).Result()
-		h1, _ := envs[1].b.rdb.HGetAll(ctx, envs[1].q.Keys().Job(r.GroupID, r.JobID)).Result()
+		h0, _ := envs[0].b.rdb.HGetAll(ctx, envs[0].q.Keys().Job(G(r.GroupID), r.JobID)).Result()
+		h1, _ := envs[1].b.rdb.HGetAll(ctx, envs[1].q.Keys().Job(G(r.GroupID), r.JobID)).Result()
 		if !reflect.DeepEqual(h0, h1) {
 			t.Errorf("job %s/%s: batch stored %v, one by one %v", r.GroupID, r.JobID, h0, h1)
 		}

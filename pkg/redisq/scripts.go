@@ -38,6 +38,8 @@ var (
 	claimScript   = loadScript("claim")
 	retryScript   = loadScript("retry")
 	correctScript = loadScript("correct")
+	pauseScript   = loadScript("pause")
+	resumeScript  = loadScript("resume")
 )
 
 // Observer receives the duration of every script call (for metrics). The

@@ -1,6 +1,7 @@
 package redisq
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,49 +13,77 @@ import (
 )
 
 // StuckWatch is the ZSET of groups the stuck check follows until they end,
-// member groupId, score = when the group was first watched (ms). A group
-// leaves the active set after Config.ActiveStaleAfter without asking for
-// capacity, which is exactly what a group waiting for its last results
-// does; the watch list keeps such a group in view.
+// member "<tenant>:<groupId>", score = when the group was first watched (ms).
+// Admission puts every group that starts (CREATED -> RUNNING) on it, so a
+// group that waits only for its last results stays in view; it is also
+// where [Queue.CorrectCounters] finds the groups that may have backed-off
+// jobs.
 func (k Keys) StuckWatch() string { return k.prefix + "stuck-watch" }
 
-// CandidateGroups lists, sorted and without repeats, the groups that may be
-// RUNNING or AGGREGATING: the members of the active set, of the three
-// fair-queue ZSETs and of the stuck watch list ([Keys.StuckWatch]). It reads
-// them in one round trip and changes nothing.
-func (q *Queue) CandidateGroups(ctx context.Context) ([]string, error) {
+// CandidateGroups lists, sorted (by tenant, then groupId) and without
+// repeats, the groups that may be RUNNING or AGGREGATING: the groups queued
+// at any level (the tenant ZSETs of the tenants in the fair queue) and those
+// on the stuck watch list ([Keys.StuckWatch]). It reads them in two round
+// trips and changes nothing.
+func (q *Queue) CandidateGroups(ctx context.Context) ([]contracts.GroupRef, error) {
 	pipe := q.rdb.Pipeline()
-	cmds := []*redis.StringSliceCmd{pipe.SMembers(ctx, q.keys.ActiveGroups())}
-	for _, k := range q.keys.FairQueues() {
-		cmds = append(cmds, pipe.ZRange(ctx, k, 0, -1))
+	levels := make([]*redis.StringSliceCmd, len(contracts.Priorities))
+	for i, p := range contracts.Priorities {
+		levels[i] = pipe.ZRange(ctx, q.keys.FairQueue(p), 0, -1)
 	}
-	cmds = append(cmds, pipe.ZRange(ctx, q.keys.StuckWatch(), 0, -1))
+	watched := pipe.ZRange(ctx, q.keys.StuckWatch(), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: candidate groups: %w", err)
 	}
-	var out []string
-	for _, c := range cmds {
-		out = append(out, c.Val()...)
+	var out []contracts.GroupRef
+	for _, gk := range watched.Val() {
+		out = append(out, parseGroupKey(gk))
 	}
-	slices.Sort(out)
+	type tenantAt struct {
+		tenant string
+		cmd    *redis.StringSliceCmd
+	}
+	var queued []tenantAt
+	pipe = q.rdb.Pipeline()
+	for i, p := range contracts.Priorities {
+		for _, t := range levels[i].Val() {
+			queued = append(queued, tenantAt{t, pipe.ZRange(ctx, q.keys.TenantGroups(t, p), 0, -1)})
+		}
+	}
+	if len(queued) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("redisq: candidate groups: %w", err)
+		}
+	}
+	for _, tq := range queued {
+		for _, gid := range tq.cmd.Val() {
+			out = append(out, contracts.GroupRef{Tenant: tq.tenant, ID: gid})
+		}
+	}
+	slices.SortFunc(out, compareGroups)
 	return slices.Compact(out), nil
+}
+
+// compareGroups orders groups by tenant, then groupId.
+func compareGroups(a, b contracts.GroupRef) int {
+	return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.ID, b.ID))
 }
 
 // WatchGroups puts groups on the stuck watch list ([Keys.StuckWatch]);
 // groups already on it keep their first-watched time. [Queue.StuckGroups]
-// takes a group off the list once it has ended or its meta is gone. No ids
-// is a no-op.
-func (q *Queue) WatchGroups(ctx context.Context, groupIDs ...string) error {
-	if len(groupIDs) == 0 {
+// takes a group off the list once it has ended or its meta is gone. No
+// groups is a no-op.
+func (q *Queue) WatchGroups(ctx context.Context, gs ...contracts.GroupRef) error {
+	if len(gs) == 0 {
 		return nil
 	}
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return err
 	}
-	zs := make([]redis.Z, len(groupIDs))
-	for i, gid := range groupIDs {
-		zs[i] = redis.Z{Score: float64(now), Member: gid}
+	zs := make([]redis.Z, len(gs))
+	for i, g := range gs {
+		zs[i] = redis.Z{Score: float64(now), Member: groupKey(g)}
 	}
 	if err := q.rdb.ZAddNX(ctx, q.keys.StuckWatch(), zs...).Err(); err != nil {
 		return fmt.Errorf("redisq: watch groups: %w", err)
@@ -66,12 +95,13 @@ func (q *Queue) WatchGroups(ctx context.Context, groupIDs ...string) error {
 // made no progress for longer than after: their last recorded result
 // (LastProgressAtMs), or when none was recorded yet their start
 // (StartedAtMs), is more than after before now (Redis TIME, or
-// Config.Clock). after <= 0 reports every RUNNING or AGGREGATING group.
+// Config.Clock). after <= 0 reports every RUNNING or AGGREGATING group. A
+// PAUSED group is not stuck.
 //
 // The candidates are [Queue.CandidateGroups]; every candidate is put on the
 // watch list, and groups that have ended (or whose meta expired) are taken
 // off it. Besides the calls for the stuck groups themselves (one
-// [Queue.Group] each), it makes four round trips whatever the number of
+// [Queue.Group] each), it makes five round trips whatever the number of
 // candidates.
 func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupInfo, error) {
 	cands, err := q.CandidateGroups(ctx)
@@ -87,20 +117,20 @@ func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupIn
 	}
 	pipe := q.rdb.Pipeline()
 	metas := make([]*redis.SliceCmd, len(cands))
-	for i, gid := range cands {
-		metas[i] = pipe.HMGet(ctx, q.keys.GroupMeta(gid), "status", "startedAt", "lastProgressAt")
+	for i, g := range cands {
+		metas[i] = pipe.HMGet(ctx, q.keys.GroupMeta(g), "status", "startedAt", "lastProgressAt")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: stuck groups: %w", err)
 	}
 	var ended []any
-	var stuck []string
-	for i, gid := range cands {
+	var stuck []contracts.GroupRef
+	for i, g := range cands {
 		v := metas[i].Val()
 		status, _ := v[0].(string)
 		switch contracts.GroupState(status) {
 		case "", contracts.StateCompleted, contracts.StateCancelled:
-			ended = append(ended, gid)
+			ended = append(ended, groupKey(g))
 			continue
 		case contracts.StateRunning, contracts.StateAggregating:
 		default:
@@ -111,7 +141,7 @@ func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupIn
 			last = metaInt(v[1])
 		}
 		if now-last > ms(after) {
-			stuck = append(stuck, gid)
+			stuck = append(stuck, g)
 		}
 	}
 	if len(ended) > 0 {
@@ -120,8 +150,8 @@ func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupIn
 		}
 	}
 	out := make([]GroupInfo, 0, len(stuck))
-	for _, gid := range stuck {
-		info, ok, err := q.Group(ctx, gid)
+	for _, g := range stuck {
+		info, ok, err := q.Group(ctx, g)
 		if err != nil {
 			return nil, err
 		}

@@ -18,7 +18,7 @@ func stuckIDs(t *testing.T, q *redisq.Queue, after time.Duration) []string {
 	}
 	var ids []string
 	for _, g := range groups {
-		ids = append(ids, g.ID)
+		ids = append(ids, g.Group.ID)
 	}
 	return ids
 }
@@ -30,23 +30,24 @@ func TestCandidateGroups(t *testing.T) {
 	enqueueN(t, q, "queued-high", 1, contracts.PriorityHigh, 0)
 	enqueueN(t, q, "queued-low", 1, contracts.PriorityLow, 0)
 	enqueueN(t, q, "admitted", 1, "", 0)
+	enqueueN(t, q, "other/queued", 1, "", 0)
 	// Admitting two jobs serves the high level, then the normal one: the
-	// admitted groups are in the active set, and "queued-low" only in its
-	// fair queue.
+	// admitted groups started, so admission put them on the watch list;
+	// "queued-low" is only in its tenant's queue.
 	if r, err := q.Admit(ctx, 2); err != nil || len(r.Jobs) != 2 {
 		t.Fatalf("admit: %+v %v", r, err)
 	}
-	if err := b.rdb.ZRem(ctx, q.Keys().FairQueue(contracts.PriorityHigh), "queued-high").Err(); err != nil {
-		t.Fatal(err)
+	if n, err := b.rdb.ZCard(ctx, q.Keys().FairQueue(contracts.PriorityHigh)).Result(); err != nil || n != 0 {
+		t.Fatalf("high level holds %d tenants (%v)", n, err)
 	}
-	if err := q.WatchGroups(ctx, "watched-only"); err != nil {
+	if err := q.WatchGroups(ctx, G("watched-only")); err != nil {
 		t.Fatal(err)
 	}
 	got, err := q.CandidateGroups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"admitted", "queued-high", "queued-low", "watched-only"}
+	want := []contracts.GroupRef{G("other/queued"), G("admitted"), G("queued-high"), G("queued-low"), G("watched-only")}
 	if !slices.Equal(got, want) {
 		t.Fatalf("CandidateGroups = %v, want %v", got, want)
 	}
@@ -62,7 +63,7 @@ func TestStuckGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, gid := range []string{"slow", "done"} {
-		if _, err := q.Seal(ctx, gid, map[string]int64{"slow": 3, "done": 1}[gid]); err != nil {
+		if _, err := q.Seal(ctx, G(gid), map[string]int64{"slow": 3, "done": 1}[gid]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -77,21 +78,17 @@ func TestStuckGroups(t *testing.T) {
 	if _, err := q.Admit(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := q.Record(ctx, contracts.JobResult{GroupID: "done", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil || !r.Completed {
+	if r, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "done", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil || !r.Completed {
 		t.Fatalf("record done: %+v %v", r, err)
 	}
-	if _, err := q.Record(ctx, contracts.JobResult{GroupID: "slow", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
+	if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "slow", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
 		t.Fatal(err)
 	}
 	if ids := stuckIDs(t, q, time.Minute); len(ids) != 0 {
 		t.Fatalf("stuck right after progress: %v", ids)
 	}
-	// "slow" waits for results: nothing asks for capacity on its behalf, so
-	// it leaves the active set (the limiter's staleness timeout). The watch
+	// "slow" waits for results: it is in no fair queue any more; the watch
 	// list still finds it.
-	if err := b.rdb.SRem(ctx, q.Keys().ActiveGroups(), "slow").Err(); err != nil {
-		t.Fatal(err)
-	}
 	b.clock.advance(90 * time.Second)
 	if ids := stuckIDs(t, q, time.Minute); !slices.Equal(ids, []string{"fresh", "slow"}) {
 		t.Fatalf("stuck = %v, want [fresh slow]", ids)
@@ -112,7 +109,7 @@ func TestStuckGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(watched, []string{"slow", "fresh"}) {
+	if !slices.Equal(watched, []string{"t:slow", "t:fresh"}) {
 		t.Fatalf("watch list = %v, want [slow fresh]", watched)
 	}
 }

@@ -32,8 +32,13 @@ const SpanRecord = "bulkaction.record"
 // Span attribute keys. The job attributes use the same keys as the spans
 // of the other services.
 const (
+	// AttrTenant is the tenant of the result's group.
+	AttrTenant = telemetry.AttrTenant
 	// AttrGroupID is the result's group id.
 	AttrGroupID = telemetry.AttrGroupID
+	// AttrResultCount is the number of results the message carries (the
+	// other attributes are its first result's).
+	AttrResultCount = attribute.Key("bulkaction.result_count")
 	// AttrJobID is the result's job id.
 	AttrJobID = telemetry.AttrJobID
 	// AttrAttempt is the attempt the result belongs to.
@@ -152,7 +157,11 @@ type Aggregator struct {
 	warnLimit  telemetry.WarnLimiter // dead letters and hand-backs
 
 	mu         sync.Mutex
-	progressed map[string]struct{} // groups with recorded results, for the watch list
+	progressed map[contracts.GroupRef]struct{} // groups with recorded results, for the watch list
+	progress   progress                        // when each group's counts were last published
+	// publishMu orders the events of a batch and those of publishProgress:
+	// a group's last event carries its latest counts.
+	publishMu sync.Mutex
 
 	// afterRecord, when set, runs after each RecordBatch; returning true
 	// abandons the batch there (no events, no acknowledgements), as if the
@@ -181,7 +190,8 @@ func New(cfg Config, d deps.Deps) (*Aggregator, error) {
 		tracer:     d.TracerProvider.Tracer(TracerName),
 		unknownLog: telemetry.WarnLimiter{Interval: unknownLogEvery},
 		warnLimit:  telemetry.WarnLimiter{Interval: time.Second},
-		progressed: map[string]struct{}{},
+		progressed: map[contracts.GroupRef]struct{}{},
+		progress:   progress{every: progressEvery, last: map[contracts.GroupRef]*progressState{}},
 	}, nil
 }
 
@@ -209,6 +219,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { a.watchStuck(ctx) })
+	wg.Go(func() { a.publishProgress(ctx) })
 	a.log.Info("aggregator started", "batch", a.cfg.BatchSize)
 
 	loop := consume.Loop{Consumer: cons, Batch: a.cfg.BatchSize, Handle: a.process, Log: a.log, Name: a.cfg.Durable,
@@ -220,26 +231,28 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	return nil
 }
 
-// item is one valid result of a batch.
+// item is one valid result of a batch; a RESULT message carries 1..N.
 type item struct {
 	*consume.Delivery
 	res *contracts.JobResult
 }
 
-// process records one batch and settles it (docs/ARCHITECTURE.md §6.4).
+// process records one batch and settles it (docs/ARCHITECTURE.md §6.4). A
+// message is acknowledged once every result it carries is recorded and the
+// events of their groups are published; otherwise it is handed back whole
+// (a redelivered result records as a duplicate).
 func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 	base := context.WithoutCancel(ctx)
 	sctx, cancel := context.WithTimeout(base, settleTimeout)
 	defer cancel()
-	items, rejected := a.decode(base, msgs)
+	ds, items, rejected := a.decode(base, msgs)
 	a.settler.Settle(sctx, rejected...)
 	if len(items) == 0 {
 		return
 	}
-	ds := make([]*consume.Delivery, len(items))
 	results := make([]contracts.JobResult, len(items))
 	for i, it := range items {
-		ds[i], results[i] = it.Delivery, *it.res
+		results[i] = *it.res
 	}
 
 	rctx, rcancel := context.WithTimeout(base, settleTimeout)
@@ -260,60 +273,61 @@ func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 		return
 	}
 
-	failed := map[string]error{}
+	failed := map[contracts.GroupRef]error{}
+	a.publishMu.Lock()
 	for _, ch := range a.count(items, recs) {
 		pctx, cancel := context.WithTimeout(base, settleTimeout)
 		if err := a.d.Events.Publish(pctx, ch); err != nil {
 			failed[ch.Group] = err
-			a.log.Warn("group event not published; its results handed back", "group", ch.Group,
+			a.log.Warn("group event not published; its results handed back", "tenant", ch.Group.Tenant, "group", ch.Group.ID,
 				"state", string(ch.Counts.State), "err", err)
 		}
 		cancel()
 	}
+	a.publishMu.Unlock()
+	for _, d := range ds {
+		d.Decide(consume.Ack()) // a lost ack means a redelivery, which records as duplicates
+	}
 	for _, it := range items {
-		if err := failed[it.res.GroupID]; err != nil {
+		if err := failed[it.res.Ref()]; err != nil {
 			it.Decide(consume.Retry(nakDelay, err))
-			continue
 		}
-		// A lost ack means a redelivery, which records as a duplicate.
-		it.Decide(consume.Ack())
 	}
 	a.settler.Settle(sctx, ds...)
 }
 
-// decode opens the deliveries of a batch: valid results become items, the
-// others are decided as dead letters and returned apart.
-func (a *Aggregator) decode(base context.Context, msgs []jetstream.Msg) (items []item, rejected []*consume.Delivery) {
+// decode opens the deliveries of a batch: the results of valid messages
+// become items (sharing their message's delivery), the others are decided
+// as dead letters and returned apart.
+func (a *Aggregator) decode(base context.Context, msgs []jetstream.Msg) (ds []*consume.Delivery, items []item, rejected []*consume.Delivery) {
 	items = make([]item, 0, len(msgs))
 	for _, m := range msgs {
 		d := consume.Open(base, a.tracer, SpanRecord, m)
-		r, err := contracts.DecodeJobResult(m.Data())
-		if err == nil {
-			if gid, ok := a.d.Names.GroupFromSubject(m.Subject()); !ok || gid != r.GroupID {
-				err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "groupId",
-					Problem: fmt.Sprintf("%q does not match subject %q", r.GroupID, m.Subject()),
-					Limit:   "must equal the <groupId> token of <prefix>.result.<groupId>"}
-			}
-		}
+		b, err := contracts.DecodeResultBatch(m.Subject(), m.Data())
 		if err != nil {
 			d.Decide(consume.DeadLetter(err))
 			rejected = append(rejected, d)
 			continue
 		}
 		if d.Span.IsRecording() {
-			d.Span.SetAttributes(AttrGroupID.String(r.GroupID), AttrJobID.String(r.JobID), AttrAttempt.Int(r.Attempt),
-				AttrStatus.String(string(r.Status)))
+			r := &b.Results[0]
+			d.Span.SetAttributes(AttrTenant.String(r.Tenant), AttrGroupID.String(r.GroupID), AttrJobID.String(r.JobID),
+				AttrAttempt.Int(r.Attempt), AttrStatus.String(string(r.Status)), AttrResultCount.Int(len(b.Results)))
 		}
-		items = append(items, item{Delivery: d, res: r})
+		ds = append(ds, d)
+		for i := range b.Results {
+			items = append(items, item{Delivery: d, res: &b.Results[i]})
+		}
 	}
-	return items, rejected
+	return ds, items, rejected
 }
 
 // count counts the recorded results of a batch in the metrics and returns
 // the events to publish: one per group, with its counts after the batch,
-// in the order the groups first appear.
+// in the order the groups first appear. A group that progressed without
+// changing state gets an event at most once a second (see [progress]).
 func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.Change {
-	changes := map[string]int{} // group → index in out
+	changes := map[contracts.GroupRef]int{} // group → index in out
 	var out []events.Change
 	event := func(ch events.Change) {
 		if i, ok := changes[ch.Group]; ok {
@@ -326,9 +340,10 @@ func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.C
 	}
 	now := time.Now()
 	m := a.d.Metrics
+	var progressed []events.Change
 	for i, rec := range recs {
 		it := items[i]
-		gid := it.res.GroupID
+		g := it.res.Ref()
 		it.Span.SetAttributes(AttrOutcome.String(string(rec.Outcome)), AttrCompleted.Bool(rec.Completed))
 		switch rec.Outcome {
 		case redisq.Recorded:
@@ -338,32 +353,51 @@ func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.C
 			}
 			switch {
 			case rec.Completed:
-				event(events.Change{Group: gid, Counts: rec.Group, Ended: true})
+				event(events.Change{Group: g, Counts: rec.Group, Ended: true})
 			case rec.Group.State.Terminal():
 				// A job that was running when its group was cancelled
 				// settled: the group's last event must carry the new counts.
-				event(events.Change{Group: gid, Counts: rec.Group})
+				event(events.Change{Group: g, Counts: rec.Group})
 			default:
-				a.noteProgress(gid)
+				a.noteProgress(g)
+				progressed = append(progressed, events.Change{Group: g, Counts: rec.Group, Progress: true})
 			}
 		case redisq.DuplicateResult:
 			m.RecordedResults.WithLabelValues(telemetry.StatusDuplicate).Inc()
 			if rec.Group.State.Terminal() {
-				event(events.Change{Group: gid, Counts: rec.Group})
+				event(events.Change{Group: g, Counts: rec.Group})
+			} else {
+				// A redelivery after a crash between recording and
+				// publishing: the counts may not have reached EVENTS yet.
+				progressed = append(progressed, events.Change{Group: g, Counts: rec.Group, Progress: true})
 			}
 		default: // redisq.UnknownJob
 			m.RecordedResults.WithLabelValues(telemetry.StatusDropped).Inc()
 			a.logUnknown(it.res, rec.Outcome)
 		}
 	}
+	for _, ch := range progressed {
+		if i, ok := changes[ch.Group]; ok {
+			if out[i].Progress {
+				out[i] = ch // the group's latest counts of the batch
+			}
+			continue
+		}
+		if a.progress.due(ch.Group, now) {
+			event(ch)
+		}
+	}
+	for g := range changes {
+		a.progress.published(g, now)
+	}
 	return out
 }
 
 // noteProgress remembers a group with a recorded result, to be put on the
 // stuck watch list by the next stuck check.
-func (a *Aggregator) noteProgress(gid string) {
+func (a *Aggregator) noteProgress(g contracts.GroupRef) {
 	a.mu.Lock()
-	a.progressed[gid] = struct{}{}
+	a.progressed[g] = struct{}{}
 	a.mu.Unlock()
 }
 
@@ -371,7 +405,7 @@ func (a *Aggregator) noteProgress(gid string) {
 // most once per unknownLogEvery, at debug level otherwise.
 func (a *Aggregator) logUnknown(r *contracts.JobResult, outcome redisq.RecordOutcome) {
 	a.unknownLog.Warn(a.log, "result of an unknown job dropped",
-		"group", r.GroupID, "job", r.JobID, "attempt", r.Attempt, "outcome", string(outcome))
+		"tenant", r.Tenant, "group", r.GroupID, "job", r.JobID, "attempt", r.Attempt, "outcome", string(outcome))
 }
 
 // warn logs at warn level, at most once per second; the lines left out in

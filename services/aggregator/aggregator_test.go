@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +20,25 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/aggregator"
 )
+
+// completedOnceLast checks a completed group's events: exactly one
+// COMPLETED event, the last, with total jobs done; every event before it
+// is a progress event of the running group that counts fewer.
+func completedOnceLast(t *testing.T, evs []contracts.GroupEvent, total int64) {
+	t.Helper()
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	last := evs[len(evs)-1]
+	if last.State != contracts.StateCompleted || last.Total != total || last.Succeeded+last.Failed != total {
+		t.Fatalf("last event %+v, want COMPLETED with %d jobs done", last, total)
+	}
+	for _, ev := range evs[:len(evs)-1] {
+		if ev.State.Terminal() || ev.Succeeded+ev.Failed >= total {
+			t.Fatalf("event %+v before the COMPLETED one (events %+v)", ev, evs)
+		}
+	}
+}
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
@@ -83,11 +101,17 @@ func TestExactCounts(t *testing.T) {
 		t.Fatalf("COMPLETED event = %+v, want 13 succeeded and 7 failed of 20", ev)
 	}
 	b.waitSettled(t)
-	if evs := b.events(t, "g"); len(evs) != 1 {
-		t.Fatalf("%d events for g, want the one COMPLETED: %+v", len(evs), evs)
-	}
-	if evs := b.events(t, "open"); len(evs) != 0 {
-		t.Fatalf("events for the unsealed group: %+v", evs)
+	completedOnceLast(t, b.events(t, "g"), 20)
+	// The unsealed group cannot complete: its progress events carry its
+	// counts, the last one its final counts.
+	testkit.WaitFor(t, "open's last event with its 5 results", 3*time.Second, func() bool {
+		evs := b.events(t, "open")
+		return len(evs) > 0 && evs[len(evs)-1].Succeeded == 5
+	})
+	for _, ev := range b.events(t, "open") {
+		if ev.State != contracts.StateRunning || ev.Jobs != 5 || ev.Failed != 0 || ev.Succeeded < 1 {
+			t.Fatalf("event of open %+v", ev)
+		}
 	}
 	if g := b.group(t, "g"); g.Done != 20 || g.Succeeded != 13 || g.Failed != 7 || g.State != contracts.StateCompleted {
 		t.Fatalf("g = %+v", g.GroupCounts)
@@ -155,9 +179,7 @@ func TestDuplicateResultCountedOnce(t *testing.T) {
 		return counterValue(m.RecordedResults.WithLabelValues(telemetry.StatusDuplicate)) == 3
 	})
 	b.waitSettled(t)
-	if evs := b.events(t, "g"); len(evs) != 1 {
-		t.Fatalf("%d events, want one COMPLETED: %+v", len(evs), evs)
-	}
+	completedOnceLast(t, b.events(t, "g"), 2)
 	if g := b.group(t, "g"); g.Done != 2 || g.Succeeded != 2 || g.Failed != 0 {
 		t.Fatalf("final counts %+v", g.GroupCounts)
 	}
@@ -214,6 +236,45 @@ func TestCrashBeforeAckCountsOnce(t *testing.T) {
 	}
 }
 
+// TestCrashBeforeEventPublishesCountsOnRedelivery: an aggregator records
+// results of a group that is not complete and dies before publishing its
+// event. The results come again to the next aggregator as duplicates; the
+// group's counts must still reach EVENTS (its last event would otherwise
+// stay without them until another result arrives).
+func TestCrashBeforeEventPublishesCountsOnRedelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.admitted(t, "g", 10, 10)
+	for i := range 6 {
+		b.publish(t, success("g", fmt.Sprintf("j%d", i), 1), "", nil)
+	}
+	cfg := aggregator.Config{AckWait: 500 * time.Millisecond}
+	d1, _ := b.newDeps()
+	_, stop1 := run(t, cfg, d1, func(a *aggregator.Aggregator) {
+		aggregator.SetAfterRecord(a, func() bool { return true })
+	})
+	testkit.WaitFor(t, "the first aggregator to record", waitTimeout, func() bool { return b.group(t, "g").Done == 6 })
+	stop1()
+	if evs := b.events(t, "g"); len(evs) != 0 {
+		t.Fatalf("the crashed aggregator published %+v", evs)
+	}
+
+	d2, m2 := b.newDeps()
+	run(t, cfg, d2, nil)
+	testkit.WaitFor(t, "an event with the 6 results", waitTimeout, func() bool {
+		evs := b.events(t, "g")
+		return len(evs) > 0 && evs[len(evs)-1].Succeeded == 6
+	})
+	b.waitSettled(t)
+	if n := counterValue(m2.RecordedResults.WithLabelValues(telemetry.StatusDuplicate)); n != 6 {
+		t.Fatalf("redelivered results recorded as %d duplicates, want 6", n)
+	}
+	evs := b.events(t, "g")
+	if last := evs[len(evs)-1]; last.State.Terminal() || last.Total != 10 || last.Jobs != 10 || last.Succeeded != 6 {
+		t.Fatalf("last event %+v", last)
+	}
+}
+
 func TestCompletionCleansUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -224,7 +285,7 @@ func TestCompletionCleansUp(t *testing.T) {
 	keys := b.q.Keys()
 	// j2 fails once and goes through the backoff: the group gets congestion
 	// state, and j2 comes back as attempt 2.
-	if r, err := b.q.Retry(ctx, "g", "j2", 1, 0, "flaky"); err != nil || r.Outcome != "parked" {
+	if r, err := b.q.Retry(ctx, grp("g"), "j2", 1, 0, "flaky"); err != nil || r.Outcome != "parked" {
 		t.Fatalf("retry: %+v %v", r, err)
 	}
 	var rel *redisq.ReleaseResult
@@ -240,11 +301,8 @@ func TestCompletionCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	// (The non-ready counter went when j2's release brought it to 0.)
-	if n, _ := b.rdb.Exists(ctx, keys.CongestionStats("g")).Result(); n != 1 {
-		t.Fatalf("precondition: %s missing", keys.CongestionStats("g"))
-	}
-	if ok, _ := b.rdb.SIsMember(ctx, keys.ActiveGroups(), "g").Result(); !ok {
-		t.Fatal("precondition: g not in the active set")
+	if n, _ := b.rdb.Exists(ctx, keys.CongestionStats(grp("g"))).Result(); n != 1 {
+		t.Fatalf("precondition: %s missing", keys.CongestionStats(grp("g")))
 	}
 
 	run(t, aggregator.Config{}, d, nil)
@@ -253,13 +311,9 @@ func TestCompletionCleansUp(t *testing.T) {
 	b.publish(t, success("g", "j2", rel.Jobs[0].Attempt), "", nil)
 	b.waitEvent(t, "g", contracts.StateCompleted)
 
-	if ok, _ := b.rdb.SIsMember(ctx, keys.ActiveGroups(), "g").Result(); ok {
-		t.Error("completed group still in the active set")
-	}
-	if _, err := b.rdb.ZScore(ctx, keys.ActiveSeen(), "g").Result(); err == nil {
-		t.Error("completed group still in the active set's last-seen index")
-	}
-	for _, k := range []string{keys.CongestionCount("g"), keys.CongestionStats("g")} {
+	// (Rate shares are per tenant: the tenant leaves the active set when it
+	// stops asking for capacity, not when one of its groups completes.)
+	for _, k := range []string{keys.CongestionCount(grp("g")), keys.CongestionStats(grp("g"))} {
 		if n, _ := b.rdb.Exists(ctx, k).Result(); n != 0 {
 			t.Errorf("%s still exists", k)
 		}
@@ -272,19 +326,16 @@ func TestCompletionCleansUp(t *testing.T) {
 		return d
 	}
 	jobTTL, groupTTL := b.q.Config().JobTTL, b.q.Config().GroupTTL
-	if d := ttl(keys.GroupMeta("g")); d <= groupTTL-time.Minute || d > groupTTL {
+	if d := ttl(keys.GroupMeta(grp("g"))); d <= groupTTL-time.Minute || d > groupTTL {
 		t.Errorf("meta TTL %s, want about %s", d, groupTTL)
 	}
 	for _, jid := range []string{"j0", "j1", "j2"} {
-		if d := ttl(keys.Job("g", jid)); d <= jobTTL-time.Minute || d > jobTTL {
+		if d := ttl(keys.Job(grp("g"), jid)); d <= jobTTL-time.Minute || d > jobTTL {
 			t.Errorf("job %s TTL %s, want about %s", jid, d, jobTTL)
 		}
 	}
 	// The group still running keeps its state.
-	if ok, _ := b.rdb.SIsMember(ctx, keys.ActiveGroups(), "other").Result(); !ok {
-		t.Error("the running group left the active set")
-	}
-	if d := ttl(keys.GroupMeta("other")); d != -1 {
+	if d := ttl(keys.GroupMeta(grp("other"))); d != -1 {
 		t.Errorf("running group's meta has TTL %s", d)
 	}
 }
@@ -296,7 +347,7 @@ func TestRedisFailureHandsBatchBack(t *testing.T) {
 	d, _ := b.newDeps()
 	b.admitted(t, "g", 3, 3)
 	// Break j1's job hash so that recording it fails in Redis.
-	key := b.q.Keys().Job("g", "j1")
+	key := b.q.Keys().Job(grp("g"), "j1")
 	dump, err := b.rdb.Dump(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -334,8 +385,12 @@ func TestRedisFailureHandsBatchBack(t *testing.T) {
 	if g.State == contracts.StateCompleted || g.Done > 2 {
 		t.Fatalf("group %+v while j1 cannot be recorded", g.GroupCounts)
 	}
-	if len(b.events(t, "g")) != 0 {
-		t.Fatal("event published for a batch that failed")
+	// A result recorded in a batch of its own may have its progress event;
+	// nothing of the failed batch is in any event.
+	for _, ev := range b.events(t, "g") {
+		if ev.State.Terminal() || ev.Succeeded > g.Done {
+			t.Fatalf("event %+v counts results of a batch that failed (%d recorded)", ev, g.Done)
+		}
 	}
 
 	if err := b.rdb.RestoreReplace(ctx, key, 0, dump).Err(); err != nil {
@@ -351,47 +406,83 @@ func TestRedisFailureHandsBatchBack(t *testing.T) {
 	}
 }
 
+// TestInvalidResultsAreDeadLettered: a RESULT message that is not a valid
+// v2 batch of its subject's group is dead-lettered with its reason, and none
+// of its results is recorded (a message is accepted or rejected whole).
 func TestInvalidResultsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
 	d, m := b.newDeps()
+	b.admitted(t, "g", 2, -1)
 	run(t, aggregator.Config{}, d, nil)
 
-	mismatch, _ := json.Marshal(contracts.JobResult{V: 1, GroupID: "other", JobID: "j", Attempt: 1, Status: contracts.ResultSuccess})
-	badStatus, _ := json.Marshal(contracts.JobResult{V: 1, GroupID: "g", JobID: "j", Attempt: 1, Status: "MAYBE"})
-	for _, body := range [][]byte{[]byte("{not json"), mismatch, badStatus} {
-		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.names.Result("g"), Data: body}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testkit.WaitFor(t, "3 dead letters", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 3 })
-	b.waitSettled(t)
-	st, err := b.js.Stream(ctx, b.names.StreamDLQ())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reasons []string
-	for seq := uint64(1); seq <= 3; seq++ {
-		msg, err := st.GetMsg(ctx, seq)
+	batch := func(rs ...contracts.JobResult) []byte {
+		data, err := json.Marshal(contracts.ResultBatch{V: contracts.Version, Results: rs})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return data
+	}
+	ok := contracts.JobResult{JobID: "j0", Attempt: 1, Status: contracts.ResultSuccess}
+	otherGroup, otherTenant, badStatus := ok, ok, ok
+	otherGroup.GroupID = "other"
+	otherTenant.JobID, otherTenant.Tenant, otherTenant.GroupID = "j1", "intruder", "g"
+	badStatus.JobID, badStatus.Status = "j1", "MAYBE"
+	cases := []struct {
+		body   []byte
+		reason string
+		field  string // named in the dead letter's error, "" = not checked
+	}{
+		{[]byte("{not json"), contracts.ReasonBadJSON, ""},
+		{[]byte(`{"v":1,"groupId":"g","jobId":"j0","attempt":1,"status":"SUCCESS","durationMs":1}`), contracts.ReasonBadVersion, ""},
+		{batch(otherGroup), contracts.ReasonSubjectMismatch, "results[0].groupId"},
+		{batch(ok, otherTenant), contracts.ReasonSubjectMismatch, "results[1].tenant"},
+		{batch(ok, badStatus), contracts.ReasonInvalidField, "results[1].status"},
+	}
+	for _, tc := range cases {
+		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.names.Result(grp("g")), Data: tc.body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitFor(t, "dead letters", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == uint64(len(cases)) })
+	b.waitSettled(t)
+	got := map[string]contracts.DeadLetter{} // by body
+	for _, msg := range b.env.StoredMsgs(t, b.names.StreamDLQ()) {
 		var dl contracts.DeadLetter
 		if err := json.Unmarshal(msg.Data, &dl); err != nil {
 			t.Fatal(err)
 		}
-		if dl.Subject != b.names.Result("g") || msg.Subject != b.names.DLQ(dl.Reason) {
+		if dl.Subject != b.names.Result(grp("g")) || msg.Subject != b.names.DLQ(dl.Reason) {
 			t.Fatalf("dead letter %+v on %s", dl, msg.Subject)
 		}
-		reasons = append(reasons, dl.Reason)
+		body := dl.Raw
+		if dl.Message != nil {
+			body = string(dl.Message)
+		}
+		got[body] = dl
 	}
-	slices.Sort(reasons)
-	if want := []string{contracts.ReasonBadJSON, contracts.ReasonInvalidField, contracts.ReasonSubjectMismatch}; !slices.Equal(reasons, want) {
-		t.Fatalf("reasons %v, want %v", reasons, want)
+	for _, tc := range cases {
+		dl, found := got[string(tc.body)]
+		if !found {
+			t.Errorf("no dead letter of %s", tc.body)
+			continue
+		}
+		if dl.Reason != tc.reason || !strings.Contains(dl.Error, tc.field) {
+			t.Errorf("dead letter of %s: reason %q error %q, want %q naming %q", tc.body, dl.Reason, dl.Error, tc.reason, tc.field)
+		}
 	}
-	if n := counterValue(m.DeadLetters.WithLabelValues(contracts.ReasonSubjectMismatch)); n != 1 {
-		t.Fatalf("dead_letter_total{subject_mismatch} = %d", n)
+	if n := counterValue(m.DeadLetters.WithLabelValues(contracts.ReasonSubjectMismatch)); n != 2 {
+		t.Fatalf("dead_letter_total{subject_mismatch} = %d, want 2", n)
+	}
+	if g := b.group(t, "g"); g.Done != 0 {
+		t.Fatalf("g = %+v: a result of a rejected message was recorded", g.GroupCounts)
+	}
+	if n := counterValue(m.RecordedResults.WithLabelValues(telemetry.StatusSuccess)); n != 0 {
+		t.Fatalf("recorded_results{SUCCESS} = %d, want 0", n)
+	}
+	if evs := b.events(t, "g"); len(evs) != 0 {
+		t.Fatalf("events for rejected results: %+v", evs)
 	}
 }
 
@@ -420,7 +511,7 @@ func TestStuckGroups(t *testing.T) {
 	d, _ := b.newDeps()
 	b.admitted(t, "slow", 3, 3) // AGGREGATING: its jobs are all out
 	b.admitted(t, "done", 1, 1)
-	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{GroupID: "waiting", ID: "j", Type: "t"}}); err != nil {
+	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{Group: grp("waiting"), ID: "j", Type: "t"}}); err != nil {
 		t.Fatal(err) // CREATED: never started, not stuck
 	}
 	const stuckAfter = 400 * time.Millisecond
@@ -431,7 +522,9 @@ func TestStuckGroups(t *testing.T) {
 	// Waiting for its last results, "slow" asks for no capacity and leaves
 	// the rate limiter's active set; the stuck check must still see it.
 	testkit.WaitFor(t, "slow recorded", waitTimeout, func() bool { return b.group(t, "slow").Done == 1 })
-	if err := b.rdb.SRem(ctx, b.q.Keys().ActiveGroups(), "slow").Err(); err != nil {
+	// (Rate shares are per tenant: take the tenant out, as if none of its
+	// groups asked for capacity any more.)
+	if err := b.rdb.SRem(ctx, b.q.Keys().ActiveTenants(), tenant).Err(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -443,7 +536,7 @@ func TestStuckGroups(t *testing.T) {
 		}
 		return len(stuck) > 0
 	})
-	if len(stuck) != 1 || stuck[0].ID != "slow" || stuck[0].State != contracts.StateAggregating || stuck[0].Done != 1 {
+	if len(stuck) != 1 || stuck[0].Group != grp("slow") || stuck[0].State != contracts.StateAggregating || stuck[0].Done != 1 {
 		t.Fatalf("Stuck = %+v, want only slow", stuck)
 	}
 	if age := time.Since(time.UnixMilli(stuck[0].LastProgressAtMs)); age < stuckAfter {

@@ -29,6 +29,12 @@ func TestMain(m *testing.M) { pipelinetest.Main(m) }
 // waitTimeout is how long the tests wait for a condition before failing.
 const waitTimeout = 20 * time.Second
 
+// tenant is the tenant of the tests' groups unless a test names another.
+const tenant = "acme"
+
+// grp returns the group gid of the tests' tenant.
+func grp(gid string) contracts.GroupRef { return contracts.Group(tenant, gid) }
+
 type testBundle struct {
 	env   *pipelinetest.Env
 	q     *redisq.Queue
@@ -58,15 +64,21 @@ func (b *testBundle) newDeps() (deps.Deps, *telemetry.Metrics) {
 	return d, d.Metrics
 }
 
-// admitted creates group gid with n jobs (j0, j1, …), admits them all and
-// confirms them as the fetcher does once they are on READY. seal < 0 leaves
-// the group unsealed.
+// admitted creates group gid of the tests' tenant with n jobs (j0, j1, …),
+// admits them all and confirms them as the fetcher does once they are on
+// READY. seal < 0 leaves the group unsealed.
 func (b *testBundle) admitted(t *testing.T, gid string, n int, seal int64) {
+	t.Helper()
+	b.admittedTo(t, grp(gid), n, seal)
+}
+
+// admittedTo is admitted for group g of any tenant.
+func (b *testBundle) admittedTo(t *testing.T, gid contracts.GroupRef, n int, seal int64) {
 	t.Helper()
 	ctx := context.Background()
 	jobs := make([]redisq.Job, n)
 	for i := range jobs {
-		jobs[i] = redisq.Job{GroupID: gid, ID: fmt.Sprintf("j%d", i), Type: "t"}
+		jobs[i] = redisq.Job{Group: gid, ID: fmt.Sprintf("j%d", i), Type: "t"}
 	}
 	if err := b.q.Confirm(ctx, b.env.Lease(t, jobs)...); err != nil {
 		t.Fatal(err)
@@ -78,22 +90,39 @@ func (b *testBundle) admitted(t *testing.T, gid string, n int, seal int64) {
 	}
 }
 
-// publish publishes a result as a worker does; msgID "" means
-// contracts.ResultMsgID. A non-nil header is sent along.
+// publish publishes a result as a worker does: a message of one result on
+// the subject of its group (r.Tenant and r.GroupID, left out of the body);
+// msgID "" means contracts.ResultMsgID. A non-nil header is sent along.
 func (b *testBundle) publish(t *testing.T, r contracts.JobResult, msgID string, header nats.Header) {
 	t.Helper()
-	r.V = contracts.Version
-	data, err := json.Marshal(&r)
+	if msgID == "" {
+		msgID = r.MsgID()
+	}
+	b.publishBatch(t, r.Ref(), []contracts.JobResult{r}, msgID, header)
+}
+
+// publishBatch publishes one RESULT message carrying results on the subject
+// of group g. The results' Tenant and GroupID are left out of the body when
+// they name g, and kept otherwise. msgID "" means the batch's MsgID.
+func (b *testBundle) publishBatch(t *testing.T, g contracts.GroupRef, results []contracts.JobResult, msgID string, header nats.Header) {
+	t.Helper()
+	rb := contracts.ResultBatch{V: contracts.Version, Results: append([]contracts.JobResult(nil), results...)}
+	if msgID == "" {
+		msgID = rb.MsgID()
+	}
+	for i := range rb.Results {
+		if rb.Results[i].Ref() == g {
+			rb.Results[i].Tenant, rb.Results[i].GroupID = "", ""
+		}
+	}
+	data, err := json.Marshal(&rb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(b.names.Result(r.GroupID))
+	m := nats.NewMsg(b.names.Result(g))
 	m.Data = data
 	for k, v := range header {
 		m.Header[k] = v
-	}
-	if msgID == "" {
-		msgID = r.MsgID()
 	}
 	m.Header.Set(jetstream.MsgIDHeader, msgID)
 	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
@@ -101,32 +130,60 @@ func (b *testBundle) publish(t *testing.T, r contracts.JobResult, msgID string, 
 	}
 }
 
+// success is a SUCCESS result of job jid of group gid of the tests' tenant.
 func success(gid, jid string, attempt int) contracts.JobResult {
-	return contracts.JobResult{GroupID: gid, JobID: jid, Attempt: attempt, Status: contracts.ResultSuccess, DurationMs: 3}
+	return successOf(grp(gid), jid, attempt)
 }
 
+// successOf is a SUCCESS result of job jid of group g.
+func successOf(g contracts.GroupRef, jid string, attempt int) contracts.JobResult {
+	return contracts.JobResult{Tenant: g.Tenant, GroupID: g.ID, JobID: jid, Attempt: attempt, Status: contracts.ResultSuccess, DurationMs: 3}
+}
+
+// failure is a FAILED result of job jid of group gid of the tests' tenant.
 func failure(gid, jid string, attempt int, msg string) contracts.JobResult {
-	return contracts.JobResult{GroupID: gid, JobID: jid, Attempt: attempt, Status: contracts.ResultFailed, Error: msg}
+	return contracts.JobResult{Tenant: tenant, GroupID: gid, JobID: jid, Attempt: attempt, Status: contracts.ResultFailed, Error: msg}
 }
 
-// events returns every event of a group stored in EVENTS, in order.
+// storedEvent is an event as EVENTS stored it.
+type storedEvent struct {
+	contracts.GroupEvent
+	Stored time.Time // the stream's timestamp
+}
+
+// events returns every event of group gid of the tests' tenant stored in
+// EVENTS, in order.
 func (b *testBundle) events(t *testing.T, gid string) []contracts.GroupEvent {
 	t.Helper()
 	var out []contracts.GroupEvent
+	for _, ev := range b.eventsOf(t, grp(gid)) {
+		out = append(out, ev.GroupEvent)
+	}
+	return out
+}
+
+// eventsOf returns every event of group g stored in EVENTS, in order.
+func (b *testBundle) eventsOf(t *testing.T, g contracts.GroupRef) []storedEvent {
+	t.Helper()
+	var out []storedEvent
 	for _, m := range b.env.StoredMsgs(t, b.names.StreamEvents()) {
-		if m.Subject != b.names.Events(gid) {
+		if m.Subject != b.names.Events(g) {
 			continue
 		}
 		ev, err := contracts.DecodeGroupEvent(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, *ev)
+		if ev.Ref() != g {
+			t.Fatalf("event %+v on %s", ev, m.Subject)
+		}
+		out = append(out, storedEvent{GroupEvent: *ev, Stored: m.Time})
 	}
 	return out
 }
 
-// waitEvent waits for the group's first event in state and returns it.
+// waitEvent waits for the first event in state of group gid of the tests'
+// tenant and returns it.
 func (b *testBundle) waitEvent(t *testing.T, gid string, state contracts.GroupState) contracts.GroupEvent {
 	t.Helper()
 	var got contracts.GroupEvent
@@ -154,9 +211,10 @@ func (b *testBundle) streamMsgs(t *testing.T, stream string) uint64 {
 	return b.env.StreamMsgs(t, stream)
 }
 
+// group returns the counters of group gid of the tests' tenant.
 func (b *testBundle) group(t *testing.T, gid string) *redisq.GroupInfo {
 	t.Helper()
-	return b.env.Group(t, gid)
+	return b.env.Group(t, grp(gid))
 }
 
 // run runs an aggregator in the background and returns it with a function

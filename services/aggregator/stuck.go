@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -33,7 +34,7 @@ func (a *Aggregator) Stuck(ctx context.Context) ([]redisq.GroupInfo, error) {
 // watchStuck runs the stuck check every Config.StuckCheckEvery until ctx
 // ends, logging a warning per stuck group at most once per StuckAfter.
 func (a *Aggregator) watchStuck(ctx context.Context) {
-	warned := map[string]time.Time{}
+	warned := map[contracts.GroupRef]time.Time{}
 	t := time.NewTimer(a.cfg.StuckCheckEvery)
 	defer t.Stop()
 	for {
@@ -47,7 +48,7 @@ func (a *Aggregator) watchStuck(ctx context.Context) {
 	}
 }
 
-func (a *Aggregator) checkStuck(ctx context.Context, warned map[string]time.Time) {
+func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupRef]time.Time) {
 	groups, err := a.Stuck(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -56,18 +57,18 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[string]time.Time
 		return
 	}
 	now := time.Now()
-	stuck := make(map[string]bool, len(groups))
+	stuck := make(map[contracts.GroupRef]bool, len(groups))
 	for _, g := range groups {
-		stuck[g.ID] = true
-		if last, ok := warned[g.ID]; ok && now.Sub(last) < a.cfg.StuckAfter {
+		stuck[g.Group] = true
+		if last, ok := warned[g.Group]; ok && now.Sub(last) < a.cfg.StuckAfter {
 			continue
 		}
-		warned[g.ID] = now
+		warned[g.Group] = now
 		since := g.LastProgressAtMs
 		if since == 0 {
 			since = g.StartedAtMs
 		}
-		a.log.Warn("group stuck: no progress", "group", g.ID, "state", string(g.State),
+		a.log.Warn("group stuck: no progress", "tenant", g.Group.Tenant, "group", g.Group.ID, "state", string(g.State),
 			"for", now.Sub(time.UnixMilli(since)).Round(time.Second).String(),
 			"total", g.Declared, "jobs", g.Jobs, "done", g.Done, "pending", g.Pending,
 			"succeeded", g.Succeeded, "failed", g.Failed, "cancelled", g.Cancelled)

@@ -14,6 +14,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/dispatcher"
 )
@@ -29,14 +30,20 @@ func newDispatcher(t *testing.T, e *pipelinetest.Env, cfg dispatcher.Config) *di
 	return p
 }
 
+// tenant is the tenant of the tests' groups unless a test names another.
+const tenant = "acme"
+
+// grp returns the group gid of the tests' tenant.
+func grp(gid string) contracts.GroupRef { return contracts.Group(tenant, gid) }
+
 // leaseJobs enqueues n jobs in each group and admits them all (leased, not
 // published).
-func leaseJobs(t *testing.T, e *pipelinetest.Env, groups []string, n int) []redisq.LeasedJob {
+func leaseJobs(t *testing.T, e *pipelinetest.Env, groups []contracts.GroupRef, n int) []redisq.LeasedJob {
 	t.Helper()
 	var jobs []redisq.Job
 	for _, g := range groups {
 		for i := range n {
-			jobs = append(jobs, redisq.Job{GroupID: g, ID: fmt.Sprintf("j%04d", i), Type: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+			jobs = append(jobs, redisq.Job{Group: g, ID: fmt.Sprintf("j%04d", i), Type: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
 		}
 	}
 	return e.Lease(t, jobs)
@@ -44,7 +51,7 @@ func leaseJobs(t *testing.T, e *pipelinetest.Env, groups []string, n int) []redi
 
 // park runs every job (claim of attempt 1) and sends it back to the
 // non-ready queue with the delay of its index; it returns each job's due
-// time (the non-ready ZSET score, ms) by "<gid>:<jid>".
+// time (the non-ready ZSET score, ms) by "<tenant>:<gid>:<jid>".
 func park(t *testing.T, e *pipelinetest.Env, jobs []redisq.LeasedJob, delay func(i int) time.Duration) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -53,13 +60,13 @@ func park(t *testing.T, e *pipelinetest.Env, jobs []redisq.LeasedJob, delay func
 	}
 	due := map[string]int64{}
 	for i, j := range jobs {
-		if out, err := e.Queue.Claim(ctx, j.GroupID, j.ID, j.Attempt); err != nil || out != redisq.ClaimRun {
-			t.Fatalf("claim %s/%s: %v %v", j.GroupID, j.ID, out, err)
+		if out, err := e.Queue.Claim(ctx, j.Group, j.ID, j.Attempt); err != nil || out != redisq.ClaimRun {
+			t.Fatalf("claim %s/%s: %v %v", j.Group, j.ID, out, err)
 		}
-		if r, err := e.Queue.Retry(ctx, j.GroupID, j.ID, j.Attempt, delay(i), "busy"); err != nil || r.Outcome != "parked" {
-			t.Fatalf("retry %s/%s: %+v %v", j.GroupID, j.ID, r, err)
+		if r, err := e.Queue.Retry(ctx, j.Group, j.ID, j.Attempt, delay(i), "busy"); err != nil || r.Outcome != "parked" {
+			t.Fatalf("retry %s/%s: %+v %v", j.Group, j.ID, r, err)
 		}
-		key := j.GroupID + ":" + j.ID
+		key := member(j)
 		score, err := e.Redis.ZScore(ctx, e.Queue.Keys().NonReadyQueue(), key).Result()
 		if err != nil {
 			t.Fatalf("due time of %s: %v", key, err)
@@ -72,7 +79,8 @@ func park(t *testing.T, e *pipelinetest.Env, jobs []redisq.LeasedJob, delay func
 func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
-	jobs := leaseJobs(t, e, []string{"ga", "gb"}, 20)
+	// Two tenants with a group named alike: READY names each job's tenant.
+	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g"), contracts.Group("beta", "g")}, 20)
 	due := park(t, e, jobs, func(i int) time.Duration { return time.Duration(150+(i%8)*100) * time.Millisecond })
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}))
@@ -94,6 +102,9 @@ func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 		}
 		if counts[key] != 1 {
 			t.Errorf("%s on READY %d times", key, counts[key])
+		}
+		if m.Job.Tenant != tenant && m.Job.Tenant != "beta" {
+			t.Errorf("%s: tenant %q", key, m.Job.Tenant)
 		}
 		if m.Job.Attempt != 2 {
 			t.Errorf("%s: attempt %d, want 2 (the retry)", key, m.Job.Attempt)
@@ -120,7 +131,7 @@ func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{Lease: 300 * time.Millisecond})
-	jobs := leaseJobs(t, e, []string{"ga", "gb", "gc"}, 10)
+	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g"), contracts.Group("beta", "g"), contracts.Group("gamma", "gc")}, 10)
 	// A third of them did reach READY before their holder died (published,
 	// never confirmed): the re-publish must not duplicate them.
 	d := e.Deps()
@@ -151,7 +162,15 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 	if len(got) != len(jobs) {
 		t.Fatalf("READY got %d messages, want %d", len(got), len(jobs))
 	}
+	// Every job leased is on READY once, under its own tenant.
+	leased := map[string]bool{}
+	for _, j := range jobs {
+		leased[member(j)] = true
+	}
 	for _, m := range got {
+		if !leased[m.Key()] {
+			t.Errorf("unexpected job %s on READY", m.Key())
+		}
 		if m.Job.Attempt != 1 {
 			t.Errorf("%s: attempt %d, want 1 (a reclaim keeps the attempt)", m.Key(), m.Job.Attempt)
 		}
@@ -161,7 +180,7 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 func TestReleaseRespectsReadyCapacity(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
-	jobs := leaseJobs(t, e, []string{"g"}, 60)
+	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g")}, 60)
 	park(t, e, jobs, func(int) time.Duration { return 0 })
 	const capacity = 10
 	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}))
@@ -194,10 +213,10 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 func TestCorrectsCountersAndSnapshots(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
-	jobs := leaseJobs(t, e, []string{"g"}, 5)
+	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g")}, 5)
 	park(t, e, jobs, func(int) time.Duration { return time.Hour })
 	ctx := context.Background()
-	key := e.Queue.Keys().CongestionCount("g")
+	key := e.Queue.Keys().CongestionCount(grp("g"))
 	if err := e.Redis.Set(ctx, key, 99, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +235,7 @@ func TestCorrectsCountersAndSnapshots(t *testing.T) {
 
 func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
-	jobs := leaseJobs(t, e, []string{"g"}, 50)
+	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g")}, 50)
 	park(t, e, jobs, func(i int) time.Duration { return time.Duration(i) * 10 * time.Millisecond })
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	stop := testkit.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 10*time.Second)

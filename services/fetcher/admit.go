@@ -142,11 +142,11 @@ func (f *Fetcher) publish(ctx context.Context, jobs []redisq.LeasedJob) {
 
 // transitions publishes an event in state for each group, with the
 // group's current counters.
-func (f *Fetcher) transitions(ctx context.Context, gids []string, state contracts.GroupState) {
-	for _, gid := range gids {
-		info, ok, err := f.d.Queue.Group(ctx, gid)
+func (f *Fetcher) transitions(ctx context.Context, groups []contracts.GroupRef, state contracts.GroupState) {
+	for _, g := range groups {
+		info, ok, err := f.d.Queue.Group(ctx, g)
 		if err != nil {
-			f.log.Warn("group event not published", "group", gid, "state", string(state), "err", err)
+			f.log.Warn("group event not published", "tenant", g.Tenant, "group", g.ID, "state", string(state), "err", err)
 			continue
 		}
 		if !ok || info.State.Terminal() {
@@ -156,6 +156,6 @@ func (f *Fetcher) transitions(ctx context.Context, gids []string, state contract
 		}
 		c := info.GroupCounts
 		c.State = state
-		f.publishEvent(ctx, events.Change{Group: gid, Counts: c})
+		f.publishEvent(ctx, events.Change{Group: g, Counts: c})
 	}
 }

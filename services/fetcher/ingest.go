@@ -3,6 +3,7 @@ package fetcher
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,8 +19,13 @@ import (
 // child of the producer's submit span.
 const SpanIngest = "bulkaction.ingest"
 
-// AttrKind is the span attribute holding a submission's kind.
-const AttrKind = attribute.Key("bulkaction.kind")
+// Span attributes of an ingest span.
+const (
+	// AttrKind holds a submission's kind.
+	AttrKind = attribute.Key("bulkaction.kind")
+	// AttrJobCount holds the number of jobs of a jobs submission.
+	AttrJobCount = attribute.Key("bulkaction.job_count")
+)
 
 // item is one submit message of a batch.
 type item struct {
@@ -44,9 +50,13 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 		} else {
 			it.sub = sub
 			it.trace = handoff.Traceparent(it.Ctx)
-			it.Span.SetAttributes(handoff.AttrGroupID.String(sub.GroupID), AttrKind.String(string(sub.Kind)))
-			if sub.Kind == contracts.KindJob {
-				it.Span.SetAttributes(handoff.AttrJobID.String(sub.JobID), handoff.AttrJobType.String(sub.Type))
+			it.Span.SetAttributes(handoff.AttrTenant.String(sub.Tenant), handoff.AttrGroupID.String(sub.GroupID),
+				AttrKind.String(string(sub.Kind)))
+			if sub.Kind == contracts.KindJobs {
+				it.Span.SetAttributes(AttrJobCount.Int(len(sub.Jobs)))
+				if len(sub.Jobs) == 1 {
+					it.Span.SetAttributes(handoff.AttrJobID.String(sub.Jobs[0].JobID), handoff.AttrJobType.String(sub.Jobs[0].Type))
+				}
 			}
 		}
 		items[i], ds[i] = it, it.Delivery
@@ -83,7 +93,7 @@ func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
 		if it.sub == nil {
 			continue // invalid: already rejected
 		}
-		if failed == nil && it.sub.Kind != contracts.KindJob {
+		if failed == nil && it.sub.Kind != contracts.KindJobs {
 			flush()
 		}
 		if failed != nil {
@@ -92,12 +102,14 @@ func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
 		}
 		var err error
 		switch it.sub.Kind {
-		case contracts.KindJob:
+		case contracts.KindJobs:
 			pending = append(pending, it)
 		case contracts.KindSeal:
 			err = f.seal(ctx, it)
 		case contracts.KindCancel:
 			err = f.cancel(ctx, it)
+		case contracts.KindPause, contracts.KindResume:
+			err = f.control(ctx, it)
 		}
 		if err != nil {
 			failed = err
@@ -111,15 +123,21 @@ func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
 	return added
 }
 
-// enqueue stores the jobs of items in one call and decides their fates. On
-// a Redis error every item is negatively acknowledged.
+// enqueue stores the jobs of items in one call and decides their fates: a
+// message whose jobs were all added or known is acknowledged; one with jobs
+// the group refused (it ended, or its sealed total is reached) is
+// dead-lettered with those jobs named, the others staying stored. On a
+// Redis error every item is negatively acknowledged.
 func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err error) {
-	jobs := make([]redisq.Job, len(items))
-	for i, it := range items {
+	var jobs []redisq.Job
+	for _, it := range items {
 		s := it.sub
-		jobs[i] = redisq.Job{
-			GroupID: s.GroupID, ID: s.JobID, Type: s.Type, Payload: s.Payload,
-			Priority: s.Priority, BasePriority: s.BasePriority, Trace: it.trace,
+		set := s.Settings()
+		for _, j := range s.Jobs {
+			jobs = append(jobs, redisq.Job{
+				Group: s.Ref(), ID: j.JobID, Type: j.Type, Payload: j.Payload,
+				Priority: set.Priority, BasePriority: set.BasePriority, MaxInFlight: set.MaxInFlight, Trace: it.trace,
+			})
 		}
 	}
 	res, err := f.d.Queue.EnqueueJobs(ctx, jobs)
@@ -129,36 +147,98 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err er
 		}
 		return 0, err
 	}
-	addedIn := map[string]int64{}
-	for i, o := range res.Outcomes {
-		it := items[i]
-		it.Span.SetAttributes(attribute.String("bulkaction.enqueue.outcome", o.String()))
-		switch o {
-		case redisq.Added:
-			f.d.Metrics.EnqueueTotal.Inc()
-			addedIn[it.sub.GroupID]++
-			added++
-			it.Decide(consume.Ack())
-		case redisq.Duplicate:
-			f.d.Metrics.EnqueueDuplicateTotal.Inc()
-			it.Decide(consume.Ack())
-		case redisq.RejectedSealed:
-			it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonOverTotal, Field: "jobId",
-				Problem: fmt.Sprintf("new job %q of group %q", it.sub.JobID, it.sub.GroupID),
-				Limit:   "the group is sealed and already has its declared number of jobs"}))
-		case redisq.RejectedEnded:
-			it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonGroupEnded, Field: "groupId",
-				Problem: fmt.Sprintf("group %q was cancelled or completed", it.sub.GroupID),
+	addedIn := map[contracts.GroupRef]int64{}
+	k := 0
+	for _, it := range items {
+		var over, ended []int
+		n := 0
+		for i := range it.sub.Jobs {
+			switch o := res.Outcomes[k]; o {
+			case redisq.Added:
+				f.d.Metrics.EnqueueTotal.Inc()
+				n++
+			case redisq.Duplicate:
+				f.d.Metrics.EnqueueDuplicateTotal.Inc()
+			case redisq.RejectedSealed:
+				over = append(over, i)
+			default:
+				ended = append(ended, i)
+			}
+			k++
+		}
+		addedIn[it.sub.Ref()] += int64(n)
+		added += n
+		it.Span.SetAttributes(attribute.Int("bulkaction.enqueue.added", n))
+		switch {
+		case len(ended) > 0:
+			it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonGroupEnded, Field: "jobs",
+				Problem: fmt.Sprintf("%s of group %s refused: the group was cancelled or completed", jobList(ended), it.sub.Ref()),
 				Limit:   "jobs are accepted until the group ends"}))
+		case len(over) > 0:
+			it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonOverTotal, Field: "jobs",
+				Problem: fmt.Sprintf("%s of group %s refused: new jobs beyond the sealed total", jobList(over), it.sub.Ref()),
+				Limit:   "the group is sealed and already has its declared number of jobs"}))
 		default:
-			it.Decide(consume.Retry(retryDelay, fmt.Errorf("unknown enqueue outcome %v", o)))
+			it.Decide(consume.Ack())
 		}
 	}
-	for _, gid := range res.Created {
-		f.publishEvent(ctx, events.Change{Group: gid,
-			Counts: redisq.GroupCounts{State: contracts.StateCreated, Declared: -1, Jobs: addedIn[gid]}})
+	groups := make(map[contracts.GroupRef]redisq.EnqueuedGroup, len(res.Groups))
+	for _, g := range res.Groups {
+		groups[g.Group] = g
+		if g.Created {
+			f.publishEvent(ctx, events.Change{Group: g.Group,
+				Counts: redisq.GroupCounts{State: contracts.StateCreated, Declared: -1, Jobs: addedIn[g.Group]}})
+		}
+	}
+	// Every message whose settings differ from its group's is reported,
+	// also when an earlier message of this batch created the group; a
+	// dead-lettered message is reported by its dead letter.
+	for _, it := range items {
+		if it.sub.Group == nil || it.Decision().IsDeadLetter() {
+			continue
+		}
+		g := groups[it.sub.Ref()]
+		if notice := settingsNotice(it.sub.Settings(), g.Settings); notice != "" {
+			f.publishEvent(ctx, events.Change{Group: g.Group, Counts: g.Counts, Notice: notice})
+		}
 	}
 	return added, nil
+}
+
+// jobList names the jobs at idx: "jobs[2], jobs[5] and 3 more".
+func jobList(idx []int) string {
+	const show = 5
+	var b strings.Builder
+	for i, k := range idx {
+		if i == show {
+			fmt.Fprintf(&b, " and %d more", len(idx)-show)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "jobs[%d]", k)
+	}
+	return b.String()
+}
+
+// settingsNotice describes how the settings a submission asked for differ
+// from the group's own, which it keeps; "" when they agree.
+func settingsNotice(want, have contracts.GroupSettings) string {
+	var diffs []string
+	if p, q := want.Priority.OrDefault(), have.Priority.OrDefault(); p != q {
+		diffs = append(diffs, fmt.Sprintf("priority %s (the group keeps %s)", p, q))
+	}
+	if want.BasePriority != have.BasePriority {
+		diffs = append(diffs, fmt.Sprintf("basePriority %d (the group keeps %d)", want.BasePriority, have.BasePriority))
+	}
+	if want.MaxInFlight != have.MaxInFlight {
+		diffs = append(diffs, fmt.Sprintf("maxInFlight %d (the group keeps %d)", want.MaxInFlight, have.MaxInFlight))
+	}
+	if diffs == nil {
+		return ""
+	}
+	return "group settings not applied: the group exists; a submission asked for " + strings.Join(diffs, ", ")
 }
 
 // seal applies a seal message; a non-nil error is a storage error.
@@ -167,16 +247,16 @@ func (f *Fetcher) seal(ctx context.Context, it *item) error {
 	if it.sub.Total != nil {
 		total = *it.sub.Total
 	}
-	res, err := f.d.Queue.Seal(ctx, it.sub.GroupID, total)
+	res, err := f.d.Queue.Seal(ctx, it.sub.Ref(), total)
 	if err != nil {
 		return err
 	}
 	it.Span.SetAttributes(attribute.String("bulkaction.seal.outcome", string(res.Outcome)))
 	switch res.Outcome {
 	case redisq.SealConflict, redisq.SealTooMany:
-		problem := fmt.Sprintf("group %q is already sealed with total %d", it.sub.GroupID, res.Group.Declared)
+		problem := fmt.Sprintf("group %s is already sealed with total %d", it.sub.Ref(), res.Group.Declared)
 		if res.Outcome == redisq.SealTooMany {
-			problem = fmt.Sprintf("group %q already has %d distinct jobs", it.sub.GroupID, res.Group.Jobs)
+			problem = fmt.Sprintf("group %s already has %d distinct jobs", it.sub.Ref(), res.Group.Jobs)
 		}
 		it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonBadSeal, Field: "total",
 			Problem: fmt.Sprintf("%d: %s", total, problem), Limit: "a group is sealed once, with at least the jobs it has"}))
@@ -186,10 +266,10 @@ func (f *Fetcher) seal(ctx context.Context, it *item) error {
 		case res.Transition != "":
 			c := res.Group
 			c.State = res.Transition
-			f.publishEvent(ctx, events.Change{Group: it.sub.GroupID, Counts: c, Ended: c.State.Terminal()})
+			f.publishEvent(ctx, events.Change{Group: it.sub.Ref(), Counts: c, Ended: c.State.Terminal()})
 		case res.Group.State == contracts.StateCreated && res.Group.Jobs == 0:
 			// The seal came first and created the group.
-			f.publishEvent(ctx, events.Change{Group: it.sub.GroupID, Counts: res.Group})
+			f.publishEvent(ctx, events.Change{Group: it.sub.Ref(), Counts: res.Group})
 		}
 	}
 	it.Decide(consume.Ack())
@@ -198,7 +278,7 @@ func (f *Fetcher) seal(ctx context.Context, it *item) error {
 
 // cancel applies a cancel message; a non-nil error is a storage error.
 func (f *Fetcher) cancel(ctx context.Context, it *item) error {
-	res, err := f.d.Queue.Cancel(ctx, it.sub.GroupID)
+	res, err := f.d.Queue.Cancel(ctx, it.sub.Ref())
 	if err != nil {
 		return err
 	}
@@ -207,10 +287,41 @@ func (f *Fetcher) cancel(ctx context.Context, it *item) error {
 	case redisq.Cancelled:
 		c := res.Group
 		c.State = contracts.StateCancelled
-		f.publishEvent(ctx, events.Change{Group: it.sub.GroupID, Counts: c, Ended: true})
+		f.publishEvent(ctx, events.Change{Group: it.sub.Ref(), Counts: c, Ended: true})
 	default:
-		f.log.Debug("cancel had no effect", "group", it.sub.GroupID, "outcome", string(res.Outcome))
+		f.log.Debug("cancel had no effect", "tenant", it.sub.Tenant, "group", it.sub.GroupID, "outcome", string(res.Outcome))
 	}
+	it.Decide(consume.Ack())
+	return nil
+}
+
+// control applies a pause or resume message; a non-nil error is a storage
+// error. A change of state is published; one that changed nothing (the
+// group was already in that state, or ended) is published as a notice; a
+// resume of a group that does not exist publishes nothing.
+func (f *Fetcher) control(ctx context.Context, it *item) error {
+	op := f.d.Queue.Pause
+	if it.sub.Kind == contracts.KindResume {
+		op = f.d.Queue.Resume
+	}
+	res, err := op(ctx, it.sub.Ref())
+	if err != nil {
+		return err
+	}
+	it.Span.SetAttributes(attribute.String("bulkaction.control.outcome", string(res.Outcome)))
+	if res.Outcome == redisq.ControlUnknown {
+		// No group: nothing to publish (an event needs a state).
+		f.log.Debug("resume of an unknown group", "tenant", it.sub.Tenant, "group", it.sub.GroupID)
+		it.Decide(consume.Ack())
+		return nil
+	}
+	ch := events.Change{Group: it.sub.Ref(), Counts: res.Group, Control: true}
+	if res.Transition != "" {
+		ch.Counts.State = res.Transition
+	} else {
+		ch.Notice = fmt.Sprintf("%s had no effect: %s", it.sub.Kind, res.Outcome)
+	}
+	f.publishEvent(ctx, ch)
 	it.Decide(consume.Ack())
 	return nil
 }
@@ -219,6 +330,6 @@ func (f *Fetcher) cancel(ctx context.Context, it *item) error {
 // Redis is what counts; the event stream is informational).
 func (f *Fetcher) publishEvent(ctx context.Context, ch events.Change) {
 	if err := f.d.Events.Publish(ctx, ch); err != nil {
-		f.log.Warn("group event not published", "group", ch.Group, "state", string(ch.Counts.State), "err", err)
+		f.log.Warn("group event not published", "tenant", ch.Group.Tenant, "group", ch.Group.ID, "state", string(ch.Counts.State), "err", err)
 	}
 }

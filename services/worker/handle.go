@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -37,6 +39,8 @@ const (
 // Span attribute keys. The job attributes use the same keys as the spans
 // of the fetcher and the dispatcher.
 const (
+	// AttrTenant is the tenant of the job's group.
+	AttrTenant = telemetry.AttrTenant
 	// AttrGroupID is the job's group id.
 	AttrGroupID = telemetry.AttrGroupID
 	// AttrJobID is the job's id within its group.
@@ -60,19 +64,36 @@ const (
 // acknowledged for redelivery.
 const outcomeHandedBack = "HANDED_BACK"
 
-// claimed is a delivery whose job is being claimed or run.
+// claimed is one job of a delivery, being claimed or run. A READY message
+// carries 1..N jobs; each becomes a claimed with a span of its own (the
+// delivery's span for a message of one job), and the message is settled
+// once all of its jobs are.
 type claimed struct {
-	*consume.Delivery
+	msg       *message
 	job       *contracts.ReadyJob
-	delivered int // JetStream's count of deliveries of the message
-	claims    int // claims of this attempt that reached Redis, this one included
-	throttles int // earlier attempts of the job that were rate limited
+	Ctx       context.Context // carries Span
+	Span      trace.Span
+	delivered int  // JetStream's count of deliveries of the message
+	claims    int  // claims of this attempt that reached Redis, this one included
+	throttles int  // earlier attempts of the job that were rate limited
+	extra     bool // not the message's first job: it takes a slot of its own
+	ownSpan   bool // Span is the job's own, not the delivery's
+}
+
+// message is a delivery and what its jobs came to.
+type message struct {
+	*consume.Delivery
+	left atomic.Int32 // jobs not settled yet
+	mu   sync.Mutex
+	back *consume.Decision // the first hand-back among its jobs; nil = ack
 }
 
 // handle runs the deliveries of one pull (docs/ARCHITECTURE.md §6.3):
-// invalid messages are dead-lettered, the others are claimed in one Redis
-// call, and each claimed job runs in its own goroutine. Every delivery
-// gives back its slot when it is settled. ctx is Run's context; a delivery
+// invalid messages are dead-lettered, the jobs of the others are claimed in
+// one Redis call, and each claimed job runs in its own goroutine. A message
+// gives back the slot it was pulled with once its first job is settled;
+// each further job of a message runs in a slot of its own, so no more jobs
+// run at once than the worker has slots. ctx is Run's context; a delivery
 // does not stop when it ends: every Redis or NATS call made for it has its
 // own timeout (settleTimeout), and the processor runs under the tracker's
 // job context.
@@ -80,8 +101,8 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	base := context.WithoutCancel(ctx)
 	cs := make([]claimed, 0, len(msgs))
 	for _, msg := range msgs {
-		if c, ok := w.open(base, jobType, msg); ok {
-			cs = append(cs, c)
+		if mc, ok := w.open(base, jobType, msg); ok {
+			cs = append(cs, mc...)
 		} else {
 			w.slots.Release(1)
 		}
@@ -91,12 +112,12 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	}
 	ds := make([]redisq.Delivery, len(cs))
 	for i, c := range cs {
-		ds[i] = redisq.Delivery{GroupID: c.job.GroupID, JobID: c.job.JobID, Attempt: c.job.Attempt}
+		ds[i] = redisq.Delivery{Group: c.job.Ref(), JobID: c.job.JobID, Attempt: c.job.Attempt}
 	}
 	cctx, cancel := context.WithTimeout(base, settleTimeout)
 	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds)
 	cancel()
-	var cancelled []string // groups whose jobs the claim counted as cancelled
+	var cancelled []contracts.GroupRef // groups whose jobs the claim counted as cancelled
 	for i, c := range cs {
 		switch {
 		case err != nil:
@@ -108,22 +129,28 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 			jobs.add(1)
 			go func() {
 				defer jobs.done()
+				if c.extra && !w.slots.Acquire(jobs.base) {
+					w.settle(c, consume.Retry(0, nil)) // the shutdown grace is over
+					return
+				}
 				defer w.slots.Release(1)
 				w.run(c, jobs)
 			}()
 			continue
 		case outcomes[i].Outcome == redisq.ClaimStale, outcomes[i].Outcome == redisq.ClaimCancelled:
-			w.log.Debug("delivery dropped", "group", c.job.GroupID, "job", c.job.JobID, "attempt", c.job.Attempt,
-				"claim", string(outcomes[i].Outcome))
-			if outcomes[i].Outcome == redisq.ClaimCancelled && !slices.Contains(cancelled, c.job.GroupID) {
-				cancelled = append(cancelled, c.job.GroupID)
+			w.log.Debug("delivery dropped", "tenant", c.job.Tenant, "group", c.job.GroupID, "job", c.job.JobID,
+				"attempt", c.job.Attempt, "claim", string(outcomes[i].Outcome))
+			if outcomes[i].Outcome == redisq.ClaimCancelled && !slices.Contains(cancelled, c.job.Ref()) {
+				cancelled = append(cancelled, c.job.Ref())
 			}
 			w.count(c, telemetry.StatusDropped)
 			w.settle(c, consume.Ack())
 		default:
 			w.handBack(c, "claim", fmt.Errorf("unexpected claim outcome %q", outcomes[i].Outcome))
 		}
-		w.slots.Release(1)
+		if !c.extra {
+			w.slots.Release(1)
+		}
 	}
 	w.publishCounts(base, cancelled)
 }
@@ -131,52 +158,65 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 // publishCounts publishes the current counts of groups whose counts the
 // worker changed after they ended (jobs of a cancelled group counted as
 // cancelled at claim), so that each group's last event adds up.
-func (w *Worker) publishCounts(base context.Context, gids []string) {
-	for _, gid := range gids {
+func (w *Worker) publishCounts(base context.Context, groups []contracts.GroupRef) {
+	for _, g := range groups {
 		ctx, cancel := context.WithTimeout(base, settleTimeout)
-		info, ok, err := w.d.Queue.Group(ctx, gid)
+		info, ok, err := w.d.Queue.Group(ctx, g)
 		if err == nil && ok {
-			err = w.d.Events.Publish(ctx, events.Change{Group: gid, Counts: info.GroupCounts})
+			err = w.d.Events.Publish(ctx, events.Change{Group: g, Counts: info.GroupCounts})
 		}
 		cancel()
 		if err != nil {
-			w.warn("group event not published", "group", gid, "err", err)
+			w.warn("group event not published", "tenant", g.Tenant, "group", g.ID, "err", err)
 		}
 	}
 }
 
-// open decodes a delivery and starts its span; a message that is not a
-// valid ready job of jobType is dead-lettered and ok is false.
-func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (c claimed, ok bool) {
+// open decodes a delivery into its jobs and starts their spans; a message
+// that is not a valid ready batch of jobType is dead-lettered and ok is
+// false.
+func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (cs []claimed, ok bool) {
 	d := consume.Open(base, w.tracer, SpanProcess, msg)
-	job, err := contracts.DecodeReadyJob(msg.Data(), w.d.Limits)
-	if err == nil && job.Type != jobType {
-		err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "type",
-			Problem: fmt.Sprintf("%q differs from subject token %q", job.Type, jobType),
+	batch, err := contracts.DecodeReadyBatch(msg.Data(), w.d.Limits)
+	if err == nil && batch.Jobs[0].Type != jobType {
+		err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "jobs[0].type",
+			Problem: fmt.Sprintf("%q differs from subject token %q", batch.Jobs[0].Type, jobType),
 			Limit:   "must equal the <type> token of the subject"}
 	}
 	if err != nil {
 		d.Decide(consume.DeadLetter(err))
 		w.settleWithin(d)
-		return claimed{}, false
+		return nil, false
 	}
 	delivered := 1
 	if md, err := msg.Metadata(); err == nil {
 		delivered = int(md.NumDelivered)
 	}
-	if d.Span.IsRecording() {
-		d.Span.SetAttributes(
-			AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
-			AttrAttempt.Int(job.Attempt), AttrDelivered.Int(delivered),
-		)
+	m := &message{Delivery: d}
+	m.left.Store(int32(len(batch.Jobs)))
+	cs = make([]claimed, len(batch.Jobs))
+	for i := range batch.Jobs {
+		job := &batch.Jobs[i]
+		c := claimed{msg: m, job: job, Ctx: d.Ctx, Span: d.Span, delivered: delivered, extra: i > 0}
+		if len(batch.Jobs) > 1 {
+			c.Ctx, c.Span = w.tracer.Start(d.Ctx, SpanProcess)
+			c.ownSpan = true
+		}
+		if c.Span.IsRecording() {
+			c.Span.SetAttributes(
+				AttrTenant.String(job.Tenant), AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID),
+				AttrJobType.String(job.Type), AttrAttempt.Int(job.Attempt), AttrDelivered.Int(delivered),
+			)
+		}
+		cs[i] = c
 	}
-	return claimed{Delivery: d, job: job, delivered: delivered}, true
+	return cs, true
 }
 
 // run runs a claimed job's processor and settles the delivery: result,
 // back-off, or hand-back.
 func (w *Worker) run(c claimed, jobs *tracker) {
-	msg, span, job := c.Msg, c.Span, c.job
+	msg, span, job := c.msg.Msg, c.Span, c.job
 	if c.claims > w.cfg.MaxDeliveries {
 		w.publishResult(c, contracts.ResultFailed, fmt.Sprintf("poison: claimed %d times", c.claims), 0)
 		return
@@ -191,13 +231,13 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 	jctx, jcancel := context.WithTimeout(trace.ContextWithSpan(jobs.base, span), w.cfg.JobTimeout)
 	start := time.Now()
 	perr := processor.Run(jctx, w.mux, &processor.Job{
-		GroupID: job.GroupID, JobID: job.JobID, Type: job.Type, Payload: job.Payload, Attempt: job.Attempt,
+		Tenant: job.Tenant, GroupID: job.GroupID, JobID: job.JobID, Type: job.Type, Payload: job.Payload, Attempt: job.Attempt,
 	})
 	elapsed := time.Since(start)
 	jcancel()
 	if !jobs.finish(d) { // handed back by the shutdown while it ran
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
-		span.End()
+		w.abandoned(c)
 		return
 	}
 	w.d.Metrics.ObserveProcessing(job.Type, elapsed)
@@ -239,18 +279,20 @@ func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText
 	ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
 	defer cancel()
 	job := c.job
-	res := contracts.JobResult{
-		V: contracts.Version, GroupID: job.GroupID, JobID: job.JobID, Attempt: job.Attempt,
+	rb := contracts.ResultBatch{V: contracts.Version, Results: []contracts.JobResult{{
+		JobID: job.JobID, Attempt: job.Attempt,
 		Status: status, Error: truncate(errText, maxErrorLen), DurationMs: elapsed.Milliseconds(),
-	}
-	data, err := json.Marshal(&res)
+	}}}
+	data, err := json.Marshal(&rb)
 	if err != nil {
 		w.handBack(c, "encode result", err)
 		return
 	}
-	m := nats.NewMsg(w.d.Names.Result(job.GroupID))
+	res := &rb.Results[0]
+	res.Tenant, res.GroupID = job.Tenant, job.GroupID // the subject names the group; the id needs it
+	m := nats.NewMsg(w.d.Names.Result(job.Ref()))
 	m.Data = data
-	m.Header.Set(jetstream.MsgIDHeader, res.MsgID())
+	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
 	telemetry.InjectHeader(ctx, m.Header)
 	// An asynchronous publish awaited here costs less than a synchronous
 	// request, and the publishes of concurrent jobs share their writes.
@@ -275,9 +317,9 @@ func (w *Worker) backoff(c claimed, status string, retryAfter time.Duration, err
 	defer cancel()
 	job := c.job
 	bctx, bspan := w.tracer.Start(ctx, SpanBackoff, trace.WithAttributes(
-		AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
+		AttrTenant.String(job.Tenant), AttrGroupID.String(job.GroupID), AttrJobID.String(job.JobID), AttrJobType.String(job.Type),
 		AttrAttempt.Int(job.Attempt)))
-	rr, err := w.d.Queue.Retry(bctx, job.GroupID, job.JobID, job.Attempt, retryAfter, truncate(errText, maxErrorLen), opts...)
+	rr, err := w.d.Queue.Retry(bctx, job.Ref(), job.JobID, job.Attempt, retryAfter, truncate(errText, maxErrorLen), opts...)
 	if err != nil {
 		bspan.RecordError(err)
 		bspan.SetStatus(codes.Error, err.Error())
@@ -307,15 +349,50 @@ func (w *Worker) count(c claimed, status string) {
 // is delivered again after nakDelay and the same attempt runs again.
 func (w *Worker) handBack(c claimed, what string, err error) {
 	c.Span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
-	w.warn("job handed back for redelivery", "step", what, "group", c.job.GroupID, "job", c.job.JobID,
+	w.warn("job handed back for redelivery", "step", what, "tenant", c.job.Tenant, "group", c.job.GroupID, "job", c.job.JobID,
 		"attempt", c.job.Attempt, "err", err)
 	w.settle(c, consume.Retry(nakDelay, fmt.Errorf("%s: %w", what, err)))
 }
 
-// settle carries out the decision on the delivery and ends its span.
+// settle records the decision on one job of a delivery and ends the job's
+// span. The message is settled when its last job is: acknowledged, or
+// handed back when any of its jobs was (the jobs that did finish are then
+// dropped as stale when the message comes again).
 func (w *Worker) settle(c claimed, dec consume.Decision) {
-	c.Decide(dec)
-	w.settleWithin(c.Delivery)
+	m := c.msg
+	if !dec.IsAck() {
+		m.mu.Lock()
+		if m.back == nil {
+			m.back = &dec
+		}
+		m.mu.Unlock()
+	}
+	if c.ownSpan {
+		if !dec.IsAck() && dec.Err() != nil {
+			c.Span.RecordError(dec.Err())
+		}
+		c.Span.End()
+	}
+	if m.left.Add(-1) > 0 {
+		return
+	}
+	if m.back != nil {
+		m.Decide(*m.back)
+	} else {
+		m.Decide(consume.Ack())
+	}
+	w.settleWithin(m.Delivery)
+}
+
+// abandoned ends a job whose message the shutdown already handed back: it
+// is not settled again.
+func (w *Worker) abandoned(c claimed) {
+	if c.ownSpan {
+		c.Span.End()
+	}
+	if c.msg.left.Add(-1) == 0 {
+		c.msg.Span.End()
+	}
 }
 
 // settleWithin settles d with its decision under settleTimeout.

@@ -43,9 +43,28 @@ type testBundle struct {
 	results *collector
 }
 
+// tenant is the tenant of the tests' groups unless a test names another.
+const tenant = "acme"
+
+// grp returns the group gid of the tests' tenant.
+func grp(gid string) contracts.GroupRef { return contracts.Group(tenant, gid) }
+
+// key returns the processor.Job.IdempotencyKey of job jid of group gid of
+// the tests' tenant, the key calls counts runs by.
+func key(gid, jid string) string { return tenant + ":" + gid + ":" + jid }
+
 // setup starts the servers, the feeder and the collector. The queue backs
 // jobs off for 20 ms (100 ms at most) unless qcfg says otherwise.
 func setup(t *testing.T, qcfg redisq.Config) *testBundle {
+	t.Helper()
+	b := setupWithoutFeeder(t, qcfg)
+	startFeeder(t, b)
+	return b
+}
+
+// setupWithoutFeeder is setup with no feeder: nothing is admitted or
+// published to READY unless the test does it (see publishReady).
+func setupWithoutFeeder(t *testing.T, qcfg redisq.Config) *testBundle {
 	t.Helper()
 	if qcfg.BaseBackoff == 0 {
 		qcfg.BaseBackoff = 20 * time.Millisecond
@@ -58,20 +77,25 @@ func setup(t *testing.T, qcfg redisq.Config) *testBundle {
 	b := &testBundle{env: e, q: e.Queue, js: e.JS, names: e.Names, metrics: e.Metrics, spans: spans, d: e.Deps()}
 	b.d.TracerProvider = tp
 	b.results = startCollector(t, b)
-	startFeeder(t, b)
 	return b
 }
 
-// submit enqueues n jobs of one type in group gid (ids j0, j1, …) with
-// payload {"n":i} and seals the group with n.
+// submit enqueues n jobs of one type in group gid of the tests' tenant (ids
+// j0, j1, …) with payload {"n":i} and seals the group with n.
 func (b *testBundle) submit(t *testing.T, gid, jobType string, n int) []string {
+	t.Helper()
+	return b.submitTo(t, grp(gid), jobType, n)
+}
+
+// submitTo is submit to group g of any tenant.
+func (b *testBundle) submitTo(t *testing.T, g contracts.GroupRef, jobType string, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	jobs := make([]redisq.Job, n)
 	ids := make([]string, n)
 	for i := range jobs {
 		ids[i] = fmt.Sprintf("j%d", i)
-		jobs[i] = redisq.Job{GroupID: gid, ID: ids[i], Type: jobType, Payload: fmt.Appendf(nil, `{"n":%d}`, i)}
+		jobs[i] = redisq.Job{Group: g, ID: ids[i], Type: jobType, Payload: fmt.Appendf(nil, `{"n":%d}`, i)}
 	}
 	res, err := b.q.EnqueueJobs(ctx, jobs)
 	if err != nil {
@@ -79,19 +103,19 @@ func (b *testBundle) submit(t *testing.T, gid, jobType string, n int) []string {
 	}
 	for i, o := range res.Outcomes {
 		if o != redisq.Added {
-			t.Fatalf("enqueue %s/%s: %v", gid, ids[i], o)
+			t.Fatalf("enqueue %s/%s: %v", g, ids[i], o)
 		}
 	}
-	if _, err := b.q.Seal(ctx, gid, int64(n)); err != nil {
+	if _, err := b.q.Seal(ctx, g, int64(n)); err != nil {
 		t.Fatal(err)
 	}
 	return ids
 }
 
-// group returns a group's counters.
+// group returns the counters of group gid of the tests' tenant.
 func (b *testBundle) group(t *testing.T, gid string) *redisq.GroupInfo {
 	t.Helper()
-	return b.env.Group(t, gid)
+	return b.env.Group(t, grp(gid))
 }
 
 // waitCompleted waits until the group is COMPLETED and returns it.
@@ -161,8 +185,8 @@ type result struct {
 }
 
 // collector reads RESULT like the aggregator: it records every result in
-// Redis (exactly once per job) and keeps every message it read, duplicates
-// included.
+// Redis (exactly once per job) and keeps every result it read, duplicates
+// included (a message of N results gives N).
 type collector struct {
 	mu   sync.Mutex
 	msgs []result
@@ -178,19 +202,21 @@ func startCollector(t *testing.T, b *testBundle) *collector {
 		t.Fatal(err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		r, err := contracts.DecodeJobResult(m.Data())
+		rb, err := contracts.DecodeResultBatch(m.Subject(), m.Data())
 		if err != nil {
-			t.Errorf("invalid result %s: %v", m.Data(), err)
+			t.Errorf("invalid result %s on %s: %v", m.Data(), m.Subject(), err)
 			_ = m.Term()
 			return
 		}
-		rec, err := b.q.Record(context.Background(), *r)
+		recs, err := b.q.RecordBatch(context.Background(), rb.Results)
 		if err != nil {
 			_ = m.NakWithDelay(10 * time.Millisecond)
 			return
 		}
 		c.mu.Lock()
-		c.msgs = append(c.msgs, result{JobResult: *r, Header: m.Headers(), Outcome: rec.Outcome})
+		for i, r := range rb.Results {
+			c.msgs = append(c.msgs, result{JobResult: r, Header: m.Headers(), Outcome: recs[i].Outcome})
+		}
 		c.mu.Unlock()
 		_ = m.Ack()
 	})
@@ -211,23 +237,33 @@ func (c *collector) all() []result {
 	return append([]result(nil), c.msgs...)
 }
 
-// of returns the results read for one job.
-func (c *collector) of(gid, jid string) []result {
+// of returns the results read for one job of the tests' tenant.
+func (c *collector) of(gid, jid string) []result { return c.ofGroup(grp(gid), jid) }
+
+// ofGroup returns the results read for job jid of group g.
+func (c *collector) ofGroup(g contracts.GroupRef, jid string) []result {
 	var out []result
 	for _, r := range c.all() {
-		if r.GroupID == gid && r.JobID == jid {
+		if r.Ref() == g && r.JobID == jid {
 			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// wait waits for the first result of a job and returns it.
+// wait waits for the first result of a job of the tests' tenant and
+// returns it.
 func (c *collector) wait(t *testing.T, gid, jid string) result {
 	t.Helper()
+	return c.waitGroup(t, grp(gid), jid)
+}
+
+// waitGroup waits for the first result of job jid of group g.
+func (c *collector) waitGroup(t *testing.T, g contracts.GroupRef, jid string) result {
+	t.Helper()
 	var got []result
-	testkit.WaitFor(t, "result of "+gid+"/"+jid, waitTimeout, func() bool {
-		got = c.of(gid, jid)
+	testkit.WaitFor(t, "result of "+g.String()+"/"+jid, waitTimeout, func() bool {
+		got = c.ofGroup(g, jid)
 		return len(got) > 0
 	})
 	return got[0]
@@ -249,7 +285,7 @@ func runWorker(t *testing.T, b *testBundle, cfg worker.Config, mux *processor.Mu
 // calls counts processor runs per job.
 type calls struct {
 	mu sync.Mutex
-	n  map[string][]time.Time // "<gid>:<jid>" -> start of each run
+	n  map[string][]time.Time // "<tenant>:<gid>:<jid>" -> start of each run
 }
 
 func newCalls() *calls { return &calls{n: map[string][]time.Time{}} }

@@ -80,10 +80,10 @@ func TestSuccess(t *testing.T) {
 	root := trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled}
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, trace.NewSpanContext(root)), carrier)
-	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{GroupID: "g", ID: "j", Type: "t", Payload: []byte(`{"to":"x"}`), Trace: carrier["traceparent"]}}); err != nil {
+	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{Group: grp("g"), ID: "j", Type: "t", Payload: []byte(`{"to":"x"}`), Trace: carrier["traceparent"]}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.q.Seal(ctx, "g", 1); err != nil {
+	if _, err := b.q.Seal(ctx, grp("g"), 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -101,10 +101,10 @@ func TestSuccess(t *testing.T) {
 	if res.Status != contracts.ResultSuccess || res.Attempt != 1 || res.Error != "" {
 		t.Fatalf("result = %+v", res.JobResult)
 	}
-	if id := res.Header.Get(jetstream.MsgIDHeader); id != contracts.ResultMsgID("g", "j", 1) {
+	if id := res.Header.Get(jetstream.MsgIDHeader); id != contracts.ResultMsgID(grp("g"), "j", 1) {
 		t.Fatalf("result Nats-Msg-Id = %q", id)
 	}
-	if got.GroupID != "g" || got.JobID != "j" || got.Type != "t" || got.Attempt != 1 || string(got.Payload) != `{"to":"x"}` {
+	if got.Tenant != tenant || got.GroupID != "g" || got.JobID != "j" || got.Type != "t" || got.Attempt != 1 || string(got.Payload) != `{"to":"x"}` {
 		t.Fatalf("processor got %+v", got)
 	}
 	info := b.waitCompleted(t, "g")
@@ -136,7 +136,7 @@ func TestSuccess(t *testing.T) {
 		t.Fatalf("processor ran under span %v, want the process span %v", jobSpan.SpanID(), process.SpanContext().SpanID())
 	}
 	want := map[attribute.Key]attribute.Value{
-		worker.AttrGroupID: attribute.StringValue("g"), worker.AttrJobID: attribute.StringValue("j"),
+		worker.AttrTenant: attribute.StringValue(tenant), worker.AttrGroupID: attribute.StringValue("g"), worker.AttrJobID: attribute.StringValue("j"),
 		worker.AttrJobType: attribute.StringValue("t"), worker.AttrAttempt: attribute.IntValue(1),
 		worker.AttrOutcome: attribute.StringValue("SUCCESS"),
 	}
@@ -175,7 +175,7 @@ func TestRetryThenSuccess(t *testing.T) {
 	if res.Status != contracts.ResultSuccess || res.Attempt != 3 {
 		t.Fatalf("result = %+v, want SUCCESS on attempt 3", res.JobResult)
 	}
-	if n := c.count("g:j0"); n != 3 {
+	if n := c.count(key("g", "j0")); n != 3 {
 		t.Fatalf("processor ran %d times, want 3", n)
 	}
 	if n := b.jobResults("t", telemetry.StatusRetry); n != 2 {
@@ -227,7 +227,7 @@ func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 	if res.Status != contracts.ResultSuccess || res.Attempt != 2 {
 		t.Fatalf("result = %+v, want SUCCESS on attempt 2", res.JobResult)
 	}
-	runs := c.of("g:j0")
+	runs := c.of(key("g", "j0"))
 	if len(runs) != 2 {
 		t.Fatalf("%d runs, want 2", len(runs))
 	}
@@ -267,7 +267,7 @@ func TestThrottlesDoNotSpendTheRetryBudget(t *testing.T) {
 		t.Fatalf("group = %+v, want %d succeeded and j0 failed", info.GroupCounts, n-1)
 	}
 	for i := 1; i < n; i++ {
-		runs := c.of(fmt.Sprintf("g:j%d", i))
+		runs := c.of(key("g", fmt.Sprintf("j%d", i)))
 		if len(runs) != 6 {
 			t.Fatalf("j%d ran %d times, want 6 (five 429s, then success)", i, len(runs))
 		}
@@ -278,7 +278,7 @@ func TestThrottlesDoNotSpendTheRetryBudget(t *testing.T) {
 		}
 	}
 	res := b.results.wait(t, "g", "j0")
-	if runs := c.count("g:j0"); res.Status != contracts.ResultFailed || runs != 9 ||
+	if runs := c.count(key("g", "j0")); res.Status != contracts.ResultFailed || runs != 9 ||
 		!strings.HasPrefix(res.Error, "rate limited 9 times") {
 		t.Fatalf("j0: %d runs, result %+v; want FAILED after 9 runs (MaxThrottles 8)", runs, res.JobResult)
 	}
@@ -303,7 +303,7 @@ func TestPermanentFailure(t *testing.T) {
 	if info := b.waitCompleted(t, "g"); info.Failed != 1 || info.Succeeded != 0 {
 		t.Fatalf("group = %+v", info.GroupCounts)
 	}
-	if n := c.count("g:j0"); n != 1 {
+	if n := c.count(key("g", "j0")); n != 1 {
 		t.Fatalf("processor ran %d times, want 1", n)
 	}
 	if n := b.jobResults("t", telemetry.StatusFailed); n != 1 {
@@ -342,7 +342,7 @@ func TestRetriesExhausted(t *testing.T) {
 			if res.Status != contracts.ResultFailed || res.Attempt != tt.runs {
 				t.Fatalf("result = %+v, want FAILED on attempt %d", res.JobResult, tt.runs)
 			}
-			if n := c.count("g:j0"); n != tt.runs {
+			if n := c.count(key("g", "j0")); n != tt.runs {
 				t.Fatalf("processor ran %d times, want %d", n, tt.runs)
 			}
 			if info := b.waitCompleted(t, "g"); info.Failed != 1 {
@@ -384,7 +384,7 @@ func TestStaleDeliveryIsDropped(t *testing.T) {
 	b := setup(t, redisq.Config{})
 	ctx := context.Background()
 	// Enqueue without the feeder seeing it: the test hands the job out itself.
-	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{GroupID: "g", ID: "j", Type: "t"}}); err != nil {
+	if _, err := b.q.EnqueueJobs(ctx, []redisq.Job{{Group: grp("g"), ID: "j", Type: "t"}}); err != nil {
 		t.Fatal(err)
 	}
 	c := newCalls()
@@ -401,7 +401,7 @@ func TestStaleDeliveryIsDropped(t *testing.T) {
 	// The feeder admits attempt 1 and publishes it; wait until it is on READY
 	// before the worker runs, then move the job on to attempt 2 behind it.
 	testkit.WaitFor(t, "attempt 1 on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 1 })
-	if r, err := b.q.Retry(ctx, "g", "j", 1, 0, "moved on"); err != nil || r.Outcome != "parked" {
+	if r, err := b.q.Retry(ctx, grp("g"), "j", 1, 0, "moved on"); err != nil || r.Outcome != "parked" {
 		t.Fatalf("retry: %+v %v", r, err)
 	}
 	testkit.WaitFor(t, "attempt 2 on READY", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 2 })
@@ -447,7 +447,7 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 			if md, _ := m.Metadata(); md.NumDelivered != uint64(i) {
 				t.Fatalf("delivery %d: NumDelivered %d", i, md.NumDelivered)
 			}
-			if o, err := b.q.Claim(ctx, "g", "j0", 1); err != nil || o != redisq.ClaimRun {
+			if o, err := b.q.Claim(ctx, grp("g"), "j0", 1); err != nil || o != redisq.ClaimRun {
 				t.Fatalf("claim %d: %v %v", i, o, err)
 			}
 			if err := m.Nak(); err != nil {
@@ -465,7 +465,7 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 	if res.Status != contracts.ResultFailed || res.Error != "poison: claimed 4 times" || res.Attempt != 1 {
 		t.Fatalf("result = %+v", res.JobResult)
 	}
-	if n := c.count("g:j0"); n != 0 {
+	if n := c.count(key("g", "j0")); n != 0 {
 		t.Fatalf("processor ran %d times, want 0", n)
 	}
 	if info := b.waitCompleted(t, "g"); info.Failed != 1 {
@@ -510,7 +510,7 @@ func TestWorkerDiesMidJob(t *testing.T) {
 	if n := len(b.results.of("g", "j0")); n != 1 {
 		t.Fatalf("%d results published, want 1 (the handed-back run publishes none)", n)
 	}
-	if n := c.count("g:j0"); n != 1 {
+	if n := c.count(key("g", "j0")); n != 1 {
 		t.Fatalf("second worker ran the job %d times, want 1", n)
 	}
 }
@@ -620,12 +620,12 @@ func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 	}
 	var first string
 	for _, id := range []string{"j0", "j1"} {
-		if c.count("g:"+id) == 1 {
+		if c.count(key("g", id)) == 1 {
 			first = id
 		}
 	}
-	if first == "" || c.count("g:j0")+c.count("g:j1") != 1 {
-		t.Fatalf("runs j0=%d j1=%d, want exactly one job run", c.count("g:j0"), c.count("g:j1"))
+	if first == "" || c.count(key("g", "j0"))+c.count(key("g", "j1")) != 1 {
+		t.Fatalf("runs j0=%d j1=%d, want exactly one job run", c.count(key("g", "j0")), c.count(key("g", "j1")))
 	}
 	// The finished job's result was published and its message acknowledged
 	// before Run returned; the other job stays on READY for the next worker.
@@ -710,6 +710,12 @@ func TestConcurrencyBound(t *testing.T) {
 	}
 }
 
+// TestInvalidReadyMessageIsDeadLettered: a READY message that is not a
+// valid v2 batch of its subject's type is dead-lettered with its reason and
+// none of its jobs runs: not JSON (bad_json), a v1 body (bad_version), a
+// batch of another type than the subject's (subject_mismatch), and a batch
+// whose jobs[1] has another type than jobs[0] (invalid_field: one type per
+// message).
 func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, redisq.Config{})
@@ -717,27 +723,41 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 	c := newCalls()
 	mux := processor.NewMux()
 	mux.HandleFunc("t", func(_ context.Context, job *processor.Job) error { c.add(job); return nil })
-	runWorker(t, b, worker.Config{}, mux)
+	mux.HandleFunc("u", func(_ context.Context, job *processor.Job) error { c.add(job); return nil })
+	runWorker(t, b, worker.Config{Types: []string{"t"}}, mux)
 
-	other, _ := json.Marshal(contracts.ReadyJob{V: 1, GroupID: "g", JobID: "j", Type: "u", Attempt: 1})
-	for _, body := range [][]byte{[]byte("not json"), other} {
-		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.names.Ready("t"), Data: body}); err != nil {
-			t.Fatal(err)
+	batch := func(types ...string) []byte {
+		rb := contracts.ReadyBatch{V: contracts.Version}
+		for i, typ := range types {
+			rb.Jobs = append(rb.Jobs, contracts.ReadyJob{Tenant: tenant, GroupID: "g", JobID: fmt.Sprintf("j%d", i), Type: typ, Attempt: 1})
 		}
-	}
-	testkit.WaitFor(t, "2 dead letters", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == 2 })
-	testkit.WaitFor(t, "READY emptied", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
-
-	st, err := b.js.Stream(ctx, b.names.StreamDLQ())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reasons []string
-	for seq := uint64(1); seq <= 2; seq++ {
-		m, err := st.GetMsg(ctx, seq)
+		data, err := json.Marshal(&rb)
 		if err != nil {
 			t.Fatal(err)
 		}
+		return data
+	}
+	v1 := []byte(`{"v":1,"groupId":"g","jobId":"j0","type":"t","attempt":1}`)
+	cases := []struct {
+		body   []byte
+		reason string
+		field  string // named in the dead letter's error, "" = not checked
+	}{
+		{[]byte("not json"), contracts.ReasonBadJSON, ""},
+		{v1, contracts.ReasonBadVersion, ""},
+		{batch("u"), contracts.ReasonSubjectMismatch, "jobs[0].type"},
+		{batch("t", "u", "t"), contracts.ReasonInvalidField, "jobs[1].type"},
+	}
+	for _, tc := range cases {
+		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.names.Ready("t"), Data: tc.body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitFor(t, "dead letters", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamDLQ()) == uint64(len(cases)) })
+	testkit.WaitFor(t, "READY emptied", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+
+	got := map[string]contracts.DeadLetter{} // by body
+	for _, m := range b.env.StoredMsgs(t, b.names.StreamDLQ()) {
 		var dl contracts.DeadLetter
 		if err := json.Unmarshal(m.Data, &dl); err != nil {
 			t.Fatal(err)
@@ -745,13 +765,26 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 		if dl.Subject != b.names.Ready("t") || m.Subject != b.names.DLQ(dl.Reason) {
 			t.Fatalf("dead letter %+v on %s", dl, m.Subject)
 		}
-		reasons = append(reasons, dl.Reason)
+		body := dl.Raw
+		if dl.Message != nil {
+			body = string(dl.Message)
+		}
+		got[body] = dl
 	}
-	if reasons[0] != contracts.ReasonBadJSON || reasons[1] != contracts.ReasonSubjectMismatch {
-		t.Fatalf("reasons %v", reasons)
+	for _, tc := range cases {
+		dl, ok := got[string(tc.body)]
+		if !ok {
+			t.Errorf("no dead letter of %s (have %v)", tc.body, got)
+			continue
+		}
+		if dl.Reason != tc.reason || !strings.Contains(dl.Error, tc.field) {
+			t.Errorf("dead letter of %s: reason %q error %q, want %q naming %q", tc.body, dl.Reason, dl.Error, tc.reason, tc.field)
+		}
 	}
-	if n := c.count("g:j"); n != 0 {
-		t.Fatalf("processor ran %d times for invalid messages", n)
+	for _, jid := range []string{"j0", "j1", "j2"} {
+		if n := c.count(key("g", jid)); n != 0 {
+			t.Fatalf("processor ran %s %d times for invalid messages", jid, n)
+		}
 	}
 }
 
@@ -814,7 +847,7 @@ func TestRedisOutageSpendsNoPoisonBudget(t *testing.T) {
 		t.Fatalf("group = %+v, want %d succeeded and none failed", info.GroupCounts, n)
 	}
 	for i := range n {
-		if k := c.count(fmt.Sprintf("g:j%d", i)); k != 1 {
+		if k := c.count(key("g", fmt.Sprintf("j%d", i))); k != 1 {
 			t.Fatalf("job j%d ran %d times, want 1", i, k)
 		}
 	}

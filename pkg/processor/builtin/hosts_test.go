@@ -297,7 +297,7 @@ func TestHTTPProtectedHeaders(t *testing.T) {
 	p := builtin.HTTP(srv.allow())
 	for _, name := range []string{
 		"Host", "host", "HOST", "Content-Length", "transfer-encoding", "Connection", "Upgrade", "TE",
-		"Idempotency-Key", "x-bulkaction-job", "X-Bulkaction-Group", "X-Bulkaction-Attempt",
+		"Idempotency-Key", "x-bulkaction-job", "X-Bulkaction-Group", "X-Bulkaction-Attempt", "X-Bulkaction-Tenant",
 	} {
 		t.Run(name, func(t *testing.T) {
 			pl := payload(t, map[string]any{"url": srv.URL, "headers": map[string]string{"X-Fine": "1", name: "evil.test"}})

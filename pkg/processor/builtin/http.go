@@ -23,13 +23,15 @@ import (
 // Headers the "http" processor sets on every request; a payload that sets one of them fails
 // permanently (see [HTTP]).
 const (
+	// HeaderTenant carries the tenant of the job's group.
+	HeaderTenant = "X-Bulkaction-Tenant"
 	// HeaderGroup carries the job's group id.
 	HeaderGroup = "X-Bulkaction-Group"
 	// HeaderJob carries the job id.
 	HeaderJob = "X-Bulkaction-Job"
 	// HeaderAttempt carries the 1-based attempt number.
 	HeaderAttempt = "X-Bulkaction-Attempt"
-	// HeaderIdempotencyKey carries "<groupId>:<jobId>", the same for every attempt of a job.
+	// HeaderIdempotencyKey carries "<tenant>:<groupId>:<jobId>", the same for every attempt of a job.
 	HeaderIdempotencyKey = "Idempotency-Key"
 )
 
@@ -46,7 +48,7 @@ const (
 // processor sets itself, Host (the request goes to the URL's host, which AllowedHosts checked), and
 // the framing and hop-by-hop headers, which belong to the client.
 var protectedHeaders = map[string]bool{
-	HeaderGroup: true, HeaderJob: true, HeaderAttempt: true, HeaderIdempotencyKey: true,
+	HeaderTenant: true, HeaderGroup: true, HeaderJob: true, HeaderAttempt: true, HeaderIdempotencyKey: true,
 	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
 	"Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true, "Upgrade": true,
 }
@@ -241,6 +243,7 @@ func (h *httpProcessor) Process(ctx context.Context, job *processor.Job) error {
 	for name, value := range r.headers {
 		req.Header.Set(name, value) // parse refused the protected headers
 	}
+	req.Header.Set(HeaderTenant, job.Tenant)
 	req.Header.Set(HeaderGroup, job.GroupID)
 	req.Header.Set(HeaderJob, job.JobID)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(job.Attempt))

@@ -108,7 +108,7 @@ func payload(t *testing.T, v any) json.RawMessage {
 }
 
 func job(p json.RawMessage) *processor.Job {
-	return &processor.Job{GroupID: "grp-1", JobID: "job_7", Type: "http", Payload: p, Attempt: 2}
+	return &processor.Job{Tenant: "acme", GroupID: "grp-1", JobID: "job_7", Type: "http", Payload: p, Attempt: 2}
 }
 
 func TestHTTPStatuses(t *testing.T) {
@@ -207,10 +207,11 @@ func TestHTTPRequest(t *testing.T) {
 		t.Errorf("request line = %s %s host %s", r.Method, r.Path, r.Host)
 	}
 	for name, want := range map[string]string{
+		"X-Bulkaction-Tenant":  "acme",
 		"X-Bulkaction-Group":   "grp-1",
 		"X-Bulkaction-Job":     "job_7",
 		"X-Bulkaction-Attempt": "2",
-		"Idempotency-Key":      "grp-1:job_7",
+		"Idempotency-Key":      "acme:grp-1:job_7",
 		"Authorization":        "Bearer t0k",
 		"X-Custom":             "v",
 		"Content-Type":         "application/json",
@@ -253,7 +254,7 @@ func TestHTTPBody(t *testing.T) {
 				t.Fatalf("got %s %s body %q content-type %q; want %s %s body %q content-type %q",
 					r.Method, r.Path, r.Body, r.Header.Get("Content-Type"), tt.method, tt.path, tt.body, tt.contentType)
 			}
-			if r.Header.Get("Idempotency-Key") != "grp-1:job_7" {
+			if r.Header.Get("Idempotency-Key") != "acme:grp-1:job_7" {
 				t.Fatalf("Idempotency-Key = %q", r.Header.Get("Idempotency-Key"))
 			}
 		})

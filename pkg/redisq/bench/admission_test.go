@@ -57,7 +57,9 @@ var scenarios = []scenario{
 // released job counts as done at once, without a second rate check, as in
 // the seed. Each mode and scenario runs on a redis-server of its own and
 // prints one JSON line. Runs only with -admission; -admission.record adds
-// the aggregator's part (see the flag).
+// the aggregator's part (see the flag). The tenant scenario T1 (two tenants,
+// one with one group and one with twenty, see tenants_test.go) prints the
+// tenant fairness figures tenant_share_jain and tenant_weight_ratio.
 func BenchmarkAdmission(b *testing.B) {
 	if !*admission {
 		b.Skip("runs only with -args -admission (make bench-admission)")
@@ -66,14 +68,16 @@ func BenchmarkAdmission(b *testing.B) {
 		for _, sc := range scenarios {
 			b.Run(mode+"/"+sc.name, func(b *testing.B) { runAdmission(b, mode, sc) })
 		}
+		b.Run(mode+"/T1", func(b *testing.B) { runTenantAdmission(b, mode) })
 	}
 }
 
 // event is n jobs of one group handed on at atMs.
 type event struct {
-	atMs int64
-	gid  string
-	n    int
+	atMs   int64
+	gid    string
+	n      int
+	tenant string
 }
 
 // tally collects what the admitters and the release loop did.
@@ -101,17 +105,17 @@ func (t *tally) add(atMs int64, jobs []redisq.LeasedJob, parked int, took time.D
 	t.calls++
 	t.parked += parked
 	t.maxCall = max(t.maxCall, took)
-	perGroup := map[string]int{}
+	perGroup := map[contracts.GroupRef]int{}
 	for _, j := range jobs {
-		k := j.GroupID + ":" + j.ID
+		k := j.Group.String() + ":" + j.ID
 		if t.seen[k] && t.dup == "" {
 			t.dup = k
 		}
 		t.seen[k] = true
-		perGroup[j.GroupID]++
+		perGroup[j.Group]++
 	}
-	for gid, n := range perGroup {
-		t.events = append(t.events, event{atMs, gid, n})
+	for g, n := range perGroup {
+		t.events = append(t.events, event{atMs: atMs, gid: g.ID, n: n, tenant: g.Tenant})
 	}
 	before := t.done
 	t.done += len(jobs)
@@ -155,18 +159,18 @@ func runAdmission(b *testing.B, mode string, sc scenario) {
 	q := s.queue(b, redisq.Config{Mode: mode, GlobalLimit: admitLimit, Window: admitWindow, Alpha: *admissionAlpha})
 	ctx := context.Background()
 
-	sizes := map[string]int{}
+	sizes := map[contracts.GroupRef]int{}
 	var jobs []redisq.Job
 	for k, n := range sc.sizes {
-		sizes[groupID(k)] = n
+		sizes[groupRef(k)] = n
 		for i := 0; i < n; i++ {
 			jobs = append(jobs, job(k, len(jobs)))
 		}
 	}
 	enqueueAll(b, q, jobs)
 	if *admissionRecord {
-		for gid, n := range sizes {
-			if _, err := q.Seal(ctx, gid, int64(n)); err != nil {
+		for g, n := range sizes {
+			if _, err := q.Seal(ctx, g, int64(n)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -343,7 +347,7 @@ func finish(ctx context.Context, q *redisq.Queue, jobs []redisq.LeasedJob) error
 	}
 	rs := make([]contracts.JobResult, len(jobs))
 	for i, j := range jobs {
-		rs[i] = contracts.JobResult{V: contracts.Version, GroupID: j.GroupID, JobID: j.ID, Attempt: j.Attempt, Status: contracts.ResultSuccess}
+		rs[i] = contracts.JobResult{Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID, Attempt: j.Attempt, Status: contracts.ResultSuccess}
 	}
 	out, err := q.RecordBatch(ctx, rs)
 	if err != nil {
@@ -351,7 +355,7 @@ func finish(ctx context.Context, q *redisq.Queue, jobs []redisq.LeasedJob) error
 	}
 	for i, o := range out {
 		if o.Outcome != redisq.Recorded {
-			return fmt.Errorf("record %s/%s: %s", rs[i].GroupID, rs[i].JobID, o.Outcome)
+			return fmt.Errorf("record %s/%s: %s", rs[i].Ref(), rs[i].JobID, o.Outcome)
 		}
 	}
 	return nil
@@ -385,15 +389,15 @@ func checkDrained(b *testing.B, s *server, q *redisq.Queue) {
 
 // checkCompleted fails b unless every group completed with all its jobs
 // counted once.
-func checkCompleted(b *testing.B, q *redisq.Queue, sizes map[string]int) {
+func checkCompleted(b *testing.B, q *redisq.Queue, sizes map[contracts.GroupRef]int) {
 	b.Helper()
-	for gid, n := range sizes {
-		g, ok, err := q.Group(context.Background(), gid)
+	for ref, n := range sizes {
+		g, ok, err := q.Group(context.Background(), ref)
 		if err != nil || !ok {
-			b.Fatalf("group %s: %v (exists %v)", gid, err, ok)
+			b.Fatalf("group %s: %v (exists %v)", ref, err, ok)
 		}
 		if g.State != contracts.StateCompleted || g.Succeeded != int64(n) {
-			b.Fatalf("group %s: %s with %d of %d succeeded", gid, g.State, g.Succeeded, n)
+			b.Fatalf("group %s: %s with %d of %d succeeded", ref, g.State, g.Succeeded, n)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func TestSummarize(t *testing.T) {
 		// 100 jobs per 100ms for 2s: 1000 per window, never more in any span.
 		var ev []event
 		for ms := int64(0); ms < 2000; ms += 100 {
-			ev = append(ev, event{start + ms, groupID(0), 100})
+			ev = append(ev, event{atMs: start + ms, gid: groupID(0), n: 100})
 		}
 		s := summarize(start, 1000, 1000, ev, []int{2000}, false, 0)
 		if !near(s.makespanS, 1.9) || !near(s.idealS, 2) || !near(s.maxWindowRatio, 1) || !near(s.maxSlidingRatio, 1) ||
@@ -50,10 +50,10 @@ func TestSummarize(t *testing.T) {
 		// No aligned window holds more than 1000, but the span from 100ms
 		// to 1099ms holds 1900; the run needs three windows for 2000 jobs.
 		ev := []event{
-			{start + 100, groupID(0), 100},
-			{start + 999, groupID(0), 900},
-			{start + 1000, groupID(1), 900},
-			{start + 2500, groupID(1), 100},
+			{atMs: start + 100, gid: groupID(0), n: 100},
+			{atMs: start + 999, gid: groupID(0), n: 900},
+			{atMs: start + 1000, gid: groupID(1), n: 900},
+			{atMs: start + 2500, gid: groupID(1), n: 100},
 		}
 		s := summarize(start, 1000, 1000, ev, []int{1000, 1000}, false, 0)
 		if !near(s.maxWindowRatio, 1) || !near(s.maxSlidingRatio, 1.9) || !near(s.makespanS, 2.5) ||
@@ -69,7 +69,7 @@ func TestSummarize(t *testing.T) {
 		}
 	})
 	t.Run("capped", func(t *testing.T) {
-		ev := []event{{start, groupID(0), 500}, {start, groupID(1), 10}}
+		ev := []event{{atMs: start, gid: groupID(0), n: 500}, {atMs: start, gid: groupID(1), n: 10}}
 		s := summarize(start, 1000, 1000, ev, []int{500, 1000}, true, start+4000)
 		// Four windows with backlog: 1000 could be used in the first, 990 (the
 		// jobs left) in each other. Group 1 never finished: it counts as done
@@ -78,6 +78,27 @@ func TestSummarize(t *testing.T) {
 			t.Fatalf("%+v", s)
 		}
 	})
+}
+
+// TestTenantWindows checks the per-tenant window counts and Jain's index of
+// the tenant scenario.
+func TestTenantWindows(t *testing.T) {
+	const start = 10_000
+	ev := []event{
+		{atMs: start - 5, tenant: tenantA, n: 7}, // before the start: not counted
+		{atMs: start, tenant: tenantA, n: 10},
+		{atMs: start + 1999, tenant: tenantB, n: 10},
+		{atMs: start + 2000, tenant: tenantA, n: 20},
+		{atMs: start + 3000, tenant: tenantB, n: 5},
+		{atMs: start + 4000, tenant: tenantA, n: 9}, // in a window cut short by the end
+	}
+	got := tenantWindows(ev, start, 2000, start+5000)
+	if len(got) != 2 || got[0] != [2]int{10, 10} || got[1] != [2]int{20, 5} {
+		t.Fatalf("windows %v", got)
+	}
+	if !near(jain(10, 10), 1) || !near(jain(1, 0), 0.5) || !near(jain(20, 5), 625.0/850) {
+		t.Fatalf("jain %v %v %v", jain(10, 10), jain(1, 0), jain(20, 5))
+	}
 }
 
 // TestParseCommandStats checks the reading of INFO commandstats and the

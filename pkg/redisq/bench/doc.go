@@ -14,8 +14,10 @@
 // Without it the workloads scale with b.N like any Go benchmark and only the
 // ordinary benchmark metrics are reported. BenchmarkAdmission runs only with
 // -admission (set by make bench-admission) and prints one JSON line per
-// admission mode and scenario; -admission.cap bounds one scenario's run
-// (default 150s), -admission.record also seals the groups and records every
-// done job, and -admission.alpha sets the fair score's ALPHA (default 0, the service default).
+// admission mode and scenario (the tenant scenario T1 prints the tenant
+// fairness figures tenant_share_jain and tenant_weight_ratio);
+// -admission.cap bounds one scenario's run (default 150s), -admission.record
+// also seals the groups and records every done job, and -admission.alpha
+// sets the fair score's ALPHA (default 0, the service default).
 // Timing goals are reported, never asserted.
 package bench

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -176,7 +177,15 @@ func round(v float64) float64 {
 
 const payloadLen = 100
 
+// benchTenant is the tenant of every group but the tenant scenario's.
+const benchTenant = "tenant-0"
+
 func groupID(g int) string { return fmt.Sprintf("group-%03d", g) }
+
+// groupRef is group g of benchTenant.
+func groupRef(g int) contracts.GroupRef {
+	return contracts.GroupRef{Tenant: benchTenant, ID: groupID(g)}
+}
 
 func jobID(i int) string { return fmt.Sprintf("job-%06d", i) }
 
@@ -190,7 +199,7 @@ func payload(i int) []byte {
 }
 
 func job(g, i int) redisq.Job {
-	return redisq.Job{GroupID: groupID(g), ID: jobID(i), Type: "send-promotion", Payload: payload(i)}
+	return redisq.Job{Group: groupRef(g), ID: jobID(i), Type: "send-promotion", Payload: payload(i)}
 }
 
 // enqueueAll enqueues jobs in batches of at most 1000 and fails b unless

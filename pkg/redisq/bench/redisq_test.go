@@ -176,7 +176,7 @@ func benchBatchMixed(b *testing.B) {
 	st1 := s.commandStats(b)
 	var queued int64
 	for g := 0; g < benchGroups; g++ {
-		l, err := q.PendingJobs(ctx, groupID(g))
+		l, err := q.PendingJobs(ctx, groupRef(g))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func BenchmarkRedisqDequeueLatency(b *testing.B) {
 		lat[i] = time.Since(t)
 	}
 	b.StopTimer()
-	waiting, err := s.rdb.ZCard(ctx, q.Keys().FairQueue(contracts.PriorityNormal)).Result()
+	waiting, err := s.rdb.ZCard(ctx, q.Keys().TenantGroups(benchTenant, contracts.PriorityNormal)).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func BenchmarkRedisqMemory(b *testing.B) {
 			enqueueAll(b, q, jobs)
 			b.StopTimer()
 			after := s.usedMemory(b)
-			enc, err := s.rdb.ObjectEncoding(ctx, q.Keys().Job(jobs[0].GroupID, jobs[0].ID)).Result()
+			enc, err := s.rdb.ObjectEncoding(ctx, q.Keys().Job(jobs[0].Group, jobs[0].ID)).Result()
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,22 +1,27 @@
 -- admit.lua: takes up to N jobs out of the fair queue in fair order, through
--- the rate gate of the configured mode, and leases them.
--- KEYS[1..3]: fair-queue:high, fair-queue:normal, fair-queue:low
+-- the rate gate of the configured mode, and leases them
+-- (docs/ARCHITECTURE.md §4, §5).
+-- KEYS[1..3]: fair-queue:high, fair-queue:normal, fair-queue:low (ZSETs of
+--             tenants, scored by each tenant's virtual time)
 -- KEYS[4]:    fair-queue:vclock
 -- KEYS[5]:    inflight
--- KEYS[6]:    active-groups
--- KEYS[7]:    active-groups:seen
+-- KEYS[6]:    active-tenants
+-- KEYS[7]:    active-tenants:seen
 -- KEYS[8]:    rate-limit:pacer
--- ARGV[1]:  key prefix (group, job, counter and congestion keys are built from it)
+-- KEYS[9]:    tenant-weights
+-- KEYS[10]:   fair-queue:tenant-clock
+-- KEYS[11]:   stuck-watch
+-- ARGV[1]:  key prefix (tenant, group, job, counter and congestion keys are built from it)
 -- ARGV[2]:  N, the most jobs to take (the caller's free READY capacity)
 -- ARGV[3]:  ALPHA
 -- ARGV[4]:  mode: 'fair' (no rate gate), 'seed' (fixed window, denied jobs
---           parked with backoff) or 'paced' (per-group shares skipped, not
+--           parked with backoff) or 'paced' (per-tenant shares skipped, not
 --           parked; global rate paced within the window)
 -- ARGV[5]:  global limit per window
 -- ARGV[6]:  window length in ms
 -- ARGV[7]:  lease in ms (0 = no lease: the job is handed over at once)
 -- ARGV[8]:  now override in ms ('' = Redis TIME)
--- ARGV[9]:  active-group staleness timeout in ms
+-- ARGV[9]:  active-tenant staleness timeout in ms
 -- ARGV[10]: paced burst tolerance in ms
 -- ARGV[11]: base backoff ms (seed mode)
 -- ARGV[12]: max backoff ms (seed mode)
@@ -25,17 +30,30 @@
 --           per-type limit); a type not listed has the room 'other'. A job
 --           whose type has no room is held (its group keeps its place) and
 --           never takes the room of other types.
--- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedGroup, now, held }
---   jobs:    flat list gid, jid, type, payload, attempt, trace for each
---            admitted job
+-- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held }
+--   jobs:    flat list gk, jid, type, payload, attempt, trace for each
+--            admitted job (gk = "<tenant>:<gid>")
 --   parked:  jobs sent to the non-ready queue (seed mode)
 --   wake:    -1 nothing is waiting; -2 jobs wait but their types have no
 --            READY room; 0 call again now; > 0 ms until the rate gate has
 --            room for several jobs again
---   started: groups that moved CREATED -> RUNNING
---   drained: sealed groups whose last queued job left (-> AGGREGATING)
+--   started: group keys of the groups that moved CREATED -> RUNNING (they
+--            are put on the stuck watch list)
+--   drained: group keys of sealed groups whose last queued job left (-> AGGREGATING)
 --   held:    flat list type, groups: job types without room that held the
 --            next job of that many groups in this call
+--
+-- Order (docs/ARCHITECTURE.md §4): levels strictly high -> normal -> low.
+-- Within a level the tenant with the smallest virtual time goes first;
+-- serving one of its jobs sets it to max(its time, the level's) + 1/weight
+-- (weighted round robin; a tenant that was passed by keeps its place for
+-- one serve but earns no credit), and the level's virtual time becomes the
+-- larger of the two before the serve (a tenant that becomes non-empty
+-- enters there: queue_group). Within the tenant the group with the smallest
+-- fair score goes first and is re-scored when served. A tenant whose groups
+-- are all held for READY room in this call is passed by and keeps its
+-- place; a group that is paused or at its in-flight limit leaves the queue
+-- keeping its score (parkedScore) until requeue_group puts it back.
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local alpha = tonumber(ARGV[3])
@@ -63,7 +81,7 @@ local MAX_BLOCKED = 256
 
 local jobs, started, drained, inflight = {}, {}, {}, {}
 local admitted, parked, wake = 0, 0, -1
-local denied_global, denied_group = 0, 0
+local denied_global, denied_share = 0, 0
 
 local active, gcount, tat, interval = 0, 0, now, 0
 local gkey = prefix .. 'rate-limit:global:' .. window
@@ -83,63 +101,119 @@ if gated then
 end
 
 local vt = vclock_load(KEYS[4], now)
-local groups = {}
 
--- group loads a group's state once per call; a gated group also "asks for
--- capacity" (joins the active set and refreshes its last-seen time).
-local function group(gid)
-  local g = groups[gid]
+-- tenant loads a tenant's state once per call; a gated tenant also "asks
+-- for capacity" (joins the active set and refreshes its last-seen time).
+local tenants = {}
+local function tenant(t)
+  local s = tenants[t]
+  if s then return s end
+  s = { weight = tenant_weight(KEYS[9], t), wcount = 0, wstart = 0 }
+  if gated then
+    s.rkey = prefix .. 'rate-limit:tenant:' .. t .. ':' .. window
+    s.wcount = num(redis.call('GET', s.rkey))
+    s.wstart = s.wcount
+    active = active + redis.call('SADD', KEYS[6], t)
+    redis.call('ZADD', KEYS[7], now, t)
+  end
+  tenants[t] = s
+  return s
+end
+
+-- group loads a group's state once per call.
+local groups = {}
+local function group(gk)
+  local g = groups[gk]
   if g then return g end
-  local meta_key = prefix .. 'group:' .. gid .. ':meta'
-  local m = redis.call('HMGET', meta_key, 'basePriority', 'totalJobs', 'doneJobs', 'status', 'declaredTotal')
+  local meta_key = prefix .. 'group:' .. gk .. ':meta'
+  local m = redis.call('HMGET', meta_key, 'basePriority', 'totalJobs', 'doneJobs', 'status', 'declaredTotal',
+    'inFlight', 'maxInFlight')
   g = {
-    meta = meta_key, jobs = prefix .. 'group:' .. gid .. ':jobs',
+    meta = meta_key, jobs = prefix .. 'group:' .. gk .. ':jobs',
     base = num(m[1]), total = num(m[2]), done = num(m[3]), status = m[4], declared = m[5],
-    served = 0, wcount = 0,
+    inflight = num(m[6]), max = num(m[7]), leased = 0,
   }
   g.len = redis.call('LLEN', g.jobs)
-  if gated then
-    g.rkey = prefix .. 'rate-limit:group:' .. gid .. ':' .. window
-    g.wcount = num(redis.call('GET', g.rkey))
-    g.wstart = g.wcount
-    active = active + redis.call('SADD', KEYS[6], gid)
-    redis.call('ZADD', KEYS[7], now, gid)
-  end
-  groups[gid] = g
+  groups[gk] = g
   return g
 end
 
--- next_group finds the first group in fair order that may be served. In
--- paced mode a group whose share of this window is used up is skipped
+-- Per level li, tenants passed by in this call: skipped[li] have no group
+-- that can be served in this call (each is held for READY room); capped[li]
+-- used up their share of the window (paced mode; cleared when caps are
+-- lifted). Per tenant ZSET, nheld counts its held groups (held_group).
+-- A level found empty stays empty for the rest of the call: this script
+-- only takes tenants and groups out.
+local skipped, nskipped = { {}, {}, {} }, { 0, 0, 0 }
+local capped, ncapped = { {}, {}, {} }, { 0, 0, 0 }
+local lifted, empty = false, {}
+local held_group, nheld, nblocked = {}, {}, 0
+-- tclock[li] is the virtual time of level li (KEYS[10]), never going back.
+local tclock = {}
+local function level_clock(li)
+  if tclock[li] == nil then
+    tclock[li] = tonumber(redis.call('HGET', KEYS[10], LEVELS[li]) or '0') or 0
+  end
+  return tclock[li]
+end
+
+-- tenant_group finds the first group of tenant t in its ZSET tq that may be
+-- served: empty groups leave the queue, and so do paused groups and groups
+-- at their in-flight limit, which keep their score (parkedScore).
+local function tenant_group(t, tq)
+  while true do
+    local r = redis.call('ZRANGE', tq, 0, nheld[tq] or 0, 'WITHSCORES')
+    local pick, pscore
+    for j = 1, #r, 2 do
+      if not held_group[t .. ':' .. r[j]] then pick, pscore = r[j], r[j + 1]; break end
+    end
+    if pick == nil then return nil end
+    local gk = t .. ':' .. pick
+    local g = group(gk)
+    if g.len <= 0 then
+      redis.call('ZREM', tq, pick)
+    elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
+      redis.call('ZREM', tq, pick)
+      redis.call('HSET', g.meta, 'parkedScore', pscore)
+    else
+      g.tq, g.gid = tq, pick
+      return gk, g
+    end
+  end
+end
+
+-- next_group finds, in fair order, the first group that may be served. In
+-- paced mode a tenant whose share of this window is used up is skipped
 -- (keeping its place) unless share limits are lifted (work-conserving).
--- A level found empty stays empty for the rest of the call: only enqueue
--- adds groups to a level.
--- A group whose next job's type has no READY room is blocked for the rest
--- of the call (it keeps its place); unlike a used-up share, lifting the
--- share limits does not unblock it.
-local capped, ncapped, lifted, empty = {}, { 0, 0, 0 }, false, {}
-local blocked, nblocked = {}, { 0, 0, 0 }
+-- A group whose next job's type has no READY room is passed by for the
+-- rest of the call (it keeps its place); unlike a used-up share, lifting
+-- the share limits does not unblock it.
 local function next_group()
   for li = 1, 3 do
     local fq = KEYS[li]
     while not empty[li] do
-      local r = redis.call('ZRANGE', fq, 0, ncapped[li])
+      local r = redis.call('ZRANGE', fq, 0, nskipped[li] + ncapped[li], 'WITHSCORES')
       if #r == 0 then empty[li] = true end
-      local pick = nil
-      for j = 1, #r do
-        if not capped[r[j]] and not blocked[r[j]] then pick = r[j]; break end
+      local t, tscore = nil, nil
+      for j = 1, #r, 2 do
+        if not skipped[li][r[j]] and not capped[li][r[j]] then t, tscore = r[j], tonumber(r[j + 1]); break end
       end
-      if pick == nil then break end
-      local g = group(pick)
-      if g.len <= 0 then
-        -- an empty group at the top: remove it and search the same level again
-        redis.call('ZREM', fq, pick)
-      elseif mode == 'paced' and not lifted and g.wcount >= group_rate(limit, active) then
-        capped[pick] = true
+      if t == nil then break end
+      local s = tenant(t)
+      if mode == 'paced' and not lifted and s.wcount >= tenant_share(limit, active, s.weight) then
+        capped[li][t] = true
         ncapped[li] = ncapped[li] + 1
-        denied_group = denied_group + 1
+        denied_share = denied_share + 1
       else
-        return pick, g, fq, li
+        local tq = prefix .. 'tenant:' .. t .. ':groups:' .. LEVELS[li]
+        local gk, g = tenant_group(t, tq)
+        if gk then return gk, g, li, t, tscore, s end
+        if redis.call('EXISTS', tq) == 0 then
+          redis.call('ZREM', fq, t) -- no group left: the tenant leaves the level
+        else
+          skipped[li][t] = true
+          nskipped[li] = nskipped[li] + 1
+        end
       end
     end
   end
@@ -163,74 +237,57 @@ while admitted + parked < want do
       break
     end
   end
-  if nblocked[1] + nblocked[2] + nblocked[3] >= MAX_BLOCKED then
+  if nblocked >= MAX_BLOCKED then
     break -- bound the call: many groups wait for room of their types
   end
-  local gid, g, fq, li = next_group()
-  if gid == nil and mode == 'paced' and not lifted and next(capped) ~= nil then
-    -- every waiting group has used its share: hand the rest of the window
+  local gk, g, li, t, tscore, s = next_group()
+  if gk == nil and mode == 'paced' and not lifted and ncapped[1] + ncapped[2] + ncapped[3] > 0 then
+    -- every waiting tenant has used its share: hand the rest of the window
     -- to them rather than waste it (never beyond the global limit)
     lifted = true
-    capped, ncapped = {}, { nblocked[1], nblocked[2], nblocked[3] }
-    gid, g, fq, li = next_group()
+    capped, ncapped = { {}, {}, {} }, { 0, 0, 0 }
+    gk, g, li, t, tscore, s = next_group()
   end
-  if gid == nil then break end
+  if gk == nil then break end
 
   local jid = redis.call('LPOP', g.jobs)
-  local passed, t, d = false, nil, nil
+  local passed, ty, d = false, nil, nil
   if jid then
-    d = redis.call('HMGET', prefix .. 'job:' .. gid .. ':' .. jid, 'type', 'payload', 'attempt', 'trace')
+    d = redis.call('HMGET', prefix .. 'job:' .. gk .. ':' .. jid, 'type', 'payload', 'attempt', 'trace')
   end
   if jid and rooms then
-    t = d[1] or ''
-    if rooms[t] == nil then rooms[t] = other_room end
-    if rooms[t] <= 0 then
+    ty = d[1] or ''
+    if rooms[ty] == nil then rooms[ty] = other_room end
+    if rooms[ty] <= 0 then
       -- no room for its type: put the job back and pass the group by
       redis.call('LPUSH', g.jobs, jid)
       passed = true
-      blocked[gid] = true
-      nblocked[li] = nblocked[li] + 1
-      ncapped[li] = ncapped[li] + 1
-      held[t] = (held[t] or 0) + 1
+      held_group[gk] = true
+      nheld[g.tq] = (nheld[g.tq] or 0) + 1
+      nblocked = nblocked + 1
+      held[ty] = (held[ty] or 0) + 1
     else
-      rooms[t] = rooms[t] - 1
+      rooms[ty] = rooms[ty] - 1
     end
   end
   if not passed then
     g.len = g.len - 1
-    vt = vt + VCLOCK_STEP
-    if g.len > 0 then
-      redis.call('ZADD', fq, fmt(fair_score(vt, g.base, g.done, g.total, alpha)), gid)
-    else
-      redis.call('ZREM', fq, gid)
-      if g.declared and g.total >= tonumber(g.declared) and (g.status == 'RUNNING' or g.status == 'CREATED') then
-        g.status = 'AGGREGATING'
-        redis.call('HSET', g.meta, 'status', 'AGGREGATING')
-        drained[#drained + 1] = gid
-      end
-    end
-    if g.status == 'CREATED' then
-      g.status = 'RUNNING'
-      redis.call('HSET', g.meta, 'status', 'RUNNING', 'startedAt', now)
-      started[#started + 1] = gid
-    end
-
     if jid then
-      local job_key = prefix .. 'job:' .. gid .. ':' .. jid
+      local job_key = prefix .. 'job:' .. gk .. ':' .. jid
       local allowed = true
       if mode == 'seed' then
         -- seed mode: the fixed-window check; a denied job is parked
-        local rate = group_rate(limit, active)
+        local rate = tenant_share(limit, active, s.weight)
         if gcount >= limit then
           allowed = false
           denied_global = denied_global + 1
-        elseif g.wcount >= rate then
+        elseif s.wcount >= rate then
           allowed = false
-          denied_group = denied_group + 1
+          denied_share = denied_share + 1
         end
         if not allowed then
-          if t then rooms[t] = rooms[t] + 1 end
-          park(prefix, gid, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
+          if ty then rooms[ty] = rooms[ty] + 1 end
+          park(prefix, gk, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
           parked = parked + 1
         end
       end
@@ -239,24 +296,69 @@ while admitted + parked < want do
         if lease_ms > 0 then
           redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
           inflight[#inflight + 1] = now + lease_ms
-          inflight[#inflight + 1] = gid .. ':' .. jid
+          inflight[#inflight + 1] = gk .. ':' .. jid
         else
           redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
         end
-        jobs[#jobs + 1] = gid
+        jobs[#jobs + 1] = gk
         jobs[#jobs + 1] = jid
         jobs[#jobs + 1] = d[1]
         jobs[#jobs + 1] = d[2]
         jobs[#jobs + 1] = attempt
         jobs[#jobs + 1] = d[4] or ''
         admitted = admitted + 1
-        g.served = g.served + 1
+        g.inflight = g.inflight + 1
+        g.leased = g.leased + 1
         if gated then
           gcount = gcount + 1
-          g.wcount = g.wcount + 1
+          s.wcount = s.wcount + 1
           tat = tat + interval
         end
       end
+    end
+
+    vt = vt + VCLOCK_STEP
+    local left = false
+    if g.len > 0 then
+      local score = fmt(fair_score(vt, g.base, g.done, g.total, alpha))
+      if g.max > 0 and g.inflight >= g.max then
+        -- at its in-flight limit: out of the queue, keeping its place until
+        -- a slot frees (requeue_group)
+        redis.call('ZREM', g.tq, g.gid)
+        redis.call('HSET', g.meta, 'parkedScore', score)
+        left = true
+      else
+        redis.call('ZADD', g.tq, score, g.gid)
+      end
+    else
+      redis.call('ZREM', g.tq, g.gid)
+      left = true
+      if g.declared and g.total >= tonumber(g.declared) and (g.status == 'RUNNING' or g.status == 'CREATED') then
+        g.status = 'AGGREGATING'
+        redis.call('HSET', g.meta, 'status', 'AGGREGATING')
+        drained[#drained + 1] = gk
+      end
+    end
+    -- the tenant's virtual time moves on by 1/weight per job served, from
+    -- the level's virtual time if it lags behind it (it was passed by
+    -- meanwhile: it keeps its place for one serve, no credit); the level's
+    -- virtual time is the tenant's time before this serve
+    if jid then
+      local vl = level_clock(li)
+      if tscore > vl then vl = tscore end
+      tclock[li] = vl
+      tscore = vl + 1 / s.weight
+    end
+    if left and redis.call('EXISTS', g.tq) == 0 then
+      redis.call('ZREM', KEYS[li], t)
+    elseif jid then
+      redis.call('ZADD', KEYS[li], fmt(tscore), t)
+    end
+    if g.status == 'CREATED' then
+      g.status = 'RUNNING'
+      redis.call('HSET', g.meta, 'status', 'RUNNING', 'startedAt', now)
+      redis.call('ZADD', KEYS[11], 'NX', now, gk)
+      started[#started + 1] = gk
     end
   end
 end
@@ -268,17 +370,25 @@ elseif wake == -1 and next(held) ~= nil then
 end
 
 redis.call('SET', KEYS[4], fmt(vt))
+for li, v in pairs(tclock) do
+  redis.call('HSET', KEYS[10], LEVELS[li], fmt(v))
+end
 for i = 1, #inflight, 2000 do
   redis.call('ZADD', KEYS[5], unpack(inflight, i, math.min(i + 1999, #inflight)))
+end
+for _, g in pairs(groups) do
+  if g.leased > 0 then
+    redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
+  end
 end
 if gated then
   local ttl = math.ceil(window_ms * 2)
   local dg = 0
-  for gid, g in pairs(groups) do
-    if g.wcount > g.wstart then
-      redis.call('INCRBY', g.rkey, g.wcount - g.wstart)
-      redis.call('PEXPIRE', g.rkey, ttl)
-      dg = dg + g.wcount - g.wstart
+  for _, s in pairs(tenants) do
+    if s.wcount > s.wstart then
+      redis.call('INCRBY', s.rkey, s.wcount - s.wstart)
+      redis.call('PEXPIRE', s.rkey, ttl)
+      dg = dg + s.wcount - s.wstart
     end
   end
   if dg > 0 then
@@ -291,8 +401,8 @@ if gated then
 end
 
 local held_list = {}
-for t, n in pairs(held) do
-  held_list[#held_list + 1] = t
+for ty, n in pairs(held) do
+  held_list[#held_list + 1] = ty
   held_list[#held_list + 1] = n
 end
-return { jobs, parked, wake, started, drained, denied_global, denied_group, now, held_list }
+return { jobs, parked, wake, started, drained, denied_global, denied_share, now, held_list }

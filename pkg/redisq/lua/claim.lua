@@ -4,12 +4,14 @@
 -- ARGV[1]: key prefix (job and group keys are built from it)
 -- ARGV[2]: now override in ms ('' = Redis TIME)
 -- ARGV[3]: job TTL in seconds
--- ARGV[3+3(i-1)+1..3]: groupId_i, jobId_i, attempt_i carried by delivery i
+-- ARGV[3+3(i-1)+1..3]: group key "<tenant>:<gid>"_i, jobId_i, attempt_i
+--   carried by delivery i
 -- Returns: one outcome per delivery, in order: 'run:<n>:<t>' (run it; this
 --   is the n-th claim of this attempt, and t of the job's earlier attempts
 --   were rate limited), 'stale' (another attempt is current, or
 --   the job is terminal or gone: drop the delivery) or 'cancelled' (the group
---   was cancelled: the job is counted as cancelled and must not run).
+--   was cancelled: the job is counted as cancelled and must not run; it
+--   leaves its group's in-flight count).
 -- The job's 'claims' field, "<attempt>:<n>", counts the claims of its
 -- current attempt: only deliveries that reached Redis count, so a Redis
 -- outage spends none of a job's poison budget.
@@ -21,8 +23,8 @@ local n = (#ARGV - 3) / 3
 local out, seen, members, group_status = {}, {}, {}, {}
 for i = 1, n do
   local a = 3 + 3 * (i - 1)
-  local gid, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
-  local job_key = prefix .. 'job:' .. gid .. ':' .. jid
+  local gk, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
+  local job_key = prefix .. 'job:' .. gk .. ':' .. jid
   local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles')
   if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING')
       or seen[job_key] then
@@ -30,15 +32,16 @@ for i = 1, n do
     out[i] = 'stale'
   else
     seen[job_key] = true
-    members[#members + 1] = gid .. ':' .. jid
-    local meta_key = prefix .. 'group:' .. gid .. ':meta'
-    local st = group_status[gid]
+    members[#members + 1] = gk .. ':' .. jid
+    local meta_key = prefix .. 'group:' .. gk .. ':meta'
+    local st = group_status[gk]
     if st == nil then
       st = redis.call('HGET', meta_key, 'status') or ''
-      group_status[gid] = st
+      group_status[gk] = st
     end
     if st == 'CANCELLED' then
-      cancel_job(prefix, gid, job_key, meta_key, now, job_ttl)
+      cancel_job(job_key, meta_key, now, job_ttl)
+      inflight_release(prefix, gk, 1, now, 0)
       out[i] = 'cancelled'
     else
       local claims = 1

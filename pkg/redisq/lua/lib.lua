@@ -1,5 +1,10 @@
 -- lib.lua: helpers prepended to every script (see scripts.go). Defines only
--- local functions; reads no KEYS or ARGV itself.
+-- local functions and constants; reads no KEYS or ARGV itself.
+--
+-- A group is named inside Redis by its group key "<tenant>:<gid>" (tokens
+-- never contain ':'); its keys are P group:<gk>:meta|jobs|ids, its jobs'
+-- hashes P job:<gk>:<jid>, and the inflight and non-ready ZSETs hold members
+-- "<gk>:<jid>" (docs/ARCHITECTURE.md §3).
 
 -- now_ms returns the override (tests) or Redis TIME in milliseconds. Scripts
 -- call it once and reuse the value.
@@ -15,6 +20,12 @@ end
 local function fmt(x)
   return string.format('%.17g', x)
 end
+
+local function num(v)
+  return tonumber(v or '0') or 0
+end
+
+local LEVELS = { 'high', 'normal', 'low' }
 
 -- The fair queue's virtual clock never goes backwards and advances by a
 -- step at each use, so groups touched in the same millisecond still get
@@ -36,26 +47,137 @@ end
 local TERMINAL_JOB = { SUCCESS = true, FAILED = true, CANCELLED = true }
 local TERMINAL_GROUP = { COMPLETED = true, CANCELLED = true }
 
-local function num(v)
-  return tonumber(v or '0') or 0
+-- group_parts splits a group key "<tenant>:<gid>" into tenant and gid.
+local function group_parts(gk)
+  local i = string.find(gk, ':', 1, true)
+  return string.sub(gk, 1, i - 1), string.sub(gk, i + 1)
 end
 
--- group_cleanup removes an ended group from the rate limiter's active set and
--- drops its congestion state; meta and job hashes get their TTLs.
-local function group_cleanup(prefix, gid, meta_key, group_ttl)
-  redis.call('SREM', prefix .. 'active-groups', gid)
-  redis.call('ZREM', prefix .. 'active-groups:seen', gid)
-  redis.call('DEL', prefix .. 'congestion:' .. gid .. ':non-ready-count',
-    prefix .. 'congestion:' .. gid .. ':stats')
+-- split_member splits "<tenant>:<gid>:<jid>" at its last ':' into the group
+-- key and the job id.
+local function split_member(m)
+  local i = string.find(m, ':[^:]*$')
+  return string.sub(m, 1, i - 1), string.sub(m, i + 1)
+end
+
+local function meta_key_of(prefix, gk) return prefix .. 'group:' .. gk .. ':meta' end
+local function jobs_key_of(prefix, gk) return prefix .. 'group:' .. gk .. ':jobs' end
+local function job_key_of(prefix, gk, jid) return prefix .. 'job:' .. gk .. ':' .. jid end
+local function tenant_queue_key(prefix, tenant, level)
+  return prefix .. 'tenant:' .. tenant .. ':groups:' .. level
+end
+
+-- tenant_weight is a tenant's weight (docs/ARCHITECTURE.md §4, §5): 1..1000, absent = 1.
+local function tenant_weight(weights_key, tenant)
+  local w = tonumber(redis.call('HGET', weights_key, tenant) or '1') or 1
+  if w < 1 then w = 1 elseif w > 1000 then w = 1000 end
+  return math.floor(w)
+end
+
+-- tenant_share is a tenant's share of the global limit per window
+-- (docs/ARCHITECTURE.md §5): max(1, floor(limit / active tenants)) * weight.
+-- It is also the rate the congestion-aware backoff divides by.
+local function tenant_share(limit, active, weight)
+  if active < 1 then active = 1 end
+  local r = math.floor(limit / active)
+  if r < 1 then r = 1 end
+  return r * (weight or 1)
+end
+
+-- queue_group is the one way a group enters the fair queue
+-- (docs/ARCHITECTURE.md §4): it joins its tenant's ZSET at level with score
+-- unless it is already there (ZADD NX: a waiting group keeps its place), and
+-- its tenant joins the level's ZSET if it is not there, at the level's
+-- virtual time (the virtual time of the tenant served last at that level),
+-- so a tenant gets no credit for the time it was absent. Returns true when
+-- the group was added.
+local function queue_group(prefix, tenant, gid, level, score)
+  if redis.call('ZADD', tenant_queue_key(prefix, tenant, level), 'NX', fmt(score), gid) == 0 then
+    return false
+  end
+  local vt = redis.call('HGET', prefix .. 'fair-queue:tenant-clock', level) or '0'
+  redis.call('ZADD', prefix .. 'fair-queue:' .. level, 'NX', vt, tenant)
+  return true
+end
+
+-- unqueue_group takes a group out of its tenant's ZSET at level, and the
+-- tenant out of the level when that was its last group there. Returns the
+-- group's score (a string), or false when it was not queued.
+local function unqueue_group(prefix, tenant, gid, level)
+  local tq = tenant_queue_key(prefix, tenant, level)
+  local score = redis.call('ZSCORE', tq, gid)
+  if not score then return false end
+  redis.call('ZREM', tq, gid)
+  if redis.call('EXISTS', tq) == 0 then
+    redis.call('ZREM', prefix .. 'fair-queue:' .. level, tenant)
+  end
+  return score
+end
+
+-- requeue_group queues a group that has queued jobs and may be admitted: it
+-- exists, is neither paused nor ended, and is below its in-flight limit
+-- (maxInFlight, 0 = none). A group taken out of the queue while it had jobs
+-- (paused, or at its limit) goes back at the place it kept (parkedScore);
+-- any other is scored like a group that becomes non-empty. Returns true when
+-- the group was queued by this call.
+local function requeue_group(prefix, gk, now, alpha)
+  local meta_key = meta_key_of(prefix, gk)
+  local m = redis.call('HMGET', meta_key, 'status', 'priorityLevel', 'basePriority', 'totalJobs', 'doneJobs',
+    'inFlight', 'maxInFlight', 'parkedScore')
+  if not m[1] or m[1] == 'PAUSED' or TERMINAL_GROUP[m[1]] then return false end
+  local max = num(m[7])
+  if max > 0 and num(m[6]) >= max then return false end
+  if redis.call('LLEN', jobs_key_of(prefix, gk)) == 0 then
+    if m[8] then redis.call('HDEL', meta_key, 'parkedScore') end
+    return false
+  end
+  local tenant, gid = group_parts(gk)
+  local level = m[2] or 'normal'
+  if m[8] then
+    redis.call('HDEL', meta_key, 'parkedScore')
+    return queue_group(prefix, tenant, gid, level, tonumber(m[8]))
+  end
+  local vkey = prefix .. 'fair-queue:vclock'
+  local vt = vclock_load(vkey, now) + VCLOCK_STEP
+  if queue_group(prefix, tenant, gid, level, fair_score(vt, num(m[3]), num(m[5]), num(m[4]), alpha)) then
+    redis.call('SET', vkey, fmt(vt))
+    return true
+  end
+  return false
+end
+
+-- inflight_release: n of the group's jobs left the in-flight states
+-- (LEASED, RUNNING, DEQUEUED). Its inFlight goes down by n, never below 0,
+-- and a group with an in-flight limit that is below it again is queued if
+-- jobs wait (requeue_group). A group whose meta is gone is left alone.
+local function inflight_release(prefix, gk, n, now, alpha)
+  local meta_key = meta_key_of(prefix, gk)
+  local m = redis.call('HMGET', meta_key, 'status', 'inFlight', 'maxInFlight')
+  if not m[1] then return end
+  local v = num(m[2]) - n
+  if v < 0 then v = 0 end
+  redis.call('HSET', meta_key, 'inFlight', v)
+  if num(m[3]) > 0 and v < num(m[3]) then
+    requeue_group(prefix, gk, now, alpha)
+  end
+end
+
+-- group_cleanup drops an ended group's congestion state; its meta, job
+-- list and id set get the group TTL. (Its tenant leaves the rate limiter's
+-- active set when it stops asking for capacity.)
+local function group_cleanup(prefix, gk, meta_key, group_ttl)
+  redis.call('DEL', prefix .. 'congestion:' .. gk .. ':non-ready-count',
+    prefix .. 'congestion:' .. gk .. ':stats')
   if group_ttl > 0 then
     redis.call('EXPIRE', meta_key, group_ttl)
-    redis.call('EXPIRE', prefix .. 'group:' .. gid .. ':jobs', group_ttl)
+    redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':jobs', group_ttl)
+    redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':ids', group_ttl)
   end
 end
 
 -- completion_due is the completion rule: the group is sealed (declared is
 -- its total; false or nil = not sealed), has not ended, and its done and
--- cancelled jobs reach the declared total.
+-- cancelled jobs reach the declared total. A paused group completes too.
 local function completion_due(status, declared, done, cancelled)
   if not declared or TERMINAL_GROUP[status] then
     return false
@@ -65,18 +187,18 @@ end
 
 -- maybe_complete completes a sealed group whose every job is terminal.
 -- Returns the new state or false.
-local function maybe_complete(prefix, gid, meta_key, now, group_ttl)
+local function maybe_complete(prefix, gk, meta_key, now, group_ttl)
   local m = redis.call('HMGET', meta_key, 'status', 'declaredTotal', 'doneJobs', 'cancelledCount')
   if not completion_due(m[1], m[2] and tonumber(m[2]), num(m[3]), num(m[4])) then
     return false
   end
   redis.call('HSET', meta_key, 'status', 'COMPLETED', 'finishedAt', now)
-  group_cleanup(prefix, gid, meta_key, group_ttl)
+  group_cleanup(prefix, gk, meta_key, group_ttl)
   return 'COMPLETED'
 end
 
 -- backoff_ms is the congestion-aware backoff:
--- base + floor(nonReadyCount / max(1, perGroupRate)) * 1000, clamped to max.
+-- base + floor(nonReadyCount / max(1, rate)) * 1000, clamped to max.
 local function backoff_ms(count, rate, base, max)
   if rate < 1 then rate = 1 end
   local b = base + math.floor(count / rate) * 1000
@@ -84,30 +206,41 @@ local function backoff_ms(count, rate, base, max)
   return b
 end
 
--- group_rate is a group's share of the global limit: max(1, floor(global / active)).
-local function group_rate(limit, active)
-  if active < 1 then active = 1 end
-  local r = math.floor(limit / active)
-  if r < 1 then r = 1 end
-  return r
+-- tenant_count_key is the count of a tenant's jobs in the non-ready queue.
+-- Rate shares are per tenant, so the backoff divides the tenant's count by
+-- the tenant's share: a tenant gains nothing by splitting its work into
+-- groups.
+local function tenant_count_key(prefix, tenant)
+  return prefix .. 'tenant:' .. tenant .. ':non-ready-count'
 end
 
--- park puts a job of gid into the non-ready queue. With congestion control
--- (congestion == true) the delay is the congestion-aware backoff from the group's
--- non-ready count (after counting this job); otherwise the fixed base.
--- retry_after_ms >= 0 overrides the delay (a Retry-After from a worker).
--- Returns the delay in ms and the group's non-ready count.
-local function park(prefix, gid, jid, job_key, now, rate, base, max, congestion, retry_after_ms)
-  local count_key = prefix .. 'congestion:' .. gid .. ':non-ready-count'
-  local stats_key = prefix .. 'congestion:' .. gid .. ':stats'
+-- uncount_nonready takes n jobs of a tenant out of its non-ready count,
+-- deleting the counter when it reaches 0.
+local function uncount_nonready(prefix, tenant, n)
+  local key = tenant_count_key(prefix, tenant)
+  if redis.call('DECRBY', key, n) <= 0 then
+    redis.call('DEL', key)
+  end
+end
+
+-- park puts a job of group gk into the non-ready queue. With congestion
+-- control (congestion == true) the delay is the congestion-aware backoff
+-- from the non-ready count of the group's tenant (after counting this job)
+-- and rate, the tenant's share; otherwise the fixed base. retry_after_ms >= 0
+-- overrides the delay (a Retry-After from a worker). Returns the delay in ms
+-- and the group's non-ready count.
+local function park(prefix, gk, jid, job_key, now, rate, base, max, congestion, retry_after_ms)
+  local count_key = prefix .. 'congestion:' .. gk .. ':non-ready-count'
+  local stats_key = prefix .. 'congestion:' .. gk .. ':stats'
   local count = redis.call('INCR', count_key)
+  local tcount = redis.call('INCR', tenant_count_key(prefix, group_parts(gk)))
   local delay = base
   if retry_after_ms ~= nil and retry_after_ms >= 0 then
     delay = math.min(retry_after_ms, max) -- a Retry-After is honoured up to the cap
   elseif congestion then
-    delay = backoff_ms(count, rate, base, max)
+    delay = backoff_ms(tcount, rate, base, max)
   end
-  redis.call('ZADD', prefix .. 'non-ready-queue', now + delay, gid .. ':' .. jid)
+  redis.call('ZADD', prefix .. 'non-ready-queue', now + delay, gk .. ':' .. jid)
   redis.call('HSET', job_key, 'status', 'BACKOFF')
   redis.call('HINCRBY', stats_key, 'totalThrottleCount', 1)
   redis.call('HSET', stats_key, 'lastThrottleAt', now, 'lastBackoffMs', delay,
@@ -134,25 +267,20 @@ local function reply(meta_key, ...)
 end
 
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
--- until confirmed. Appends gid, jid, type, payload, attempt, trace to out.
-local function lease(out, inflight_key, job_key, gid, jid, deadline)
+-- until confirmed. Appends gk, jid, type, payload, attempt, trace to out.
+-- The caller counts the job in its group's inFlight.
+local function lease(out, inflight_key, job_key, gk, jid, deadline)
   local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'trace')
   local attempt = num(d[3]) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
-  redis.call('ZADD', inflight_key, deadline, gid .. ':' .. jid)
-  for _, v in ipairs({ gid, jid, d[1], d[2], attempt, d[4] or '' }) do
+  redis.call('ZADD', inflight_key, deadline, gk .. ':' .. jid)
+  for _, v in ipairs({ gk, jid, d[1], d[2], attempt, d[4] or '' }) do
     out[#out + 1] = v
   end
 end
 
--- split_member splits "<gid>:<jid>" (ids never contain ':').
-local function split_member(m)
-  local i = string.find(m, ':', 1, true)
-  return string.sub(m, 1, i - 1), string.sub(m, i + 1)
-end
-
 -- cancel_job counts a job of a cancelled group as cancelled.
-local function cancel_job(prefix, gid, job_key, meta_key, now, job_ttl)
+local function cancel_job(job_key, meta_key, now, job_ttl)
   redis.call('HSET', job_key, 'status', 'CANCELLED', 'finishedAt', now)
   if job_ttl > 0 then redis.call('EXPIRE', job_key, job_ttl) end
   redis.call('HINCRBY', meta_key, 'cancelledCount', 1)

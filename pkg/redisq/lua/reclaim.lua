@@ -1,30 +1,44 @@
 -- reclaim.lua: re-leases jobs whose admission lease expired (the holder
 -- died between lease and hand-over), at most N per call. The attempt is
--- unchanged, so a re-publish carries the same message id.
+-- unchanged, so a re-publish carries the same message id. A job of a paused
+-- group goes back to the front of its group's list instead (status QUEUED;
+-- a delivery of the old attempt is then stale) and leaves its group's
+-- in-flight count: it is admitted again when the group is resumed.
 -- KEYS[1]: inflight
 -- ARGV[1]: key prefix
 -- ARGV[2]: N
 -- ARGV[3]: lease in ms
 -- ARGV[4]: now override in ms ('' = Redis TIME)
--- Returns: { jobs, next } where jobs is a flat list gid, jid, type, payload,
---   attempt, trace and next is the earliest remaining deadline (-1 = none).
+-- ARGV[5]: ALPHA
+-- Returns: { jobs, next, requeued } where jobs is a flat list gk, jid, type,
+--   payload, attempt, trace, next is the earliest remaining deadline (-1 =
+--   none) and requeued counts the jobs of paused groups put back in their lists.
 local prefix = ARGV[1]
 local now = now_ms(ARGV[4])
 local deadline = now + tonumber(ARGV[3])
-local out = {}
+local alpha = tonumber(ARGV[5])
+local out, requeued = {}, 0
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, mem in ipairs(expired) do
-  local gid, jid = split_member(mem)
-  local job_key = prefix .. 'job:' .. gid .. ':' .. jid
+  local gk, jid = split_member(mem)
+  local job_key = prefix .. 'job:' .. gk .. ':' .. jid
   local d = redis.call('HMGET', job_key, 'status', 'type', 'payload', 'attempt', 'trace')
   if d[1] == 'LEASED' then
-    redis.call('ZADD', KEYS[1], deadline, mem)
-    out[#out + 1] = gid
-    out[#out + 1] = jid
-    out[#out + 1] = d[2]
-    out[#out + 1] = d[3]
-    out[#out + 1] = num(d[4])
-    out[#out + 1] = d[5] or ''
+    if redis.call('HGET', meta_key_of(prefix, gk), 'status') == 'PAUSED' then
+      redis.call('ZREM', KEYS[1], mem)
+      redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
+      redis.call('HSET', job_key, 'status', 'QUEUED')
+      inflight_release(prefix, gk, 1, now, alpha)
+      requeued = requeued + 1
+    else
+      redis.call('ZADD', KEYS[1], deadline, mem)
+      out[#out + 1] = gk
+      out[#out + 1] = jid
+      out[#out + 1] = d[2]
+      out[#out + 1] = d[3]
+      out[#out + 1] = num(d[4])
+      out[#out + 1] = d[5] or ''
+    end
   else
     -- already running, finished or gone: nothing to recover
     redis.call('ZREM', KEYS[1], mem)
@@ -33,4 +47,4 @@ end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #nxt > 0 then next_deadline = tonumber(nxt[2]) end
-return { out, next_deadline }
+return { out, next_deadline, requeued }

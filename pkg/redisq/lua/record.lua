@@ -1,13 +1,14 @@
 -- record.lua: records a batch of job results, each job's terminal result
 -- exactly once, and completes every group of the batch that is sealed and
 -- has every job terminal.
--- KEYS[1..G]: group:<gid>:meta of each group the batch touches
+-- KEYS[1..G]: group:<gk>:meta of each group the batch touches
 -- ARGV[1]:    key prefix (job and congestion keys are built from it)
 -- ARGV[2]:    now override in ms ('' = Redis TIME)
 -- ARGV[3]:    job TTL in seconds once terminal (0 = keep)
 -- ARGV[4]:    group TTL in seconds once ended (0 = keep)
--- ARGV[5..4+G]: groupId of KEYS[1..G]
--- ARGV[5+G..]: 5 values per result, in order: group index g (KEYS[g]),
+-- ARGV[5]:    ALPHA (a group below its in-flight limit again is re-queued)
+-- ARGV[6..5+G]: group key "<tenant>:<gid>" of KEYS[1..G]
+-- ARGV[6+G..]: 5 values per result, in order: group index g (KEYS[g]),
 --             jobId, status (SUCCESS or FAILED), error text ('' = none),
 --             attempt that produced the result
 -- Returns: a flat list of 10 values per result, in the order of the results:
@@ -18,23 +19,27 @@
 --   else 0; createdAt is the job's enqueue time (ms, 0 if unknown); the group
 --   reply (as lib.lua's group_reply) holds the group's state and counters
 --   right after that result.
+-- A recorded job that was in flight (LEASED, RUNNING or DEQUEUED) frees its
+-- slot of the group's in-flight count (docs/ARCHITECTURE.md §5).
 -- Every read comes before the first write, so a call that fails on a read
 -- (a key of the wrong type) changes nothing.
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local job_ttl, group_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local alpha = tonumber(ARGV[5])
 local ngroups = #KEYS
+local IN_FLIGHT = { LEASED = true, RUNNING = true, DEQUEUED = true }
 
 -- Each group's meta is read once; its counters are then kept here and
 -- written back once, after all of its results.
 local groups = {}
 for g = 1, ngroups do
   local m = redis.call('HMGET', KEYS[g], 'status', 'declaredTotal', 'totalJobs', 'doneJobs',
-    'successCount', 'failedCount', 'cancelledCount')
+    'successCount', 'failedCount', 'cancelledCount', 'inFlight', 'maxInFlight')
   groups[g] = {
-    gid = ARGV[4 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
+    gk = ARGV[5 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
     done = num(m[4]), succeeded = num(m[5]), failed = num(m[6]), cancelled = num(m[7]),
-    completed = false,
+    inflight = num(m[8]), max = num(m[9]), freed = 0, completed = false,
   }
 end
 
@@ -51,9 +56,9 @@ end
 local terminal = {}
 -- recorded: job key and the ARGV index of each result to write.
 local recorded = {}
-for i = 5 + ngroups, #ARGV, 5 do
+for i = 6 + ngroups, #ARGV, 5 do
   local s = groups[tonumber(ARGV[i])]
-  local job_key = prefix .. 'job:' .. s.gid .. ':' .. ARGV[i + 1]
+  local job_key = prefix .. 'job:' .. s.gk .. ':' .. ARGV[i + 1]
   local created = terminal[job_key]
   if created then
     emit('duplicate', 0, created, s)
@@ -69,6 +74,7 @@ for i = 5 + ngroups, #ARGV, 5 do
       terminal[job_key] = created
       recorded[#recorded + 1] = { job_key, i }
       s.recorded = true
+      if IN_FLIGHT[j[1]] then s.freed = s.freed + 1 end
       s.done = s.done + 1
       if ARGV[i + 2] == 'SUCCESS' then
         s.succeeded = s.succeeded + 1
@@ -89,7 +95,7 @@ end
 for g = 1, ngroups do
   local s = groups[g]
   if s.recorded and not s.completed then
-    s.stats_key = prefix .. 'congestion:' .. s.gid .. ':stats'
+    s.stats_key = prefix .. 'congestion:' .. s.gk .. ':stats'
     s.throttles = redis.call('HGET', s.stats_key, 'totalThrottleCount')
   end
 end
@@ -109,15 +115,25 @@ for _, r in ipairs(recorded) do
 end
 for g = 1, ngroups do
   local s = groups[g]
+  if s.freed > 0 and s.status then
+    local v = s.inflight - s.freed
+    if v < 0 then v = 0 end
+    redis.call('HSET', KEYS[g], 'inFlight', v)
+    s.requeue = s.max > 0 and v < s.max and not s.completed
+  end
   if s.completed then
     redis.call('HSET', KEYS[g], 'doneJobs', s.done, 'successCount', s.succeeded,
       'failedCount', s.failed, 'lastProgressAt', now, 'status', 'COMPLETED', 'finishedAt', now)
-    group_cleanup(prefix, s.gid, KEYS[g], group_ttl)
+    group_cleanup(prefix, s.gk, KEYS[g], group_ttl)
   elseif s.recorded then
     redis.call('HSET', KEYS[g], 'doneJobs', s.done, 'successCount', s.succeeded,
       'failedCount', s.failed, 'lastProgressAt', now)
     if s.throttles then
       redis.call('HSET', s.stats_key, 'avgThrottlePerJob', string.format('%.2f', tonumber(s.throttles) / s.done))
+    end
+    if s.requeue then
+      -- a slot freed: the group may be served again (its score uses the new done count)
+      requeue_group(prefix, s.gk, now, alpha)
     end
   end
 end

@@ -1,8 +1,12 @@
 -- release.lua: moves due jobs out of the non-ready queue under a lease, at
--- most N per call, decrementing their groups' non-ready counters in the same
--- script. Each due job is released once, whatever the number of callers.
+-- most N per call, decrementing their groups' and tenants' non-ready
+-- counters in the same script. Each due job is released once, whatever the number of callers.
 -- Releases pass the global rate gate (retries are downstream calls too): in
 -- paced mode the pacer, in seed mode the fixed window's remaining room.
+-- A due job of a paused group, or of a group at its in-flight limit, is not
+-- leased: it goes back to the front of its group's list (status QUEUED),
+-- where admission finds it once the group is resumed or a slot frees; such
+-- a group is not queued (docs/ARCHITECTURE.md §5).
 -- KEYS[1]: non-ready-queue
 -- KEYS[2]: inflight
 -- KEYS[3]: rate-limit:pacer
@@ -15,10 +19,11 @@
 -- ARGV[7]: window in ms
 -- ARGV[8]: paced burst tolerance in ms
 -- ARGV[9]: job TTL in seconds (cancelled jobs)
--- Returns: { jobs, next, cancelled } where jobs is a flat list gid, jid,
---   type, payload, attempt, trace; next is the due time (ms) of the earliest job
---   left, or -1 when the queue is empty; cancelled counts jobs of cancelled
---   groups that were counted instead of released.
+-- Returns: { jobs, next, cancelled, requeued } where jobs is a flat list gk,
+--   jid, type, payload, attempt, trace; next is the due time (ms) of the
+--   earliest job left, or -1 when the queue is empty; cancelled counts jobs
+--   of cancelled groups that were counted instead of released; requeued
+--   counts the jobs put back in their groups' lists.
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
@@ -50,26 +55,47 @@ local due = {}
 if want > 0 then
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 end
-local decr = {}
+local decr, groups = {}, {}
+local requeued = 0
 for _, mem in ipairs(due) do
   redis.call('ZREM', KEYS[1], mem)
-  local gid, jid = split_member(mem)
-  decr[gid] = (decr[gid] or 0) + 1
-  local job_key = prefix .. 'job:' .. gid .. ':' .. jid
-  local meta_key = prefix .. 'group:' .. gid .. ':meta'
+  local gk, jid = split_member(mem)
+  decr[gk] = (decr[gk] or 0) + 1
+  local job_key = prefix .. 'job:' .. gk .. ':' .. jid
+  local g = groups[gk]
+  if g == nil then
+    g = { meta = meta_key_of(prefix, gk), leased = 0 }
+    local m = redis.call('HMGET', g.meta, 'status', 'inFlight', 'maxInFlight')
+    g.status, g.inflight, g.max = m[1], num(m[2]), num(m[3])
+    groups[gk] = g
+  end
   local status = redis.call('HGET', job_key, 'status')
   if status == 'BACKOFF' then
-    if redis.call('HGET', meta_key, 'status') == 'CANCELLED' then
-      cancel_job(prefix, gid, job_key, meta_key, now, job_ttl)
+    if g.status == 'CANCELLED' then
+      cancel_job(job_key, g.meta, now, job_ttl)
       cancelled = cancelled + 1
+    elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
+      redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
+      redis.call('HSET', job_key, 'status', 'QUEUED')
+      requeued = requeued + 1
     else
-      lease(out, KEYS[2], job_key, gid, jid, now + lease_ms)
+      lease(out, KEYS[2], job_key, gk, jid, now + lease_ms)
+      g.inflight = g.inflight + 1
+      g.leased = g.leased + 1
       released = released + 1
     end
   end
 end
-for gid, n in pairs(decr) do
-  local count_key = prefix .. 'congestion:' .. gid .. ':non-ready-count'
+for _, g in pairs(groups) do
+  if g.leased > 0 then
+    redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
+  end
+end
+local tdecr = {}
+for gk, n in pairs(decr) do
+  local tenant = group_parts(gk)
+  tdecr[tenant] = (tdecr[tenant] or 0) + n
+  local count_key = prefix .. 'congestion:' .. gk .. ':non-ready-count'
   local c = redis.call('DECRBY', count_key, n)
   if c <= 0 then
     -- nothing of the group backs off any more: drop the counter rather
@@ -78,10 +104,13 @@ for gid, n in pairs(decr) do
     c = 0
     redis.call('DEL', count_key)
   end
-  local stats_key = prefix .. 'congestion:' .. gid .. ':stats'
+  local stats_key = prefix .. 'congestion:' .. gk .. ':stats'
   if redis.call('EXISTS', stats_key) == 1 then
     redis.call('HSET', stats_key, 'currentNonReadyCount', c)
   end
+end
+for tenant, n in pairs(tdecr) do
+  uncount_nonready(prefix, tenant, n)
 end
 if (mode == 'paced' or mode == 'seed') and released > 0 then
   local ttl = math.ceil(window_ms * 2)
@@ -98,4 +127,4 @@ end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
 if #nxt > 0 then next_due = tonumber(nxt[2]) end
-return { out, next_due, cancelled }
+return { out, next_due, cancelled, requeued }

@@ -1,9 +1,9 @@
 -- seal.lua: declares a group's total number of distinct jobs. Completion
 -- works whether the seal comes before, during or after the jobs' results.
--- KEYS[1]: group:<gid>:meta
--- KEYS[2]: group:<gid>:jobs
+-- KEYS[1]: group:<gk>:meta
+-- KEYS[2]: group:<gk>:jobs
 -- ARGV[1]: key prefix
--- ARGV[2]: groupId
+-- ARGV[2]: group key "<tenant>:<gid>"
 -- ARGV[3]: declared total (>= 0)
 -- ARGV[4]: now override in ms ('' = Redis TIME)
 -- ARGV[5]: group TTL in seconds once ended (0 = keep)
@@ -11,8 +11,9 @@
 --   'same' (already sealed with this total), 'conflict' (sealed with another
 --   total), 'too_many' (more distinct jobs than the total already arrived) or
 --   'ended' (the group was cancelled or completed); transition is the state
---   the seal moved the group to ('AGGREGATING', 'COMPLETED') or ''.
-local prefix, gid = ARGV[1], ARGV[2]
+--   the seal moved the group to ('AGGREGATING', 'COMPLETED') or ''. A paused
+--   group is not moved to AGGREGATING (resume does it); it may complete.
+local prefix, gk = ARGV[1], ARGV[2]
 local total = tonumber(ARGV[3])
 local now = now_ms(ARGV[4])
 local group_ttl = tonumber(ARGV[5])
@@ -38,7 +39,7 @@ if not status then
 end
 redis.call('HSET', KEYS[1], 'declaredTotal', total, 'sealedAt', now)
 
-local transition = maybe_complete(prefix, gid, KEYS[1], now, group_ttl)
+local transition = maybe_complete(prefix, gk, KEYS[1], now, group_ttl)
 if not transition then
   transition = ''
   if status == 'RUNNING' and num(m[3]) == total and redis.call('LLEN', KEYS[2]) == 0 then
