@@ -307,7 +307,8 @@ type GroupInfo struct {
 	// MaxInFlight is the group's in-flight limit (0 = none).
 	MaxInFlight int64
 	// InFlight counts the group's admitted jobs that have not finished
-	// (leased, running, or handed out without a lease).
+	// (leased, running, or handed out without a lease). It is kept only for
+	// a group with an in-flight limit (MaxInFlight > 0); 0 otherwise.
 	InFlight int64
 	// PausedFrom is the state a PAUSED group returns to when resumed ("" when
 	// not paused).

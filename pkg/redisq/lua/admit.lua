@@ -162,10 +162,14 @@ end
 -- at their in-flight limit, which keep their score (parkedScore).
 local function tenant_group(t, tq)
   while true do
-    local r = redis.call('ZRANGE', tq, 0, nheld[tq] or 0, 'WITHSCORES')
-    local pick, pscore
-    for j = 1, #r, 2 do
-      if not held_group[t .. ':' .. r[j]] then pick, pscore = r[j], r[j + 1]; break end
+    local r = redis.call('ZRANGE', tq, 0, nheld[tq] or 0)
+    local pick
+    if nblocked == 0 then
+      pick = r[1]
+    else
+      for j = 1, #r do
+        if not held_group[t .. ':' .. r[j]] then pick = r[j]; break end
+      end
     end
     if pick == nil then return nil end
     local gk = t .. ':' .. pick
@@ -173,6 +177,7 @@ local function tenant_group(t, tq)
     if g.len <= 0 then
       redis.call('ZREM', tq, pick)
     elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
+      local pscore = redis.call('ZSCORE', tq, pick)
       redis.call('ZREM', tq, pick)
       redis.call('HSET', g.meta, 'parkedScore', pscore)
     else
@@ -182,6 +187,20 @@ local function tenant_group(t, tq)
   end
 end
 
+-- cur is the tenant being served, kept between iterations so that a tenant
+-- that stays ahead of the next one in its level (its rival: the first
+-- tenant after it that is neither skipped nor capped) is served again
+-- without reading the level's ZSET; its score is written back (flush_cur)
+-- when another tenant's turn comes and at the end of the call. Order is
+-- exactly that of the ZSET: by score, then by name.
+local cur = nil
+local function flush_cur()
+  if cur ~= nil and cur.served then
+    redis.call('ZADD', KEYS[cur.li], fmt(cur.tscore), cur.t)
+  end
+  cur = nil
+end
+
 -- next_group finds, in fair order, the first group that may be served. In
 -- paced mode a tenant whose share of this window is used up is skipped
 -- (keeping its place) unless share limits are lifted (work-conserving).
@@ -189,14 +208,31 @@ end
 -- rest of the call (it keeps its place); unlike a used-up share, lifting
 -- the share limits does not unblock it.
 local function next_group()
+  if cur ~= nil then
+    local c = cur
+    local ahead = c.rival == nil or c.tscore < c.rival_score or (c.tscore == c.rival_score and c.t < c.rival)
+    local full = mode == 'paced' and not lifted and c.s.wcount >= tenant_share(limit, active, c.s.weight)
+    if ahead and not full then
+      local gk, g = tenant_group(c.t, c.tq)
+      if gk then return gk, g, c.li, c.t, c.tscore, c.s end
+    end
+    flush_cur()
+  end
   for li = 1, 3 do
     local fq = KEYS[li]
     while not empty[li] do
-      local r = redis.call('ZRANGE', fq, 0, nskipped[li] + ncapped[li], 'WITHSCORES')
+      local r = redis.call('ZRANGE', fq, 0, nskipped[li] + ncapped[li] + 1, 'WITHSCORES')
       if #r == 0 then empty[li] = true end
-      local t, tscore = nil, nil
+      local t, tscore, rival, rival_score = nil, nil, nil, nil
       for j = 1, #r, 2 do
-        if not skipped[li][r[j]] and not capped[li][r[j]] then t, tscore = r[j], tonumber(r[j + 1]); break end
+        if not skipped[li][r[j]] and not capped[li][r[j]] then
+          if t == nil then
+            t, tscore = r[j], tonumber(r[j + 1])
+          else
+            rival, rival_score = r[j], tonumber(r[j + 1])
+            break
+          end
+        end
       end
       if t == nil then break end
       local s = tenant(t)
@@ -207,7 +243,10 @@ local function next_group()
       else
         local tq = prefix .. 'tenant:' .. t .. ':groups:' .. LEVELS[li]
         local gk, g = tenant_group(t, tq)
-        if gk then return gk, g, li, t, tscore, s end
+        if gk then
+          cur = { li = li, t = t, tscore = tscore, s = s, tq = tq, rival = rival, rival_score = rival_score }
+          return gk, g, li, t, tscore, s
+        end
         if redis.call('EXISTS', tq) == 0 then
           redis.call('ZREM', fq, t) -- no group left: the tenant leaves the level
         else
@@ -351,8 +390,9 @@ while admitted + parked < want do
     end
     if left and redis.call('EXISTS', g.tq) == 0 then
       redis.call('ZREM', KEYS[li], t)
+      cur = nil -- the tenant left the level
     elseif jid then
-      redis.call('ZADD', KEYS[li], fmt(tscore), t)
+      cur.tscore, cur.served = tscore, true
     end
     if g.status == 'CREATED' then
       g.status = 'RUNNING'
@@ -362,6 +402,8 @@ while admitted + parked < want do
     end
   end
 end
+
+flush_cur()
 
 if admitted + parked >= want then
   wake = 0
@@ -377,7 +419,7 @@ for i = 1, #inflight, 2000 do
   redis.call('ZADD', KEYS[5], unpack(inflight, i, math.min(i + 1999, #inflight)))
 end
 for _, g in pairs(groups) do
-  if g.leased > 0 then
+  if g.leased > 0 and g.max > 0 then -- counted only for a group with a limit
     redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
   end
 end

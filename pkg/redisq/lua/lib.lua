@@ -92,8 +92,12 @@ end
 -- so a tenant gets no credit for the time it was absent. Returns true when
 -- the group was added.
 local function queue_group(prefix, tenant, gid, level, score)
-  if redis.call('ZADD', tenant_queue_key(prefix, tenant, level), 'NX', fmt(score), gid) == 0 then
+  local tq = tenant_queue_key(prefix, tenant, level)
+  if redis.call('ZADD', tq, 'NX', fmt(score), gid) == 0 then
     return false
+  end
+  if redis.call('ZCARD', tq) > 1 then
+    return true -- the tenant waits at the level already (it has other groups there)
   end
   local vt = redis.call('HGET', prefix .. 'fair-queue:tenant-clock', level) or '0'
   redis.call('ZADD', prefix .. 'fair-queue:' .. level, 'NX', vt, tenant)
@@ -153,7 +157,7 @@ end
 local function inflight_release(prefix, gk, n, now, alpha)
   local meta_key = meta_key_of(prefix, gk)
   local m = redis.call('HMGET', meta_key, 'status', 'inFlight', 'maxInFlight')
-  if not m[1] then return end
+  if not m[1] or num(m[3]) == 0 then return end -- counted only for a group with a limit
   local v = num(m[2]) - n
   if v < 0 then v = 0 end
   redis.call('HSET', meta_key, 'inFlight', v)

@@ -115,7 +115,7 @@ for _, r in ipairs(recorded) do
 end
 for g = 1, ngroups do
   local s = groups[g]
-  if s.freed > 0 and s.status then
+  if s.freed > 0 and s.status and s.max > 0 then -- counted only for a group with a limit
     local v = s.inflight - s.freed
     if v < 0 then v = 0 end
     redis.call('HSET', KEYS[g], 'inFlight', v)

@@ -88,7 +88,9 @@ for _, mem in ipairs(due) do
 end
 for _, g in pairs(groups) do
   if g.leased > 0 then
-    redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
+    if g.max > 0 then -- counted only for a group with a limit
+      redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
+    end
   end
 end
 local tdecr = {}
