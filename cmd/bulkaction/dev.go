@@ -25,6 +25,8 @@ import (
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 )
 
 // devSettings are the BULKACTION_DEV_* variables of `bulkaction dev`.
@@ -133,6 +135,9 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		if !envSet("WORKER_COUNT") {
 			cfg.WorkerCount = w.WorkerCount
 		}
+		if !envSet("TYPE_RATE_LIMITS") {
+			cfg.TypeRateLimits = w.TypeRateLimits
+		}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
@@ -219,6 +224,14 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		// For trying things out, the http processor may call any host.
 		so.HTTPAnyHost = true
 		log.Info("the http processor may call any host (dev only); set BULKACTION_HTTP_ALLOWED_HOSTS to restrict it")
+	}
+	if o.demo {
+		// The demo's second job type runs like sleep, behind its own rate limit.
+		mux := processor.NewMux()
+		bo := builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowedHosts: cfg.HTTPAllowedHosts, AllowAnyHost: so.HTTPAnyHost}
+		builtin.Register(mux, bo)
+		mux.Handle(w.SMSType, builtin.Sleep(bo))
+		so.Mux = mux
 	}
 	st, err := stack.Start(ctx, so)
 	if err != nil {

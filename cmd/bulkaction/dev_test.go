@@ -116,7 +116,9 @@ func TestDevDemoSmall(t *testing.T) {
 				t.Errorf("no verdict on the small tenants:\n%s", summary)
 			}
 			earlyOnes := strings.Split(strings.ReplaceAll(early, " and ", ", "), ", ")
-			for _, g := range []string{"globex/sync-eu", "globex/sync-us", "globex/sync-apac", "globex/sync-latam", "initech/billing", "umbrella/survey"} {
+			// (umbrella/survey is not among them: its "sms" jobs run behind
+			// a per-type rate limit, 5 jobs/s at this scale.)
+			for _, g := range []string{"globex/sync-eu", "globex/sync-us", "globex/sync-apac", "globex/sync-latam", "initech/billing"} {
 				if early != "" && !slices.Contains(earlyOnes, g) {
 					t.Errorf("%s is not among the groups that finished before acme/newsletter was half done (%s):\n%s", g, early, summary)
 				}

@@ -34,29 +34,36 @@ func newStatusCmd() *cobra.Command {
 	var tenant string
 	cmd := &cobra.Command{
 		Use:   "status GROUP",
-		Short: "Show a group's state, counts, position, rate, ETA and congestion",
-		Long: `Status reads a group of a tenant from Redis: its state and counts, its
-place in the fair queue (its tenant's place among the waiting tenants, and
-the group's among its tenant's groups), its rate since its first admission,
-the ETA at that rate, and its congestion level.
+		Short: "Show a group's state, counts, position, what holds it, rate, ETA and congestion",
+		Long: `Status reads a group of a tenant from Redis: its state and counts (jobs =
+queued + in flight + backing off + done + cancelled), its place in the fair
+queue (its tenant's place among the waiting tenants, and the group's among
+its tenant's groups), what holds it ("waiting": paused, in-flight limit
+reached, its tenant's rate share or the global rate used up until the
+window ends, no live worker or no READY room for its next job's type, jobs
+backing off and when the next is due; "—" when nothing does), its rate over
+the last 30 s of its progress (since its first admission when there is too
+little history), the ETA at that rate, and its congestion level. READY's
+room is checked only when NATS answers.
 
 With --json it prints the group's meta hash (numbers as JSON numbers) plus
 the derived fields tenant, groupId, state, total, jobs, done, succeeded,
 failed, cancelled, pending, inFlight, nonReady, position, tenantPosition,
-waitingGroups, waitingTenants, rate, etaSeconds, congestionLevel, backoffMs,
-throttles, throttlesPerJob, elapsedSeconds, at.`,
+waitingGroups, waitingTenants, waiting ([{reason, detail, until?}]),
+readyRoomChecked, rate, rateWindowSeconds, etaSeconds, congestionLevel,
+backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g, err := groupArg(tenant, args[0])
 			if err != nil {
 				return err
 			}
-			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis)
+			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis|cli.WantNATS)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			s, err := cli.Status(cmd.Context(), c.Queue, g)
+			s, err := c.Status(cmd.Context(), g)
 			if err != nil {
 				return notFoundHint(err)
 			}
@@ -105,7 +112,8 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	}
 	row("jobs", "%d received, %s", s.Jobs, sealed)
 	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
-	row("queued", "%d waiting, %d in READY or running, %d backing off", s.Pending, s.InFlight, s.NonReady)
+	row("by state", "%d queued + %d in READY or running + %d backing off + %d done + %d cancelled = %s",
+		s.Pending, s.InFlight, s.NonReady, s.Done, s.Cancelled, plural(s.Jobs, "job"))
 	switch {
 	case s.Position > 0:
 		row("position", "tenant %d of %d waiting tenants; group %d among its tenant's waiting groups (%d groups wait in all)",
@@ -115,13 +123,25 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	default:
 		row("position", "not waiting (%d groups wait)", s.Waiting)
 	}
-	row("rate", "%.1f jobs/s", s.Rate)
+	row("waiting", "%s", s.WaitingText())
+	row("rate", "%s", rateText(s))
 	row("eta", "%s", etaText(s))
 	row("congestion", "%s (backoff %s, %d throttles, %.2f per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond, s.Throttles, s.ThrottlesPerJob())
 	if !s.StartedAt.IsZero() {
 		row("elapsed", "%s since the first admission", s.Elapsed().Round(100*time.Millisecond))
 	}
 	return tw.Flush()
+}
+
+// rateText is the rate and what it was measured over.
+func rateText(s *cli.GroupStatus) string {
+	switch {
+	case s.RateWindow <= 0:
+		return fmt.Sprintf("%.1f jobs/s", s.Rate)
+	case s.Ended():
+		return fmt.Sprintf("%.1f jobs/s (over its run)", s.Rate)
+	}
+	return fmt.Sprintf("%.1f jobs/s (over the last %s)", s.Rate, s.RateWindow.Round(time.Second))
 }
 
 func etaText(s *cli.GroupStatus) string {
@@ -140,8 +160,21 @@ func progressLine(s *cli.GroupStatus) string {
 	if t := s.Target(); t > 0 {
 		pct = 100 * float64(s.Done+s.Cancelled) / float64(t)
 	}
-	return fmt.Sprintf("%s %s %d/%d (%.1f%%) %.1f/s eta %s congestion %s",
+	line := fmt.Sprintf("%s %s %d/%d (%.1f%%) %.1f/s eta %s congestion %s",
 		s.GroupID, s.State, s.Done+s.Cancelled, s.Target(), pct, s.Rate, etaText(s), s.Congestion)
+	if len(s.Holds) > 0 {
+		line += " waiting " + holdReasons(s)
+	}
+	return line
+}
+
+// holdReasons lists the reasons that hold a group, comma-separated.
+func holdReasons(s *cli.GroupStatus) string {
+	rs := make([]string, len(s.Holds))
+	for i, h := range s.Holds {
+		rs[i] = string(h.Reason)
+	}
+	return strings.Join(rs, ",")
 }
 
 // endLine is the line printed when a group has ended.
@@ -205,13 +238,13 @@ errors (including an interrupt).`,
 }
 
 // follow reads the group every watchPoll until it has ended, passing each
-// reading (with its rate over the last few seconds) to update; missing is
-// called once if the group does not exist yet. It returns the last reading.
+// reading to update (its rate and ETA are status's: over the group's last
+// 30 s of progress); missing is called once if the group does not exist
+// yet. It returns the last reading.
 func follow(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, update func(*cli.GroupStatus), missing func()) (*cli.GroupStatus, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	var hist []*cli.GroupStatus
 	var last *cli.GroupStatus
 	warned := false
 	t := time.NewTicker(watchPoll)
@@ -230,14 +263,7 @@ func follow(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, update f
 			}
 			return last, err
 		default:
-			hist = append(hist, s)
-			for len(hist) > 2 && s.At.Sub(hist[1].At) >= 3*time.Second {
-				hist = hist[1:]
-			}
 			last = s
-			if !s.Ended() && len(hist) > 1 {
-				last = s.Since(hist[0])
-			}
 			if update != nil {
 				update(last)
 			}
@@ -297,7 +323,11 @@ func (v *barWatch) update(s *cli.GroupStatus) {
 			mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
 				v.mu.Lock()
 				defer v.mu.Unlock()
-				return fmt.Sprintf(" %s  %.1f/s  eta %s  congestion %s", v.cur.State, v.cur.Rate, etaText(v.cur), v.cur.Congestion)
+				line := fmt.Sprintf(" %s  %.1f/s  eta %s  congestion %s", v.cur.State, v.cur.Rate, etaText(v.cur), v.cur.Congestion)
+				if len(v.cur.Holds) > 0 {
+					line += "  waiting " + holdReasons(v.cur)
+				}
+				return line
 			})),
 		)
 	}
@@ -423,12 +453,14 @@ had in the fair queue when it was paused.`
 	return cmd
 }
 
-// newTenantCmd is `tenant weight`: a tenant's share of the fair queue.
+// newTenantCmd is `tenant weight`: a tenant's share of the fair queue, and
+// `tenant quota` (quota.go): its most queued jobs and active groups.
 func newTenantCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenant",
-		Short: "Show or set tenants' weights in the fair queue",
+		Short: "Show or set tenants' weights in the fair queue and their quotas",
 	}
+	cmd.AddCommand(newTenantQuotaCmd())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "weight [TENANT [WEIGHT]]",
 		Short: "Show the tenants' weights, or set one (1 to 1000; 1 is the default)",

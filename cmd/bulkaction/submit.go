@@ -40,7 +40,10 @@ Before publishing, submit reads the group's state (when Redis is
 reachable) and refuses, publishing nothing, a group that already ended, a
 group sealed at another number of jobs, and --priority, --base-priority or
 --max-in-flight for an existing group that has other settings (a group
-keeps the settings it was created with).`,
+keeps the settings it was created with). It also refuses a submission that
+its tenant's quotas would refuse (see bulkaction tenant quota): one that
+would create a group while the tenant has its most active groups, or whose
+new jobs would take the tenant beyond its most queued jobs.`,
 		Example: `  printf '{"ms":10}\n{"jobId":"a","payload":{"ms":20}}\n' | bulkaction submit --group demo --type sleep --file -`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

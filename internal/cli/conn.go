@@ -27,7 +27,16 @@ const (
 	NeedRedis Need = 1 << iota
 	// NeedNATS opens NATS and JetStream (submit, cancel).
 	NeedNATS
+	// WantNATS opens NATS and JetStream when the server answers within
+	// OptionalDialTimeout; when it does not (or refuses the credentials),
+	// NC and JS stay nil and Dial does not fail (status: READY's room is
+	// then not checked).
+	WantNATS
 )
+
+// OptionalDialTimeout bounds how long Dial waits for a server that WantNATS
+// names.
+const OptionalDialTimeout = time.Second
 
 // DialTimeout bounds how long Dial waits for each server to answer.
 const DialTimeout = 5 * time.Second
@@ -66,7 +75,7 @@ type Conn struct {
 	// Redis and Queue are set with NeedRedis.
 	Redis redis.UniversalClient
 	Queue *redisq.Queue
-	// NC and JS are set with NeedNATS.
+	// NC and JS are set with NeedNATS, and with WantNATS when NATS answered.
 	NC *nats.Conn
 	JS jetstream.JetStream
 }
@@ -100,6 +109,17 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 		if c.Queue, err = redisq.New(ctx, c.Redis, conns.QueueConfig(cfg)); err != nil {
 			c.Close()
 			return nil, conns.ScrubError(cfg, err)
+		}
+	}
+	if need&WantNATS != 0 && need&NeedNATS == 0 {
+		if opts, err := conns.NatsOptions(cfg, "cli"); err == nil {
+			if nc, err := nats.Connect(cfg.NatsURL, append(opts, nats.Timeout(OptionalDialTimeout))...); err == nil {
+				if js, err := jetstream.New(nc); err == nil {
+					c.NC, c.JS = nc, js
+				} else {
+					nc.Close()
+				}
+			}
 		}
 	}
 	if need&NeedNATS != 0 {

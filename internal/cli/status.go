@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -48,8 +51,10 @@ type GroupStatus struct {
 	// NonReady counts the jobs backing off in the non-ready queue.
 	NonReady int64
 	// InFlight counts the jobs admitted and not yet done: on READY,
-	// running, or leased on their way to READY. Jobs = Pending + InFlight +
-	// NonReady + Done + Cancelled.
+	// running, or leased on their way to READY. It is what the other counts
+	// leave, so Jobs = Pending + InFlight + NonReady + Done + Cancelled; they
+	// are read in one transaction ([redisq.Queue.Group]), so InFlight is
+	// exact whenever the counters are.
 	InFlight int64
 	// Position is the group's 1-based place among its tenant's groups
 	// waiting at its level; 0 means the group is not waiting (nothing
@@ -64,13 +69,28 @@ type GroupStatus struct {
 	// WaitingTenants counts the tenants waiting in the fair queue, summed
 	// over the levels.
 	WaitingTenants int64
-	// Rate is jobs done per second: since the group started for a single
-	// reading, over the interval between two readings after Since.
+	// Rate is jobs finished (done or cancelled) per second over the last
+	// [redisq.ProgressWindow] of the group's progress samples, which the
+	// aggregators write about once a second while it runs
+	// (docs/ARCHITECTURE.md §8): from the newest sample at least that old
+	// (or the oldest one) to this reading. With fewer than two samples, and
+	// once the group has ended, it is jobs done per second since the group
+	// started. After Since it is measured between two readings.
 	Rate float64
+	// RateWindow is the span Rate was measured over (0 without a rate).
+	RateWindow time.Duration
 	// ETASeconds is the time left at Rate until every job is done; 0 once
 	// the group has ended and -1 when unknown (no rate yet): there is no
 	// ETA without a rate.
 	ETASeconds float64
+	// Holds say why the group waits, in the order of [redisq.HoldReasons]:
+	// paused, at its in-flight limit, its tenant's rate share or the global
+	// rate used up, no live worker or no READY room for its next job's
+	// type, jobs backing off. None when it runs freely or has ended.
+	Holds []Hold
+	// ReadyRoomChecked says READY's room was measured (the reading had a
+	// NATS connection), so a missing ready_full hold means there is room.
+	ReadyRoomChecked bool
 	// Congestion is the group's congestion level (NONE when it has none).
 	Congestion redisq.CongestionLevel
 	// BackoffMs is the backoff the group's next retry would get.
@@ -124,10 +144,60 @@ func (s *GroupStatus) Elapsed() time.Duration {
 	return end.Sub(s.StartedAt)
 }
 
-// Status reads a group: its meta hash, queued and backed-off jobs, position
-// in the two-level fair queue, congestion state, and its rate and ETA since
-// it started. A group Redis does not know is ErrGroupNotFound.
+// Hold is one reason a group waits ([GroupStatus.Holds]).
+type Hold struct {
+	redisq.Hold
+	// Detail says it in words, e.g. "rate share used until 12:00:01.500
+	// (tenant acme: 50 of 50 jobs this window)".
+	Detail string
+	// Until is when the hold lifts, when known: the end of the rate window,
+	// or when the earliest backed-off job is due (no earlier than Until
+	// when Hold.AtLeast).
+	Until time.Time
+}
+
+// MarshalJSON writes {reason, detail, until?, atLeast?}.
+func (h Hold) MarshalJSON() ([]byte, error) {
+	m := map[string]any{"reason": h.Reason, "detail": h.Detail}
+	if !h.Until.IsZero() {
+		m["until"] = h.Until.UTC().Format(time.RFC3339Nano)
+		if h.AtLeast {
+			m["atLeast"] = true
+		}
+	}
+	return json.Marshal(m)
+}
+
+// StatusOptions are the optional inputs of [StatusWith].
+type StatusOptions struct {
+	// Room measures READY's room per job type (a [handoff.Room]'s
+	// Measure). Nil, or an error, leaves the ready_full hold unchecked.
+	Room func(ctx context.Context) (handoff.Rooms, error)
+}
+
+// Status is [StatusWith] without READY's room: everything but the ready_full
+// hold, from Redis alone.
 func Status(ctx context.Context, q *redisq.Queue, g contracts.GroupRef) (*GroupStatus, error) {
+	return StatusWith(ctx, q, g, StatusOptions{})
+}
+
+// Status reads a group with READY's room measured when c has a JetStream
+// handle ([StatusWith]).
+func (c *Conn) Status(ctx context.Context, g contracts.GroupRef) (*GroupStatus, error) {
+	var opt StatusOptions
+	if c.JS != nil {
+		room := handoff.NewRoom(deps.Deps{NC: c.NC, JS: c.JS, Queue: c.Queue, Names: c.Names}, c.Config.ReadyCapacity())
+		opt.Room = room.Measure
+	}
+	return StatusWith(ctx, c.Queue, g, opt)
+}
+
+// StatusWith reads a group: its meta hash, queued and backed-off jobs,
+// position in the two-level fair queue, congestion state, what holds it
+// ([redisq.Queue.Holds]; READY's room with opt.Room), and its rate over
+// its recent progress and the ETA at that rate. A group Redis does not
+// know is ErrGroupNotFound.
+func StatusWith(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt StatusOptions) (*GroupStatus, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -164,7 +234,7 @@ func Status(ctx context.Context, q *redisq.Queue, g contracts.GroupRef) (*GroupS
 		MaxInFlight: info.MaxInFlight,
 		Declared:    info.Declared, Jobs: info.Jobs, Done: info.Done,
 		Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
-		Pending: info.Pending, NonReady: cong.NonReadyCount,
+		Pending: info.Pending, NonReady: info.NonReady,
 		Congestion: cong.Level, BackoffMs: cong.CurrentBackoffMs, Throttles: cong.TotalThrottleCount,
 		CreatedAt: msTime(info.CreatedAtMs), StartedAt: msTime(info.StartedAtMs), FinishedAt: msTime(info.FinishedAtMs),
 		At: now.Val(), Meta: info.Meta,
@@ -186,11 +256,122 @@ func Status(ctx context.Context, q *redisq.Queue, g contracts.GroupRef) (*GroupS
 			s.TenantPosition += tenants[p].Val()
 		}
 	}
-	if secs := s.Elapsed().Seconds(); secs > 0 {
-		s.Rate = float64(s.Done) / secs
+	samples, err := q.Progress(ctx, g)
+	if err != nil {
+		return nil, err
 	}
+	s.measureRate(samples)
 	s.ETASeconds = s.eta()
+	if err := s.readHolds(ctx, q, g, opt); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// measureRate sets Rate and RateWindow from the group's progress samples
+// (newest first), or since its start (see Rate).
+func (s *GroupStatus) measureRate(samples []redisq.ProgressSample) {
+	s.Rate, s.RateWindow = 0, 0
+	if !s.Ended() && len(samples) >= 2 {
+		at := s.At.UnixMilli()
+		base := samples[len(samples)-1]
+		for _, x := range samples {
+			if x.AtMs <= at-redisq.ProgressWindow.Milliseconds() {
+				base = x
+				break
+			}
+		}
+		if span := at - base.AtMs; span > 0 {
+			s.RateWindow = time.Duration(span) * time.Millisecond
+			s.Rate = max(float64(s.Done+s.Cancelled-base.Count), 0) / s.RateWindow.Seconds()
+			return
+		}
+	}
+	if el := s.Elapsed(); el > 0 {
+		s.Rate, s.RateWindow = float64(s.Done)/el.Seconds(), el
+	}
+}
+
+// readHolds sets Holds and ReadyRoomChecked.
+func (s *GroupStatus) readHolds(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt StatusOptions) error {
+	s.Holds = []Hold{}
+	if s.Ended() {
+		return nil
+	}
+	ho := redisq.HoldOptions{NextDue: true}
+	if opt.Room != nil {
+		if rooms, err := opt.Room(ctx); err == nil {
+			ho.Room, ho.RoomOther = rooms.ByType, rooms.Capacity
+			if ho.Room == nil {
+				ho.Room = map[string]int{}
+			}
+			s.ReadyRoomChecked = true
+		}
+	}
+	hs, err := q.Holds(ctx, []contracts.GroupRef{g}, ho)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs[0] {
+		s.Holds = append(s.Holds, s.describe(h))
+	}
+	return nil
+}
+
+// describe puts a hold in words.
+func (s *GroupStatus) describe(h redisq.Hold) Hold {
+	out := Hold{Hold: h}
+	if h.UntilMs > 0 {
+		out.Until = time.UnixMilli(h.UntilMs)
+	}
+	clock := func(t time.Time) string { return t.Local().Format("15:04:05.000") }
+	switch h.Reason {
+	case redisq.HoldPaused:
+		out.Detail = "paused until resumed"
+	case redisq.HoldInFlightLimit:
+		out.Detail = fmt.Sprintf("in-flight limit reached (%d of %d in flight)", h.Count, h.Limit)
+	case redisq.HoldRateShare:
+		out.Detail = fmt.Sprintf("rate share used until %s (tenant %s: %d of %d jobs this window)", clock(out.Until), h.Tenant, h.Count, h.Limit)
+	case redisq.HoldGlobalRate:
+		out.Detail = fmt.Sprintf("global rate limit used until %s (%d of %d jobs this window)", clock(out.Until), h.Count, h.Limit)
+	case redisq.HoldNoWorker:
+		out.Detail = "no live worker for job type " + h.Type
+	case redisq.HoldTypeRate:
+		out.Detail = fmt.Sprintf("job type %s's rate limit used until %s (%d of %d jobs this window)", h.Type, clock(out.Until), h.Count, h.Limit)
+	case redisq.HoldReadyFull:
+		out.Detail = "READY has no room for job type " + h.Type
+	case redisq.HoldBackingOff:
+		jobs := fmt.Sprintf("%d jobs backing off", h.Count)
+		if h.Count == 1 {
+			jobs = "1 job backing off"
+		}
+		switch in := out.Until.Sub(s.At).Round(100 * time.Millisecond); {
+		case out.Until.IsZero():
+			out.Detail = jobs
+		case h.AtLeast:
+			out.Detail = fmt.Sprintf("%s, next due in %s or later", jobs, max(in, 0))
+		case in <= 0:
+			out.Detail = jobs + ", next due now"
+		default:
+			out.Detail = fmt.Sprintf("%s, next due in %s", jobs, in)
+		}
+	default:
+		out.Detail = string(h.Reason)
+	}
+	return out
+}
+
+// WaitingText is the holds' details joined by "; ", or "—" when nothing holds
+// the group.
+func (s *GroupStatus) WaitingText() string {
+	if len(s.Holds) == 0 {
+		return "—"
+	}
+	parts := make([]string, len(s.Holds))
+	for i, h := range s.Holds {
+		parts[i] = h.Detail
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Since returns a copy of s whose Rate is measured over the interval from
@@ -201,7 +382,8 @@ func (s *GroupStatus) Since(prev *GroupStatus) *GroupStatus {
 		return s
 	}
 	c := *s
-	c.Rate = float64(s.Done-prev.Done) / s.At.Sub(prev.At).Seconds()
+	c.RateWindow = s.At.Sub(prev.At)
+	c.Rate = float64(s.Done-prev.Done) / c.RateWindow.Seconds()
 	if c.Rate < 0 {
 		c.Rate = 0
 	}
@@ -215,8 +397,11 @@ func (s *GroupStatus) eta() float64 {
 		return 0
 	}
 	left := s.Target() - s.Done - s.Cancelled
+	if left <= 0 && s.Declared >= 0 {
+		return 0 // sealed and every job settled: about to complete
+	}
 	if left <= 0 {
-		return 0
+		return -1 // not sealed: more jobs may come, so there is no ETA
 	}
 	if s.Rate > 0 {
 		return math.Ceil(float64(left) / s.Rate)
@@ -227,8 +412,11 @@ func (s *GroupStatus) eta() float64 {
 // MarshalJSON writes the meta hash (integer values as JSON numbers) with the
 // derived fields beside it: tenant, groupId, state, total (null until
 // sealed), jobs, done, succeeded, failed, cancelled, pending, inFlight,
-// nonReady, position and tenantPosition (null when not waiting),
-// waitingGroups, waitingTenants, rate (jobs/s), etaSeconds (null when
+// nonReady (jobs = pending + inFlight + nonReady + done + cancelled),
+// position and tenantPosition (null when not waiting), waitingGroups,
+// waitingTenants, waiting (what holds the group: [{reason, detail,
+// until?}], empty when nothing does), readyRoomChecked, rate (jobs/s),
+// rateWindowSeconds (what rate was measured over), etaSeconds (null when
 // unknown), congestionLevel, backoffMs, throttles, throttlesPerJob,
 // elapsedSeconds and at (RFC 3339).
 func (s *GroupStatus) MarshalJSON() ([]byte, error) {
@@ -262,7 +450,14 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["tenantPosition"] = nullIf(s.TenantPosition == 0, s.TenantPosition)
 	m["waitingGroups"] = s.Waiting
 	m["waitingTenants"] = s.WaitingTenants
+	holds := s.Holds
+	if holds == nil {
+		holds = []Hold{}
+	}
+	m["waiting"] = holds
+	m["readyRoomChecked"] = s.ReadyRoomChecked
 	m["rate"] = round2(s.Rate)
+	m["rateWindowSeconds"] = round2(s.RateWindow.Seconds())
 	m["etaSeconds"] = nullIf(s.ETASeconds < 0, s.ETASeconds)
 	m["congestionLevel"] = s.Congestion
 	m["backoffMs"] = s.BackoffMs

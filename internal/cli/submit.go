@@ -95,17 +95,31 @@ type GroupRequest struct {
 	MaxInFlight  *int64
 }
 
+// ErrOverQuota is wrapped by [CheckGroup]'s errors: the submission would
+// take its tenant beyond a tenant quota (docs/ARCHITECTURE.md §5), and
+// nothing was submitted.
+var ErrOverQuota = errors.New("over the tenant's quota")
+
 // CheckGroup reads g's state from the queue and returns an error
 // wrapping [ErrGroupRefuses] when the submission would be rejected or would
 // not do what it says: the group already ended (its jobs would be
 // dead-lettered as group_ended), it is sealed at another total (the seal
 // would be rejected), or it exists with other settings than requested.
 // A group that does not exist yet, or sealed at the same total (a re-run),
-// passes.
+// passes those checks. It then returns an error wrapping [ErrOverQuota],
+// naming the quota and its limit, when the submission's messages would be
+// dead-lettered as over_quota: the group does not exist and the tenant has
+// its most active groups, or the submission's new jobs (its jobs less those
+// the group already has: a re-run's are known) would take the tenant beyond
+// its most queued jobs. The quotas are read with this process's defaults
+// (BULKACTION_TENANT_MAX_*) and the tenant's own limits in Redis.
 func CheckGroup(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, req GroupRequest) error {
 	info, ok, err := q.Group(ctx, g)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		return checkQuotas(ctx, q, g, req.Jobs, true)
 	}
 	switch {
 	case info.State.Terminal():
@@ -123,6 +137,27 @@ func CheckGroup(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, req 
 	case req.MaxInFlight != nil && *req.MaxInFlight != info.MaxInFlight:
 		return fmt.Errorf("%w: --max-in-flight %d: group %s exists with max in flight %d, and a group keeps the settings it was created with. Nothing was submitted",
 			ErrGroupRefuses, *req.MaxInFlight, g, info.MaxInFlight)
+	}
+	return checkQuotas(ctx, q, g, max(req.Jobs-info.Jobs, 0), false)
+}
+
+// checkQuotas returns an error wrapping [ErrOverQuota] when newJobs new jobs
+// for g (a group that does not exist yet when create) would be refused by
+// g's tenant's quotas.
+func checkQuotas(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, newJobs int64, create bool) error {
+	tq, err := q.TenantQuota(ctx, g.Tenant)
+	if err != nil {
+		return err
+	}
+	if limit := tq.MaxActiveGroups; create && limit > 0 && tq.ActiveGroups >= limit {
+		return fmt.Errorf("%w: %s is %d and tenant %s has %d active groups, so group %s cannot be created; "+
+			"its jobs would be dead-lettered as over_quota. Nothing was submitted: wait for groups to end, or raise the limit (bulkaction tenant quota)",
+			ErrOverQuota, redisq.QuotaActiveGroups, limit, g.Tenant, tq.ActiveGroups, g.ID)
+	}
+	if limit := tq.MaxQueuedJobs; limit > 0 && tq.QueuedJobs+newJobs > limit {
+		return fmt.Errorf("%w: %s is %d and tenant %s has %d queued jobs; this submission's %d new jobs would make %d, "+
+			"and jobs beyond the limit would be dead-lettered as over_quota. Nothing was submitted: wait for jobs to finish, or raise the limit (bulkaction tenant quota)",
+			ErrOverQuota, redisq.QuotaQueuedJobs, limit, g.Tenant, tq.QueuedJobs, newJobs, tq.QueuedJobs+newJobs)
 	}
 	return nil
 }

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // Prefix is the environment variable prefix.
@@ -45,6 +48,7 @@ type Config struct {
 	GlobalRps          int     `envconfig:"GLOBAL_RPS" default:"10000" desc:"jobs admitted per rate-limit window across all groups"`
 	RateLimitWindowMs  int     `envconfig:"RATE_LIMIT_WINDOW_MS" default:"1000" desc:"rate-limit window"`
 	PacingBurstMs      int     `envconfig:"PACING_BURST_MS" default:"0" desc:"paced mode: how far ahead of the even pace admissions may run (0 = window/25)"`
+	TypeRateLimits     string  `envconfig:"TYPE_RATE_LIMITS" default:"" desc:"per-job-type rate limits beside GLOBAL_RPS, comma-separated <type>=<n>/s in jobs per second, e.g. sms=20/s,email=500/s (empty = none); a type's rate is shared by the tenants and groups using it in fair order, and jobs over it wait queued, their groups keeping their place; n x RATE_LIMIT_WINDOW_MS must be a multiple of 1000"`
 	ActiveGroupStaleMs int     `envconfig:"ACTIVE_GROUP_STALE_MS" default:"30000" desc:"a group that has not asked for capacity this long leaves the active set"`
 	ReadyQueueMaxSize  int     `envconfig:"READY_QUEUE_MAX_SIZE" default:"0" desc:"READY room of each job type: admit jobs of a type only while READY holds fewer of them (0 = 4 x WORKER_COUNT x WORKER_INSTANCES)"`
 	UnservedTypes      string  `envconfig:"UNSERVED_TYPES" default:"hold" desc:"jobs of a type no live worker serves: hold (keep them queued and report them) or admit (into their type's own READY room)"`
@@ -57,6 +61,9 @@ type Config struct {
 	CongestionEnabled  bool    `envconfig:"CONGESTION_ENABLED" default:"true" desc:"false = fixed BASE_BACKOFF_MS for every backoff"`
 	DispatchIntervalMs int     `envconfig:"DISPATCH_INTERVAL_MS" default:"50" desc:"dispatcher's longest sleep between releases"`
 	DispatchBatchSize  int     `envconfig:"DISPATCH_BATCH_SIZE" default:"500" desc:"most jobs one release call moves"`
+
+	TenantMaxQueuedJobs   int `envconfig:"TENANT_MAX_QUEUED_JOBS" default:"0" desc:"most jobs a tenant may have accepted and not finished, in its groups that have not ended; a jobs message that would go beyond is dead-lettered as over_quota (0 = unlimited; per-tenant limits: bulkaction tenant quota)"`
+	TenantMaxActiveGroups int `envconfig:"TENANT_MAX_ACTIVE_GROUPS" default:"0" desc:"most groups a tenant may have that exist and have not ended; a jobs message that would create one more is dead-lettered as over_quota (0 = unlimited; per-tenant limits: bulkaction tenant quota)"`
 
 	WorkerCount           int    `envconfig:"WORKER_COUNT" default:"10" desc:"jobs a worker instance runs at once"`
 	WorkerTypes           string `envconfig:"WORKER_TYPES" default:"" desc:"comma-separated job types this worker serves (empty = all its processors)"`
@@ -112,6 +119,7 @@ func (c *Config) Validate() error {
 		{"WORKER_INSTANCES", c.WorkerInstances, 1}, {"ADMIT_BATCH_SIZE", c.AdmitBatchSize, 1}, {"INGEST_BATCH_SIZE", c.IngestBatchSize, 1},
 		{"LEASE_MS", c.LeaseMs, 100}, {"BASE_BACKOFF_MS", c.BaseBackoffMs, 1}, {"MAX_BACKOFF_MS", c.MaxBackoffMs, 1},
 		{"DISPATCH_INTERVAL_MS", c.DispatchIntervalMs, 1}, {"DISPATCH_BATCH_SIZE", c.DispatchBatchSize, 1},
+		{"TENANT_MAX_QUEUED_JOBS", c.TenantMaxQueuedJobs, 0}, {"TENANT_MAX_ACTIVE_GROUPS", c.TenantMaxActiveGroups, 0},
 		{"WORKER_COUNT", c.WorkerCount, 1}, {"JOB_TIMEOUT_MS", c.JobTimeoutMs, 1}, {"MAX_RETRY_COUNT", c.MaxRetryCount, 0}, {"MAX_THROTTLES", c.MaxThrottles, 0},
 		{"MAX_DELIVERIES", c.MaxDeliveries, 1}, {"SHUTDOWN_GRACE_PERIOD_MS", c.ShutdownGracePeriodMs, 0},
 		{"RESULT_BATCH_SIZE", c.ResultBatchSize, 1}, {"STREAM_REPLICAS", c.StreamReplicas, 1},
@@ -132,6 +140,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPayloadBytes >= c.MaxMsgSize {
 		return bad("MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, fmt.Sprintf("must be below MAX_MSG_SIZE (%d), which also holds the envelope", c.MaxMsgSize))
+	}
+	if _, err := c.TypeLimitsPerWindow(); err != nil {
+		return bad("TYPE_RATE_LIMITS", c.TypeRateLimits, err.Error())
 	}
 	switch c.AdmissionMode {
 	case "paced", "seed":
@@ -194,6 +205,69 @@ func (c *Config) ReadyCapacity() int {
 		return c.ReadyQueueMaxSize
 	}
 	return readyPerWorkerSlot * c.WorkerCount * c.WorkerInstances
+}
+
+// MaxTypeRate is the highest rate TYPE_RATE_LIMITS takes for a type, in
+// jobs per second.
+const MaxTypeRate = 1_000_000
+
+// ParseTypeRateLimits reads TYPE_RATE_LIMITS: comma-separated entries
+// <type>=<n>/s, n jobs per second (1..[MaxTypeRate]) of the job type
+// (contracts.TypePattern), each type once; spaces around entries are
+// ignored. It returns the rates per second by type, nil for an empty
+// setting. Errors name the entry.
+func ParseTypeRateLimits(s string) (map[string]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			return nil, fmt.Errorf("an empty entry: want <type>=<n>/s, comma-separated")
+		}
+		typ, rate, ok := strings.Cut(e, "=")
+		if !ok {
+			return nil, fmt.Errorf("entry %q: want <type>=<n>/s", e)
+		}
+		typ, rate = strings.TrimSpace(typ), strings.TrimSpace(rate)
+		if err := contracts.ValidateType(typ); err != nil {
+			return nil, fmt.Errorf("entry %q: job type %q: must match %s", e, typ, contracts.TypePattern)
+		}
+		num, ok := strings.CutSuffix(rate, "/s")
+		if !ok {
+			return nil, fmt.Errorf("entry %q: rate %q: want <n>/s, jobs per second", e, rate)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n < 1 || n > MaxTypeRate {
+			return nil, fmt.Errorf("entry %q: rate %q: n must be a whole number from 1 to %d", e, rate, MaxTypeRate)
+		}
+		if _, dup := out[typ]; dup {
+			return nil, fmt.Errorf("entry %q: type %q is limited twice", e, typ)
+		}
+		out[typ] = n
+	}
+	return out, nil
+}
+
+// TypeLimitsPerWindow returns TYPE_RATE_LIMITS in jobs per rate-limit
+// window (RATE_LIMIT_WINDOW_MS), by type; nil when none is set. A rate that
+// is not a whole number of jobs per window is an error naming its entry.
+func (c *Config) TypeLimitsPerWindow() (map[string]int, error) {
+	rates, err := ParseTypeRateLimits(c.TypeRateLimits)
+	if err != nil || rates == nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(rates))
+	for typ, n := range rates {
+		per := int64(n) * int64(c.RateLimitWindowMs)
+		if per%1000 != 0 {
+			return nil, fmt.Errorf("entry \"%s=%d/s\": %g jobs per RATE_LIMIT_WINDOW_MS (%d ms): must be a whole number of jobs per window",
+				typ, n, float64(per)/1000, c.RateLimitWindowMs)
+		}
+		out[typ] = int(per / 1000)
+	}
+	return out, nil
 }
 
 // clearUnprefixed undoes envconfig's fallback to the variable without the

@@ -13,7 +13,8 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.Alpha != 0 || c.GlobalRps != 10000 || c.BaseBackoffMs != 1000 || c.MaxBackoffMs != 120000 ||
 		c.WorkerCount != 10 || c.JobTimeoutMs != 30000 || c.MaxRetryCount != 3 || c.ShutdownGracePeriodMs != 30000 ||
-		c.AdmissionMode != "paced" || c.JobTTL != 24*time.Hour || c.GroupTTL != 7*24*time.Hour {
+		c.AdmissionMode != "paced" || c.JobTTL != 24*time.Hour || c.GroupTTL != 7*24*time.Hour ||
+		c.TenantMaxQueuedJobs != 0 || c.TenantMaxActiveGroups != 0 {
 		t.Fatalf("defaults %+v", c)
 	}
 	if c.ReadyCapacity() != 40 {
@@ -23,13 +24,15 @@ func TestDefaults(t *testing.T) {
 
 func TestBadValuesNameTheVariable(t *testing.T) {
 	cases := map[string]string{
-		"BULKACTION_GLOBAL_RPS":      "abc",
-		"BULKACTION_WORKER_COUNT":    "0",
-		"BULKACTION_ADMISSION_MODE":  "fifo",
-		"BULKACTION_MAX_BACKOFF_MS":  "10",
-		"BULKACTION_JOB_TTL":         "soon",
-		"BULKACTION_LOG_FORMAT":      "xml",
-		"BULKACTION_PACING_BURST_MS": "5000",
+		"BULKACTION_GLOBAL_RPS":               "abc",
+		"BULKACTION_WORKER_COUNT":             "0",
+		"BULKACTION_ADMISSION_MODE":           "fifo",
+		"BULKACTION_MAX_BACKOFF_MS":           "10",
+		"BULKACTION_JOB_TTL":                  "soon",
+		"BULKACTION_LOG_FORMAT":               "xml",
+		"BULKACTION_PACING_BURST_MS":          "5000",
+		"BULKACTION_TENANT_MAX_QUEUED_JOBS":   "-1",
+		"BULKACTION_TENANT_MAX_ACTIVE_GROUPS": "-5",
 	}
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {

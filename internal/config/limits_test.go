@@ -30,6 +30,9 @@ func TestLimits(t *testing.T) {
 		{map[string]string{"DUPLICATE_WINDOW": "10s"}, "at least LEASE_MS (30s)"},
 		{map[string]string{"DUPLICATE_WINDOW": "30s"}, ""},
 		{map[string]string{"DUPLICATE_WINDOW": "1m", "LEASE_MS": "60001"}, "at least LEASE_MS (1m0.001s)"},
+		{map[string]string{"TENANT_MAX_QUEUED_JOBS": "-1"}, "at least 0"},
+		{map[string]string{"TENANT_MAX_QUEUED_JOBS": "0", "TENANT_MAX_ACTIVE_GROUPS": "0"}, ""},
+		{map[string]string{"TENANT_MAX_ACTIVE_GROUPS": "-1"}, "at least 0"},
 	} {
 		var names []string
 		for k, v := range c.env {

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -46,8 +48,11 @@ func (c *Conns) Close() {
 	}
 }
 
-// QueueConfig maps the settings to the queue's configuration.
+// QueueConfig maps the settings to the queue's configuration. The settings
+// are valid (config.Load checks them): an invalid TYPE_RATE_LIMITS would be
+// dropped here.
 func QueueConfig(cfg *config.Config) redisq.Config {
+	typeLimits, _ := cfg.TypeLimitsPerWindow()
 	return redisq.Config{
 		Prefix:            cfg.RedisPrefix,
 		Alpha:             cfg.Alpha,
@@ -55,6 +60,7 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 		GlobalLimit:       cfg.GlobalRps,
 		Window:            config.Ms(cfg.RateLimitWindowMs),
 		Burst:             config.Ms(cfg.PacingBurstMs),
+		TypeLimits:        typeLimits,
 		ActiveStaleAfter:  config.Ms(cfg.ActiveGroupStaleMs),
 		Lease:             config.Ms(cfg.LeaseMs),
 		BaseBackoff:       config.Ms(cfg.BaseBackoffMs),
@@ -62,6 +68,9 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 		DisableCongestion: !cfg.CongestionEnabled,
 		JobTTL:            cfg.JobTTL,
 		GroupTTL:          cfg.GroupTTL,
+
+		TenantMaxQueuedJobs:   int64(cfg.TenantMaxQueuedJobs),
+		TenantMaxActiveGroups: int64(cfg.TenantMaxActiveGroups),
 	}
 }
 
@@ -164,7 +173,53 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	}
 	s.ReadySize = int64(ready)
 	s.GlobalRateLimit = float64(cfg.GlobalRps) / (float64(cfg.RateLimitWindowMs) / 1000)
+	if s.GroupsWaiting, err = GroupsWaiting(ctx, c, cfg.ReadyCapacity()); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// MaxWaitingGroups is the most groups [GroupsWaiting] examines per call
+// (per scrape): the first of [redisq.Queue.CandidateGroups] in (tenant,
+// groupId) order.
+const MaxWaitingGroups = 1000
+
+// GroupsWaiting counts, per hold reason ([redisq.HoldReasons]), the groups
+// held back by it (bulk_action_groups_waiting{reason}), among the groups
+// that may be running or queued ([redisq.Queue.CandidateGroups]: the queued
+// ones and those the stuck watch list follows), at most MaxWaitingGroups
+// of them (a group paused before its first admission is neither queued
+// nor watched, so it is not counted). READY's room (readyCapacity per job
+// type) is measured once; every reason is present in the map, 0 when no
+// group has it.
+func GroupsWaiting(ctx context.Context, c *Conns, readyCapacity int) (map[string]int64, error) {
+	out := make(map[string]int64, len(redisq.HoldReasons))
+	for _, r := range redisq.HoldReasons {
+		out[string(r)] = 0
+	}
+	groups, err := c.Queue.CandidateGroups(ctx)
+	if err != nil || len(groups) == 0 {
+		return out, err
+	}
+	groups = groups[:min(len(groups), MaxWaitingGroups)]
+	rooms, err := handoff.NewRoom(deps.Deps{NC: c.NC, JS: c.JS, Queue: c.Queue, Names: c.Names}, readyCapacity).Measure(ctx)
+	if err != nil {
+		return out, err
+	}
+	room := rooms.ByType
+	if room == nil {
+		room = map[string]int{}
+	}
+	holds, err := c.Queue.Holds(ctx, groups, redisq.HoldOptions{Room: room, RoomOther: rooms.Capacity})
+	if err != nil {
+		return out, err
+	}
+	for _, hs := range holds {
+		for _, h := range hs {
+			out[string(h.Reason)]++
+		}
+	}
+	return out, nil
 }
 
 // CheckRedis returns warnings about Redis settings that put accepted work at

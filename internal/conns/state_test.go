@@ -2,8 +2,10 @@ package conns_test
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/conns"
@@ -50,5 +52,77 @@ func TestQueueStateCountsActiveTenants(t *testing.T) {
 	}
 	if s.InflightSize != 4 || s.GroupsPerLevel["normal"] != 3 || s.GlobalRateLimit != float64(cfg.GlobalRps) {
 		t.Errorf("state = %+v", s)
+	}
+}
+
+// bulk_action_groups_waiting counts the groups held back by each reason,
+// every reason reported (0 when no group has it).
+func TestQueueStateGroupsWaiting(t *testing.T) {
+	r := testenv.Redis(t)
+	url, _, js := testenv.NATS(t)
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL, cfg.StreamStorage, cfg.ReadyQueueMaxSize = r.URL, r.Prefix, url, "memory", 2
+	ctx := context.Background()
+	c, err := conns.Connect(ctx, cfg, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := c.Queue
+	if err := q.AnnounceTypes(ctx, []string{"noop"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	add := func(gid, typ string, n int, maxInFlight int64) contracts.GroupRef {
+		t.Helper()
+		g := contracts.Group("acme", gid)
+		var jobs []redisq.Job
+		for i := range n {
+			jobs = append(jobs, redisq.Job{Group: g, ID: strconv.Itoa(i), Type: typ, MaxInFlight: maxInFlight})
+		}
+		if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	admit := func(n int) []redisq.LeasedJob {
+		t.Helper()
+		r, err := q.Admit(ctx, n)
+		if err != nil || len(r.Jobs) != n {
+			t.Fatalf("admit %d: %v, %+v", n, err, r)
+		}
+		return r.Jobs
+	}
+	add("lim", "noop", 3, 1)
+	admit(1) // lim at its limit of 1
+	b := add("b", "noop", 1, 0)
+	j := admit(1)[0] // b's only job, then backing off
+	if rr, err := q.Retry(ctx, b, j.ID, 1, time.Minute, "429"); err != nil || rr.Outcome != "parked" {
+		t.Fatalf("retry: %v %+v", err, rr)
+	}
+	// A paused group counts once it has started: the groups examined are
+	// the queued ones and those the stuck watch list follows.
+	p := add("p", "noop", 2, 0)
+	admit(1)
+	if _, err := q.Pause(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	add("sms", "sms", 1, 0) // no live worker
+	add("full", "noop", 1, 0)
+	for range 2 { // READY's room for noop: 2 of 2 used
+		if _, err := js.Publish(ctx, c.Names.Ready("noop"), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := conns.QueueState(ctx, c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"paused": 1, "in_flight_limit": 1, "backing_off": 1, "no_worker": 1, "ready_full": 1,
+		"rate_share_used": 0, "global_rate": 0, "type_rate": 0}
+	if !maps.Equal(s.GroupsWaiting, want) {
+		t.Errorf("GroupsWaiting = %v, want %v", s.GroupsWaiting, want)
 	}
 }

@@ -210,9 +210,14 @@ func submit(ctx context.Context, o Options, jobType string, t *tracked, start ti
 	for i := 0; i < t.Jobs; i += submitChunk {
 		jobs = jobs[:0]
 		for n := i; n < min(i+submitChunk, t.Jobs); n++ {
-			jobs = append(jobs, client.Job{ID: "job-" + strconv.Itoa(n+1), Type: jobType, Payload: t.Payload})
+			typ := jobType
+			if t.Type != "" {
+				typ = t.Type
+			}
+			jobs = append(jobs, client.Job{ID: "job-" + strconv.Itoa(n+1), Type: typ, Payload: t.Payload})
 		}
-		if err := o.Client.ForTenant(t.Tenant).SubmitGroup(ctx, t.id, contracts.GroupSettings{Priority: t.Priority}, jobs...); err != nil {
+		set := contracts.GroupSettings{Priority: t.Priority, MaxInFlight: t.MaxInFlight}
+		if err := o.Client.ForTenant(t.Tenant).SubmitGroup(ctx, t.id, set, jobs...); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -279,6 +284,7 @@ type row struct {
 	rate      float64
 	eta       float64
 	level     redisq.CongestionLevel
+	held      string // why the group waits (its first hold), "" when nothing holds it
 	ended     bool
 	completed bool
 }
@@ -297,6 +303,9 @@ func rowOf(t *tracked, submitted bool) row {
 	r.settled = s.Done + s.Cancelled
 	r.state = string(s.State)
 	r.rate, r.eta, r.level = s.Rate, s.ETASeconds, s.Congestion
+	if len(s.Holds) > 0 {
+		r.held = string(s.Holds[0].Reason)
+	}
 	r.ended, r.completed = s.Ended(), s.State == contracts.StateCompleted
 	return r
 }

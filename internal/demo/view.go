@@ -51,7 +51,11 @@ func (r row) detail() string {
 	case r.state == "not submitted yet" || r.state == "SUBMITTING":
 		return r.state
 	}
-	return fmt.Sprintf("%8s  %-12s congestion %s", fmtRate(r.rate), fmtETA(r.eta), r.level)
+	s := fmt.Sprintf("%8s  %-12s congestion %s", fmtRate(r.rate), fmtETA(r.eta), r.level)
+	if r.held != "" {
+		s += "  waiting: " + r.held
+	}
+	return s
 }
 
 // plainView prints a block of lines every interval, and a line when a

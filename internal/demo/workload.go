@@ -29,6 +29,11 @@ type Group struct {
 	Jobs int
 	// Priority is the group's level; "" means normal.
 	Priority contracts.Priority
+	// MaxInFlight bounds the group's admitted, unfinished jobs; 0 = none.
+	MaxInFlight int64
+	// Type is the job type of the group's jobs; "" means the workload's
+	// JobType.
+	Type string
 	// After is how long after the start the group is submitted; 0 = at once.
 	After time.Duration
 	// Payload is the "sleep" payload of every job of the group.
@@ -48,8 +53,14 @@ type Workload struct {
 	// WorkerCount is the worker concurrency the demo runs with unless
 	// BULKACTION_WORKER_COUNT is set.
 	WorkerCount int
-	// JobType is the type of every job ("sleep").
+	// JobType is the type of the jobs of groups that name none ("sleep").
 	JobType string
+	// SMSType is a second job type, run like JobType but behind the
+	// per-type rate limit TypeRateLimits sets.
+	SMSType string
+	// TypeRateLimits is the per-type rate limit the demo runs with unless
+	// BULKACTION_TYPE_RATE_LIMITS is set.
+	TypeRateLimits string
 }
 
 // TotalJobs is the number of jobs of every group.
@@ -77,19 +88,22 @@ func sleepPayload(failRate, rateLimitRate float64, retryAfterMs int) json.RawMes
 // rate-limits hard, a tenant that splits 800 jobs into four bulk actions
 // (it still gets one tenant's share), two tenants of a few hundred, and an
 // urgent high-priority recall of 150 jobs submitted a few seconds in (a
-// tenth of each at ScaleSmall).
+// tenth of each at ScaleSmall). initech's billing runs at most 3 jobs at
+// once (maxInFlight), and umbrella's survey is an "sms" job type limited
+// to 20 jobs/s (5/s at ScaleSmall).
 func ForScale(scale string) (Workload, error) {
-	div, vipAfter, rps := 1, 5*time.Second, 400
+	div, vipAfter, rps, sms := 1, 5*time.Second, 400, 20
 	switch scale {
 	case ScaleFull, "":
 		scale = ScaleFull
 	case ScaleSmall:
-		div, vipAfter, rps = 10, 2*time.Second, 300
+		div, vipAfter, rps, sms = 10, 2*time.Second, 300, 5
 	default:
 		return Workload{}, fmt.Errorf("demo: scale %q: must be %s or %s", scale, ScaleFull, ScaleSmall)
 	}
 	return Workload{
 		Scale: scale, GlobalRps: rps, WorkerCount: 16, JobType: builtin.TypeSleep,
+		SMSType: "sms", TypeRateLimits: fmt.Sprintf("sms=%d/s", sms),
 		Groups: []Group{
 			{Tenant: "acme", ID: "newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.08, 2000)},
 			// Its partner API answers 429 with "Retry-After: 4" to half the
@@ -100,8 +114,8 @@ func ForScale(scale string) (Workload, error) {
 			{Tenant: "globex", ID: "sync-us", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
 			{Tenant: "globex", ID: "sync-apac", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
 			{Tenant: "globex", ID: "sync-latam", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
-			{Tenant: "initech", ID: "billing", Jobs: 400 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
-			{Tenant: "umbrella", ID: "survey", Jobs: 250 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
+			{Tenant: "initech", ID: "billing", Jobs: 400 / div, MaxInFlight: 3, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
+			{Tenant: "umbrella", ID: "survey", Jobs: 250 / div, Type: "sms", Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
 			{Tenant: "umbrella", ID: "vip-recall", Jobs: 150 / div, Priority: contracts.PriorityHigh, After: vipAfter, Payload: sleepPayload(0.01, 0.02, 500)},
 		},
 	}, nil

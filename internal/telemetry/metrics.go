@@ -51,6 +51,9 @@ const (
 	HeldNoWorker = "no_worker"
 	// HeldReadyFull: the job type's READY room is used up.
 	HeldReadyFull = "ready_full"
+	// HeldTypeRate: the job type's rate limit (TYPE_RATE_LIMITS) is used up
+	// in the current window, or its pacer is ahead.
+	HeldTypeRate = "type_rate"
 )
 
 const (
@@ -109,7 +112,8 @@ type Metrics struct {
 	BackpressureRejected prometheus.Counter
 	// AdmissionHeld is bulk_action_admission_held_total{reason}: groups passed by in an admission
 	// round because the job type of their next job had no READY room, reason [HeldNoWorker] (no
-	// live worker serves the type) or [HeldReadyFull] (the type's room is used up).
+	// live worker serves the type) or [HeldReadyFull] (the type's room is used up), or no rate
+	// left, reason [HeldTypeRate] (the type's rate limit is used up).
 	AdmissionHeld *prometheus.CounterVec
 	// CongestionBackoff is bulk_action_congestion_backoff_ms: the backoff given to a parked job
 	// (buckets 100 ms to 300 s).
@@ -197,7 +201,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		AdmissionHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: fqName("admission_held_total"),
-			Help: "Groups passed by in an admission round because their next job's type had no READY room, by reason (no_worker, ready_full).",
+			Help: "Groups passed by in an admission round because their next job's type had no READY room or no rate left, by reason (no_worker, ready_full, type_rate).",
 		}, []string{"reason"}),
 		CongestionBackoff: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("congestion_backoff_ms"),
@@ -245,7 +249,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {
 		m.RateLimitDenied.WithLabelValues(r)
 	}
-	for _, r := range []string{HeldNoWorker, HeldReadyFull} {
+	for _, r := range []string{HeldNoWorker, HeldReadyFull, HeldTypeRate} {
 		m.AdmissionHeld.WithLabelValues(r)
 	}
 	for _, d := range []string{DestinationReady, DestinationNonReady} {

@@ -160,6 +160,7 @@ func TestNewMetricsFixedLabelsStartAtZero(t *testing.T) {
 		"bulk_action_backpressure_admitted_total": 2,
 		"bulk_action_recorded_results_total":      3,
 		"bulk_action_group_completions_total":     2,
+		"bulk_action_admission_held_total":        3,
 	}
 	for name, n := range want {
 		if got := countSeries(t, reg, name); got != n {

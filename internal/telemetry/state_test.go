@@ -3,11 +3,14 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 func TestStateCollectorReportsState(t *testing.T) {
@@ -19,6 +22,7 @@ func TestStateCollectorReportsState(t *testing.T) {
 		ActiveTenants:    8,
 		CongestionLevels: map[string]int64{"NONE": 6, "HIGH": 2},
 		GlobalRateLimit:  10000,
+		GroupsWaiting:    map[string]int64{"paused": 1, "backing_off": 3},
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) { return st, nil }, time.Second))
@@ -34,6 +38,16 @@ bulk_action_congestion_level{level="HIGH"} 2
 bulk_action_congestion_level{level="LOW"} 0
 bulk_action_congestion_level{level="MODERATE"} 0
 bulk_action_congestion_level{level="NONE"} 6
+# HELP bulk_action_groups_waiting Groups held back, by reason (paused, in_flight_limit, rate_share_used, global_rate, no_worker, type_rate, ready_full, backing_off), among at most 1000 running or queued groups.
+# TYPE bulk_action_groups_waiting gauge
+bulk_action_groups_waiting{reason="backing_off"} 3
+bulk_action_groups_waiting{reason="global_rate"} 0
+bulk_action_groups_waiting{reason="in_flight_limit"} 0
+bulk_action_groups_waiting{reason="no_worker"} 0
+bulk_action_groups_waiting{reason="paused"} 1
+bulk_action_groups_waiting{reason="rate_share_used"} 0
+bulk_action_groups_waiting{reason="ready_full"} 0
+bulk_action_groups_waiting{reason="type_rate"} 0
 # HELP bulk_action_inflight_size Admitted jobs not yet confirmed on the READY stream.
 # TYPE bulk_action_inflight_size gauge
 bulk_action_inflight_size 3
@@ -139,5 +153,17 @@ func TestStateCollectorBesideMetrics(t *testing.T) {
 		if got[name] == nil {
 			t.Errorf("%s missing", name)
 		}
+	}
+}
+
+// bulk_action_groups_waiting reports one series per hold reason the queue
+// knows, and no other, so the label's values are a bounded set.
+func TestWaitReasonsAreTheQueues(t *testing.T) {
+	var want []string
+	for _, r := range redisq.HoldReasons {
+		want = append(want, string(r))
+	}
+	if !slices.Equal(waitReasons, want) {
+		t.Errorf("bulk_action_groups_waiting reasons %v, want redisq.HoldReasons %v", waitReasons, want)
 	}
 }

@@ -138,13 +138,20 @@ func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true
 // from the non-ready queue (counters can drift after failures): the
 // counters of the groups with jobs in it and of the groups on the stuck
 // watch list ([Keys.StuckWatch]: every group that started and has not
-// ended), and of their tenants. It returns how many counters were wrong.
+// ended), and of their tenants. It also re-derives the tenant quotas'
+// counts (docs/ARCHITECTURE.md §5) from the groups' metas: each tenant's
+// active groups and queued jobs. It returns how many counters (and active
+// group entries) were wrong.
 func (q *Queue) CorrectCounters(ctx context.Context) (int, error) {
 	v, err := q.run(ctx, "correct", correctScript, []string{q.keys.NonReadyQueue(), q.keys.StuckWatch()}, q.keys.Prefix())
 	if err != nil {
 		return 0, err
 	}
-	return int(toInt(v)), nil
+	n, err := q.correctQuotas(ctx)
+	if err != nil {
+		return int(toInt(v)), err
+	}
+	return int(toInt(v)) + n, nil
 }
 
 // CongestionState is a group's congestion state.

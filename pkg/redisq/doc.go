@@ -67,4 +67,15 @@
 // tenants may use the same groupId without touching each other. A job id
 // is accepted once for the whole life of its group: a re-sent job is a
 // duplicate even after its job hash expired.
+//
+// # Tenant quotas
+//
+// A tenant may have at most a number of queued jobs (accepted and not
+// terminal, in its groups that have not ended) and of active groups (that
+// exist and have not ended): [Config.TenantMaxQueuedJobs] and
+// [Config.TenantMaxActiveGroups] by default, a tenant's own limits set with
+// [Queue.SetTenantQuota]. The scripts keep both counts exactly; enqueue
+// accepts or refuses each unit's new jobs ([Job.Message]: a jobs message)
+// as a whole ([RejectedQueuedJobsQuota], [RejectedActiveGroupsQuota],
+// [EnqueueResult.Refusals]); [Queue.CorrectCounters] re-derives the counts.
 package redisq

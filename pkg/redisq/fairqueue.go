@@ -27,6 +27,11 @@ type Job struct {
 	// Trace is the W3C traceparent of the job's submission ("" = none); it
 	// is kept with the job so later hops continue the same trace.
 	Trace string
+	// Message makes units of jobs for the tenant quotas (docs/ARCHITECTURE.md
+	// §5): consecutive jobs of a call with the same Group and Message are
+	// accepted or refused by a quota together, as a jobs message is. With
+	// the zero value, each run of consecutive jobs of one group is a unit.
+	Message int
 }
 
 // settings are the group settings j asks for.
@@ -48,7 +53,18 @@ const (
 	RejectedSealed EnqueueOutcome = 'S'
 	// RejectedEnded: the group was cancelled or completed.
 	RejectedEnded EnqueueOutcome = 'C'
+	// RejectedActiveGroupsQuota: the job's unit would have created its group,
+	// and the tenant already has its most active groups ([QuotaActiveGroups]).
+	RejectedActiveGroupsQuota EnqueueOutcome = 'G'
+	// RejectedQueuedJobsQuota: the new jobs of the job's unit would have
+	// taken the tenant beyond its most queued jobs ([QuotaQueuedJobs]).
+	RejectedQueuedJobsQuota EnqueueOutcome = 'Q'
 )
+
+// QuotaRefused reports whether a tenant quota refused the job.
+func (o EnqueueOutcome) QuotaRefused() bool {
+	return o == RejectedActiveGroupsQuota || o == RejectedQueuedJobsQuota
+}
 
 func (o EnqueueOutcome) String() string {
 	switch o {
@@ -60,6 +76,10 @@ func (o EnqueueOutcome) String() string {
 		return "rejected: group sealed with fewer jobs"
 	case RejectedEnded:
 		return "rejected: group ended"
+	case RejectedActiveGroupsQuota:
+		return "rejected: over the tenant's active groups quota"
+	case RejectedQueuedJobsQuota:
+		return "rejected: over the tenant's queued jobs quota"
 	}
 	return fmt.Sprintf("EnqueueOutcome(%d)", byte(o))
 }
@@ -73,6 +93,11 @@ type EnqueueResult struct {
 	// Groups has one entry per group of the call, in order of first
 	// appearance.
 	Groups []EnqueuedGroup
+	// Refusals has, when a tenant quota refused jobs, one entry per job, in
+	// order: why its unit was refused for the jobs the quotas refused
+	// (the jobs of a unit share one), nil for the others. It is nil when no
+	// quota refused anything.
+	Refusals []*QuotaRefusal
 }
 
 // EnqueuedGroup is the state of one group of an Enqueue call after it.
@@ -100,8 +125,19 @@ func (q *Queue) Enqueue(ctx context.Context, job Job) (EnqueueOutcome, error) {
 	return out[0], nil
 }
 
-// EnqueueBatch adds jobs of any groups: one script call per group, all in
-// one pipelined round trip. It returns one outcome per job, in order.
+// EnqueueBatch adds jobs of any groups: one script call per group (a
+// tenant's calls in the order of its jobs: a group's jobs that follow
+// another group's of the same tenant make a call of their own), all in one
+// pipelined round trip. It returns one outcome per job, in order.
+//
+// Tenant quotas (docs/ARCHITECTURE.md §5; [Config.TenantMaxQueuedJobs],
+// [Config.TenantMaxActiveGroups], [Queue.SetTenantQuota]) judge the new jobs
+// of each unit ([Job.Message]) together: a unit that would take its tenant
+// beyond its most queued jobs, or that would create a group while the tenant
+// has its most active groups, is refused as a whole
+// ([RejectedQueuedJobsQuota], [RejectedActiveGroupsQuota]); its duplicates
+// stay Duplicate, and nothing else is affected. Duplicates, jobs of an ended
+// group and jobs beyond a sealed total never count.
 func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome, error) {
 	r, err := q.EnqueueJobs(ctx, jobs)
 	if err != nil {
@@ -119,77 +155,138 @@ func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, er
 	if len(jobs) == 0 {
 		return &EnqueueResult{}, nil
 	}
-	type batch struct {
-		idx  []int
-		keys []string
-		args []any
-		want contracts.GroupSettings
+	// One script call per group, except that a tenant's calls follow the
+	// order of its jobs (the tenant quotas judge its units in the order they
+	// come): a job of a group after a job of another group of the same tenant
+	// starts a new call. Tenants do not affect each other's calls.
+	type call struct {
+		g     contracts.GroupRef
+		idx   []int
+		keys  []string
+		jobs  []any
+		units []int // sizes of the run's units (consecutive jobs with one Message)
+		want  contracts.GroupSettings
 	}
-	var order []contracts.GroupRef
-	byGroup := map[contracts.GroupRef]*batch{}
+	var calls []*call
+	last := map[string]*call{} // per tenant, the call its last job went to
+	valid := map[contracts.GroupRef]bool{}
 	for i := range jobs {
 		j := &jobs[i]
-		b := byGroup[j.Group]
-		if b == nil {
-			if err := j.Group.Validate(); err != nil {
-				return nil, fmt.Errorf("redisq: enqueue: group %s: %w", j.Group, err)
+		cur := last[j.Group.Tenant]
+		if cur == nil || cur.g != j.Group {
+			if !valid[j.Group] {
+				if err := j.Group.Validate(); err != nil {
+					return nil, fmt.Errorf("redisq: enqueue: group %s: %w", j.Group, err)
+				}
+				valid[j.Group] = true
 			}
 			if j.MaxInFlight < 0 {
 				return nil, fmt.Errorf("redisq: enqueue: group %s: maxInFlight %d: must be >= 0", j.Group, j.MaxInFlight)
 			}
-			want := j.settings()
-			b = &batch{
+			cur = &call{
+				g:    j.Group,
 				keys: []string{q.keys.GroupMeta(j.Group), q.keys.GroupJobs(j.Group), q.keys.GroupIDs(j.Group)},
-				args: []any{q.keys.Prefix(), j.Group.Tenant, j.Group.ID, string(want.Priority), want.BasePriority,
-					want.MaxInFlight, q.cfg.Alpha, q.now()},
-				want: want,
+				want: j.settings(),
 			}
-			byGroup[j.Group] = b
-			order = append(order, j.Group)
+			calls = append(calls, cur)
+			last[j.Group.Tenant] = cur
 		}
 		if j.ID == "" || strings.IndexByte(j.ID, ':') >= 0 {
 			return nil, fmt.Errorf("redisq: enqueue: group %s: job id %q: must be a non-empty token without ':'", j.Group, j.ID)
 		}
-		b.idx = append(b.idx, i)
-		b.keys = append(b.keys, q.keys.Job(j.Group, j.ID))
-		b.args = append(b.args, j.ID, j.Type, j.Payload, j.Trace)
+		if len(cur.idx) == 0 || jobs[cur.idx[len(cur.idx)-1]].Message != j.Message {
+			cur.units = append(cur.units, 0)
+		}
+		cur.units[len(cur.units)-1]++
+		cur.idx = append(cur.idx, i)
+		cur.keys = append(cur.keys, q.keys.Job(j.Group, j.ID))
+		cur.jobs = append(cur.jobs, j.ID, j.Type, j.Payload, j.Trace)
 	}
-	replies, err := q.pipelineScripts(ctx, "enqueue", enqueueScript, len(order), func(i int) ([]string, []any) {
-		b := byGroup[order[i]]
-		return b.keys, b.args
+	replies, err := q.pipelineScripts(ctx, "enqueue", enqueueScript, len(calls), func(i int) ([]string, []any) {
+		c := calls[i]
+		units := make([]string, len(c.units))
+		for k, n := range c.units {
+			units[k] = strconv.Itoa(n)
+		}
+		args := make([]any, 0, 11+len(c.jobs))
+		args = append(args, q.keys.Prefix(), c.g.Tenant, c.g.ID, string(c.want.Priority), c.want.BasePriority,
+			c.want.MaxInFlight, q.cfg.Alpha, q.now(), q.cfg.TenantMaxQueuedJobs, q.cfg.TenantMaxActiveGroups,
+			strings.Join(units, ","))
+		return c.keys, append(args, c.jobs...)
 	})
 	if err != nil {
 		return nil, err
 	}
-	res := &EnqueueResult{Outcomes: make([]EnqueueOutcome, len(jobs)), Groups: make([]EnqueuedGroup, 0, len(order))}
+	res := &EnqueueResult{Outcomes: make([]EnqueueOutcome, len(jobs))}
 	out := res.Outcomes
-	for gi, g := range order {
-		rep := toList(replies[gi])
-		if len(rep) != 5+groupReplyWidth {
+	groupAt := map[contracts.GroupRef]int{} // index in res.Groups
+	for ci, c := range calls {
+		rep := toList(replies[ci])
+		if len(rep) != 6+groupReplyWidth {
 			return nil, fmt.Errorf("redisq: enqueue script: %d reply values", len(rep))
 		}
 		codes := toStr(rep[0])
-		b := byGroup[g]
-		if len(codes) != len(b.idx) {
-			return nil, fmt.Errorf("redisq: enqueue script: %d outcomes for %d jobs", len(codes), len(b.idx))
+		if len(codes) != len(c.idx) {
+			return nil, fmt.Errorf("redisq: enqueue script: %d outcomes for %d jobs", len(codes), len(c.idx))
 		}
-		for k, i := range b.idx {
+		for k, i := range c.idx {
 			out[i] = EnqueueOutcome(codes[k])
 		}
+		if err := res.addRefusals(c.g, c.idx, c.units, toList(rep[5])); err != nil {
+			return nil, err
+		}
 		eg := EnqueuedGroup{
-			Group:   g,
+			Group:   c.g,
 			Created: toInt(rep[1]) == 1,
 			Settings: contracts.GroupSettings{
 				Priority: contracts.Priority(toStr(rep[2])).OrDefault(), BasePriority: toInt(rep[3]), MaxInFlight: toInt(rep[4]),
 			},
-			Counts: parseCounts(rep[5:]),
+			Counts: parseCounts(rep[6:]),
 		}
 		if eg.Created {
-			res.Created = append(res.Created, g)
+			res.Created = append(res.Created, c.g)
 		}
+		if k, ok := groupAt[c.g]; ok {
+			// a later run of the same group: its state after the call
+			eg.Created = eg.Created || res.Groups[k].Created
+			res.Groups[k] = eg
+			continue
+		}
+		groupAt[c.g] = len(res.Groups)
 		res.Groups = append(res.Groups, eg)
 	}
 	return res, nil
+}
+
+// addRefusals reads the refusals of one enqueue call (5 values per refused
+// unit: its 1-based index, code, limit, count, new jobs) into Refusals.
+func (r *EnqueueResult) addRefusals(g contracts.GroupRef, idx, units []int, l []any) error {
+	if len(l)%5 != 0 {
+		return fmt.Errorf("redisq: enqueue script: %d refusal values", len(l))
+	}
+	for k := 0; k < len(l); k += 5 {
+		u := int(toInt(l[k])) - 1
+		if u < 0 || u >= len(units) {
+			return fmt.Errorf("redisq: enqueue script: refusal of unit %d of %d", u+1, len(units))
+		}
+		ref := &QuotaRefusal{Tenant: g.Tenant, Quota: QuotaQueuedJobs, Limit: toInt(l[k+2]), Count: toInt(l[k+3]), Jobs: toInt(l[k+4])}
+		if toStr(l[k+1]) == string(RejectedActiveGroupsQuota) {
+			ref.Quota = QuotaActiveGroups
+		}
+		if r.Refusals == nil {
+			r.Refusals = make([]*QuotaRefusal, len(r.Outcomes))
+		}
+		start := 0
+		for _, n := range units[:u] {
+			start += n
+		}
+		for _, i := range idx[start : start+units[u]] {
+			if r.Outcomes[i].QuotaRefused() {
+				r.Refusals[i] = ref
+			}
+		}
+	}
+	return nil
 }
 
 // pipelineScripts runs n calls of one script in a single round trip.
@@ -263,7 +360,8 @@ type AdmitResult struct {
 	Parked int
 	// Wake says when to call again: -1 no job waits; [WakeHeld] (-2) jobs
 	// wait but their types have no READY room; 0 at once; > 0 the number of
-	// ms until the rate gate opens.
+	// ms until the rate gate opens (the global one, or, when only jobs held
+	// by their types' rate limits wait, the first of those types').
 	WakeMs int64
 	// Started lists groups that moved CREATED -> RUNNING (they are put on
 	// the stuck watch list, [Keys.StuckWatch]).
@@ -280,6 +378,11 @@ type AdmitResult struct {
 	// Held counts, per job type without READY room ([WithTypeRooms]), the
 	// groups whose next job it held back in this call.
 	Held map[string]int
+	// RateHeld counts, per job type whose rate limit ([Config.TypeLimits])
+	// was used up, the groups whose next job it held back in this call.
+	// When only such jobs wait, WakeMs is the time until the first of
+	// their types has rate again.
+	RateHeld map[string]int
 }
 
 // WakeHeld is the [AdmitResult.WakeMs] of a call that found jobs waiting
@@ -356,6 +459,10 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 	if n <= 0 {
 		return &AdmitResult{}, nil
 	}
+	typeLimits := q.typeLimits
+	if mode == ModeFair {
+		typeLimits = "" // no rate gate
+	}
 	congestion := "1"
 	if q.cfg.DisableCongestion {
 		congestion = "0"
@@ -366,7 +473,7 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 	v, err := q.run(ctx, "admit", admitScript, keys,
 		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
-		rooms)
+		rooms, typeLimits)
 	if err != nil {
 		return nil, err
 	}
@@ -381,13 +488,22 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 		DeniedGroup:  int(toInt(rep[6])),
 		NowMs:        toInt(rep[7]),
 	}
-	if held := toList(rep[8]); len(held) > 0 {
-		res.Held = make(map[string]int, len(held)/2)
-		for i := 0; i+1 < len(held); i += 2 {
-			res.Held[toStr(held[i])] = int(toInt(held[i+1]))
-		}
-	}
+	res.Held = toCounts(rep[8])
+	res.RateHeld = toCounts(rep[9])
 	return res, nil
+}
+
+// toCounts reads a flat list name, count, ... (nil when empty).
+func toCounts(v any) map[string]int {
+	l := toList(v)
+	if len(l) < 2 {
+		return nil
+	}
+	out := make(map[string]int, len(l)/2)
+	for i := 0; i+1 < len(l); i += 2 {
+		out[toStr(l[i])] = int(toInt(l[i+1]))
+	}
+	return out
 }
 
 // toGroupRefs reads a list of group keys ("<tenant>:<gid>").

@@ -312,8 +312,13 @@ type GroupInfo struct {
 	InFlight int64
 	// PausedFrom is the state a PAUSED group returns to when resumed ("" when
 	// not paused).
-	PausedFrom   contracts.GroupState
-	Pending      int64 // jobs queued in the fair queue now
+	PausedFrom contracts.GroupState
+	Pending    int64 // jobs queued in the fair queue now
+	// NonReady counts the group's jobs in the non-ready (backoff) queue
+	// now (its congestion counter), read in one transaction with the meta
+	// and Pending: Declared, Jobs, Done, Cancelled, Pending and NonReady
+	// are one consistent reading.
+	NonReady     int64
 	CreatedAtMs  int64
 	StartedAtMs  int64
 	FinishedAtMs int64
@@ -322,16 +327,19 @@ type GroupInfo struct {
 	Meta             map[string]string // the raw meta hash
 }
 
-// Group reads a group's meta and its pending count. ok is false when the
-// group does not exist (or its meta expired).
+// Group reads a group's meta, its pending count and its non-ready count in
+// one transaction (MULTI/EXEC), so they are one consistent reading. ok is
+// false when the group does not exist (or its meta expired).
 func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInfo, ok bool, err error) {
-	pipe := q.rdb.Pipeline()
+	pipe := q.rdb.TxPipeline()
 	m := pipe.HGetAll(ctx, q.keys.GroupMeta(g))
 	l := pipe.LLen(ctx, q.keys.GroupJobs(g))
-	if _, err := pipe.Exec(ctx); err != nil {
+	nr := pipe.Get(ctx, q.keys.CongestionCount(g))
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, false, fmt.Errorf("redisq: group %s: %w", g, err)
 	}
 	pending := l.Val()
+	nonReady, _ := nr.Int64()
 	h := m.Val()
 	if len(h) == 0 {
 		return nil, false, nil
@@ -349,7 +357,7 @@ func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInf
 		},
 		Priority: contracts.Priority(h["priorityLevel"]), BasePriority: n("basePriority"),
 		MaxInFlight: n("maxInFlight"), InFlight: n("inFlight"), PausedFrom: contracts.GroupState(h["pausedFrom"]),
-		Pending: pending, CreatedAtMs: n("createdAt"), StartedAtMs: n("startedAt"), FinishedAtMs: n("finishedAt"),
+		Pending: pending, NonReady: nonReady, CreatedAtMs: n("createdAt"), StartedAtMs: n("startedAt"), FinishedAtMs: n("finishedAt"),
 		LastProgressAtMs: n("lastProgressAt"),
 		Meta:             h,
 	}

@@ -17,7 +17,7 @@ const DefaultPrefix = "bulk-action:"
 //
 // A group is named by (tenant, groupId). Inside Redis its group key is
 // "<tenant>:<groupId>" (tokens never contain ':'): per-group keys are
-// P group:<tenant>:<gid>:meta|jobs|ids, job hashes P job:<tenant>:<gid>:<jid>,
+// P group:<tenant>:<gid>:meta|jobs|ids|progress, job hashes P job:<tenant>:<gid>:<jid>,
 // and the members of the inflight and non-ready ZSETs "<tenant>:<gid>:<jid>".
 type Keys struct{ prefix string }
 
@@ -63,6 +63,29 @@ func (k Keys) TenantClock() string { return k.prefix + "fair-queue:tenant-clock"
 // tenant level of the fair queue and of the rate shares.
 func (k Keys) TenantWeights() string { return k.prefix + "tenant-weights" }
 
+// TenantQuotas is the HASH of the tenants' own quotas (docs/ARCHITECTURE.md
+// §5): field "<tenant>:queued" the most queued jobs, "<tenant>:groups" the
+// most active groups (0 = unlimited); a tenant without a field has the
+// default ([Config.TenantMaxQueuedJobs], [Config.TenantMaxActiveGroups]).
+func (k Keys) TenantQuotas() string { return k.prefix + "tenant-quotas" }
+
+// TenantActiveGroups is the SET of a tenant's groups (groupIds) that exist
+// and have not ended: its active groups for the tenant quotas.
+func (k Keys) TenantActiveGroups(tenant string) string {
+	return k.prefix + "tenant:" + tenant + ":active-groups"
+}
+
+// TenantQueuedJobs counts a tenant's queued jobs for the tenant quotas: the
+// jobs of its active groups ([Keys.TenantActiveGroups]) that are not
+// terminal yet.
+func (k Keys) TenantQueuedJobs(tenant string) string {
+	return k.prefix + "tenant:" + tenant + ":queued-jobs"
+}
+
+// QuotaTenants is the SET of tenants with active groups or queued jobs,
+// which the counter correction ([Queue.CorrectCounters]) goes through.
+func (k Keys) QuotaTenants() string { return k.prefix + "quota-tenants" }
+
 // VClock is the fair queue's virtual clock: a strictly increasing time that
 // orders groups served within the same millisecond.
 func (k Keys) VClock() string { return k.prefix + "fair-queue:vclock" }
@@ -81,6 +104,14 @@ func (k Keys) GroupMeta(g contracts.GroupRef) string {
 // duplicate for as long as the group lives, whether or not its hash expired.
 func (k Keys) GroupIDs(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":ids"
+}
+
+// GroupProgress is the capped LIST of a group's progress samples, newest
+// first: "<ms>:<done+cancelled>", written by the aggregators at most every
+// [ProgressMinGap] and trimmed to [ProgressKeep] entries ([Queue.RecordProgress]).
+// Status measures a group's rate over the last [ProgressWindow] of them.
+func (k Keys) GroupProgress(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":progress"
 }
 
 // Job is the HASH of one job.
@@ -107,6 +138,15 @@ func (k Keys) RateLimitGlobal(window int64) string {
 
 // RatePacer holds the global pacer's theoretical arrival time (paced mode).
 func (k Keys) RatePacer() string { return k.prefix + "rate-limit:pacer" }
+
+// RateLimitType is a job type's fixed-window counter (per-type rate limits).
+// Its "type:" segment keeps it apart from the tenant and global keys.
+func (k Keys) RateLimitType(typ string, window int64) string {
+	return k.prefix + "rate-limit:type:" + typ + ":" + strconv.FormatInt(window, 10)
+}
+
+// RateTypePacer holds a job type's pacer (paced mode, per-type rate limits).
+func (k Keys) RateTypePacer(typ string) string { return k.prefix + "rate-limit:type:" + typ + ":pacer" }
 
 // ActiveTenants is the SET of tenants sharing the global rate.
 func (k Keys) ActiveTenants() string { return k.prefix + "active-tenants" }

@@ -20,6 +20,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.RateLimitGlobal(window): "RateLimitGlobal", k.RatePacer(): "RatePacer", k.ActiveTenants(): "ActiveTenants",
 		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory", k.WorkerTypes(): "WorkerTypes",
 		k.TenantClock(): "TenantClock", k.TenantWeights(): "TenantWeights", k.StuckWatch(): "StuckWatch",
+		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
@@ -27,7 +28,8 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 	ids := []string{"global", "pacer", "vclock", "seen", "history", "group", "groups", "tenant", "tenants",
 		"rate-limit", "fair-queue", "inflight", "non-ready-queue", "non-ready-count", "active-groups",
 		"active-tenants", "tenant-weights", "tenant-clock", "stuck-watch", "worker-types", "congestion",
-		"high", "normal", "low", "1234", "meta", "jobs", "ids", "stats", "job", "p"}
+		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p",
+		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas"}
 	owner := map[string]string{} // user key -> what built it
 	add := func(key, what string) {
 		if sys, ok := system[key]; ok {
@@ -38,9 +40,15 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		}
 		owner[key] = what
 	}
+	for _, typ := range ids { // job types are named by users too
+		add(k.RateLimitType(typ, window), "RateLimitType("+typ+")")
+		add(k.RateTypePacer(typ), "RateTypePacer("+typ+")")
+	}
 	for _, tenant := range ids {
 		add(k.RateLimitTenant(tenant, window), "RateLimitTenant("+tenant+")")
 		add(k.TenantNonReady(tenant), "TenantNonReady("+tenant+")")
+		add(k.TenantActiveGroups(tenant), "TenantActiveGroups("+tenant+")")
+		add(k.TenantQueuedJobs(tenant), "TenantQueuedJobs("+tenant+")")
 		for _, l := range contracts.Priorities {
 			add(k.TenantGroups(tenant, l), "TenantGroups("+tenant+","+string(l)+")")
 		}
@@ -49,6 +57,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 			add(k.GroupJobs(g), "GroupJobs("+g.String()+")")
 			add(k.GroupMeta(g), "GroupMeta("+g.String()+")")
 			add(k.GroupIDs(g), "GroupIDs("+g.String()+")")
+			add(k.GroupProgress(g), "GroupProgress("+g.String()+")")
 			add(k.CongestionCount(g), "CongestionCount("+g.String()+")")
 			add(k.CongestionStats(g), "CongestionStats("+g.String()+")")
 			for _, jid := range ids {

@@ -75,25 +75,31 @@ type ReleaseResult struct {
 	// in-flight limit: they went back into their groups' queues, where
 	// admission takes them when the group is resumed or a slot frees.
 	Requeued int
+	// RateHeld counts, per job type, due jobs whose type's rate limit
+	// ([Config.TypeLimits]) was used up: they went back into their groups'
+	// queues (which are queued), where admission takes them in fair order
+	// once the type has rate again.
+	RateHeld map[string]int
 }
 
 // Release takes up to n due jobs out of the non-ready queue (one call),
 // decrements their groups' non-ready counters and leases them. Any number
 // of callers may run at once: a due job is released once. In paced mode the
-// released jobs also pass the global rate gate. A due job of a paused group,
+// released jobs also pass the global rate gate, and in both gated modes the
+// per-type limits (ReleaseResult.RateHeld). A due job of a paused group,
 // or of a group at its in-flight limit, is put back into its group's queue
 // instead (ReleaseResult.Requeued).
 func (q *Queue) Release(ctx context.Context, n int) (*ReleaseResult, error) {
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
-		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL))
+		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.typeLimits, q.cfg.Alpha)
 	if err != nil {
 		return nil, err
 	}
 	l := toList(v)
 	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
-		Requeued: int(toInt(l[3]))}, nil
+		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4])}, nil
 }
 
 // ClaimOutcome says whether a worker may run a delivered job.

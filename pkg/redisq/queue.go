@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,6 +61,13 @@ type Config struct {
 	// Burst is how far ahead of the even pace the paced mode may admit;
 	// default Window/25, which bounds any sliding window to 1.04x the limit.
 	Burst time.Duration
+	// TypeLimits caps, per job type, the jobs admitted and released per
+	// Window, beside GlobalLimit (docs/ARCHITECTURE.md §5); a type not
+	// listed has no limit of its own. Each limit is at least 1. They apply
+	// in the gated modes: in ModePaced a pacer per type also spreads its
+	// jobs with the global pacer's Burst; in both, a job whose type has no
+	// rate left is held (its group keeps its place), never parked.
+	TypeLimits map[string]int
 	// ActiveStaleAfter removes a tenant from the active set when it has not
 	// asked for capacity for this long; default 30s.
 	ActiveStaleAfter time.Duration
@@ -78,6 +87,15 @@ type Config struct {
 	GroupTTL time.Duration
 	// HistoryLen is how many congestion snapshots are kept; default 360.
 	HistoryLen int
+	// TenantMaxQueuedJobs is the default most queued jobs of a tenant
+	// (docs/ARCHITECTURE.md §5): jobs accepted and not terminal yet, in
+	// groups that have not ended. Zero, the default, means unlimited; a
+	// tenant's own quota ([Queue.SetTenantQuota]) replaces it.
+	TenantMaxQueuedJobs int64
+	// TenantMaxActiveGroups is the default most active groups of a tenant:
+	// groups that exist and have not ended. Zero, the default, means
+	// unlimited; a tenant's own quota replaces it.
+	TenantMaxActiveGroups int64
 	// Observer, when set, receives every script's duration.
 	Observer Observer
 	// Clock, when set, replaces Redis TIME inside scripts (tests only).
@@ -141,10 +159,42 @@ func (c *Config) validate() error {
 	if c.MaxBackoff < c.BaseBackoff {
 		return fmt.Errorf("redisq: max backoff %s: must not be below the base backoff %s", c.MaxBackoff, c.BaseBackoff)
 	}
+	if c.TenantMaxQueuedJobs < 0 || c.TenantMaxActiveGroups < 0 {
+		return fmt.Errorf("redisq: tenant quotas %d queued jobs, %d active groups: must be >= 0 (0 = unlimited)",
+			c.TenantMaxQueuedJobs, c.TenantMaxActiveGroups)
+	}
 	if c.Lease < time.Millisecond {
 		return fmt.Errorf("redisq: lease %s: must be at least 1ms", c.Lease)
 	}
+	for t, n := range c.TypeLimits {
+		if err := contracts.ValidateType(t); err != nil {
+			return fmt.Errorf("redisq: type limit %q: %w", t, err)
+		}
+		if n < 1 {
+			return fmt.Errorf("redisq: type limit %s=%d: must be at least 1", t, n)
+		}
+	}
 	return nil
+}
+
+// typeLimitsArg encodes limits for the scripts: "type=n,..." in type order
+// ("" = none).
+func typeLimitsArg(limits map[string]int) string {
+	types := make([]string, 0, len(limits))
+	for t := range limits {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	var b strings.Builder
+	for i, t := range types {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(t)
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(limits[t]))
+	}
+	return b.String()
 }
 
 // Queue is all Redis state of the system: the fair queue, the rate limiter,
@@ -155,6 +205,8 @@ type Queue struct {
 	keys Keys
 	cfg  Config
 	obs  Observer
+	// typeLimits is cfg.TypeLimits as the scripts take it.
+	typeLimits string
 }
 
 // New returns a Queue on rdb. It checks cfg and loads the scripts.
@@ -163,7 +215,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, cfg Config) (*Queue, er
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	q := &Queue{rdb: rdb, keys: NewKeys(cfg.Prefix), cfg: cfg, obs: cfg.Observer}
+	q := &Queue{rdb: rdb, keys: NewKeys(cfg.Prefix), cfg: cfg, obs: cfg.Observer, typeLimits: typeLimitsArg(cfg.TypeLimits)}
 	if err := q.loadScripts(ctx); err != nil {
 		return nil, err
 	}
@@ -186,7 +238,8 @@ var allScripts = map[string]*redis.Script{
 	"enqueue": enqueueScript, "admit": admitScript, "record": recordScript,
 	"seal": sealScript, "cancel": cancelScript, "release": releaseScript,
 	"reclaim": reclaimScript, "claim": claimScript, "retry": retryScript, "correct": correctScript,
-	"pause": pauseScript, "resume": resumeScript,
+	"pause": pauseScript, "resume": resumeScript, "progress": progressScript,
+	"correct_quotas": quotasScript,
 }
 
 func (q *Queue) loadScripts(ctx context.Context) error {

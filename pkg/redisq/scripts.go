@@ -28,18 +28,20 @@ func loadScript(name string) *redis.Script {
 }
 
 var (
-	enqueueScript = loadScript("enqueue")
-	admitScript   = loadScript("admit")
-	recordScript  = loadScript("record")
-	sealScript    = loadScript("seal")
-	cancelScript  = loadScript("cancel")
-	releaseScript = loadScript("release")
-	reclaimScript = loadScript("reclaim")
-	claimScript   = loadScript("claim")
-	retryScript   = loadScript("retry")
-	correctScript = loadScript("correct")
-	pauseScript   = loadScript("pause")
-	resumeScript  = loadScript("resume")
+	enqueueScript  = loadScript("enqueue")
+	admitScript    = loadScript("admit")
+	recordScript   = loadScript("record")
+	sealScript     = loadScript("seal")
+	cancelScript   = loadScript("cancel")
+	releaseScript  = loadScript("release")
+	reclaimScript  = loadScript("reclaim")
+	claimScript    = loadScript("claim")
+	retryScript    = loadScript("retry")
+	correctScript  = loadScript("correct")
+	pauseScript    = loadScript("pause")
+	resumeScript   = loadScript("resume")
+	progressScript = loadScript("progress")
+	quotasScript   = loadScript("correct_quotas")
 )
 
 // Observer receives the duration of every script call (for metrics). The

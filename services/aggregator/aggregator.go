@@ -273,9 +273,11 @@ func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 		return
 	}
 
+	a.wakeFetchers(recs)
 	failed := map[contracts.GroupRef]error{}
 	a.publishMu.Lock()
-	for _, ch := range a.count(items, recs) {
+	changes := a.count(items, recs)
+	for _, ch := range changes {
 		pctx, cancel := context.WithTimeout(base, settleTimeout)
 		if err := a.d.Events.Publish(pctx, ch); err != nil {
 			failed[ch.Group] = err
@@ -285,6 +287,13 @@ func (a *Aggregator) process(ctx context.Context, msgs []jetstream.Msg) {
 		cancel()
 	}
 	a.publishMu.Unlock()
+	var sampled []contracts.GroupRef
+	for _, ch := range changes {
+		if failed[ch.Group] == nil && !ch.Counts.State.Terminal() {
+			sampled = append(sampled, ch.Group)
+		}
+	}
+	a.sampleProgress(base, sampled...)
 	for _, d := range ds {
 		d.Decide(consume.Ack()) // a lost ack means a redelivery, which records as duplicates
 	}
@@ -412,4 +421,21 @@ func (a *Aggregator) logUnknown(r *contracts.JobResult, outcome redisq.RecordOut
 // between are logged at debug level and counted in the next warn line.
 func (a *Aggregator) warn(msg string, args ...any) {
 	a.warnLimit.Warn(a.log, msg, args...)
+}
+
+// wakeFetchers tells idle fetchers that jobs finished: a group at its
+// in-flight limit has a free slot again and may be admitted at once, not
+// after a fetcher's idle timeout. The notification is on core NATS; losing
+// it only delays admission until the next poll.
+func (a *Aggregator) wakeFetchers(recs []*redisq.RecordResult) {
+	for _, rec := range recs {
+		if rec.Outcome == redisq.Recorded && !rec.Group.State.Terminal() {
+			if a.d.NC != nil {
+				if err := a.d.NC.Publish(a.d.Names.Notify("work"), nil); err != nil {
+					a.log.Debug("notify", "err", err)
+				}
+			}
+			return
+		}
+	}
 }

@@ -106,8 +106,10 @@ func (a *Aggregator) publishProgress(ctx context.Context) {
 			a.publishMu.Lock()
 			pctx, cancel := context.WithTimeout(ctx, settleTimeout)
 			info, ok, err := a.d.Queue.Group(pctx, g)
+			published := false
 			if err == nil && ok && !info.State.Terminal() {
 				err = a.d.Events.Publish(pctx, events.Change{Group: g, Counts: info.GroupCounts, Progress: true})
+				published = err == nil
 			}
 			cancel()
 			a.publishMu.Unlock()
@@ -115,6 +117,25 @@ func (a *Aggregator) publishProgress(ctx context.Context) {
 				a.warn("progress event not published", "tenant", g.Tenant, "group", g.ID, "err", err)
 				a.progress.retry(g)
 			}
+			if published {
+				a.sampleProgress(ctx, g)
+			}
 		}
+	}
+}
+
+// sampleProgress appends a sample of each group's progress to its history
+// in Redis ([redisq.Queue.RecordProgress]), from which status measures the
+// group's rate over its last 30 s. It runs where the group's counts are
+// published, so about once a second per running group; a sample that
+// cannot be written is only logged (the next one will be).
+func (a *Aggregator) sampleProgress(ctx context.Context, groups ...contracts.GroupRef) {
+	if len(groups) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := a.d.Queue.RecordProgress(sctx, groups...); err != nil {
+		a.warn("progress samples not written", "groups", len(groups), "err", err)
 	}
 }

@@ -244,6 +244,13 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		}
 		p.log.Debug("released", "jobs", len(res.Jobs), "published", len(ok), "cancelled", res.Cancelled)
 	}
+	if len(res.RateHeld) > 0 {
+		// Due jobs over their types' rate limits went back into their
+		// groups: the fetchers admit them once their types have rate again.
+		if err := p.d.NC.Publish(p.d.Names.Notify("work"), nil); err != nil {
+			p.log.Debug("notify", "err", err)
+		}
+	}
 	switch {
 	case len(res.Jobs) == want:
 		return 0, stateNormal // more may be due
@@ -316,7 +323,7 @@ func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 func (p *Dispatcher) correct(ctx context.Context) error {
 	n, err := p.d.Queue.CorrectCounters(ctx)
 	if err == nil && n > 0 {
-		p.log.Info("corrected non-ready counters", "groups", n)
+		p.log.Info("corrected drifted counters (non-ready, tenant quotas)", "counters", n)
 	}
 	return err
 }

@@ -17,6 +17,10 @@ type next struct {
 	wait time.Duration // sleep this long (0 = go on at once)
 	full bool          // READY was full: back off, growing
 	idle bool          // nothing queued: wait for a notification or MaxIdle
+	// notify: a notification (new work) ends the wait early. Set when jobs
+	// wait for their types' rate limits: work of other types arriving
+	// meanwhile need not wait for them.
+	notify bool
 }
 
 // admitLoop runs admission rounds until ctx is cancelled. wake receives a
@@ -36,6 +40,14 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 			continue
 		case n.idle:
 			idle.Reset(f.cfg.MaxIdle)
+			select {
+			case <-wake:
+			case <-idle.C:
+			case <-ctx.Done():
+				return
+			}
+		case n.notify:
+			idle.Reset(n.wait)
 			select {
 			case <-wake:
 			case <-idle.C:
@@ -79,6 +91,9 @@ func (f *Fetcher) admit(parent context.Context) next {
 		return next{wait: errorWait}
 	}
 	f.reportHeld(res.Held, rooms.Live)
+	for _, n := range res.RateHeld {
+		f.d.Metrics.AdmissionHeld.WithLabelValues(telemetry.HeldTypeRate).Add(float64(n))
+	}
 	m := f.d.Metrics
 	m.DequeueTotal.Add(float64(len(res.Jobs) + res.Parked))
 	m.RateLimitAllowed.Add(float64(len(res.Jobs)))
@@ -105,7 +120,9 @@ func (f *Fetcher) admit(parent context.Context) next {
 	case res.WakeMs == 0:
 		return next{}
 	case res.WakeMs > 0:
-		return next{wait: time.Duration(res.WakeMs) * time.Millisecond}
+		// the rate gate's wake-up time: the global one's, or, when only
+		// jobs of rate-limited types wait, the first of those types'
+		return next{wait: time.Duration(res.WakeMs) * time.Millisecond, notify: len(res.RateHeld) > 0}
 	}
 	return next{idle: true}
 }

@@ -47,6 +47,12 @@ const (
 	ReasonOverTotal = "over_total"
 	// ReasonGroupEnded: a job of a group that was cancelled or completed.
 	ReasonGroupEnded = "group_ended"
+	// ReasonOverQuota: a jobs message whose new jobs would take its tenant
+	// beyond a tenant quota (docs/ARCHITECTURE.md §5): its most queued jobs
+	// (tenant.maxQueuedJobs), or, for a message that would create its group,
+	// its most active groups (tenant.maxActiveGroups). None of the message's
+	// new jobs is stored.
+	ReasonOverQuota = "over_quota"
 	// ReasonBadSeal: a seal whose total differs from an earlier seal's, or
 	// is below the number of distinct jobs already received.
 	ReasonBadSeal = "bad_seal"

@@ -126,17 +126,21 @@ func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
 // enqueue stores the jobs of items in one call and decides their fates: a
 // message whose jobs were all added or known is acknowledged; one with jobs
 // the group refused (it ended, or its sealed total is reached) is
-// dead-lettered with those jobs named, the others staying stored. On a
-// Redis error every item is negatively acknowledged.
+// dead-lettered with those jobs named, the others staying stored; one whose
+// new jobs a tenant quota refused (each message is one unit: all its new
+// jobs or none) is dead-lettered as over_quota, naming the quota, its limit
+// and the tenant's count. On a Redis error every item is negatively
+// acknowledged.
 func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err error) {
 	var jobs []redisq.Job
-	for _, it := range items {
+	for m, it := range items {
 		s := it.sub
 		set := s.Settings()
 		for _, j := range s.Jobs {
 			jobs = append(jobs, redisq.Job{
 				Group: s.Ref(), ID: j.JobID, Type: j.Type, Payload: j.Payload,
 				Priority: set.Priority, BasePriority: set.BasePriority, MaxInFlight: set.MaxInFlight, Trace: it.trace,
+				Message: m, // the tenant quotas take or refuse a message's new jobs together
 			})
 		}
 	}
@@ -150,17 +154,23 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err er
 	addedIn := map[contracts.GroupRef]int64{}
 	k := 0
 	for _, it := range items {
-		var over, ended []int
+		var over, ended, quota []int
+		var refusal *redisq.QuotaRefusal
 		n := 0
 		for i := range it.sub.Jobs {
-			switch o := res.Outcomes[k]; o {
-			case redisq.Added:
+			switch o := res.Outcomes[k]; {
+			case o == redisq.Added:
 				f.d.Metrics.EnqueueTotal.Inc()
 				n++
-			case redisq.Duplicate:
+			case o == redisq.Duplicate:
 				f.d.Metrics.EnqueueDuplicateTotal.Inc()
-			case redisq.RejectedSealed:
+			case o == redisq.RejectedSealed:
 				over = append(over, i)
+			case o.QuotaRefused():
+				quota = append(quota, i)
+				if refusal == nil && res.Refusals != nil {
+					refusal = res.Refusals[k]
+				}
 			default:
 				ended = append(ended, i)
 			}
@@ -175,9 +185,15 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err er
 				Problem: fmt.Sprintf("%s of group %s refused: the group was cancelled or completed", jobList(ended), it.sub.Ref()),
 				Limit:   "jobs are accepted until the group ends"}))
 		case len(over) > 0:
+			problem := fmt.Sprintf("%s of group %s refused: new jobs beyond the sealed total", jobList(over), it.sub.Ref())
+			if len(quota) > 0 {
+				qe := quotaError(it.sub.Ref(), quota, refusal)
+				problem += "; " + qe.Problem + " (" + qe.Limit + ")"
+			}
 			it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonOverTotal, Field: "jobs",
-				Problem: fmt.Sprintf("%s of group %s refused: new jobs beyond the sealed total", jobList(over), it.sub.Ref()),
-				Limit:   "the group is sealed and already has its declared number of jobs"}))
+				Problem: problem, Limit: "the group is sealed and already has its declared number of jobs"}))
+		case len(quota) > 0:
+			it.Decide(consume.DeadLetter(quotaError(it.sub.Ref(), quota, refusal)))
 		default:
 			it.Decide(consume.Ack())
 		}
@@ -203,6 +219,19 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err er
 		}
 	}
 	return added, nil
+}
+
+// quotaError is the dead letter of a jobs message a tenant quota refused:
+// it names the jobs, the quota, its limit and the tenant's count.
+func quotaError(g contracts.GroupRef, idx []int, r *redisq.QuotaRefusal) *contracts.ValidationError {
+	e := &contracts.ValidationError{Reason: ReasonOverQuota, Field: "jobs",
+		Problem: fmt.Sprintf("%s of group %s refused: over the tenant's quota", jobList(idx), g),
+		Limit:   "a tenant quota"}
+	if r != nil {
+		e.Problem = fmt.Sprintf("%s of group %s refused: %s", jobList(idx), g, r.Problem())
+		e.Limit = r.LimitText()
+	}
+	return e
 }
 
 // jobList names the jobs at idx: "jobs[2], jobs[5] and 3 more".

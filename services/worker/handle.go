@@ -330,6 +330,11 @@ func (w *Worker) backoff(c claimed, status string, retryAfter time.Duration, err
 	bspan.SetAttributes(AttrBackoffMs.Int64(rr.Delay.Milliseconds()), AttrOutcome.String(rr.Outcome))
 	bspan.End()
 	if rr.Outcome == "parked" {
+		// The job left its group's in-flight count: wake idle fetchers, in
+		// case the group waited at its in-flight limit.
+		if w.d.NC != nil {
+			_ = w.d.NC.Publish(w.d.Names.Notify("work"), nil)
+		}
 		w.d.Metrics.ObserveBackoff(rr.Delay)
 	} else { // stale or cancelled: the job is no longer this delivery's
 		status = telemetry.StatusDropped

@@ -59,7 +59,11 @@ var scenarios = []scenario{
 // prints one JSON line. Runs only with -admission; -admission.record adds
 // the aggregator's part (see the flag). The tenant scenario T1 (two tenants,
 // one with one group and one with twenty, see tenants_test.go) prints the
-// tenant fairness figures tenant_share_jain and tenant_weight_ratio.
+// tenant fairness figures tenant_share_jain and tenant_weight_ratio; the
+// flow-control scenarios (flowcontrol_test.go) print type_limit_max_window_ratio
+// and type_limit_utilisation (TL, a per-type rate limit), and
+// max_inflight_ratio and max_inflight_utilisation (MIF, groups with an
+// in-flight limit).
 func BenchmarkAdmission(b *testing.B) {
 	if !*admission {
 		b.Skip("runs only with -args -admission (make bench-admission)")
@@ -69,6 +73,8 @@ func BenchmarkAdmission(b *testing.B) {
 			b.Run(mode+"/"+sc.name, func(b *testing.B) { runAdmission(b, mode, sc) })
 		}
 		b.Run(mode+"/T1", func(b *testing.B) { runTenantAdmission(b, mode) })
+		b.Run(mode+"/TL", func(b *testing.B) { runTypeLimitAdmission(b, mode) })
+		b.Run(mode+"/MIF", func(b *testing.B) { runMaxInflightAdmission(b, mode) })
 	}
 }
 

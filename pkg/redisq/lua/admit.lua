@@ -30,18 +30,25 @@
 --           per-type limit); a type not listed has the room 'other'. A job
 --           whose type has no room is held (its group keeps its place) and
 --           never takes the room of other types.
--- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held }
+-- ARGV[15]: rate limit per window of each limited job type, 'type=n,...'
+--           ('' = none; applied in the gated modes): a job whose type has no
+--           rate left in this window (paced: or is ahead of its type's
+--           pacer) is held as for READY room, in seed mode too (not parked)
+-- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace for each
 --            admitted job (gk = "<tenant>:<gid>")
 --   parked:  jobs sent to the non-ready queue (seed mode)
 --   wake:    -1 nothing is waiting; -2 jobs wait but their types have no
 --            READY room; 0 call again now; > 0 ms until the rate gate has
---            room for several jobs again
+--            room for several jobs again (or, when only jobs of rate-limited
+--            types wait, until the first of those types has rate again)
 --   started: group keys of the groups that moved CREATED -> RUNNING (they
 --            are put on the stuck watch list)
 --   drained: group keys of sealed groups whose last queued job left (-> AGGREGATING)
 --   held:    flat list type, groups: job types without room that held the
 --            next job of that many groups in this call
+--   rateHeld: flat list type, groups: the same for job types whose rate
+--            limit held the next job of that many groups
 --
 -- Order (docs/ARCHITECTURE.md §4): levels strictly high -> normal -> low.
 -- Within a level the tenant with the smallest virtual time goes first;
@@ -76,6 +83,10 @@ if ARGV[14] ~= '' then
   rooms['*'] = nil
 end
 local held = {}
+-- per-type rate limits: tlimits (nil = none), their states in this call,
+-- the groups each held and the soonest wait among them
+local tlimits, tstate, rate_held, type_wake = nil, {}, {}, nil
+if gated then tlimits = type_limits_parse(ARGV[15]) end
 -- MAX_BLOCKED bounds how many held groups one call passes by.
 local MAX_BLOCKED = 256
 
@@ -290,7 +301,7 @@ while admitted + parked < want do
   if gk == nil then break end
 
   local jid = redis.call('LPOP', g.jobs)
-  local passed, ty, d = false, nil, nil
+  local passed, ty, d, tg = false, nil, nil, false
   if jid then
     d = redis.call('HMGET', prefix .. 'job:' .. gk .. ':' .. jid, 'type', 'payload', 'attempt', 'trace')
   end
@@ -307,6 +318,21 @@ while admitted + parked < want do
       held[ty] = (held[ty] or 0) + 1
     else
       rooms[ty] = rooms[ty] - 1
+    end
+  end
+  if jid and tlimits and not passed then
+    tg = type_gate(tstate, tlimits, prefix, d[1] or '', mode, window, window_ms, now)
+    local w = tg and type_wait(tg, now, window_end, burst_ms) or 0
+    if w > 0 then
+      -- its type's rate is used up: held as for READY room
+      if ty then rooms[ty] = rooms[ty] + 1 end
+      redis.call('LPUSH', g.jobs, jid)
+      passed, tg = true, false
+      held_group[gk] = true
+      nheld[g.tq] = (nheld[g.tq] or 0) + 1
+      nblocked = nblocked + 1
+      rate_held[d[1]] = (rate_held[d[1]] or 0) + 1
+      if type_wake == nil or w < type_wake then type_wake = w end
     end
   end
   if not passed then
@@ -353,6 +379,7 @@ while admitted + parked < want do
           s.wcount = s.wcount + 1
           tat = tat + interval
         end
+        if tg then type_take(tg) end
       end
     end
 
@@ -384,8 +411,14 @@ while admitted + parked < want do
     -- virtual time is the tenant's time before this serve
     if jid then
       local vl = level_clock(li)
+      local lagged = tscore < vl
       if tscore > vl then vl = tscore end
       tclock[li] = vl
+      -- two tenants that lagged (both passed by, for a type's READY room
+      -- or rate) would both get vl + 1/weight, and ties go by name, always
+      -- to the same tenant: the level moves on by a hair after each, so the
+      -- next lands just behind (1e-6, far below any 1/weight)
+      if lagged then tclock[li] = vl + 1e-6 end
       tscore = vl + 1 / s.weight
     end
     if left and redis.call('EXISTS', g.tq) == 0 then
@@ -409,6 +442,8 @@ if admitted + parked >= want then
   wake = 0
 elseif wake == -1 and next(held) ~= nil then
   wake = -2 -- jobs wait, held only by READY room: call again when it frees
+elseif wake == -1 and type_wake then
+  wake = type_wake -- jobs wait, held only by their types' rate limits
 end
 
 redis.call('SET', KEYS[4], fmt(vt))
@@ -440,6 +475,7 @@ if gated then
   if mode == 'paced' then
     redis.call('SET', KEYS[8], fmt(tat), 'PX', ttl + math.ceil(burst_ms))
   end
+  type_save(tstate, window_ms, burst_ms)
 end
 
 local held_list = {}
@@ -447,4 +483,9 @@ for ty, n in pairs(held) do
   held_list[#held_list + 1] = ty
   held_list[#held_list + 1] = n
 end
-return { jobs, parked, wake, started, drained, denied_global, denied_share, now, held_list }
+local rate_held_list = {}
+for ty, n in pairs(rate_held) do
+  rate_held_list[#rate_held_list + 1] = ty
+  rate_held_list[#rate_held_list + 1] = n
+end
+return { jobs, parked, wake, started, drained, denied_global, denied_share, now, held_list, rate_held_list }

@@ -14,7 +14,10 @@
 -- Returns: { outcome, dropped, <group reply> } where outcome is 'cancelled'
 --   or 'ended' (already cancelled or completed). A cancel that arrives before
 --   the group's first job creates the group CANCELLED, so the jobs that
---   follow are rejected as jobs of an ended group.
+--   follow are rejected as jobs of an ended group. A cancelled group leaves
+--   its tenant's active groups, and all its jobs not terminal yet (running
+--   ones too) leave its tenant's queued jobs (the tenant quotas); a group
+--   created cancelled never counts.
 local prefix, tenant, gid = ARGV[1], ARGV[2], ARGV[3]
 local gk = tenant .. ':' .. gid
 local now = now_ms(ARGV[4])
@@ -69,6 +72,7 @@ until cursor == '0'
 if parked > 0 then
   uncount_nonready(prefix, tenant, parked)
 end
+quota_end(prefix, tenant, gid, KEYS[1]) -- its jobs not terminal yet, running ones too, stop counting
 redis.call('HINCRBY', KEYS[1], 'cancelledCount', dropped)
 redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'finishedAt', now)
 redis.call('HDEL', KEYS[1], 'parkedScore')

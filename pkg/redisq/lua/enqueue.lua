@@ -1,10 +1,11 @@
 -- enqueue.lua: adds jobs of ONE group to the fair queue, idempotently for
--- the whole life of the group (docs/ARCHITECTURE.md §3, §4).
+-- the whole life of the group (docs/ARCHITECTURE.md §3, §4), within the
+-- tenant quotas (§5).
 -- KEYS[1]:    group:<gk>:meta
 -- KEYS[2]:    group:<gk>:jobs
 -- KEYS[3]:    group:<gk>:ids (every job id the group ever accepted)
 -- KEYS[3+i]:  job:<gk>:<jid_i>, i = 1..n
--- ARGV[1]: key prefix (the fair-queue keys are built from it)
+-- ARGV[1]: key prefix (the fair-queue and tenant keys are built from it)
 -- ARGV[2]: tenant
 -- ARGV[3]: groupId
 -- ARGV[4]: priority level of a new group (high|normal|low)
@@ -12,27 +13,53 @@
 -- ARGV[6]: maxInFlight of a new group (0 = unlimited)
 -- ARGV[7]: ALPHA
 -- ARGV[8]: now override in ms ('' = Redis TIME)
--- ARGV[8+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
--- Returns: { outcomes, created, level, basePriority, maxInFlight, <group reply> }
+-- ARGV[9]: default most queued jobs per tenant (0 = unlimited)
+-- ARGV[10]: default most active groups per tenant (0 = unlimited)
+-- ARGV[11]: sizes of the call's units, comma-separated, in order ('' = one
+--           unit of all the jobs): the quotas accept or refuse a unit's new
+--           jobs together (a unit is a jobs message)
+-- ARGV[11+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
 --   'S' rejected (beyond the sealed total), 'C' rejected (group cancelled or
---   completed).
+--   completed), 'G' rejected (its unit would create the group and the tenant
+--   has its most active groups), 'Q' rejected (its unit's new jobs would take
+--   the tenant beyond its most queued jobs).
 --   created: 1 when this call created the group, else 0.
 --   level, basePriority, maxInFlight: the group's settings after the call (a
 --   group keeps those of the job that created it; the requested ones while
 --   the group has none).
+--   refusals: 5 values per unit a quota refused: the unit's index (1-based),
+--   'G' or 'Q', the limit, the tenant's count when the unit was judged
+--   (active groups or queued jobs) and the unit's new jobs.
 -- A paused group, or one at its in-flight limit, takes the jobs into its list
--- but is not queued (requeue_group).
+-- but is not queued (requeue_group). Duplicates, jobs of an ended group and
+-- jobs beyond the sealed total are judged before the quotas and never count.
 local prefix, tenant, gid = ARGV[1], ARGV[2], ARGV[3]
 local gk = tenant .. ':' .. gid
 local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local n = #KEYS - 3
+local FIRST = 11
+
+local units = {}
+if ARGV[11] == '' then
+  units[1] = n
+else
+  local sum = 0
+  for s in string.gmatch(ARGV[11], '%d+') do
+    units[#units + 1] = tonumber(s)
+    sum = sum + tonumber(s)
+  end
+  if sum ~= n then
+    return redis.error_reply('enqueue: unit sizes add up to ' .. sum .. ', not ' .. n .. ' jobs')
+  end
+end
 
 local m = redis.call('HMGET', meta_key, 'status', 'priorityLevel', 'basePriority', 'maxInFlight', 'totalJobs',
-  'declaredTotal')
+  'declaredTotal', 'doneJobs', 'cancelledCount')
 local status = m[1]
 local level = m[2] or ARGV[4]
 local base = tonumber(m[3] or ARGV[5])
@@ -41,37 +68,85 @@ local total = num(m[5])
 local declared = m[6] and tonumber(m[6]) or nil
 local ended = status and TERMINAL_GROUP[status]
 
+-- Tenant quotas. A live group the quotas do not count yet (created before
+-- they existed) is adopted: its jobs not terminal yet count from now on.
+local qlimit = quota_limit(prefix, tenant, 'queued', tonumber(ARGV[9]))
+local glimit = quota_limit(prefix, tenant, 'groups', tonumber(ARGV[10]))
+local queued = num(redis.call('GET', quota_jobs_key(prefix, tenant)))
+local active = redis.call('SCARD', quota_groups_key(prefix, tenant))
+local adopt = false
+local adopted = 0
+if status and not ended and not quota_counted(prefix, tenant, gid) then
+  adopt = true
+  adopted = math.max(0, total - num(m[7]) - num(m[8]))
+  queued = queued + adopted
+end
+
 local out = {}
 local new_ids = {}
+local refusals = {}
 local created = 0
-for i = 1, n do
-  local a = 8 + 4 * (i - 1)
-  local jid = ARGV[a + 1]
-  if ended then
-    -- an ended group's id set is not re-created (it has its TTL)
-    if redis.call('SISMEMBER', ids_key, jid) == 1 then out[i] = 'D' else out[i] = 'C' end
-  elseif redis.call('SADD', ids_key, jid) == 0 then
-    out[i] = 'D'
-  elseif declared and total + #new_ids >= declared then
-    redis.call('SREM', ids_key, jid)
-    out[i] = 'S'
-  else
-    local job_key = KEYS[3 + i]
-    redis.call('HSET', job_key,
-      'id', jid, 'tenant', tenant, 'groupId', gid, 'type', ARGV[a + 2], 'payload', ARGV[a + 3],
-      'status', 'QUEUED', 'attempt', 0, 'createdAt', now)
-    if ARGV[a + 4] ~= '' then
-      redis.call('HSET', job_key, 'trace', ARGV[a + 4])
+local exists = status and true or false -- or created by an earlier unit of this call
+local i = 0
+for u, size in ipairs(units) do
+  local cand, inunit = {}, {}
+  for k = i + 1, i + size do
+    local jid = ARGV[FIRST + 4 * (k - 1) + 1]
+    if ended then
+      -- an ended group's id set is not re-created (it has its TTL)
+      if redis.call('SISMEMBER', ids_key, jid) == 1 then out[k] = 'D' else out[k] = 'C' end
+    elseif inunit[jid] or redis.call('SISMEMBER', ids_key, jid) == 1 then
+      out[k] = 'D'
+    elseif declared and total + #new_ids + #cand >= declared then
+      out[k] = 'S'
+    else
+      inunit[jid] = true
+      cand[#cand + 1] = k
     end
-    new_ids[#new_ids + 1] = jid
-    out[i] = 'A'
   end
+  if #cand > 0 then
+    local code, limit, count
+    if not exists and glimit > 0 and active >= glimit then
+      code, limit, count = 'G', glimit, active
+    elseif qlimit > 0 and queued + #cand > qlimit then
+      code, limit, count = 'Q', qlimit, queued
+    end
+    if code then
+      for _, k in ipairs(cand) do out[k] = code end
+      for _, v in ipairs({ u, code, limit, count, #cand }) do refusals[#refusals + 1] = v end
+    else
+      for _, k in ipairs(cand) do
+        local a = FIRST + 4 * (k - 1)
+        local jid = ARGV[a + 1]
+        local job_key = KEYS[3 + k]
+        redis.call('SADD', ids_key, jid)
+        redis.call('HSET', job_key,
+          'id', jid, 'tenant', tenant, 'groupId', gid, 'type', ARGV[a + 2], 'payload', ARGV[a + 3],
+          'status', 'QUEUED', 'attempt', 0, 'createdAt', now)
+        if ARGV[a + 4] ~= '' then
+          redis.call('HSET', job_key, 'trace', ARGV[a + 4])
+        end
+        new_ids[#new_ids + 1] = jid
+        out[k] = 'A'
+      end
+      queued = queued + #cand
+      if not exists then
+        exists = true
+        active = active + 1
+      end
+    end
+  end
+  i = i + size
 end
 
 local added = #new_ids
+if adopt then
+  quota_open(prefix, tenant, gid)
+  quota_count(prefix, tenant, adopted)
+end
 if added > 0 then
-  for i = 1, added, 4000 do
-    redis.call('RPUSH', jobs_key, unpack(new_ids, i, math.min(i + 3999, added)))
+  for k = 1, added, 4000 do
+    redis.call('RPUSH', jobs_key, unpack(new_ids, k, math.min(k + 3999, added)))
   end
   if not status then
     status = 'CREATED'
@@ -79,6 +154,7 @@ if added > 0 then
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base, 'maxInFlight', maxinf,
       'inFlight', 0, 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
       'cancelledCount', 0, 'status', status, 'createdAt', now)
+    quota_open(prefix, tenant, gid)
   elseif not m[2] then
     -- the group was sealed or paused before its first job arrived
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base, 'maxInFlight', maxinf)
@@ -87,7 +163,8 @@ if added > 0 then
     redis.call('HSET', meta_key, 'status', status)
   end
   redis.call('HINCRBY', meta_key, 'totalJobs', added)
+  quota_count(prefix, tenant, added)
   requeue_group(prefix, gk, now, alpha)
 end
 
-return reply(meta_key, table.concat(out), created, level, base, maxinf)
+return reply(meta_key, table.concat(out), created, level, base, maxinf, refusals)

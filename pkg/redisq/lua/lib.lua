@@ -167,8 +167,8 @@ local function inflight_release(prefix, gk, n, now, alpha)
 end
 
 -- group_cleanup drops an ended group's congestion state; its meta, job
--- list and id set get the group TTL. (Its tenant leaves the rate limiter's
--- active set when it stops asking for capacity.)
+-- list, id set and progress samples get the group TTL. (Its tenant leaves
+-- the rate limiter's active set when it stops asking for capacity.)
 local function group_cleanup(prefix, gk, meta_key, group_ttl)
   redis.call('DEL', prefix .. 'congestion:' .. gk .. ':non-ready-count',
     prefix .. 'congestion:' .. gk .. ':stats')
@@ -176,6 +176,7 @@ local function group_cleanup(prefix, gk, meta_key, group_ttl)
     redis.call('EXPIRE', meta_key, group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':jobs', group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':ids', group_ttl)
+    redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':progress', group_ttl)
   end
 end
 
@@ -288,4 +289,148 @@ local function cancel_job(job_key, meta_key, now, job_ttl)
   redis.call('HSET', job_key, 'status', 'CANCELLED', 'finishedAt', now)
   if job_ttl > 0 then redis.call('EXPIRE', job_key, job_ttl) end
   redis.call('HINCRBY', meta_key, 'cancelledCount', 1)
+end
+
+-- Per-type rate limits (docs/ARCHITECTURE.md §5): at most a type's limit of
+-- its jobs per window are admitted or released, beside the global limit. In
+-- paced mode a pacer (GCRA) per type also spreads them over the window with
+-- the global pacer's burst tolerance. A job whose type has no rate left is
+-- held like a type without READY room: it stays (or goes back) in its
+-- group's list and the group keeps its place.
+
+-- type_limits_parse reads 'type=n,...' (jobs per window); nil when spec is
+-- empty (no type has a limit).
+local function type_limits_parse(spec)
+  if spec == nil or spec == '' then return nil end
+  local l = {}
+  for t, n in string.gmatch(spec, '([^=,]+)=(%d+)') do l[t] = tonumber(n) end
+  return l
+end
+
+-- type_gate returns the rate state of type ty in this call, loading it once
+-- into cache; false when ty has no limit. Keys: P rate-limit:type:<ty>:<window>
+-- (fixed-window count) and P rate-limit:type:<ty>:pacer (paced mode).
+local function type_gate(cache, limits, prefix, ty, mode, window, window_ms, now)
+  local s = cache[ty]
+  if s ~= nil then return s end
+  local lim = limits[ty]
+  if lim == nil then
+    cache[ty] = false
+    return false
+  end
+  s = { type = ty, limit = lim, ckey = prefix .. 'rate-limit:type:' .. ty .. ':' .. window }
+  s.count = num(redis.call('GET', s.ckey))
+  s.start = s.count
+  if mode == 'paced' then
+    s.pkey = prefix .. 'rate-limit:type:' .. ty .. ':pacer'
+    s.tat = tonumber(redis.call('GET', s.pkey) or '0') or 0
+    if s.tat < now then s.tat = now end
+    s.interval = window_ms / lim
+  end
+  cache[ty] = s
+  return s
+end
+
+-- type_wait is 0 when type state s lets one more job through now, else the
+-- ms until it may: the window's end once its count is used up, or (paced)
+-- until half the burst tolerance is free again, as the global pacer's wake.
+local function type_wait(s, now, window_end, burst_ms)
+  if s.count >= s.limit then return window_end - now end
+  if s.interval and s.tat - now > burst_ms then
+    local w = math.ceil(s.tat - burst_ms / 2 - now)
+    if w < 1 then w = 1 end
+    return w
+  end
+  return 0
+end
+
+-- type_take counts one job of type state s.
+local function type_take(s)
+  s.count = s.count + 1
+  if s.interval then s.tat = s.tat + s.interval end
+end
+
+-- type_save writes back the counts and pacers of the types that let jobs
+-- through in this call.
+local function type_save(cache, window_ms, burst_ms)
+  local ttl = math.ceil(window_ms * 2)
+  for _, s in pairs(cache) do
+    if s and s.count > s.start then
+      redis.call('INCRBY', s.ckey, s.count - s.start)
+      redis.call('PEXPIRE', s.ckey, ttl)
+      if s.interval then
+        redis.call('SET', s.pkey, fmt(s.tat), 'PX', ttl + math.ceil(burst_ms))
+      end
+    end
+  end
+end
+
+-- Tenant quotas (docs/ARCHITECTURE.md §5). A tenant's active groups are
+-- its groups that exist and have not ended: the SET P tenant:<t>:active-groups
+-- of their groupIds. Its queued jobs are the jobs of those groups that are
+-- not terminal yet: P tenant:<t>:queued-jobs is the sum over the set of
+-- totalJobs - doneJobs - cancelledCount. The scripts that create a group,
+-- add jobs, make a job of a counted group terminal or end a group keep both
+-- (a cancelled group's jobs still running stop counting when it ends). A
+-- group is counted from its creation; one created before the quotas
+-- existed is adopted by enqueue or the counter correction.
+local function quota_groups_key(prefix, tenant)
+  return prefix .. 'tenant:' .. tenant .. ':active-groups'
+end
+local function quota_jobs_key(prefix, tenant)
+  return prefix .. 'tenant:' .. tenant .. ':queued-jobs'
+end
+
+-- quota_limit is a tenant's limit of one quota ('queued' or 'groups'): its
+-- override in P tenant-quotas (field "<tenant>:<name>"), else the default;
+-- 0 means unlimited.
+local function quota_limit(prefix, tenant, name, default)
+  local v = tonumber(redis.call('HGET', prefix .. 'tenant-quotas', tenant .. ':' .. name) or '')
+  if v == nil then v = default end
+  if v < 0 then v = 0 end
+  return v
+end
+
+-- quota_counted reports whether a group counts among its tenant's active groups.
+local function quota_counted(prefix, tenant, gid)
+  return redis.call('SISMEMBER', quota_groups_key(prefix, tenant), gid) == 1
+end
+
+-- quota_open counts a group that exists and has not ended among its
+-- tenant's active groups (the tenant is listed for the counter correction).
+local function quota_open(prefix, tenant, gid)
+  redis.call('SADD', quota_groups_key(prefix, tenant), gid)
+  redis.call('SADD', prefix .. 'quota-tenants', tenant)
+end
+
+-- quota_count adds n jobs to a tenant's queued jobs.
+local function quota_count(prefix, tenant, n)
+  if n > 0 then
+    redis.call('INCRBY', quota_jobs_key(prefix, tenant), n)
+  end
+end
+
+-- quota_uncount takes n jobs out of a tenant's queued jobs, deleting the
+-- counter when it reaches 0.
+local function quota_uncount(prefix, tenant, n)
+  if n <= 0 then return end
+  local key = quota_jobs_key(prefix, tenant)
+  if redis.call('DECRBY', key, n) <= 0 then
+    redis.call('DEL', key)
+  end
+end
+
+-- quota_close: a counted group ended; it leaves its tenant's active groups,
+-- and its remaining jobs (not terminal yet) leave its queued jobs.
+local function quota_close(prefix, tenant, gid, remaining)
+  if redis.call('SREM', quota_groups_key(prefix, tenant), gid) == 1 then
+    quota_uncount(prefix, tenant, remaining)
+  end
+end
+
+-- quota_end is quota_close with the remaining jobs read from the group's
+-- meta: call it before the meta counts the jobs the end cancels.
+local function quota_end(prefix, tenant, gid, meta_key)
+  local c = redis.call('HMGET', meta_key, 'totalJobs', 'doneJobs', 'cancelledCount')
+  quota_close(prefix, tenant, gid, num(c[1]) - num(c[2]) - num(c[3]))
 end

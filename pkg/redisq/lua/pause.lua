@@ -3,7 +3,8 @@
 -- (parkedScore) and its state saved (pausedFrom); jobs that arrive, are
 -- released from backoff or reclaimed meanwhile go into its list only. Jobs
 -- already admitted run and are recorded as usual. A pause that arrives
--- before the group's first job creates the group PAUSED.
+-- before the group's first job creates the group PAUSED; it counts among
+-- its tenant's active groups (the tenant quotas, which never refuse a pause).
 -- KEYS[1]: group:<gk>:meta
 -- ARGV[1]: key prefix (the fair-queue keys are built from it)
 -- ARGV[2]: tenant
@@ -18,6 +19,7 @@ local m = redis.call('HMGET', KEYS[1], 'status', 'priorityLevel')
 if not m[1] then
   redis.call('HSET', KEYS[1], 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
     'cancelledCount', 0, 'status', 'PAUSED', 'pausedFrom', 'CREATED', 'createdAt', now, 'pausedAt', now)
+  quota_open(prefix, tenant, gid)
   return reply(KEYS[1], 'paused', 'PAUSED')
 end
 if TERMINAL_GROUP[m[1]] then

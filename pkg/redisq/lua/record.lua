@@ -20,7 +20,9 @@
 --   reply (as lib.lua's group_reply) holds the group's state and counters
 --   right after that result.
 -- A recorded job that was in flight (LEASED, RUNNING or DEQUEUED) frees its
--- slot of the group's in-flight count (docs/ARCHITECTURE.md §5).
+-- slot of the group's in-flight count (docs/ARCHITECTURE.md §5); a recorded
+-- job of a group the tenant quotas count leaves its tenant's queued jobs,
+-- and a completed group its tenant's active groups.
 -- Every read comes before the first write, so a call that fails on a read
 -- (a key of the wrong type) changes nothing.
 local prefix = ARGV[1]
@@ -74,6 +76,7 @@ for i = 6 + ngroups, #ARGV, 5 do
       terminal[job_key] = created
       recorded[#recorded + 1] = { job_key, i }
       s.recorded = true
+      s.nrecorded = (s.nrecorded or 0) + 1
       if IN_FLIGHT[j[1]] then s.freed = s.freed + 1 end
       s.done = s.done + 1
       if ARGV[i + 2] == 'SUCCESS' then
@@ -97,6 +100,11 @@ for g = 1, ngroups do
   if s.recorded and not s.completed then
     s.stats_key = prefix .. 'congestion:' .. s.gk .. ':stats'
     s.throttles = redis.call('HGET', s.stats_key, 'totalThrottleCount')
+  end
+  if s.recorded then
+    -- tenant quotas: only a counted group's jobs are among its tenant's queued jobs
+    s.tenant, s.gid = group_parts(s.gk)
+    s.counted = quota_counted(prefix, s.tenant, s.gid)
   end
 end
 
@@ -134,6 +142,13 @@ for g = 1, ngroups do
     if s.requeue then
       -- a slot freed: the group may be served again (its score uses the new done count)
       requeue_group(prefix, s.gk, now, alpha)
+    end
+  end
+  if s.counted then
+    -- the recorded jobs leave the tenant's queued jobs; a completed group its active groups
+    quota_uncount(prefix, s.tenant, s.nrecorded)
+    if s.completed then
+      quota_close(prefix, s.tenant, s.gid, s.jobs - s.done - s.cancelled)
     end
   end
 end

@@ -6,7 +6,11 @@
 -- A due job of a paused group, or of a group at its in-flight limit, is not
 -- leased: it goes back to the front of its group's list (status QUEUED),
 -- where admission finds it once the group is resumed or a slot frees; such
--- a group is not queued (docs/ARCHITECTURE.md §5).
+-- a group is not queued (docs/ARCHITECTURE.md §5). Releases pass the
+-- per-type rate limits too (gated modes): a due job whose type has no rate
+-- left goes back to the front of its group's list (status QUEUED) and the
+-- group is queued, so admission takes it in fair order once the type has
+-- rate again; it never holds back due jobs of other types.
 -- KEYS[1]: non-ready-queue
 -- KEYS[2]: inflight
 -- KEYS[3]: rate-limit:pacer
@@ -19,11 +23,15 @@
 -- ARGV[7]: window in ms
 -- ARGV[8]: paced burst tolerance in ms
 -- ARGV[9]: job TTL in seconds (cancelled jobs)
--- Returns: { jobs, next, cancelled, requeued } where jobs is a flat list gk,
---   jid, type, payload, attempt, trace; next is the due time (ms) of the
---   earliest job left, or -1 when the queue is empty; cancelled counts jobs
---   of cancelled groups that were counted instead of released; requeued
---   counts the jobs put back in their groups' lists.
+-- ARGV[10]: rate limit per window of each limited job type, 'type=n,...' ('' = none)
+-- ARGV[11]: ALPHA (a group that gets a rate-held job back is queued)
+-- Returns: { jobs, next, cancelled, requeued, rateHeld } where jobs is a flat
+--   list gk, jid, type, payload, attempt, trace; next is the due time (ms) of
+--   the earliest job left, or -1 when the queue is empty; cancelled counts
+--   jobs of cancelled groups that were counted instead of released; requeued
+--   counts the jobs of paused groups or groups at their in-flight limit put
+--   back in their groups' lists; rateHeld is a flat list type, jobs of the
+--   jobs put back in their groups' lists for their type's rate limit.
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
@@ -57,6 +65,8 @@ if want > 0 then
 end
 local decr, groups = {}, {}
 local requeued = 0
+local tlimits, tstate, rate_held = nil, {}, {}
+if mode == 'paced' or mode == 'seed' then tlimits = type_limits_parse(ARGV[10]) end
 for _, mem in ipairs(due) do
   redis.call('ZREM', KEYS[1], mem)
   local gk, jid = split_member(mem)
@@ -79,10 +89,24 @@ for _, mem in ipairs(due) do
       redis.call('HSET', job_key, 'status', 'QUEUED')
       requeued = requeued + 1
     else
-      lease(out, KEYS[2], job_key, gk, jid, now + lease_ms)
-      g.inflight = g.inflight + 1
-      g.leased = g.leased + 1
-      released = released + 1
+      local tg, ty = false, nil
+      if tlimits and g.status then
+        ty = redis.call('HGET', job_key, 'type') or ''
+        tg = type_gate(tstate, tlimits, prefix, ty, mode, window, window_ms, now)
+      end
+      if tg and type_wait(tg, now, (window + 1) * window_ms, burst_ms) > 0 then
+        -- its type's rate is used up: back into its group, held there
+        redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
+        redis.call('HSET', job_key, 'status', 'QUEUED')
+        g.requeue = true
+        rate_held[ty] = (rate_held[ty] or 0) + 1
+      else
+        if tg then type_take(tg) end
+        lease(out, KEYS[2], job_key, gk, jid, now + lease_ms)
+        g.inflight = g.inflight + 1
+        g.leased = g.leased + 1
+        released = released + 1
+      end
     end
   end
 end
@@ -92,6 +116,9 @@ for _, g in pairs(groups) do
       redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
     end
   end
+end
+for gk, g in pairs(groups) do
+  if g.requeue then requeue_group(prefix, gk, now, tonumber(ARGV[11])) end
 end
 local tdecr = {}
 for gk, n in pairs(decr) do
@@ -125,8 +152,14 @@ if mode == 'paced' and released > 0 then
   if tat < now then tat = now end
   redis.call('SET', KEYS[3], fmt(tat + released * window_ms / limit), 'PX', ttl + math.ceil(burst_ms))
 end
+if tlimits then type_save(tstate, window_ms, burst_ms) end
 
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
 if #nxt > 0 then next_due = tonumber(nxt[2]) end
-return { out, next_due, cancelled, requeued }
+local rate_held_list = {}
+for ty, n in pairs(rate_held) do
+  rate_held_list[#rate_held_list + 1] = ty
+  rate_held_list[#rate_held_list + 1] = n
+end
+return { out, next_due, cancelled, requeued, rate_held_list }

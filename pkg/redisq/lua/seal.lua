@@ -12,7 +12,10 @@
 --   total), 'too_many' (more distinct jobs than the total already arrived) or
 --   'ended' (the group was cancelled or completed); transition is the state
 --   the seal moved the group to ('AGGREGATING', 'COMPLETED') or ''. A paused
---   group is not moved to AGGREGATING (resume does it); it may complete.
+--   group is not moved to AGGREGATING (resume does it); it may complete. A
+--   seal before the first job creates the group: it counts among its
+--   tenant's active groups (the tenant quotas) until it ends; a seal is never
+--   refused by a quota.
 local prefix, gk = ARGV[1], ARGV[2]
 local total = tonumber(ARGV[3])
 local now = now_ms(ARGV[4])
@@ -36,11 +39,15 @@ if not status then
   status = 'CREATED'
   redis.call('HSET', KEYS[1], 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
     'cancelledCount', 0, 'status', status, 'createdAt', now)
+  quota_open(prefix, group_parts(gk))
 end
 redis.call('HSET', KEYS[1], 'declaredTotal', total, 'sealedAt', now)
 
 local transition = maybe_complete(prefix, gk, KEYS[1], now, group_ttl)
-if not transition then
+if transition then
+  local tenant, gid = group_parts(gk)
+  quota_end(prefix, tenant, gid, KEYS[1])
+else
   transition = ''
   if status == 'RUNNING' and num(m[3]) == total and redis.call('LLEN', KEYS[2]) == 0 then
     redis.call('HSET', KEYS[1], 'status', 'AGGREGATING')
