@@ -54,11 +54,7 @@ readyRoomChecked, rate, rateWindowSeconds, etaSeconds, congestionLevel,
 backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := groupArg(tenant, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis|cli.WantNATS)
+			g, c, err := dialGroup(cmd.Context(), tenant, args[0], cli.NeedRedis|cli.WantNATS)
 			if err != nil {
 				return err
 			}
@@ -79,6 +75,17 @@ backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	addTenantFlag(cmd, &tenant)
 	return cmd
+}
+
+// dialGroup parses a verb's group argument (of tenant) and connects as
+// need says.
+func dialGroup(ctx context.Context, tenant, arg string, need cli.Need) (contracts.GroupRef, *cli.Conn, error) {
+	g, err := groupArg(tenant, arg)
+	if err != nil {
+		return g, nil, err
+	}
+	c, err := dialFromEnv(ctx, need)
+	return g, c, err
 }
 
 func dialFromEnv(ctx context.Context, need cli.Need) (*cli.Conn, error) {
@@ -207,11 +214,7 @@ errors (including an interrupt).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			g, err := groupArg(tenant, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := dialFromEnv(ctx, cli.NeedRedis)
+			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis)
 			if err != nil {
 				return err
 			}
@@ -360,11 +363,7 @@ not exist yet is created cancelled, so jobs sent to it later are refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			g, err := groupArg(tenant, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := dialFromEnv(ctx, cli.NeedRedis|cli.NeedNATS)
+			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis|cli.NeedNATS)
 			if err != nil {
 				return err
 			}
@@ -424,11 +423,7 @@ had in the fair queue when it was paused.`
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			g, err := groupArg(tenant, args[0])
-			if err != nil {
-				return err
-			}
-			c, err := dialFromEnv(ctx, cli.NeedNATS)
+			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedNATS)
 			if err != nil {
 				return err
 			}
