@@ -96,8 +96,8 @@ type GroupStatus struct {
 	// BackoffMs is the backoff the group's next retry would get.
 	BackoffMs int64
 	// Throttles counts the times a job of the group was sent back to the
-	// non-ready queue. Redis drops this figure when the group ends, so an
-	// ended group reads 0.
+	// non-ready queue; it stays readable after the group ends (for
+	// GROUP_TTL).
 	Throttles int64
 	// CreatedAt, StartedAt (first admission) and FinishedAt are zero when
 	// not (yet) set.

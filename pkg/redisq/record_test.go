@@ -189,8 +189,13 @@ func TestRecordBatchCompletesGroupInTheMiddle(t *testing.T) {
 	if info.State != done || info.FinishedAtMs != now || info.LastProgressAtMs != now {
 		t.Errorf("A after completion: %+v finishedAt %d lastProgressAt %d, want %d", info.GroupCounts, info.FinishedAtMs, info.LastProgressAtMs, now)
 	}
-	if n, _ := b.rdb.Exists(ctx, q.Keys().CongestionStats(G("A"))).Result(); n != 0 {
-		t.Error("A's congestion stats were kept")
+	// The congestion statistics stay, with the group's TTL, so an ended
+	// group's throttle count can still be read.
+	if n, _ := b.rdb.HGet(ctx, q.Keys().CongestionStats(G("A")), "totalThrottleCount").Int64(); n != 4 {
+		t.Errorf("A's throttle count after completion = %d, want 4", n)
+	}
+	if d, _ := b.rdb.TTL(ctx, q.Keys().CongestionStats(G("A"))).Result(); d <= 0 {
+		t.Errorf("A's congestion stats have TTL %s, want the group's", d)
 	}
 	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().ActiveTenants(), testTenant).Result(); !ok {
 		t.Error("the tenant left the active set (tenants leave it only when they stop asking for capacity)")

@@ -170,8 +170,14 @@ end
 -- list, id set and progress samples get the group TTL. (Its tenant leaves
 -- the rate limiter's active set when it stops asking for capacity.)
 local function group_cleanup(prefix, gk, meta_key, group_ttl)
-  redis.call('DEL', prefix .. 'congestion:' .. gk .. ':non-ready-count',
-    prefix .. 'congestion:' .. gk .. ':stats')
+  -- the non-ready count goes; the statistics (throttles) stay for status,
+  -- with the group's TTL
+  redis.call('DEL', prefix .. 'congestion:' .. gk .. ':non-ready-count')
+  local stats_key = prefix .. 'congestion:' .. gk .. ':stats'
+  if redis.call('EXISTS', stats_key) == 1 then
+    redis.call('HSET', stats_key, 'currentNonReadyCount', 0)
+    if group_ttl > 0 then redis.call('EXPIRE', stats_key, group_ttl) end
+  end
   if group_ttl > 0 then
     redis.call('EXPIRE', meta_key, group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':jobs', group_ttl)
