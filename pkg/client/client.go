@@ -3,10 +3,8 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -191,14 +189,17 @@ func (c *Client) SubmitGroup(ctx context.Context, groupID string, settings contr
 	if settings != (contracts.GroupSettings{}) {
 		group = &settings
 	}
+	if len(jobs) > 0 {
+		if err := settings.Validate(); err != nil {
+			return fmt.Errorf("client: submit: %w", err)
+		}
+	}
 	all := make([]contracts.SubmitJob, len(jobs))
 	seen := make(map[string]int, len(jobs))
 	for i, j := range jobs {
 		all[i] = contracts.SubmitJob{JobID: j.ID, Type: j.Type, Payload: j.Payload}
-		one := contracts.Submission{V: contracts.Version, Kind: contracts.KindJobs, Tenant: g.Tenant, GroupID: g.ID,
-			Jobs: all[i : i+1], Group: group}
-		if err := one.Validate(c.limits); err != nil {
-			return fmt.Errorf("client: submit: %w", renumber(err, i))
+		if err := all[i].Validate(c.limits); err != nil {
+			return fmt.Errorf("client: submit: %w", contracts.ItemError("jobs", i, err))
 		}
 		if k, dup := seen[j.ID]; dup {
 			return fmt.Errorf("client: submit: jobs[%d]: jobId %q repeats jobs[%d]", i, j.ID, k)
@@ -289,24 +290,6 @@ func headerSize(h nats.Header) int {
 		}
 	}
 	return n
-}
-
-// renumber returns the validation error of the one-job submission of the
-// call's job i with the job named by its index in the call: "jobs[0].type"
-// becomes "jobs[i].type". Other errors (of the group or its settings) are
-// returned as they are.
-func renumber(err error, i int) error {
-	var ve *contracts.ValidationError
-	if !errors.As(err, &ve) {
-		return err
-	}
-	rest, ok := strings.CutPrefix(ve.Field, "jobs[0]")
-	if !ok {
-		return err
-	}
-	c := *ve
-	c.Field = "jobs[" + strconv.Itoa(i) + "]" + rest
-	return &c
 }
 
 // Seal declares that the group has exactly total distinct jobs; the group

@@ -275,7 +275,7 @@ func (s *Submission) validate(lim Limits, canonical bool) error {
 		if s.Total != nil {
 			return notAllowed("total", s.Kind, KindSeal)
 		}
-		if err := s.Settings().validate(); err != nil {
+		if err := s.Settings().Validate(); err != nil {
 			return err
 		}
 		return validateJobs(s.Jobs, lim, canonical)
@@ -301,8 +301,9 @@ func (s *Submission) validate(lim Limits, canonical bool) error {
 	return nil
 }
 
-// validate checks the settings' ranges, reporting fields as "group.<name>".
-func (g GroupSettings) validate() error {
+// Validate checks the settings' ranges, reporting fields as "group.<name>".
+// It returns a [*ValidationError], or nil.
+func (g GroupSettings) Validate() error {
 	if g.Priority != "" && !g.Priority.Valid() {
 		return prefixed("group.", priorityError(string(g.Priority)))
 	}
@@ -325,15 +326,8 @@ func validateJobs(jobs []SubmitJob, lim Limits, canonical bool) error {
 	}
 	for i := range jobs {
 		j := &jobs[i]
-		err := ValidateID("jobId", j.JobID)
-		if err == nil {
-			err = ValidateType(j.Type)
-		}
-		if err == nil {
-			err = checkPayload(j.Payload, lim, canonical)
-		}
-		if err != nil {
-			return prefixed(itemField("jobs", i), err)
+		if err := j.validate(lim, canonical); err != nil {
+			return ItemError("jobs", i, err)
 		}
 		if seen != nil {
 			if k, dup := seen[j.JobID]; dup {
@@ -344,6 +338,29 @@ func validateJobs(jobs []SubmitJob, lim Limits, canonical bool) error {
 		}
 	}
 	return nil
+}
+
+// Validate checks one job of a jobs submission on its own: its id, its type
+// and its payload's size in compact JSON form, reporting the fields as
+// jobId, type and payload ([ItemError] names the job's index). It returns a
+// [*ValidationError], or nil.
+func (j *SubmitJob) Validate(lim Limits) error { return j.validate(lim, false) }
+
+func (j *SubmitJob) validate(lim Limits, canonical bool) error {
+	if err := ValidateID("jobId", j.JobID); err != nil {
+		return err
+	}
+	if err := ValidateType(j.Type); err != nil {
+		return err
+	}
+	return checkPayload(j.Payload, lim, canonical)
+}
+
+// ItemError names the item an error of an array's item is about: the field
+// of a [*ValidationError] becomes "<array>[i].<field>" (e.g. jobs[3].type).
+// Any other error is returned as it is.
+func ItemError(array string, i int, err error) error {
+	return prefixed(itemField(array, i), err)
 }
 
 // checkBatch checks the length of an array of items.

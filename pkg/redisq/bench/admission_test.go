@@ -200,35 +200,9 @@ func runAdmission(b *testing.B, mode string, sc scenario) {
 	}()
 
 	b.StartTimer()
-	var wg sync.WaitGroup
-	errs := make(chan error, admitters+1)
-	for a := 0; a < admitters; a++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := admitLoop(run, q, t); err != nil {
-				errs <- err
-				stop()
-			}
-		}()
-	}
-	if mode == redisq.ModeSeed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := releaseLoop(run, q, t); err != nil {
-				errs <- err
-				stop()
-			}
-		}()
-	}
-	wg.Wait()
+	runLoops(b, run, stop, q, t, mode)
 	b.StopTimer()
 	stop()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
 	st1 := s.commandStats(b)
 	endMs := time.Now().UnixMilli()
 

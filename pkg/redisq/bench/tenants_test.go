@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -116,31 +115,8 @@ func tenantRunOnce(b *testing.B, mode string, weightA int) ([][2]int, time.Durat
 	run, stop := context.WithDeadline(ctx, time.UnixMilli(startMs).Add(tenantRun))
 	defer stop()
 	b.StartTimer()
-	var wg sync.WaitGroup
-	errs := make(chan error, admitters+1)
-	loops := []func(context.Context, *redisq.Queue, *tally) error{}
-	for a := 0; a < admitters; a++ {
-		loops = append(loops, admitLoop)
-	}
-	if mode == redisq.ModeSeed {
-		loops = append(loops, releaseLoop)
-	}
-	for _, loop := range loops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := loop(run, q, t); err != nil {
-				errs <- err
-				stop()
-			}
-		}()
-	}
-	wg.Wait()
+	runLoops(b, run, stop, q, t, mode)
 	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dup != "" {
