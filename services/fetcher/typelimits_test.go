@@ -43,7 +43,7 @@ func maxPerSpan(ts []time.Time, span time.Duration) int {
 // TestTypeRateLimitPacesReady: with sms limited to 50 jobs per second
 // (BULKACTION_TYPE_RATE_LIMITS=sms=50/s, paced mode), two tenants' sms
 // jobs reach READY at that rate, shared equally, and no second (any
-// sliding one, as the Reader sees the arrivals) holds more than 50 × 1.04
+// sliding one, by the stream's own timestamps) holds more than 50 × 1.04
 // of them; a third tenant's jobs of an unlimited type are not slowed down
 // to the sms pace; and the fetcher reports the held groups in
 // bulk_action_admission_held_total{reason="type_rate"}.
@@ -127,11 +127,11 @@ func TestTypeRateLimitPacesReady(t *testing.T) {
 	secs := end.Sub(t0).Seconds()
 	t.Logf("%d sms in %.2fs (%.1f/s, limit %d/s), per tenant once both were queued %v; busiest second: %d as read, %d as stored (most %d)",
 		len(at), secs, float64(len(at))/secs, rate, per, gotAt, gotStored, most)
-	if gotAt > most {
-		t.Errorf("a second of READY arrivals holds %d sms, most %d (limit %d/s × 1.04, and 1 for jitter)", gotAt, most, rate)
-	}
+	// Only the stream's timestamps are checked: the time a consumer reads
+	// a message adds the consumer's own delays (a busy machine delivers a
+	// late second's messages together), which say nothing of admission.
 	if gotStored > most {
-		t.Errorf("a second of READY (stream timestamps) holds %d sms, most %d", gotStored, most)
+		t.Errorf("a second of READY (stream timestamps) holds %d sms, most %d (limit %d/s × 1.04, and 1 for jitter)", gotStored, most, rate)
 	}
 	if min := int(0.9 * rate * secs); len(at) < min {
 		t.Errorf("%d sms in %.2fs: the limit was not used (want at least %d)", len(at), secs, min)
