@@ -79,7 +79,8 @@ type Config struct {
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
 	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
-	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is reported stuck"`
+	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck"`
+	GroupIdleTTL    time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without activity (creation, start, result, pause) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
 
 	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`
 	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas per stream"`
@@ -87,6 +88,10 @@ type Config struct {
 	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW" default:"2m" desc:"JetStream dedupe window; at least LEASE_MS, so a re-published job is still deduplicated"`
 	MaxMsgSize      int           `envconfig:"MAX_MSG_SIZE" default:"1048576" desc:"largest message a stream accepts, 1 KiB to 64 MiB; the NATS server's max_payload must be at least this"`
 	MaxPayloadBytes int           `envconfig:"MAX_PAYLOAD_BYTES" default:"262144" desc:"largest job payload accepted"`
+
+	StreamSubmitMaxBytes int `envconfig:"STREAM_SUBMIT_MAX_BYTES" default:"0" desc:"byte limit of the SUBMIT stream: once full it refuses submissions (clients and the gateway get an error; nothing accepted is dropped) until the fetchers drain it (0 = 1 GiB, 64 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+	StreamReadyMaxBytes  int `envconfig:"STREAM_READY_MAX_BYTES" default:"0" desc:"byte limit of the READY stream: once full, admissions and releases wait and the jobs stay queued or leased (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+	StreamResultMaxBytes int `envconfig:"STREAM_RESULT_MAX_BYTES" default:"0" desc:"byte limit of the RESULT stream: once full, workers hold their finished jobs and retry the result until the aggregators make room (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
 }
 
 // Load reads the environment. An unparsable or out-of-range value is an
@@ -141,6 +146,14 @@ func (c *Config) Validate() error {
 	if c.MaxPayloadBytes >= c.MaxMsgSize {
 		return bad("MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, fmt.Sprintf("must be below MAX_MSG_SIZE (%d), which also holds the envelope", c.MaxMsgSize))
 	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"STREAM_SUBMIT_MAX_BYTES", c.StreamSubmitMaxBytes}, {"STREAM_READY_MAX_BYTES", c.StreamReadyMaxBytes}, {"STREAM_RESULT_MAX_BYTES", c.StreamResultMaxBytes}} {
+		if b.v < -1 || (b.v > 0 && b.v < c.MaxMsgSize) {
+			return bad(b.name, b.v, fmt.Sprintf("must be -1 (no limit), 0 (the default) or at least MAX_MSG_SIZE (%d), so that the largest message fits", c.MaxMsgSize))
+		}
+	}
 	if _, err := c.TypeLimitsPerWindow(); err != nil {
 		return bad("TYPE_RATE_LIMITS", c.TypeRateLimits, err.Error())
 	}
@@ -172,7 +185,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"STUCK_AFTER", c.StuckAfter}, {"STREAM_MAX_AGE", c.StreamMaxAge}, {"DUPLICATE_WINDOW", c.DuplicateWindow}} {
+	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"STUCK_AFTER", c.StuckAfter}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}, {"STREAM_MAX_AGE", c.StreamMaxAge}, {"DUPLICATE_WINDOW", c.DuplicateWindow}} {
 		if d.v <= 0 {
 			return bad(d.name, d.v, "must be positive")
 		}
@@ -182,7 +195,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}} {
+	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}} {
 		if d.v < time.Second {
 			return bad(d.name, d.v, "must be at least 1s (Redis expiries are whole seconds)")
 		}

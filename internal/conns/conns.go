@@ -7,6 +7,7 @@ package conns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -83,6 +84,8 @@ func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
 	return natsutil.StreamSettings{
 		Storage: storage, Replicas: cfg.StreamReplicas, MaxAge: cfg.StreamMaxAge,
 		DuplicateWindow: cfg.DuplicateWindow, MaxMsgSize: maxMsgSize(cfg.MaxMsgSize),
+		SubmitMaxBytes: int64(cfg.StreamSubmitMaxBytes), ReadyMaxBytes: int64(cfg.StreamReadyMaxBytes),
+		ResultMaxBytes: int64(cfg.StreamResultMaxBytes),
 	}
 }
 
@@ -134,6 +137,10 @@ func Connect(ctx context.Context, cfg *config.Config, name string, obs redisq.Ob
 	}
 	if err := natsutil.EnsureStreams(ctx, c.JS, c.Names, StreamSettings(cfg)); err != nil {
 		c.Close()
+		if errors.Is(err, natsutil.ErrStreamResources) {
+			return nil, fmt.Errorf("%w (lower %s_STREAM_SUBMIT_MAX_BYTES, _READY_MAX_BYTES or _RESULT_MAX_BYTES, "+
+				"or give the server more JetStream store)", err, config.Prefix)
+		}
 		return nil, err
 	}
 	return c, nil

@@ -2,7 +2,9 @@ package natsutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +21,26 @@ const (
 	DefaultDuplicateWindow = 2 * time.Minute
 	// DefaultMaxMsgSize is the largest message a stream stores, in bytes.
 	DefaultMaxMsgSize int32 = 1 << 20
+
+	// DefaultSubmitMaxBytes is the byte limit of SUBMIT on file storage.
+	DefaultSubmitMaxBytes int64 = 1 << 30
+	// DefaultReadyMaxBytes is the byte limit of READY on file storage.
+	DefaultReadyMaxBytes int64 = 256 << 20
+	// DefaultResultMaxBytes is the byte limit of RESULT on file storage.
+	DefaultResultMaxBytes int64 = 256 << 20
+	// DefaultMemorySubmitMaxBytes is the byte limit of SUBMIT on memory
+	// storage, where the server reserves a stream's limit in its
+	// max_memory_store when the stream is created.
+	DefaultMemorySubmitMaxBytes int64 = 64 << 20
+	// DefaultMemoryReadyMaxBytes is the byte limit of READY on memory storage.
+	DefaultMemoryReadyMaxBytes int64 = 32 << 20
+	// DefaultMemoryResultMaxBytes is the byte limit of RESULT on memory storage.
+	DefaultMemoryResultMaxBytes int64 = 32 << 20
 )
+
+// NoLimit as a MaxBytes field of [StreamSettings] leaves the stream without
+// a byte limit.
+const NoLimit int64 = -1
 
 // StreamSettings configure every stream of [StreamConfigs] (docs/ARCHITECTURE.md §3). The
 // zero value gives the defaults: file storage, one replica, EVENTS and DLQ
@@ -39,6 +60,14 @@ type StreamSettings struct {
 	// MaxMsgSize is the largest message a stream stores, in bytes. 0 means
 	// 1 MiB; it must not exceed the server's max_payload.
 	MaxMsgSize int32
+	// SubmitMaxBytes, ReadyMaxBytes and ResultMaxBytes are the byte limits
+	// of the work-queue streams. A full stream refuses new messages
+	// (DiscardNew): the publisher gets an error and nothing it was told
+	// was stored is ever dropped. 0 means the default of the storage:
+	// 1 GiB, 256 MiB and 256 MiB on file storage, 64 MiB, 32 MiB and
+	// 32 MiB in memory (the server reserves a stream's limit when it
+	// creates it); [NoLimit] means none.
+	SubmitMaxBytes, ReadyMaxBytes, ResultMaxBytes int64
 }
 
 func (s StreamSettings) withDefaults() StreamSettings {
@@ -54,6 +83,15 @@ func (s StreamSettings) withDefaults() StreamSettings {
 	if s.MaxMsgSize == 0 {
 		s.MaxMsgSize = DefaultMaxMsgSize
 	}
+	def := [3]int64{DefaultSubmitMaxBytes, DefaultReadyMaxBytes, DefaultResultMaxBytes}
+	if s.Storage == jetstream.MemoryStorage {
+		def = [3]int64{DefaultMemorySubmitMaxBytes, DefaultMemoryReadyMaxBytes, DefaultMemoryResultMaxBytes}
+	}
+	for i, p := range []*int64{&s.SubmitMaxBytes, &s.ReadyMaxBytes, &s.ResultMaxBytes} {
+		if *p == 0 {
+			*p = def[i]
+		}
+	}
 	return s
 }
 
@@ -68,20 +106,34 @@ func (s StreamSettings) validate() error {
 	case s.MaxMsgSize < 0:
 		return fmt.Errorf("natsutil: MaxMsgSize %d: must be >= 0", s.MaxMsgSize)
 	}
+	for _, b := range []struct {
+		name string
+		v    int64
+	}{{"SubmitMaxBytes", s.SubmitMaxBytes}, {"ReadyMaxBytes", s.ReadyMaxBytes}, {"ResultMaxBytes", s.ResultMaxBytes}} {
+		if b.v < NoLimit {
+			return fmt.Errorf("natsutil: %s %d: must be >= -1", b.name, b.v)
+		}
+	}
 	return nil
 }
 
 // StreamConfigs returns the configuration of the five streams named by n, in
 // the order SUBMIT, READY, RESULT, EVENTS, DLQ. SUBMIT, READY and RESULT use
-// the work-queue retention policy (a message is removed once acknowledged);
-// EVENTS and DLQ use the limits policy and expire messages after MaxAge.
-// Zero fields of s take the defaults documented on [StreamSettings].
+// the work-queue retention policy (a message is removed once acknowledged)
+// and have byte limits with the DiscardNew policy: a full stream refuses a
+// publish ([IsStreamFull]) rather than drop a message it holds. EVENTS and
+// DLQ use the limits policy and expire messages after MaxAge. Zero fields
+// of s take the defaults documented on [StreamSettings].
 func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig {
 	s = s.withDefaults()
-	mk := func(name, subject, desc string, retention jetstream.RetentionPolicy, maxAge time.Duration) jetstream.StreamConfig {
+	mk := func(name, subject, desc string, retention jetstream.RetentionPolicy, maxAge time.Duration, maxBytes int64) jetstream.StreamConfig {
 		dup := s.DuplicateWindow
 		if maxAge > 0 && dup > maxAge {
 			dup = maxAge // the server rejects a window longer than MaxAge
+		}
+		discard := jetstream.DiscardOld
+		if retention == jetstream.WorkQueuePolicy {
+			discard = jetstream.DiscardNew // never drop accepted work
 		}
 		return jetstream.StreamConfig{
 			Name:        name,
@@ -89,19 +141,20 @@ func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig
 			Subjects:    []string{subject},
 			Retention:   retention,
 			MaxAge:      maxAge,
+			MaxBytes:    maxBytes,
 			Storage:     s.Storage,
 			Replicas:    s.Replicas,
 			Duplicates:  dup,
 			MaxMsgSize:  s.MaxMsgSize,
-			Discard:     jetstream.DiscardOld,
+			Discard:     discard,
 		}
 	}
 	return []jetstream.StreamConfig{
-		mk(n.StreamSubmit(), n.SubmitAll(), "bulkaction job submissions, seals and cancels", jetstream.WorkQueuePolicy, 0),
-		mk(n.StreamReady(), n.ReadyAll(), "bulkaction admitted jobs, one subject per job type", jetstream.WorkQueuePolicy, 0),
-		mk(n.StreamResult(), n.ResultAll(), "bulkaction job results", jetstream.WorkQueuePolicy, 0),
-		mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge),
-		mk(n.StreamDLQ(), n.DLQAll(), "bulkaction rejected messages", jetstream.LimitsPolicy, s.MaxAge),
+		mk(n.StreamSubmit(), n.SubmitAll(), "bulkaction job submissions, seals and cancels", jetstream.WorkQueuePolicy, 0, s.SubmitMaxBytes),
+		mk(n.StreamReady(), n.ReadyAll(), "bulkaction admitted jobs, one subject per job type", jetstream.WorkQueuePolicy, 0, s.ReadyMaxBytes),
+		mk(n.StreamResult(), n.ResultAll(), "bulkaction job results", jetstream.WorkQueuePolicy, 0, s.ResultMaxBytes),
+		mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge, NoLimit),
+		mk(n.StreamDLQ(), n.DLQAll(), "bulkaction rejected messages", jetstream.LimitsPolicy, s.MaxAge, NoLimit),
 	}
 }
 
@@ -119,10 +172,86 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n contracts.Name
 	}
 	for _, cfg := range StreamConfigs(n, s) {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			if isResourcesExceeded(err) {
+				return fmt.Errorf("natsutil: stream %s: its byte limit %d (%s storage) does not fit in what the "+
+					"server has left of its JetStream store (max_file_store / max_memory_store): %w: %w",
+					cfg.Name, cfg.MaxBytes, cfg.Storage, ErrStreamResources, err)
+			}
 			return fmt.Errorf("natsutil: stream %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// ErrStreamResources is wrapped by the error of [EnsureStreams] when the
+// server cannot reserve a stream's byte limit in its JetStream store.
+var ErrStreamResources = errors.New("natsutil: insufficient JetStream resources for the stream limits")
+
+// JetStream error codes of the server's storage limits.
+const (
+	errCodeStoreFailed        jetstream.ErrorCode = 10077 // JSStreamStoreFailedF: "maximum bytes exceeded", ...
+	errCodeMemoryResources    jetstream.ErrorCode = 10028 // JSMemoryResourcesExceededErr
+	errCodeStorageResources   jetstream.ErrorCode = 10047 // JSStorageResourcesExceededErr
+	errCodeInsufficientStream jetstream.ErrorCode = 10023 // JSInsufficientResourcesErr
+)
+
+func isResourcesExceeded(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case errCodeMemoryResources, errCodeStorageResources, errCodeInsufficientStream:
+		return true
+	}
+	return false
+}
+
+// IsStreamFull reports whether err is a stream's refusal of a publish
+// because the stream is at its byte or message limit (DiscardNew): the
+// message was not stored, and publishing it again once consumers made room
+// stores it. Any error wrapping the PubAck's error qualifies.
+func IsStreamFull(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) || api.ErrorCode != errCodeStoreFailed {
+		return false
+	}
+	d := api.Description
+	return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+}
+
+// StreamUsage is how much of its byte limit a stream uses.
+type StreamUsage struct {
+	// Stream is the stream's kind: SUBMIT, READY, RESULT, EVENTS or DLQ.
+	Stream string
+	// Bytes and Msgs are what the stream holds.
+	Bytes, Msgs uint64
+	// LimitBytes is the stream's byte limit; 0 when it has none.
+	LimitBytes int64
+}
+
+// StreamsUsage reads the usage of the five streams named by n, in the order
+// of [StreamConfigs] (one stream info request each). A stream that cannot
+// be read fails the call, naming it.
+func StreamsUsage(ctx context.Context, js jetstream.JetStream, n contracts.Names) ([]StreamUsage, error) {
+	kinds := []struct{ kind, name string }{
+		{"SUBMIT", n.StreamSubmit()}, {"READY", n.StreamReady()}, {"RESULT", n.StreamResult()},
+		{"EVENTS", n.StreamEvents()}, {"DLQ", n.StreamDLQ()},
+	}
+	out := make([]StreamUsage, 0, len(kinds))
+	for _, k := range kinds {
+		st, err := js.Stream(ctx, k.name)
+		if err != nil {
+			return nil, fmt.Errorf("natsutil: stream %s: %w", k.name, err)
+		}
+		info := st.CachedInfo()
+		u := StreamUsage{Stream: k.kind, Bytes: info.State.Bytes, Msgs: info.State.Msgs}
+		if info.Config.MaxBytes > 0 {
+			u.LimitBytes = info.Config.MaxBytes
+		}
+		out = append(out, u)
+	}
+	return out, nil
 }
 
 // StreamMsgs returns the number of messages stream currently holds.

@@ -68,5 +68,5 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 
 func initAggregator(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
-	return aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter}, s.Deps)
+	return aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter, GroupIdleTTL: cfg.GroupIdleTTL}, s.Deps)
 }

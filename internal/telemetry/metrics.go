@@ -129,6 +129,10 @@ type Metrics struct {
 	// (a result that had already been counted) or [StatusDropped] (a result of a job Redis does
 	// not know).
 	RecordedResults *prometheus.CounterVec
+	// ResultsFenced is bulk_action_results_fenced_total: results the aggregator acknowledged
+	// without counting because their job was not in flight with their attempt (still queued,
+	// backing off, or at another attempt: a late, lost or forged result; docs/ARCHITECTURE.md §6.4).
+	ResultsFenced prometheus.Counter
 	// GroupCompletions is bulk_action_group_completions_total{state}, state [StateCompleted] or
 	// [StateCancelled].
 	GroupCompletions *prometheus.CounterVec
@@ -141,6 +145,16 @@ type Metrics struct {
 	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
 	// (buckets 10 ms to 1 h).
 	SubmitLatency prometheus.Histogram
+	// GatewayRequests is bulk_action_gateway_requests_total{op,code}: HTTP API requests by
+	// operation (the OpenAPI operationId) and status code.
+	GatewayRequests *prometheus.CounterVec
+	// GatewaySSE is bulk_action_gateway_sse_subscribers: open Server-Sent Events streams.
+	GatewaySSE prometheus.Gauge
+	// GroupsRepaired is bulk_action_groups_repaired_total{reason}: repairs the stuck check made
+	// to groups without progress (reliability.go).
+	GroupsRepaired *prometheus.CounterVec
+	// Streams are the JetStream streams' fill gauges (streams.go).
+	Streams *StreamGauges
 }
 
 // NewMetrics creates every collector and registers it on reg. reg must not be nil: pass a
@@ -221,6 +235,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("recorded_results_total"),
 			Help: "Results counted by the aggregator (exactly once), by status (SUCCESS, FAILED, DUPLICATE).",
 		}, []string{"status"}),
+		ResultsFenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("results_fenced_total"),
+			Help: "Results not counted because their job was not in flight with their attempt (queued, backing off, another attempt).",
+		}),
 		GroupCompletions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: fqName("group_completions_total"),
 			Help: "Groups that reached a final state, by state (COMPLETED, CANCELLED).",
@@ -243,7 +261,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.EnqueueTotal, m.EnqueueDuplicateTotal, m.DequeueTotal, m.LuaDuration,
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
 		m.BackpressureAdmitted, m.BackpressureRejected, m.AdmissionHeld, m.CongestionBackoff,
-		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.GroupCompletions,
+		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.ResultsFenced, m.GroupCompletions,
 		m.DeadLetters, m.DeadLetterFailures, m.SubmitLatency,
 	)
 	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {
@@ -261,6 +279,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, s := range []string{StateCompleted, StateCancelled} {
 		m.GroupCompletions.WithLabelValues(s)
 	}
+	m.registerGateway(reg)
+	m.registerReliability(reg)
+	m.registerStreams(reg)
 	return m
 }
 

@@ -29,6 +29,9 @@ func observeAll(m *Metrics) {
 	m.GroupCompletions.WithLabelValues(StateCompleted).Inc()
 	m.DeadLetters.WithLabelValues("invalid").Inc()
 	m.ObserveSubmitLatency(250 * time.Millisecond)
+	m.GatewayRequests.WithLabelValues("getGroup", "200").Inc()
+	m.GatewaySSE.Inc()
+	m.Streams.Set("READY", 2048, 3, 1<<20)
 }
 
 // gatherFamilies returns the gathered families of g by name.
@@ -93,11 +96,18 @@ var wantMetricTypes = map[string]dto.MetricType{
 	"bulk_action_job_results_total":           dto.MetricType_COUNTER,
 	"bulk_action_job_processing_duration_ms":  dto.MetricType_HISTOGRAM,
 	"bulk_action_recorded_results_total":      dto.MetricType_COUNTER,
+	"bulk_action_results_fenced_total":        dto.MetricType_COUNTER,
 	"bulk_action_group_completions_total":     dto.MetricType_COUNTER,
 	"bulk_action_dead_letter_total":           dto.MetricType_COUNTER,
 	"bulk_action_dead_letter_failures_total":  dto.MetricType_COUNTER,
 	"bulk_action_admission_held_total":        dto.MetricType_COUNTER,
 	"bulk_action_job_latency_ms":              dto.MetricType_HISTOGRAM,
+	"bulk_action_gateway_requests_total":      dto.MetricType_COUNTER,
+	"bulk_action_gateway_sse_subscribers":     dto.MetricType_GAUGE,
+	"bulk_action_groups_repaired_total":       dto.MetricType_COUNTER,
+	"bulk_action_stream_bytes":                dto.MetricType_GAUGE,
+	"bulk_action_stream_limit_bytes":          dto.MetricType_GAUGE,
+	"bulk_action_stream_messages":             dto.MetricType_GAUGE,
 }
 
 func TestNewMetricsRegistersEveryMetric(t *testing.T) {

@@ -135,23 +135,28 @@ type retryOptions struct{ throttled bool }
 func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true } }
 
 // CorrectCounters re-derives the non-ready counters of groups and tenants
-// from the non-ready queue (counters can drift after failures): the
-// counters of the groups with jobs in it and of the groups on the stuck
-// watch list ([Keys.StuckWatch]: every group that started and has not
-// ended), and of their tenants. It also re-derives the tenant quotas'
-// counts (docs/ARCHITECTURE.md §5) from the groups' metas: each tenant's
-// active groups and queued jobs. It returns how many counters (and active
-// group entries) were wrong.
-func (q *Queue) CorrectCounters(ctx context.Context) (int, error) {
-	v, err := q.run(ctx, "correct", correctScript, []string{q.keys.NonReadyQueue(), q.keys.StuckWatch()}, q.keys.Prefix())
+// (counters can drift after failures) from the non-ready queue: the
+// counters of the groups on the stuck watch list ([Keys.StuckWatch]: every
+// group that started and has not ended), each from its own job ids, and
+// then those of their tenants (and of the tenants with quota counts) as the
+// sums of their groups'. It also re-derives the tenant quotas' counts
+// (docs/ARCHITECTURE.md §5) from the groups' metas: each tenant's active
+// groups and queued jobs. It returns how many counters (and active group
+// entries) were wrong.
+//
+// No script call goes through more than [DefaultSweepChunk] job ids
+// ([SweepChunk] sets it), so a pass costs a few milliseconds per call
+// whatever the size of the non-ready queue; a large group takes several
+// calls, and is left for the next pass if its jobs entered or left the
+// queue meanwhile (its tenant too). Backed-off jobs of a group whose meta
+// is gone are not counted: release takes them out of the queue.
+func (q *Queue) CorrectCounters(ctx context.Context, opts ...SweepOption) (int, error) {
+	fixed, err := q.correctNonReady(ctx, sweepOptionsOf(opts))
 	if err != nil {
-		return 0, err
+		return fixed, err
 	}
 	n, err := q.correctQuotas(ctx)
-	if err != nil {
-		return int(toInt(v)), err
-	}
-	return int(toInt(v)) + n, nil
+	return fixed + n, err
 }
 
 // CongestionState is a group's congestion state.

@@ -350,6 +350,11 @@ type LeasedJob struct {
 	Attempt int
 	// Trace is the W3C traceparent stored with the job ("" = none).
 	Trace string
+	// ReadySeq is the READY stream sequence of the job's message, set by
+	// the publisher from its PubAck before [Queue.Confirm] (0 = unknown):
+	// from then on READY's measurements show the message, and its room
+	// reservation ([WithReadySeq]) ends once a measurement does.
+	ReadySeq uint64
 }
 
 // AdmitResult is the outcome of one Admit call.
@@ -394,6 +399,22 @@ type AdmitOption func(*admitOptions)
 
 type admitOptions struct {
 	rooms string // '' = no per-type limit
+	seq   string // READY's last sequence when rooms were measured ('' = none)
+}
+
+// WithReadySeq says that the rooms of [WithTypeRooms] were measured when
+// READY's last sequence was seq. The call then completes the measurement
+// in Redis, atomically with the hand-out: it takes from each type's room
+// the jobs other callers leased for READY and have not published yet, and
+// those they published after seq, and it reserves room for the jobs it
+// leases until their publish is confirmed ([LeasedJob.ReadySeq],
+// [Queue.Confirm]). So any number of fetchers and dispatchers together
+// never put more of a type on READY than its room. A measurement older
+// than the newest one another caller used for a type gives that type no
+// room in this call (reported as [AdmitResult.Held]; measure again).
+// Without it, the rooms are taken as they are.
+func WithReadySeq(seq uint64) AdmitOption {
+	return func(o *admitOptions) { o.seq = strconv.FormatUint(seq, 10) }
 }
 
 // WithTypeRooms limits the call to the READY room of each job type: at most
@@ -428,7 +449,7 @@ func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitRe
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease), o.rooms)
+	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease), o)
 }
 
 // Dequeue takes the next job in fair order, with no rate gate and no lease
@@ -448,14 +469,14 @@ func (q *Queue) Dequeue(ctx context.Context) (*LeasedJob, error) {
 // DequeueBatch takes up to n jobs in fair order in one call, with no rate
 // gate and no lease.
 func (q *Queue) DequeueBatch(ctx context.Context, n int) ([]LeasedJob, error) {
-	r, err := q.admit(ctx, n, ModeFair, 0, "")
+	r, err := q.admit(ctx, n, ModeFair, 0, admitOptions{})
 	if err != nil {
 		return nil, err
 	}
 	return r.Jobs, nil
 }
 
-func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, rooms string) (*AdmitResult, error) {
+func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o admitOptions) (*AdmitResult, error) {
 	if n <= 0 {
 		return &AdmitResult{}, nil
 	}
@@ -473,7 +494,7 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, ro
 	v, err := q.run(ctx, "admit", admitScript, keys,
 		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
-		rooms, typeLimits)
+		o.rooms, typeLimits, o.seq)
 	if err != nil {
 		return nil, err
 	}

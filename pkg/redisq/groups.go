@@ -51,6 +51,12 @@ const (
 	DuplicateResult RecordOutcome = "duplicate"
 	// UnknownJob: no such job (never enqueued, or its hash expired).
 	UnknownJob RecordOutcome = "unknown"
+	// FencedResult: the job is not in flight with the result's attempt
+	// (docs/ARCHITECTURE.md §6.4): it is QUEUED or in BACKOFF, or another
+	// attempt is current. Nothing changed. Such a result is late (an
+	// attempt a retry or a repair already replaced), follows a loss of Redis
+	// writes, or was forged; acknowledge it and drop it.
+	FencedResult RecordOutcome = "fenced"
 )
 
 // RecordResult is what Record did and the group's counters after it.
@@ -65,6 +71,10 @@ type RecordResult struct {
 
 // Record marks a job terminal exactly once (SUCCESS or FAILED) and counts it;
 // a second record of the same job is a no-op reporting DuplicateResult. A
+// result is recorded only while its job is in flight (leased, running, or
+// dequeued) with the result's attempt; any other is a no-op reporting
+// FencedResult (docs/ARCHITECTURE.md §6.4). A FAILED result also lists the
+// job in its group's failures index ([Queue.Failures]). A
 // sealed group whose every job is terminal becomes COMPLETED: its congestion
 // state is dropped and its keys get their TTLs. A job that was in flight
 // frees its slot of the group's in-flight limit. Each result names its group
@@ -144,8 +154,8 @@ func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
 		}
 		results = append(results, g, r.JobID, string(r.Status), r.Error, r.Attempt)
 	}
-	args := make([]any, 0, 5+len(gks)+len(results))
-	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha)
+	args := make([]any, 0, 6+len(gks)+len(results))
+	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha, MaxFailuresKept)
 	args = append(args, gks...)
 	args = append(args, results...)
 	return keys, args
@@ -218,18 +228,47 @@ type CancelResult struct {
 // Cancel ends a group early: its queued and backed-off jobs are dropped and
 // counted as cancelled; jobs already handed out finish and are counted. A
 // paused group is cancelled the same way.
-func (q *Queue) Cancel(ctx context.Context, g contracts.GroupRef) (*CancelResult, error) {
+//
+// The work is done in bounded script calls (lua/cancel.lua), each going
+// through at most [DefaultSweepChunk] jobs ([SweepChunk] sets it): the first
+// call makes the group CANCELLED, so nothing of it is admitted or released
+// meanwhile, and Cancel calls again until the group has no queued or
+// backed-off job left; its result counts every job it cancelled, and Group
+// holds the counts after the last call. A cancel cut short (an error, a
+// crash) is finished by the next Cancel of the group or by
+// [Queue.FinishCancels].
+func (q *Queue) Cancel(ctx context.Context, g contracts.GroupRef, opts ...SweepOption) (*CancelResult, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: cancel %s: %w", g, err)
 	}
-	v, err := q.run(ctx, "cancel", cancelScript,
-		[]string{q.keys.GroupMeta(g), q.keys.GroupJobs(g), q.keys.NonReadyQueue()},
-		q.keys.Prefix(), g.Tenant, g.ID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL))
-	if err != nil {
-		return nil, err
+	return q.cancelSteps(ctx, g, false, sweepOptionsOf(opts))
+}
+
+// cancelSteps calls lua/cancel.lua until the cancel has nothing left;
+// sweepOnly only goes on with a cancel under way.
+func (q *Queue) cancelSteps(ctx context.Context, g contracts.GroupRef, sweepOnly bool, o sweepOptions) (*CancelResult, error) {
+	only := "0"
+	if sweepOnly {
+		only = "1"
 	}
-	l := toList(v)
-	return &CancelResult{Outcome: CancelOutcome(toStr(l[0])), Dropped: toInt(l[1]), Group: parseCounts(l[2:])}, nil
+	keys := []string{q.keys.GroupMeta(g), q.keys.GroupJobs(g), q.keys.NonReadyQueue(), q.keys.GroupIDs(g), q.keys.CancelSweep()}
+	res := &CancelResult{}
+	for {
+		v, err := q.run(ctx, "cancel", cancelScript, keys,
+			q.keys.Prefix(), g.Tenant, g.ID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), o.chunk, only)
+		if err != nil {
+			return nil, err
+		}
+		l := toList(v)
+		if res.Outcome == "" {
+			res.Outcome = CancelOutcome(toStr(l[0]))
+		}
+		res.Dropped += toInt(l[1])
+		res.Group = parseCounts(l[3:])
+		if toInt(l[2]) == 0 {
+			return res, nil
+		}
+	}
 }
 
 // ControlOutcome says what Pause or Resume did.
@@ -338,18 +377,22 @@ func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInf
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, false, fmt.Errorf("redisq: group %s: %w", g, err)
 	}
-	pending := l.Val()
 	nonReady, _ := nr.Int64()
 	h := m.Val()
 	if len(h) == 0 {
 		return nil, false, nil
 	}
+	return groupInfo(g, h, l.Val(), nonReady), true, nil
+}
+
+// groupInfo reads a group's meta hash h.
+func groupInfo(g contracts.GroupRef, h map[string]string, pending, nonReady int64) *GroupInfo {
 	n := func(k string) int64 { x, _ := strconv.ParseInt(h[k], 10, 64); return x }
 	declared := int64(-1)
 	if _, ok := h["declaredTotal"]; ok {
 		declared = n("declaredTotal")
 	}
-	info = &GroupInfo{
+	return &GroupInfo{
 		Group: g,
 		GroupCounts: GroupCounts{
 			State: contracts.GroupState(h["status"]), Declared: declared, Jobs: n("totalJobs"),
@@ -361,7 +404,6 @@ func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInf
 		LastProgressAtMs: n("lastProgressAt"),
 		Meta:             h,
 	}
-	return info, true, nil
 }
 
 // PendingJobs returns the number of jobs of a group waiting in the fair queue.

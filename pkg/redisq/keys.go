@@ -86,6 +86,33 @@ func (k Keys) TenantQueuedJobs(tenant string) string {
 // which the counter correction ([Queue.CorrectCounters]) goes through.
 func (k Keys) QuotaTenants() string { return k.prefix + "quota-tenants" }
 
+// GroupIndex lists every group by creation time (score ms, member
+// "<tenant>:<gid>"); written by enqueue.lua, pruned by [Queue.ListGroups].
+func (k Keys) GroupIndex() string { return k.prefix + "group-index" }
+
+// TenantGroupIndex lists a tenant's groups by creation time (score ms,
+// member gid).
+func (k Keys) TenantGroupIndex(tenant string) string {
+	return k.prefix + "tenant:" + tenant + ":group-index"
+}
+
+// GroupRetryOf holds the id of the group a retry group was made from
+// (POST …/retry-failed).
+func (k Keys) GroupRetryOf(g contracts.GroupRef) string {
+	return k.prefix + "group:" + g.Tenant + ":" + g.ID + ":retry-of"
+}
+
+// GroupRetries lists the retry groups made from a group, oldest first.
+func (k Keys) GroupRetries(g contracts.GroupRef) string {
+	return k.prefix + "group:" + g.Tenant + ":" + g.ID + ":retries"
+}
+
+// Idempotency is the key of an HTTP Idempotency-Key of a scope (a tenant or
+// the admin) by its hash.
+func (k Keys) Idempotency(scope, hash string) string {
+	return k.prefix + "idempotency:" + scope + ":" + hash
+}
+
 // VClock is the fair queue's virtual clock: a strictly increasing time that
 // orders groups served within the same millisecond.
 func (k Keys) VClock() string { return k.prefix + "fair-queue:vclock" }
@@ -112,6 +139,13 @@ func (k Keys) GroupIDs(g contracts.GroupRef) string {
 // Status measures a group's rate over the last [ProgressWindow] of them.
 func (k Keys) GroupProgress(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":progress"
+}
+
+// GroupFailures is the ZSET of a group's failed jobs (member: jobId), scored
+// by when each failure was recorded (ms), trimmed to the newest
+// [MaxFailuresKept]; it expires with the group's other keys ([Queue.Failures]).
+func (k Keys) GroupFailures(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":failures"
 }
 
 // Job is the HASH of one job.
@@ -170,6 +204,18 @@ func (k Keys) TenantNonReady(tenant string) string {
 func (k Keys) CongestionStats(g contracts.GroupRef) string {
 	return k.prefix + "congestion:" + groupKey(g) + ":stats"
 }
+
+// ReadyReserved is the ZSET of the jobs of one type handed to READY that a
+// measurement of READY may not show yet (the room reservations of
+// [WithReadySeq]): member "<tenant>:<gid>:<jid>", score the READY sequence
+// of its message once its publish is confirmed, or 2^52 + the time the
+// reservation lapses while it is not. Its "ready:reserved:" segment keeps
+// it apart from every other key whatever the type is named.
+func (k Keys) ReadyReserved(typ string) string { return k.prefix + "ready:reserved:" + typ }
+
+// ReadyFloor is the HASH type -> the READY sequence up to which the type's
+// reservations were pruned: a measurement older than it is refused.
+func (k Keys) ReadyFloor() string { return k.prefix + "ready:floor" }
 
 // WorkerTypes is the ZSET of job types workers serve, scored by when the
 // last announcement of each expires (ms).

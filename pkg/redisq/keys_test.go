@@ -20,7 +20,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.RateLimitGlobal(window): "RateLimitGlobal", k.RatePacer(): "RatePacer", k.ActiveTenants(): "ActiveTenants",
 		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory", k.WorkerTypes(): "WorkerTypes",
 		k.TenantClock(): "TenantClock", k.TenantWeights(): "TenantWeights", k.StuckWatch(): "StuckWatch",
-		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants",
+		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants", k.GroupIndex(): "GroupIndex",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
@@ -29,7 +29,8 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		"rate-limit", "fair-queue", "inflight", "non-ready-queue", "non-ready-count", "active-groups",
 		"active-tenants", "tenant-weights", "tenant-clock", "stuck-watch", "worker-types", "congestion",
 		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p",
-		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas"}
+		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas", "group-index", "index",
+		"retry-of", "retries", "idempotency", "admin"}
 	owner := map[string]string{} // user key -> what built it
 	add := func(key, what string) {
 		if sys, ok := system[key]; ok {
@@ -49,6 +50,10 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		add(k.TenantNonReady(tenant), "TenantNonReady("+tenant+")")
 		add(k.TenantActiveGroups(tenant), "TenantActiveGroups("+tenant+")")
 		add(k.TenantQueuedJobs(tenant), "TenantQueuedJobs("+tenant+")")
+		add(k.TenantGroupIndex(tenant), "TenantGroupIndex("+tenant+")")
+		for _, h := range ids {
+			add(k.Idempotency("t:"+tenant, h), "Idempotency(t:"+tenant+","+h+")")
+		}
 		for _, l := range contracts.Priorities {
 			add(k.TenantGroups(tenant, l), "TenantGroups("+tenant+","+string(l)+")")
 		}
@@ -60,6 +65,8 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 			add(k.GroupProgress(g), "GroupProgress("+g.String()+")")
 			add(k.CongestionCount(g), "CongestionCount("+g.String()+")")
 			add(k.CongestionStats(g), "CongestionStats("+g.String()+")")
+			add(k.GroupRetryOf(g), "GroupRetryOf("+g.String()+")")
+			add(k.GroupRetries(g), "GroupRetries("+g.String()+")")
 			for _, jid := range ids {
 				add(k.Job(g, jid), "Job("+g.String()+","+jid+")")
 			}

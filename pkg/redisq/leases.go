@@ -11,20 +11,79 @@ import (
 )
 
 // Confirm ends the leases of jobs the caller has handed on (published to
-// READY and acknowledged). Confirming an unknown or already confirmed job is
-// harmless.
+// READY and acknowledged). A job's READY room reservation ([WithReadySeq])
+// then waits for a measurement that shows its message: the one at
+// [LeasedJob.ReadySeq], or, when that is 0 (unknown), ends at once.
+// Confirming an unknown or already confirmed job is harmless.
 func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
 	if len(jobs) == 0 {
 		return nil
 	}
 	members := make([]any, len(jobs))
+	pipe := q.rdb.TxPipeline()
 	for i, j := range jobs {
-		members[i] = member(j.Group, j.ID)
+		m := member(j.Group, j.ID)
+		members[i] = m
+		if j.ReadySeq > 0 {
+			// XX: a reservation that lapsed, or was never made, stays gone
+			pipe.ZAddXX(ctx, q.keys.ReadyReserved(j.Type), redis.Z{Score: float64(j.ReadySeq), Member: m})
+		} else {
+			pipe.ZRem(ctx, q.keys.ReadyReserved(j.Type), m)
+		}
 	}
-	if err := q.rdb.ZRem(ctx, q.keys.Inflight(), members...).Err(); err != nil {
+	pipe.ZRem(ctx, q.keys.Inflight(), members...)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("redisq: confirm: %w", err)
 	}
 	return nil
+}
+
+// Relet leases again, each as a new attempt, jobs whose READY publish
+// JetStream dropped as a duplicate of a message that is no longer on READY
+// (docs/ARCHITECTURE.md §6.2): their message id had been used by a
+// hand-out that Redis lost (a failover that dropped recent writes), and
+// that message was consumed. Only a job still leased as the attempt in
+// jobs is re-leased (its attempt + 1, a new lease deadline); the others
+// moved on (claimed, cancelled, put back) and are left out of the result.
+// Publish the returned jobs, then [Queue.Confirm] them.
+func (q *Queue) Relet(ctx context.Context, jobs []LeasedJob) ([]LeasedJob, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	// one call per chunk, one after the other: relets are rare
+	var replies []any
+	for c := 0; c*scriptChunk < len(jobs); c++ {
+		part := chunkOf(jobs, c)
+		args := make([]any, 0, 3+3*len(part))
+		args = append(args, q.keys.Prefix(), q.now(), ms(q.cfg.Lease))
+		for _, j := range part {
+			args = append(args, groupKey(j.Group), j.ID, j.Attempt)
+		}
+		v, err := q.run(ctx, "relet", reletScript, []string{q.keys.Inflight()}, args...)
+		if err != nil {
+			return nil, err
+		}
+		replies = append(replies, v)
+	}
+	var out []LeasedJob
+	k := 0
+	for _, v := range replies {
+		for _, a := range toList(v) {
+			if k >= len(jobs) {
+				return nil, fmt.Errorf("redisq: relet script: more replies than %d jobs", len(jobs))
+			}
+			if n := toInt(a); n > 0 {
+				j := jobs[k]
+				j.Attempt, j.ReadySeq = int(n), 0
+				out = append(out, j)
+			}
+			k++
+		}
+	}
+	if k != len(jobs) {
+		return nil, fmt.Errorf("redisq: relet script: %d replies for %d jobs", k, len(jobs))
+	}
+	return out, nil
 }
 
 // ExpiredLeases lists up to n leases whose deadline has passed, without
@@ -80,6 +139,10 @@ type ReleaseResult struct {
 	// queues (which are queued), where admission takes them in fair order
 	// once the type has rate again.
 	RateHeld map[string]int
+	// ReadyHeld counts, per job type, due jobs whose type had no READY room
+	// left ([WithTypeRooms]): they went back into their groups' queues as
+	// for RateHeld.
+	ReadyHeld map[string]int
 }
 
 // Release takes up to n due jobs out of the non-ready queue (one call),
@@ -88,18 +151,25 @@ type ReleaseResult struct {
 // released jobs also pass the global rate gate, and in both gated modes the
 // per-type limits (ReleaseResult.RateHeld). A due job of a paused group,
 // or of a group at its in-flight limit, is put back into its group's queue
-// instead (ReleaseResult.Requeued).
-func (q *Queue) Release(ctx context.Context, n int) (*ReleaseResult, error) {
+// instead (ReleaseResult.Requeued). [WithTypeRooms] and [WithReadySeq]
+// bound the released jobs of each type by its READY room, as for Admit: a
+// due job whose type has no room goes back into its group's queue
+// (ReleaseResult.ReadyHeld).
+func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*ReleaseResult, error) {
+	var o admitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
-		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.typeLimits, q.cfg.Alpha)
+		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.typeLimits, q.cfg.Alpha, o.rooms, o.seq)
 	if err != nil {
 		return nil, err
 	}
 	l := toList(v)
 	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
-		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4])}, nil
+		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5])}, nil
 }
 
 // ClaimOutcome says whether a worker may run a delivered job.

@@ -258,6 +258,9 @@ func TestRecordBatchStoresResultOnJob(t *testing.T) {
 	drain(t, q, 4)
 	rs := []contracts.JobResult{failure("A", 0, "upstream said: 503 {\"x\": 1}"), failure("A", 1, ""), success("B", 0), success("A", 2)}
 	rs[1].Attempt = 3
+	// j00001 runs its third attempt: a result is recorded only for the
+	// job's current attempt (fencing, docs/ARCHITECTURE.md §6.4)
+	b.rdb.HSet(ctx, q.Keys().Job(G("A"), "j00001"), "attempt", 3)
 	got, err := q.RecordBatch(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
@@ -374,6 +377,10 @@ func TestRecordBatchMatchesOneByOne(t *testing.T) {
 		}
 		if r, err := q.Cancel(ctx, G("D")); err != nil || r.Outcome != redisq.Cancelled {
 			t.Fatalf("cancel: %+v %v", r, err)
+		}
+		// the rest of A, B and C: a result counts only for a job handed out
+		if _, err := q.DequeueBatch(ctx, 1000); err != nil {
+			t.Fatal(err)
 		}
 		envs = append(envs, env{q, b})
 	}

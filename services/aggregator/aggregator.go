@@ -45,8 +45,8 @@ const (
 	AttrAttempt = telemetry.AttrAttempt
 	// AttrStatus is the result's status, SUCCESS or FAILED.
 	AttrStatus = attribute.Key("bulkaction.status")
-	// AttrOutcome is what recording did: recorded, duplicate or unknown
-	// ([redisq.RecordOutcome]).
+	// AttrOutcome is what recording did: recorded, duplicate, fenced or
+	// unknown ([redisq.RecordOutcome]).
 	AttrOutcome = attribute.Key("bulkaction.record.outcome")
 	// AttrCompleted is true on the record span of the result that completed
 	// its group.
@@ -103,6 +103,11 @@ type Config struct {
 	// StuckCheckEvery is the interval of the stuck check; 0 means
 	// [DefaultStuckCheckEvery] (30 s).
 	StuckCheckEvery time.Duration
+	// GroupIdleTTL is how long an unsealed group may go without activity
+	// before the stuck check abandons it ([redisq.Queue.AbandonIdle]: it
+	// leaves the stuck watch and its keys get GROUP_TTL); 0 means
+	// [redisq.DefaultGroupIdleTTL] (7 days).
+	GroupIdleTTL time.Duration
 	// AckWait is the RESULT consumer's ack wait: results fetched by an
 	// aggregator that dies before acknowledging them are delivered again
 	// after it. 0 means [DefaultAckWait] (30 s).
@@ -125,6 +130,9 @@ func (c *Config) setDefaults() {
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
 	}
+	if c.GroupIdleTTL == 0 {
+		c.GroupIdleTTL = redisq.DefaultGroupIdleTTL
+	}
 }
 
 func (c *Config) validate() error {
@@ -137,6 +145,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("aggregator: StuckAfter %s: must not be negative", c.StuckAfter)
 	case c.StuckCheckEvery < 0:
 		return fmt.Errorf("aggregator: StuckCheckEvery %s: must not be negative", c.StuckCheckEvery)
+	case c.GroupIdleTTL < 0:
+		return fmt.Errorf("aggregator: GroupIdleTTL %s: must not be negative", c.GroupIdleTTL)
 	case c.AckWait < 100*time.Millisecond:
 		return fmt.Errorf("aggregator: AckWait %s: must be at least 100ms", c.AckWait)
 	}
@@ -154,6 +164,7 @@ type Aggregator struct {
 	tracer  trace.Tracer
 
 	unknownLog telemetry.WarnLimiter
+	fencedLog  telemetry.WarnLimiter // results fenced off, one line per batch
 	warnLimit  telemetry.WarnLimiter // dead letters and hand-backs
 
 	mu         sync.Mutex
@@ -189,6 +200,7 @@ func New(cfg Config, d deps.Deps) (*Aggregator, error) {
 		settler:    consume.NewSettler(d, log, nakDelay),
 		tracer:     d.TracerProvider.Tracer(TracerName),
 		unknownLog: telemetry.WarnLimiter{Interval: unknownLogEvery},
+		fencedLog:  telemetry.WarnLimiter{Interval: unknownLogEvery},
 		warnLimit:  telemetry.WarnLimiter{Interval: time.Second},
 		progressed: map[contracts.GroupRef]struct{}{},
 		progress:   progress{every: progressEvery, last: map[contracts.GroupRef]*progressState{}},
@@ -350,6 +362,7 @@ func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.C
 	now := time.Now()
 	m := a.d.Metrics
 	var progressed []events.Change
+	var fenced []*contracts.JobResult
 	for i, rec := range recs {
 		it := items[i]
 		g := it.res.Ref()
@@ -380,11 +393,17 @@ func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.C
 				// publishing: the counts may not have reached EVENTS yet.
 				progressed = append(progressed, events.Change{Group: g, Counts: rec.Group, Progress: true})
 			}
+		case redisq.FencedResult:
+			// Not counted (docs/ARCHITECTURE.md §6.4): acknowledged and
+			// dropped like the others, reported once per batch below.
+			m.ResultsFenced.Inc()
+			fenced = append(fenced, it.res)
 		default: // redisq.UnknownJob
 			m.RecordedResults.WithLabelValues(telemetry.StatusDropped).Inc()
 			a.logUnknown(it.res, rec.Outcome)
 		}
 	}
+	a.logFenced(fenced)
 	for _, ch := range progressed {
 		if i, ok := changes[ch.Group]; ok {
 			if out[i].Progress {
@@ -415,6 +434,20 @@ func (a *Aggregator) noteProgress(g contracts.GroupRef) {
 func (a *Aggregator) logUnknown(r *contracts.JobResult, outcome redisq.RecordOutcome) {
 	a.unknownLog.Warn(a.log, "result of an unknown job dropped",
 		"tenant", r.Tenant, "group", r.GroupID, "job", r.JobID, "attempt", r.Attempt, "outcome", string(outcome))
+}
+
+// logFenced reports the fenced results of one batch in one line: at warn
+// level at most once per unknownLogEvery, at debug level otherwise. It
+// names the first of them (group, job, attempt, status), never a payload
+// or an error text.
+func (a *Aggregator) logFenced(rs []*contracts.JobResult) {
+	if len(rs) == 0 {
+		return
+	}
+	r := rs[0]
+	a.fencedLog.Warn(a.log, "results fenced off: their jobs are not in flight with their attempts",
+		"results", len(rs), "tenant", r.Tenant, "group", r.GroupID, "job", r.JobID, "attempt", r.Attempt,
+		"status", string(r.Status))
 }
 
 // warn logs at warn level, at most once per second; the lines left out in

@@ -62,7 +62,7 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := aggregator.Config{BatchSize: 256, Durable: "aggregator", StuckAfter: 5 * time.Minute,
-		StuckCheckEvery: 30 * time.Second, AckWait: 30 * time.Second}
+		StuckCheckEvery: 30 * time.Second, AckWait: 30 * time.Second, GroupIdleTTL: 7 * 24 * time.Hour}
 	if got := a.Config(); got != want {
 		t.Fatalf("defaults = %+v, want %+v", got, want)
 	}
@@ -74,6 +74,9 @@ func TestExactCounts(t *testing.T) {
 	d, m := b.newDeps()
 	b.admitted(t, "g", 20, 20)
 	b.admitted(t, "open", 5, -1) // not sealed: it cannot complete
+	for i := 0; i < 20; i += 3 { // these fail at their second attempt
+		b.rdb.HSet(context.Background(), b.q.Keys().Job(grp("g"), fmt.Sprintf("j%d", i)), "attempt", 2)
+	}
 
 	// One result carries a trace; its record span continues it.
 	root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{8}, TraceFlags: trace.FlagsSampled})

@@ -4,8 +4,11 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -49,6 +52,7 @@ func (a *Aggregator) watchStuck(ctx context.Context) {
 }
 
 func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupRef]time.Time) {
+	a.maintain(ctx)
 	groups, err := a.Stuck(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -64,6 +68,16 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupR
 			continue
 		}
 		warned[g.Group] = now
+		// Repair first (docs/ARCHITECTURE.md §6.5), at most once per
+		// StuckAfter per group, like the warning.
+		if a.repair(ctx, g.Group) {
+			continue
+		}
+		if !g.Sealed() && g.Pending == 0 && g.NonReady == 0 && g.Jobs == g.Done+g.Cancelled {
+			// nothing outstanding: it waits for more jobs or its seal, and
+			// is abandoned after GroupIdleTTL
+			continue
+		}
 		since := g.LastProgressAtMs
 		if since == 0 {
 			since = g.StartedAtMs
@@ -77,5 +91,67 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupR
 		if !stuck[gid] {
 			delete(warned, gid)
 		}
+	}
+}
+
+// repair repairs one stuck group ([redisq.Queue.RepairGroup]), counts and
+// logs what it repaired, and publishes the event of a group it completed.
+// It reports whether anything was repaired.
+func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef) bool {
+	r, err := a.d.Queue.RepairGroup(ctx, g)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("repair of a stuck group failed", "tenant", g.Tenant, "group", g.ID, "err", err)
+		}
+		return false
+	}
+	reasons := r.Reasons()
+	if len(reasons) == 0 {
+		return false
+	}
+	for _, reason := range reasons {
+		a.d.Metrics.GroupsRepaired.WithLabelValues(reason).Inc()
+	}
+	a.log.Warn("repaired a group without progress", "tenant", g.Tenant, "group", g.ID, "repairs", strings.Join(reasons, ","),
+		"leases", r.Leases, "freedSlots", r.FreedSlots, "state", string(r.Counts.State))
+	if r.Completed {
+		a.publishEvent(ctx, g, r.Counts, true)
+	}
+	return true
+}
+
+// maintain finishes cancels cut short and abandons unsealed groups idle for
+// GroupIdleTTL, before each stuck check.
+func (a *Aggregator) maintain(ctx context.Context) {
+	done, err := a.d.Queue.FinishCancels(ctx, maxSweepsPerCheck)
+	for _, c := range done {
+		a.d.Metrics.GroupsRepaired.WithLabelValues(telemetry.RepairCancel).Inc()
+		a.log.Info("finished a cancel cut short", "tenant", c.Group.Tenant, "group", c.Group.ID, "dropped", c.Dropped)
+		a.publishEvent(ctx, c.Group, c.Counts, false) // it ended with its cancel's first step
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("finishing cancels failed", "err", err)
+	}
+	gone, err := a.d.Queue.AbandonIdle(ctx, a.cfg.GroupIdleTTL)
+	for _, g := range gone {
+		a.d.Metrics.GroupsRepaired.WithLabelValues(telemetry.RepairAbandoned).Inc()
+		a.log.Info("abandoned an unsealed group without activity; its keys expire", "tenant", g.Tenant, "group", g.ID,
+			"idle", a.cfg.GroupIdleTTL.String())
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("abandoning idle groups failed", "err", err)
+	}
+}
+
+// maxSweepsPerCheck bounds the cancels one stuck check finishes.
+const maxSweepsPerCheck = 100
+
+// publishEvent publishes the event of a group the stuck check ended (ended)
+// or whose counts it changed after its end.
+func (a *Aggregator) publishEvent(ctx context.Context, g contracts.GroupRef, c redisq.GroupCounts, ended bool) {
+	a.publishMu.Lock()
+	defer a.publishMu.Unlock()
+	if err := a.d.Events.Publish(ctx, events.Change{Group: g, Counts: c, Ended: ended}); err != nil && ctx.Err() == nil {
+		a.log.Warn("event of a repaired group not published", "tenant", g.Tenant, "group", g.ID, "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // Defaults of the [Config] fields.
@@ -146,6 +147,7 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 		p.reclaimLoop,
 		p.every(p.cfg.CorrectInterval, "correct counters", p.correct),
 		p.every(p.cfg.SnapshotInterval, "congestion snapshot", p.snapshot),
+		p.every(StreamsInterval, "stream usage", p.streamUsage),
 	}
 	wg.Add(len(loops))
 	for _, loop := range loops {
@@ -165,11 +167,13 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 // room is how many jobs a release or reclaim may move now. It cannot choose
 // their types, so it takes the least room among the types live workers
 // serve (among the types on READY when no worker announced any): a type
-// whose workers are gone never holds releases back.
-func (p *Dispatcher) room(ctx context.Context, r *handoff.Room) (int, error) {
+// whose workers are gone never holds releases back. It also returns the
+// measurement, whose rooms per type bound the release exactly
+// ([redisq.WithReadySeq]).
+func (p *Dispatcher) room(ctx context.Context, r *handoff.Room) (int, handoff.Rooms, error) {
 	rs, err := r.Measure(ctx)
 	if err != nil {
-		return 0, err
+		return 0, rs, err
 	}
 	types := rs.Live
 	if len(types) == 0 {
@@ -177,7 +181,7 @@ func (p *Dispatcher) room(ctx context.Context, r *handoff.Room) (int, error) {
 			types = append(types, t)
 		}
 	}
-	return rs.Least(types), nil
+	return rs.Least(types), rs, nil
 }
 
 // releaseLoop moves due jobs to READY and sleeps until the next one is
@@ -221,7 +225,7 @@ const (
 func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	room, err := p.room(ctx, p.releaseRoom)
+	room, rooms, err := p.room(ctx, p.releaseRoom)
 	if err != nil {
 		p.log.Warn("READY size", "err", err)
 		return p.cfg.Interval, stateNormal
@@ -230,7 +234,10 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		return 0, stateFull
 	}
 	want := min(room, p.cfg.BatchSize)
-	res, err := p.d.Queue.Release(ctx, want)
+	// Each released job takes its type's room, net of what fetchers and
+	// other dispatchers handed on since the measurement, in the script: a
+	// due job whose type has no room left goes back into its group's queue.
+	res, err := p.d.Queue.Release(ctx, want, redisq.WithTypeRooms(rooms.ByType, rooms.Capacity), redisq.WithReadySeq(rooms.Seq))
 	if err != nil {
 		p.log.Warn("release failed", "err", err)
 		return p.cfg.Interval, stateNormal
@@ -244,9 +251,10 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		}
 		p.log.Debug("released", "jobs", len(res.Jobs), "published", len(ok), "cancelled", res.Cancelled)
 	}
-	if len(res.RateHeld) > 0 {
-		// Due jobs over their types' rate limits went back into their
-		// groups: the fetchers admit them once their types have rate again.
+	if len(res.RateHeld) > 0 || len(res.ReadyHeld) > 0 {
+		// Due jobs over their types' rate limits or READY room went back
+		// into their groups: the fetchers admit them once their types have
+		// rate or room again.
 		if err := p.d.NC.Publish(p.d.Names.Notify("work"), nil); err != nil {
 			p.log.Debug("notify", "err", err)
 		}
@@ -294,7 +302,7 @@ func (p *Dispatcher) reclaimLoop(ctx context.Context) {
 func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	room, err := p.room(ctx, p.reclaimRoom)
+	room, _, err := p.room(ctx, p.reclaimRoom)
 	if err != nil {
 		p.log.Warn("READY size", "err", err)
 		return false

@@ -85,7 +85,10 @@ func (f *Fetcher) admit(parent context.Context) next {
 		f.d.Metrics.BackpressureRejected.Inc()
 		return next{full: true}
 	}
-	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt)
+	// The rooms were measured at READY's sequence rooms.Seq: the admission
+	// takes from them what other fetchers and dispatchers handed on since,
+	// in the same script, so together they never overfill a type's room.
+	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt, redisq.WithReadySeq(rooms.Seq))
 	if err != nil {
 		f.log.Warn("admission failed", "err", err)
 		return next{wait: errorWait}

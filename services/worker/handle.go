@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/jspub"
@@ -78,6 +79,9 @@ type claimed struct {
 	throttles int  // earlier attempts of the job that were rate limited
 	extra     bool // not the message's first job: it takes a slot of its own
 	ownSpan   bool // Span is the job's own, not the delivery's
+	// stop is closed when the shutdown grace is over: a result waiting
+	// for room on RESULT is given up then (handed back).
+	stop <-chan struct{}
 }
 
 // message is a delivery and what its jobs came to.
@@ -126,6 +130,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 			w.handBack(c, "claim", err)
 		case outcomes[i].Outcome == redisq.ClaimRun:
 			c.claims, c.throttles = outcomes[i].Claims, outcomes[i].Throttles
+			c.stop = jobs.base.Done()
 			jobs.add(1)
 			go func() {
 				defer jobs.done()
@@ -275,9 +280,15 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 // publishResult publishes the attempt's result, waits for the PubAck and
 // then acknowledges the READY message. A failed publish hands the message
 // back: the same attempt runs again, and the aggregator counts it once.
+//
+// A publish refused because RESULT is at its byte limit is not handed back
+// (a re-run would spend a claim of the poison limit, and find RESULT just
+// as full): the worker keeps the job, its READY message marked in
+// progress, and publishes the result again after a wait that doubles from
+// [minResultFullWait] to [maxResultFullWait] (at most a third of AckWait),
+// until it is stored or the shutdown grace is over. The job holds its slot
+// meanwhile, so a full RESULT stops the worker from taking more work.
 func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText string, elapsed time.Duration) {
-	ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
-	defer cancel()
 	job := c.job
 	rb := contracts.ResultBatch{V: contracts.Version, Results: []contracts.JobResult{{
 		JobID: job.JobID, Attempt: job.Attempt,
@@ -293,12 +304,36 @@ func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText
 	m := nats.NewMsg(w.d.Names.Result(job.Ref()))
 	m.Data = data
 	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
-	telemetry.InjectHeader(ctx, m.Header)
-	// An asynchronous publish awaited here costs less than a synchronous
-	// request, and the publishes of concurrent jobs share their writes.
-	if err := jspub.PublishWindow(ctx, w.d.JS, []*nats.Msg{m}, 0)[0]; err != nil {
-		w.handBack(c, "publish result", err)
-		return
+	telemetry.InjectHeader(c.Ctx, m.Header)
+	wait := minResultFullWait
+	for {
+		// An asynchronous publish awaited here costs less than a synchronous
+		// request, and the publishes of concurrent jobs share their writes.
+		ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
+		err := jspub.PublishWindow(ctx, w.d.JS, []*nats.Msg{m}, 0)[0]
+		cancel()
+		if err == nil {
+			break
+		}
+		if !natsutil.IsStreamFull(err) {
+			w.handBack(c, "publish result", err)
+			return
+		}
+		w.warn("RESULT is full: holding finished jobs and retrying their results until the aggregators make room",
+			"tenant", job.Tenant, "group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "retryIn", wait)
+		if wait == minResultFullWait {
+			c.Span.AddEvent("RESULT full: result held")
+		}
+		_ = c.msg.Msg.InProgress()
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-c.stop:
+			t.Stop()
+			w.handBack(c, "publish result", err)
+			return
+		}
+		wait = min(2*wait, maxResultFullWait, max(w.cfg.AckWait/3, minResultFullWait))
 	}
 	if status == contracts.ResultFailed {
 		c.Span.SetStatus(codes.Error, res.Error)
@@ -342,6 +377,12 @@ func (w *Worker) backoff(c claimed, status string, retryAfter time.Duration, err
 	w.count(c, status)
 	w.settle(c, consume.Ack())
 }
+
+// Waits between publishes of a result that RESULT refused as full.
+const (
+	minResultFullWait = 50 * time.Millisecond
+	maxResultFullWait = 5 * time.Second
+)
 
 // count records the delivery's outcome on the span and in
 // bulk_action_job_results_total.

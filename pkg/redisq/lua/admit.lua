@@ -34,6 +34,14 @@
 --           ('' = none; applied in the gated modes): a job whose type has no
 --           rate left in this window (paced: or is ahead of its type's
 --           pacer) is held as for READY room, in seed mode too (not parked)
+-- ARGV[16]: READY's last sequence when the rooms of ARGV[14] were measured
+--           ('' = none): the call then takes from each type's room the
+--           jobs other admitters handed to READY that the measurement does
+--           not show, and reserves room for the jobs it leases, atomically
+--           (lib.lua's READY room reservations), so concurrent admitters
+--           never overfill a type's room together. A measurement older
+--           than another admitter's of the same type gives that type no
+--           room in this call (held: the caller measures again).
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace for each
 --            admitted job (gk = "<tenant>:<gid>")
@@ -76,6 +84,8 @@ local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms
 
 local rooms, other_room = nil, 0
+local ready_seq = tonumber(ARGV[16] or '')
+local room_checked = {}
 if ARGV[14] ~= '' then
   rooms = {}
   for t, r in string.gmatch(ARGV[14], '([^=,]+)=(%d+)') do rooms[t] = tonumber(r) end
@@ -308,6 +318,12 @@ while admitted + parked < want do
   if jid and rooms then
     ty = d[1] or ''
     if rooms[ty] == nil then rooms[ty] = other_room end
+    if ready_seq and not room_checked[ty] and rooms[ty] > 0 then
+      -- what others handed to READY since the caller measured it
+      room_checked[ty] = true
+      local pending = ready_pending(prefix, ty, ready_seq, now)
+      if pending == false then rooms[ty] = 0 else rooms[ty] = rooms[ty] - pending end
+    end
     if rooms[ty] <= 0 then
       -- no room for its type: put the job back and pass the group by
       redis.call('LPUSH', g.jobs, jid)
@@ -362,6 +378,7 @@ while admitted + parked < want do
           redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
           inflight[#inflight + 1] = now + lease_ms
           inflight[#inflight + 1] = gk .. ':' .. jid
+          if ready_seq and ty then ready_reserve(prefix, ty, gk .. ':' .. jid, now, lease_ms) end
         else
           redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
         end

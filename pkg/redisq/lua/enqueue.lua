@@ -34,7 +34,9 @@
 --   'G' or 'Q', the limit, the tenant's count when the unit was judged
 --   (active groups or queued jobs) and the unit's new jobs.
 -- A paused group, or one at its in-flight limit, takes the jobs into its list
--- but is not queued (requeue_group). Duplicates, jobs of an ended group and
+-- but is not queued (requeue_group). An abandoned group (abandonedAt set)
+-- that receives jobs, even duplicates or refused ones, is revived first
+-- (lib.lua group_revive). Duplicates, jobs of an ended group and
 -- jobs beyond the sealed total are judged before the quotas and never count.
 local prefix, tenant, gid = ARGV[1], ARGV[2], ARGV[3]
 local gk = tenant .. ':' .. gid
@@ -59,7 +61,7 @@ else
 end
 
 local m = redis.call('HMGET', meta_key, 'status', 'priorityLevel', 'basePriority', 'maxInFlight', 'totalJobs',
-  'declaredTotal', 'doneJobs', 'cancelledCount')
+  'declaredTotal', 'doneJobs', 'cancelledCount', 'abandonedAt')
 local status = m[1]
 local level = m[2] or ARGV[4]
 local base = tonumber(m[3] or ARGV[5])
@@ -67,6 +69,13 @@ local maxinf = tonumber(m[4] or ARGV[6])
 local total = num(m[5])
 local declared = m[6] and tonumber(m[6]) or nil
 local ended = status and TERMINAL_GROUP[status]
+
+-- Jobs for an abandoned group (abandon.lua: abandonedAt set, its keys given
+-- the group TTL) bring it back to life before anything else: its keys and
+-- unfinished jobs lose their TTLs, so it cannot expire mid-life.
+if status and not ended and m[9] and n > 0 then
+  group_revive(prefix, gk, meta_key, now)
+end
 
 -- Tenant quotas. A live group the quotas do not count yet (created before
 -- they existed) is adopted: its jobs not terminal yet count from now on.
@@ -155,9 +164,11 @@ if added > 0 then
       'inFlight', 0, 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
       'cancelledCount', 0, 'status', status, 'createdAt', now)
     quota_open(prefix, tenant, gid)
+    index_group(prefix, tenant, gid, now)
   elseif not m[2] then
     -- the group was sealed or paused before its first job arrived
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base, 'maxInFlight', maxinf)
+    index_group(prefix, tenant, gid, now)
   elseif status == 'AGGREGATING' then
     status = 'RUNNING'
     redis.call('HSET', meta_key, 'status', status)

@@ -167,7 +167,7 @@ local function inflight_release(prefix, gk, n, now, alpha)
 end
 
 -- group_cleanup drops an ended group's congestion state; its meta, job
--- list, id set and progress samples get the group TTL. (Its tenant leaves
+-- list, id set, progress samples and failures index get the group TTL. (Its tenant leaves
 -- the rate limiter's active set when it stops asking for capacity.)
 local function group_cleanup(prefix, gk, meta_key, group_ttl)
   -- the non-ready count goes; the statistics (throttles) stay for status,
@@ -183,6 +183,7 @@ local function group_cleanup(prefix, gk, meta_key, group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':jobs', group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':ids', group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':progress', group_ttl)
+    redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':failures', group_ttl)
   end
 end
 
@@ -439,4 +440,76 @@ end
 local function quota_end(prefix, tenant, gid, meta_key)
   local c = redis.call('HMGET', meta_key, 'totalJobs', 'doneJobs', 'cancelledCount')
   quota_close(prefix, tenant, gid, num(c[1]) - num(c[2]) - num(c[3]))
+end
+
+-- index_group lists a group in the group indexes (docs/ARCHITECTURE.md §9):
+-- every group by creation time (member "<tenant>:<gid>"), and each
+-- tenant's (member gid). Readers drop members whose meta has expired.
+local function index_group(prefix, tenant, gid, now)
+  redis.call('ZADD', prefix .. 'group-index', 'NX', now, tenant .. ':' .. gid)
+  redis.call('ZADD', prefix .. 'tenant:' .. tenant .. ':group-index', 'NX', now, gid)
+end
+
+-- READY room reservations (docs/ARCHITECTURE.md §5): admitters measure
+-- READY's messages per type with the stream's last sequence L, and the
+-- scripts that hand jobs to READY count, atomically with the hand-out, the
+-- jobs other admitters handed out that the measurement cannot show: those
+-- not published yet, and those published after L. P ready:reserved:<type>
+-- (ZSET, member "<gk>:<jid>") scores a job by its message's READY sequence
+-- once its publish is confirmed, or by RESERVED_UNPUBLISHED + the time its
+-- reservation lapses while it is not (its lease deadline plus one lease,
+-- so a reclaim renews it first). P ready:floor (HASH type -> sequence) is
+-- how far published entries were pruned: a measurement older than that
+-- cannot be completed, and gets no room for the type (it measures again).
+local RESERVED_UNPUBLISHED = 4503599627370496 -- 2^52, above any sequence
+
+local function reserved_key(prefix, ty) return prefix .. 'ready:reserved:' .. ty end
+
+-- ready_reserve counts a job handed to READY (leased until now + lease_ms)
+-- against its type's room until its publish is confirmed.
+local function ready_reserve(prefix, ty, member, now, lease_ms)
+  redis.call('ZADD', reserved_key(prefix, ty), RESERVED_UNPUBLISHED + now + 2 * lease_ms, member)
+end
+
+-- ready_pending returns how many of type ty's messages a measurement at
+-- sequence seq does not show (see above), or false when the measurement is
+-- older than the pruned entries. It prunes the entries the measurement
+-- shows and the lapsed reservations.
+local function ready_pending(prefix, ty, seq, now)
+  local key = reserved_key(prefix, ty)
+  local floor = tonumber(redis.call('HGET', prefix .. 'ready:floor', ty) or '0')
+  if seq < floor then return false end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', seq)
+  redis.call('ZREMRANGEBYSCORE', key, RESERVED_UNPUBLISHED, RESERVED_UNPUBLISHED + now)
+  if seq > floor then redis.call('HSET', prefix .. 'ready:floor', ty, seq) end
+  return redis.call('ZCARD', key)
+end
+
+-- group_revive brings an abandoned group back to life (abandon.lua marked
+-- it with abandonedAt and gave its keys the group TTL): its keys lose their
+-- TTLs (PERSIST), so it cannot expire mid-life; so do the hashes of its jobs
+-- that have not ended (a finished job keeps its JOB_TTL). abandonedAt is
+-- cleared, the revival counts as activity (lastProgressAt, which the idle
+-- check reads) and the group is watched again (stuck-watch), so a group
+-- that then idles for the idle TTL is abandoned again. It goes through the
+-- group's whole id set once: revivals are rare (a group idle for days).
+local function group_revive(prefix, gk, meta_key, now)
+  redis.call('HDEL', meta_key, 'abandonedAt')
+  redis.call('HSET', meta_key, 'lastProgressAt', now)
+  local g = prefix .. 'group:' .. gk .. ':'
+  for _, k in ipairs({ meta_key, g .. 'jobs', g .. 'ids', g .. 'progress', g .. 'failures',
+    prefix .. 'congestion:' .. gk .. ':stats', prefix .. 'congestion:' .. gk .. ':non-ready-count' }) do
+    redis.call('PERSIST', k)
+  end
+  local cursor = '0'
+  repeat
+    local r = redis.call('SSCAN', g .. 'ids', cursor, 'COUNT', 1000)
+    cursor = r[1]
+    for _, jid in ipairs(r[2]) do
+      local jk = job_key_of(prefix, gk, jid)
+      local st = redis.call('HGET', jk, 'status')
+      if st and not TERMINAL_JOB[st] then redis.call('PERSIST', jk) end
+    end
+  until cursor == '0'
+  redis.call('ZADD', prefix .. 'stuck-watch', 'NX', now, gk)
 end

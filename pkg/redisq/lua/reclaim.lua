@@ -3,7 +3,9 @@
 -- unchanged, so a re-publish carries the same message id. A job of a paused
 -- group goes back to the front of its group's list instead (status QUEUED;
 -- a delivery of the old attempt is then stale) and leaves its group's
--- in-flight count: it is admitted again when the group is resumed.
+-- in-flight count: it is admitted again when the group is resumed. A
+-- re-leased job renews its READY room reservation (lib.lua): its message
+-- may not be on READY yet.
 -- KEYS[1]: inflight
 -- ARGV[1]: key prefix
 -- ARGV[2]: N
@@ -32,6 +34,7 @@ for _, mem in ipairs(expired) do
       requeued = requeued + 1
     else
       redis.call('ZADD', KEYS[1], deadline, mem)
+      ready_reserve(prefix, d[2] or '', mem, now, tonumber(ARGV[3]))
       out[#out + 1] = gk
       out[#out + 1] = jid
       out[#out + 1] = d[2]

@@ -7,28 +7,42 @@
 -- ARGV[3]:    job TTL in seconds once terminal (0 = keep)
 -- ARGV[4]:    group TTL in seconds once ended (0 = keep)
 -- ARGV[5]:    ALPHA (a group below its in-flight limit again is re-queued)
--- ARGV[6..5+G]: group key "<tenant>:<gid>" of KEYS[1..G]
--- ARGV[6+G..]: 5 values per result, in order: group index g (KEYS[g]),
+-- ARGV[6]:    most entries kept in a group's failures index
+-- ARGV[7..6+G]: group key "<tenant>:<gid>" of KEYS[1..G]
+-- ARGV[7+G..]: 5 values per result, in order: group index g (KEYS[g]),
 --             jobId, status (SUCCESS or FAILED), error text ('' = none),
 --             attempt that produced the result
 -- Returns: a flat list of 10 values per result, in the order of the results:
 --   outcome, completed, createdAt, <group reply>
 --   outcome is 'recorded', 'duplicate' (the job was already terminal, maybe
---   through an earlier result of this batch: nothing changed) or 'unknown'
---   (no such job); completed is 1 on the result that completed its group,
+--   through an earlier result of this batch: nothing changed), 'fenced' (the
+--   job is not in flight with the result's attempt: nothing changed) or
+--   'unknown' (no such job); completed is 1 on the result that completed its group,
 --   else 0; createdAt is the job's enqueue time (ms, 0 if unknown); the group
 --   reply (as lib.lua's group_reply) holds the group's state and counters
 --   right after that result.
--- A recorded job that was in flight (LEASED, RUNNING or DEQUEUED) frees its
--- slot of the group's in-flight count (docs/ARCHITECTURE.md §5); a recorded
+-- Fencing (docs/ARCHITECTURE.md §6.4): a result is recorded only when its
+-- job is in flight (LEASED, RUNNING or DEQUEUED: handed out and not back)
+-- with the result's attempt. A result for a job that is QUEUED or in BACKOFF
+-- (say, Redis lost the writes that leased or claimed it, or an earlier
+-- attempt's result arrives after a retry parked the job), for another
+-- attempt, or forged on a result subject for a job that never ran, is
+-- 'fenced': it changes nothing, so no job is counted twice and a job whose
+-- attempt runs again is counted by that attempt's result.
+-- A recorded job frees its slot of the group's in-flight count
+-- (docs/ARCHITECTURE.md §5); a recorded
 -- job of a group the tenant quotas count leaves its tenant's queued jobs,
--- and a completed group its tenant's active groups.
+-- and a completed group its tenant's active groups. A recorded FAILED result
+-- adds its job to the group's failures index (group:<gk>:failures, a ZSET
+-- of jobIds scored by finish time in ms), trimmed to the newest ARGV[6]
+-- entries; it expires with the group's other keys (group_cleanup).
 -- Every read comes before the first write, so a call that fails on a read
 -- (a key of the wrong type) changes nothing.
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local job_ttl, group_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local alpha = tonumber(ARGV[5])
+local failures_kept = tonumber(ARGV[6])
 local ngroups = #KEYS
 local IN_FLIGHT = { LEASED = true, RUNNING = true, DEQUEUED = true }
 
@@ -39,7 +53,7 @@ for g = 1, ngroups do
   local m = redis.call('HMGET', KEYS[g], 'status', 'declaredTotal', 'totalJobs', 'doneJobs',
     'successCount', 'failedCount', 'cancelledCount', 'inFlight', 'maxInFlight')
   groups[g] = {
-    gk = ARGV[5 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
+    gk = ARGV[6 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
     done = num(m[4]), succeeded = num(m[5]), failed = num(m[6]), cancelled = num(m[7]),
     inflight = num(m[8]), max = num(m[9]), freed = 0, completed = false,
   }
@@ -58,31 +72,36 @@ end
 local terminal = {}
 -- recorded: job key and the ARGV index of each result to write.
 local recorded = {}
-for i = 6 + ngroups, #ARGV, 5 do
+for i = 7 + ngroups, #ARGV, 5 do
   local s = groups[tonumber(ARGV[i])]
   local job_key = prefix .. 'job:' .. s.gk .. ':' .. ARGV[i + 1]
   local created = terminal[job_key]
   if created then
     emit('duplicate', 0, created, s)
   else
-    local j = redis.call('HMGET', job_key, 'status', 'createdAt')
+    local j = redis.call('HMGET', job_key, 'status', 'createdAt', 'attempt')
     created = num(j[2])
     if j[1] == false then
       emit('unknown', 0, 0, s)
     elseif TERMINAL_JOB[j[1]] then
       terminal[job_key] = created
       emit('duplicate', 0, created, s)
+    elseif not IN_FLIGHT[j[1]] or num(j[3]) ~= tonumber(ARGV[i + 4]) then
+      -- not handed out (QUEUED, BACKOFF), or handed out as another attempt
+      emit('fenced', 0, created, s)
     else
       terminal[job_key] = created
       recorded[#recorded + 1] = { job_key, i }
       s.recorded = true
       s.nrecorded = (s.nrecorded or 0) + 1
-      if IN_FLIGHT[j[1]] then s.freed = s.freed + 1 end
+      s.freed = s.freed + 1
       s.done = s.done + 1
       if ARGV[i + 2] == 'SUCCESS' then
         s.succeeded = s.succeeded + 1
       else
         s.failed = s.failed + 1
+        s.failures = s.failures or {}
+        s.failures[#s.failures + 1] = ARGV[i + 1]
       end
       local completed = 0
       if completion_due(s.status, s.declared, s.done, s.cancelled) then
@@ -119,6 +138,21 @@ for _, r in ipairs(recorded) do
   end
   if job_ttl > 0 then
     redis.call('EXPIRE', job_key, job_ttl)
+  end
+end
+-- the failures index, before group_cleanup gives an ended group's keys their TTL
+for g = 1, ngroups do
+  local s = groups[g]
+  if s.failures then
+    local fkey = prefix .. 'group:' .. s.gk .. ':failures'
+    for _, jid in ipairs(s.failures) do
+      redis.call('ZADD', fkey, now, jid)
+    end
+    redis.call('ZREMRANGEBYRANK', fkey, 0, -(failures_kept + 1))
+    if TERMINAL_GROUP[s.status] and not s.completed and group_ttl > 0 then
+      -- a job of a group that ended before it settled (cancelled while it ran)
+      redis.call('EXPIRE', fkey, group_ttl)
+    end
   end
 end
 for g = 1, ngroups do

@@ -25,13 +25,23 @@
 -- ARGV[9]: job TTL in seconds (cancelled jobs)
 -- ARGV[10]: rate limit per window of each limited job type, 'type=n,...' ('' = none)
 -- ARGV[11]: ALPHA (a group that gets a rate-held job back is queued)
--- Returns: { jobs, next, cancelled, requeued, rateHeld } where jobs is a flat
+-- ARGV[12]: READY room per job type, as admit.lua's ARGV[14] ('' = no
+--           per-type limit)
+-- ARGV[13]: READY's last sequence when ARGV[12] was measured ('' = none),
+--           as admit.lua's ARGV[16]: what other admitters handed to READY
+--           since is taken from the rooms, and the released jobs reserve
+--           theirs, atomically. A due job whose type has no room left goes
+--           back to the front of its group's list (status QUEUED) and the
+--           group is queued, as for a type's rate limit: admission takes it
+--           in fair order when room frees.
+-- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld } where jobs is a flat
 --   list gk, jid, type, payload, attempt, trace; next is the due time (ms) of
 --   the earliest job left, or -1 when the queue is empty; cancelled counts
 --   jobs of cancelled groups that were counted instead of released; requeued
 --   counts the jobs of paused groups or groups at their in-flight limit put
 --   back in their groups' lists; rateHeld is a flat list type, jobs of the
---   jobs put back in their groups' lists for their type's rate limit.
+--   jobs put back in their groups' lists for their type's rate limit;
+--   readyHeld the same for their type's READY room.
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
@@ -39,6 +49,27 @@ local now = now_ms(ARGV[4])
 local mode = ARGV[5]
 local limit, window_ms, burst_ms = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local job_ttl = tonumber(ARGV[9])
+local rooms, other_room, ready_seq, ready_held = nil, 0, tonumber(ARGV[13] or ''), {}
+if (ARGV[12] or '') ~= '' then
+  rooms = {}
+  for t, r in string.gmatch(ARGV[12], '([^=,]+)=(%d+)') do rooms[t] = tonumber(r) end
+  other_room = rooms['*'] or 0
+  rooms['*'] = nil
+end
+local room_checked = {}
+-- room_for says whether a job of type ty may go to READY now, taking its room.
+local function room_for(ty)
+  if rooms == nil then return true end
+  if rooms[ty] == nil then rooms[ty] = other_room end
+  if ready_seq and not room_checked[ty] and rooms[ty] > 0 then
+    room_checked[ty] = true
+    local pending = ready_pending(prefix, ty, ready_seq, now)
+    if pending == false then rooms[ty] = 0 else rooms[ty] = rooms[ty] - pending end
+  end
+  if rooms[ty] <= 0 then return false end
+  rooms[ty] = rooms[ty] - 1
+  return true
+end
 
 local window = math.floor(now / window_ms)
 local gkey = prefix .. 'rate-limit:global:' .. window
@@ -90,8 +121,10 @@ for _, mem in ipairs(due) do
       requeued = requeued + 1
     else
       local tg, ty = false, nil
-      if tlimits and g.status then
+      if (tlimits and g.status) or rooms then
         ty = redis.call('HGET', job_key, 'type') or ''
+      end
+      if tlimits and g.status then
         tg = type_gate(tstate, tlimits, prefix, ty, mode, window, window_ms, now)
       end
       if tg and type_wait(tg, now, (window + 1) * window_ms, burst_ms) > 0 then
@@ -100,8 +133,15 @@ for _, mem in ipairs(due) do
         redis.call('HSET', job_key, 'status', 'QUEUED')
         g.requeue = true
         rate_held[ty] = (rate_held[ty] or 0) + 1
+      elseif g.status and not room_for(ty) then
+        -- its type's READY room is full: back into its group, held there
+        redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
+        redis.call('HSET', job_key, 'status', 'QUEUED')
+        g.requeue = true
+        ready_held[ty] = (ready_held[ty] or 0) + 1
       else
         if tg then type_take(tg) end
+        if ready_seq and ty then ready_reserve(prefix, ty, mem, now, lease_ms) end
         lease(out, KEYS[2], job_key, gk, jid, now + lease_ms)
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1
@@ -162,4 +202,9 @@ for ty, n in pairs(rate_held) do
   rate_held_list[#rate_held_list + 1] = ty
   rate_held_list[#rate_held_list + 1] = n
 end
-return { out, next_due, cancelled, requeued, rate_held_list }
+local ready_held_list = {}
+for ty, n in pairs(ready_held) do
+  ready_held_list[#ready_held_list + 1] = ty
+  ready_held_list[#ready_held_list + 1] = n
+end
+return { out, next_due, cancelled, requeued, rate_held_list, ready_held_list }

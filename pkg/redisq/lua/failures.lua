@@ -1,0 +1,39 @@
+-- failures.lua: reads one page of a group's failures index, newest first
+-- (docs/ARCHITECTURE.md §3.1, record.lua writes it).
+-- KEYS[1]: group:<gk>:failures (ZSET of jobIds, scored by finish time in ms)
+-- ARGV[1]: key prefix (job keys are built from it)
+-- ARGV[2]: group key "<tenant>:<gid>"
+-- ARGV[3]: the last jobId of the previous page ('' = start at the newest)
+-- ARGV[4]: the most entries to return
+-- Returns: { entries, more } where entries is a flat list of 7 values per
+--   failed job, newest first: jobId, finishedAt (ms, the index's score),
+--   type, attempt (the one that failed), error, payload, found ('1' when the job's hash still
+--   exists; '0' when it expired, and type to payload are '') and more is 1
+--   when older entries follow the page.
+-- The page starts right after the previous page's last entry, found by its
+-- rank now, so failures recorded meanwhile (newer, at the front) neither
+-- repeat nor hide entries. An entry trimmed away since (the index keeps the
+-- newest entries) ends the listing: every older one is gone too.
+local prefix, gk, after, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local start = 0
+if after ~= '' then
+  local r = redis.call('ZREVRANK', KEYS[1], after)
+  if r == false then return { {}, 0 } end
+  start = r + 1
+end
+local page = redis.call('ZRANGE', KEYS[1], start, start + limit, 'REV', 'WITHSCORES')
+local out, more = {}, 0
+for i = 1, #page, 2 do
+  if (i + 1) / 2 > limit then
+    more = 1
+    break
+  end
+  local jid = page[i]
+  local d = redis.call('HMGET', prefix .. 'job:' .. gk .. ':' .. jid, 'type', 'resultAttempt', 'error', 'payload', 'status', 'attempt')
+  local found = '1'
+  if d[5] == false then found = '0' end
+  for _, v in ipairs({ jid, page[i + 1], d[1] or '', d[2] or d[6] or '0', d[3] or '', d[4] or '', found }) do
+    out[#out + 1] = v
+  end
+end
+return { out, more }

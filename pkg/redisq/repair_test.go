@@ -1,0 +1,180 @@
+package redisq_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// runToCompletion admits, claims and records every job of the group until
+// it completes (or nothing moves any more).
+func runToCompletion(t *testing.T, q *redisq.Queue, g contracts.GroupRef) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		var jobs []redisq.LeasedJob
+		r := admit(t, q, 100)
+		jobs = append(jobs, r.Jobs...)
+		rc, err := q.Reclaim(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, rc.Jobs...)
+		for _, j := range jobs {
+			if o, err := q.Claim(ctx, j.Group, j.ID, j.Attempt); err != nil || o != redisq.ClaimRun {
+				t.Fatalf("claim %s: %v %v", j.ID, o, err)
+			}
+			if _, err := q.Record(ctx, contracts.JobResult{Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID,
+				Attempt: j.Attempt, Status: contracts.ResultSuccess}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if info, _, _ := q.Group(ctx, g); info.State == contracts.StateCompleted {
+			return
+		}
+		if len(jobs) == 0 {
+			break
+		}
+	}
+	info, _, _ := q.Group(ctx, g)
+	t.Fatalf("group %s did not complete: %+v", g, info.GroupCounts)
+}
+
+func TestRepairStuckGroups(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		max     int64
+		corrupt func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef)
+		want    string
+	}{
+		{"lease entry lost", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
+			// leased, and the inflight entry the reclaim works from is gone
+			for _, j := range admit(t, q, 100).Jobs {
+				if j.Group == g {
+					b.rdb.ZRem(context.Background(), q.Keys().Inflight(), g.Tenant+":"+g.ID+":"+j.ID)
+				}
+			}
+		}, redisq.RepairLease},
+		{"out of the fair queue", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
+			b.rdb.ZRem(context.Background(), q.Keys().TenantGroups(g.Tenant, contracts.PriorityNormal), g.ID)
+		}, redisq.RepairQueue},
+		{"tenant out of the level", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
+			b.rdb.ZRem(context.Background(), q.Keys().FairQueue(contracts.PriorityNormal), g.Tenant)
+		}, redisq.RepairQueue},
+		{"in-flight slots leaked", 2, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
+			// the limit is used up by slots no job holds: the group is
+			// taken out of the queue as at its limit
+			ctx := context.Background()
+			b.rdb.HSet(ctx, q.Keys().GroupMeta(g), "inFlight", 2)
+			b.rdb.ZRem(ctx, q.Keys().TenantGroups(g.Tenant, contracts.PriorityNormal), g.ID)
+			b.rdb.ZRem(ctx, q.Keys().FairQueue(contracts.PriorityNormal), g.Tenant)
+		}, redisq.RepairInFlight},
+		{"done but not completed", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
+			// every job ended, the completion was lost
+			ctx := context.Background()
+			for _, j := range admit(t, q, 100).Jobs {
+				b.rdb.HSet(ctx, q.Keys().Job(g, j.ID), "status", "SUCCESS")
+				b.rdb.ZRem(ctx, q.Keys().Inflight(), g.Tenant+":"+g.ID+":"+j.ID)
+			}
+			b.rdb.HSet(ctx, q.Keys().GroupMeta(g), "doneJobs", 3, "successCount", 3)
+		}, redisq.RepairComplete},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute}, true)
+			g := G("stuck")
+			enqueueJobs(t, q, "stuck", "t", 3, tc.max)
+			enqueueJobs(t, q, "x/bystander", "t", 1, 0)
+			if _, err := q.Seal(ctx, g, 3); err != nil {
+				t.Fatal(err)
+			}
+			tc.corrupt(t, q, b, g)
+			if tc.want != redisq.RepairComplete {
+				// Without the repair the group never completes: the
+				// pipeline's own paths do not find its jobs.
+				for _, j := range admit(t, q, 100).Jobs {
+					if j.Group == g {
+						t.Fatalf("corruption did not hold: admitted %s", j.ID)
+					}
+				}
+				b.clock.advance(2 * time.Minute)
+				rc, err := q.Reclaim(ctx, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range rc.Jobs {
+					if j.Group == g {
+						t.Fatalf("corruption did not hold: reclaimed %s", j.ID)
+					}
+				}
+			}
+			r, err := q.RepairGroup(ctx, g, redisq.SweepChunk(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(r.Reasons(), tc.want) {
+				t.Fatalf("repair reasons %v, want %s (%+v)", r.Reasons(), tc.want, r)
+			}
+			if tc.want == redisq.RepairComplete {
+				if !r.Completed || r.Counts.State != contracts.StateCompleted {
+					t.Fatalf("not completed: %+v", r)
+				}
+			} else {
+				b.clock.advance(2 * time.Minute) // a restored lease is already due
+				runToCompletion(t, q, g)
+			}
+			// A healthy group needs nothing.
+			if r, err := q.RepairGroup(ctx, G("x/bystander")); err != nil || len(r.Reasons()) != 0 {
+				t.Fatalf("bystander repair: %v %v", r.Reasons(), err)
+			}
+		})
+	}
+}
+
+func TestAbandonIdleUnsealedGroups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	enqueueN(t, q, "idle", 5, "", 0)
+	enqueueN(t, q, "sealed", 1, "", 0)
+	if _, err := q.Seal(ctx, G("sealed"), 1); err != nil {
+		t.Fatal(err)
+	}
+	r := admit(t, q, 100)
+	for _, j := range r.Jobs[:3] {
+		if j.Group == G("idle") {
+			if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "idle", JobID: j.ID, Attempt: j.Attempt, Status: contracts.ResultSuccess}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got, err := q.AbandonIdle(ctx, 24*time.Hour); err != nil || len(got) != 0 {
+		t.Fatalf("abandoned while active: %v %v", got, err)
+	}
+	b.clock.advance(25 * time.Hour)
+	got, err := q.AbandonIdle(ctx, 24*time.Hour, redisq.SweepChunk(2))
+	if err != nil || !slices.Equal(got, []contracts.GroupRef{G("idle")}) {
+		t.Fatalf("abandoned %v (%v), want the unsealed idle group", got, err)
+	}
+	if watched, _ := b.rdb.ZRange(ctx, q.Keys().StuckWatch(), 0, -1).Result(); slices.Contains(watched, "t:idle") {
+		t.Fatal("abandoned group still watched")
+	}
+	if ids := stuckIDs(t, q, time.Minute); slices.Contains(ids, "idle") {
+		t.Fatalf("abandoned group reported stuck: %v", ids)
+	}
+	keys, err := b.rdb.Keys(ctx, b.prefix+"*t:idle*").Result()
+	if err != nil || len(keys) < 5 {
+		t.Fatalf("keys of the idle group: %v %v", keys, err)
+	}
+	for _, k := range keys {
+		if ttl := b.rdb.TTL(ctx, k).Val(); ttl <= 0 {
+			t.Fatalf("key %s of the abandoned group has no TTL (%v)", k, ttl)
+		}
+	}
+}
