@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for every target: the command picks it (fetcher, dispatcher, worker, aggregator,
-# or `run --targets ...`). Build: docker build -t bulkaction:local .
+# gateway, or `run --targets ...`). Build: docker build -t bulkaction:local .
 # The Go version matches go.mod (checked by `make test-deployments`).
 ARG GO_VERSION=1.26.8
 
@@ -21,7 +21,9 @@ COPY --from=build /out/bulkaction /usr/local/bin/bulkaction
 COPY --from=build /out/healthprobe /usr/local/bin/healthprobe
 USER 65532:65532
 ENV BULKACTION_HTTP_ADDR=:8080 BULKACTION_LOG_FORMAT=json
-EXPOSE 8080
+# 8080: /metrics, /healthz and /readyz of every target; 8090: the gateway's API and dashboard
+# (BULKACTION_GATEWAY_ADDR).
+EXPOSE 8080 8090
 # Kubernetes uses its own probes (/healthz, /readyz); this serves Docker and compose.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 CMD ["/usr/local/bin/healthprobe"]
 ENTRYPOINT ["/usr/local/bin/bulkaction"]

@@ -7,7 +7,7 @@ TOOLS    := $(CURDIR)/.tools/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint
 
-.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e lint fmt vet fuzz redis clean
+.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway lint fmt vet fuzz redis chromium python clean
 
 all: build
 
@@ -20,7 +20,7 @@ run: build
 	$(BIN) dev --demo
 
 ## test: the whole suite against real redis-server and embedded NATS, and the deployment checks
-test: redis test-deployments
+test: redis python chromium test-deployments
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
@@ -35,8 +35,16 @@ test-deployments:
 redis:
 	@scripts/ensure-redis.sh
 
+## chromium: make sure a headless Chromium is installed for the dashboard's browser tests (installs Debian's package if missing)
+chromium:
+	@scripts/ensure-chromium.sh
+
+## python: make sure python3 is installed for the Python example's test (installs Debian's package if missing)
+python:
+	@scripts/ensure-python.sh
+
 ## bench: every benchmark that reports figures
-bench: bench-redisq bench-admission bench-e2e
+bench: bench-redisq bench-admission bench-e2e bench-gateway
 
 ## bench-redisq: fair queue throughput, latency and memory (own redis-server)
 bench-redisq: redis
@@ -45,6 +53,11 @@ bench-redisq: redis
 ## bench-admission: the admission load test, both admission modes
 bench-admission: redis
 	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchtime 1x -count 1 -timeout 30m ./pkg/redisq/bench/ -args -admission
+
+## bench-gateway: jobs accepted per second through the gateway (NDJSON) vs the Go SDK, and SSE
+# delivery delay and memory with many subscribers (GW_FLAGS passes -gw.* flags, e.g. -gw.jobs 100000)
+bench-gateway: redis
+	cd bench && $(GO) test -run '^$$' -bench BenchmarkGateway -benchtime 1x -count 1 -timeout 30m . -args $(GW_FLAGS)
 
 ## bench-e2e: whole pipeline throughput, head-of-line delay and latency vs asynq
 # (bench/ is a module of its own; E2E_FLAGS passes -e2e.* flags, e.g. -e2e.only pipeline)

@@ -53,7 +53,7 @@ type PipelineOptions struct {
 }
 
 // Pipeline is every bulkaction target running in this process
-// (stack.AllTargets) with a worker whose "noop" processor does nothing,
+// (stack.PipelineTargets) with a worker whose "noop" processor does nothing,
 // and a producer client. Start it with [StartPipeline]; runs must not
 // overlap.
 type Pipeline struct {
@@ -111,7 +111,7 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, error) {
 	mux := processor.NewMux()
 	mux.HandleFunc(builtin.TypeNoop, p.process)
 
-	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.AllTargets, Conns: conns, Mux: mux, Log: o.Log})
+	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.PipelineTargets, Conns: conns, Mux: mux, Log: o.Log})
 	if err != nil {
 		conns.Close()
 		return nil, fmt.Errorf("bench: pipeline: %w", err)

@@ -65,7 +65,7 @@ func startSystem(t *testing.T, withTargets bool, env ...string) *system {
 		return s
 	}
 	log, _ := telemetry.NewLogger(os.Stderr, "text", "warn")
-	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log})
+	st, err := stack.Start(ctx, stack.Options{Config: cfg, Targets: stack.PipelineTargets, Log: log})
 	if err != nil {
 		t.Fatalf("stack: %v", err)
 	}

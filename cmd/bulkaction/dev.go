@@ -27,6 +27,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
+	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
 // devSettings are the BULKACTION_DEV_* variables of `bulkaction dev`.
@@ -197,6 +198,16 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		log.Info("HTTP address busy; using a free port", "wanted", cfg.HTTPAddr, "addr", addr)
 		cfg.HTTPAddr = addr
 	}
+	if moved, addr := freeHTTPAddr(cfg.GatewayAddr); moved {
+		log.Info("gateway address busy; using a free port", "wanted", cfg.GatewayAddr, "addr", addr)
+		cfg.GatewayAddr = addr
+	}
+	apiKey := ""
+	if cfg.GatewayKeysFile == "" {
+		if apiKey, cfg.GatewayKeysFile, err = devAPIKey(ds.Dir); err != nil {
+			return err
+		}
+	}
 
 	ctx := cmd.Context()
 	eo := devenv.Options{Dir: ds.Dir, NatsPort: ds.NatsPort, RedisPort: ds.RedisPort, ForceMiniredis: useMini, Log: log}
@@ -241,7 +252,11 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if st.Server != nil {
 		httpAddr = reachable(st.Server.Addr())
 	}
-	fmt.Fprint(out, devBanner(cfg, env, httpAddr, logFile, o.demo))
+	apiAddr := ""
+	if st.Gateway != nil {
+		apiAddr = reachable(st.Gateway.Addr().String())
+	}
+	fmt.Fprint(out, devBanner(cfg, env, httpAddr, logFile, o.demo, apiAddr, apiKey))
 
 	if !o.demo {
 		select {
@@ -279,8 +294,23 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 	o.Client = client.New(st.Conns.JS, client.Options{Names: st.Conns.Names, Limits: contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}})
 	o.Queue = st.Conns.Queue
 	sum, runErr := demo.Run(demoCtx, w, o)
+	printed := false
+	if o.Terminal && runErr == nil && sum != nil && st.Gateway != nil {
+		// In a terminal the system stays up after the demo, so that the
+		// dashboard and the API can still be looked at.
+		if err := sum.Write(o.Out); err != nil {
+			return err
+		}
+		printed = true
+		fmt.Fprintf(o.Out, "\nThe demo is over; everything keeps running (dashboard http://%s/ui/). Ctrl-C stops.\n",
+			reachable(st.Gateway.Addr().String()))
+		select {
+		case <-ctx.Done():
+		case <-st.Failed():
+		}
+	}
 	stackErr := st.Stop()
-	if sum != nil {
+	if sum != nil && !printed {
 		if err := sum.Write(o.Out); err != nil {
 			return err
 		}
@@ -288,7 +318,7 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 	switch {
 	case stackErr != nil:
 		return fmt.Errorf("dev: %w", stackErr)
-	case runErr != nil && ctx.Err() != nil:
+	case runErr != nil && ctx.Err() != nil && !printed:
 		return exitInterrupted
 	case runErr != nil:
 		return runErr
@@ -299,9 +329,16 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 }
 
 // devBanner tells where everything runs and what the other verbs need.
-func devBanner(cfg *config.Config, env *devenv.Env, httpAddr, logFile string, isDemo bool) string {
+func devBanner(cfg *config.Config, env *devenv.Env, httpAddr, logFile string, isDemo bool, apiAddr, apiKey string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bulkaction dev: fetcher, dispatcher, worker and aggregator are running (Ctrl-C stops)\n")
+	fmt.Fprintf(&b, "bulkaction dev: fetcher, dispatcher, worker, aggregator and gateway are running (Ctrl-C stops)\n")
+	if apiAddr != "" {
+		fmt.Fprintf(&b, "  API    http://%s/v1/groups\n", apiAddr)
+		fmt.Fprintf(&b, "  UI     http://%s/ui/ (dashboard)\n", apiAddr)
+		if apiKey != "" {
+			fmt.Fprintf(&b, "  key    %s (admin, dev only: kept in the data directory)\n", apiKey)
+		}
+	}
 	fmt.Fprintf(&b, "  NATS   %s\n", config.RedactURL(env.NatsURL))
 	note := ""
 	if env.RedisKind == devenv.RedisMini {
@@ -394,4 +431,26 @@ func freeHTTPAddr(addr string) (moved bool, free string) {
 	}
 	defer l.Close()
 	return true, l.Addr().String()
+}
+
+// devAPIKey returns the dev admin API key kept in dir (made on first use)
+// and the keys file listing it.
+func devAPIKey(dir string) (key, keysFile string, err error) {
+	keyFile := filepath.Join(dir, "dev-api-key")
+	keysFile = filepath.Join(dir, "gateway-keys")
+	if b, err := os.ReadFile(keyFile); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), gateway.KeyPrefix) {
+		key = strings.TrimSpace(string(b))
+	} else {
+		if key, err = gateway.NewKey(); err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	line := "# bulkaction dev: the admin key of " + keyFile + "\n" + gateway.KeyLine(key, gateway.AdminTenant, "dev") + "\n"
+	if err := os.WriteFile(keysFile, []byte(line), 0o600); err != nil {
+		return "", "", err
+	}
+	return key, keysFile, nil
 }

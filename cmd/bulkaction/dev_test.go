@@ -236,7 +236,7 @@ func TestDevBannerHidesCredentials(t *testing.T) {
 	cfg.GlobalRps = 7 // differs from the default, so the export line is printed
 	env := &devenv.Env{NatsURL: "nats://u:nats-s3cret@127.0.0.1:4222", RedisURL: "redis://:redis-s3cret@127.0.0.1:6379/0",
 		RedisKind: "external"}
-	out := devBanner(cfg, env, "", "", false)
+	out := devBanner(cfg, env, "", "", false, "", "")
 	for _, secret := range []string{"nats-s3cret", "redis-s3cret"} {
 		if strings.Contains(out, secret) {
 			t.Fatalf("banner shows %q:\n%s", secret, out)

@@ -54,6 +54,12 @@ readyRoomChecked, rate, rateWindowSeconds, etaSeconds, congestionLevel,
 backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
+				if err != nil {
+					return err
+				}
+				return api.status(cmd, args[0], asJSON) // --api: over HTTP (api.go)
+			}
 			g, c, err := dialGroup(cmd.Context(), tenant, args[0], cli.NeedRedis|cli.WantNATS)
 			if err != nil {
 				return err
@@ -213,6 +219,12 @@ Exit codes: 0 when the group COMPLETED, 3 when it was CANCELLED, 1 on
 errors (including an interrupt).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
+				if err != nil {
+					return err
+				}
+				return api.watch(cmd, args[0], every) // --api: over HTTP (api.go)
+			}
 			ctx := cmd.Context()
 			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis)
 			if err != nil {
@@ -362,6 +374,12 @@ counts. A group that has already ended is left as it is. A group that does
 not exist yet is created cancelled, so jobs sent to it later are refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
+				if err != nil {
+					return err
+				}
+				return api.cancel(cmd, args[0], wait) // --api: over HTTP (api.go)
+			}
 			ctx := cmd.Context()
 			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis|cli.NeedNATS)
 			if err != nil {
@@ -422,6 +440,12 @@ had in the fair queue when it was paused.`
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
+				if err != nil {
+					return err
+				}
+				return api.control(cmd, kind, args[0]) // --api: over HTTP (api.go)
+			}
 			ctx := cmd.Context()
 			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedNATS)
 			if err != nil {

@@ -42,6 +42,7 @@ func newRoot() *cobra.Command {
 and counts every job exactly once. Settings come from BULKACTION_* environment
 variables (see "bulkaction config").`,
 	}
+	addAPIFlag(root)
 	root.AddCommand(targetCommands()...)
 	root.AddCommand(newRunCmd(), newConfigCmd())
 	root.AddCommand(cliCommands()...)

@@ -18,14 +18,18 @@ import (
 func targetCommands() []*cobra.Command {
 	var cmds []*cobra.Command
 	for _, t := range stack.AllTargets {
-		cmds = append(cmds, &cobra.Command{
+		c := &cobra.Command{
 			Use:   t,
 			Short: "Run the " + t + " target",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				return serve(cmd, []string{t})
 			},
-		})
+		}
+		if t == stack.TargetGateway {
+			c.AddCommand(newGatewayKeyCmd()) // bulkaction gateway key
+		}
+		cmds = append(cmds, c)
 	}
 	return cmds
 }

@@ -93,6 +93,12 @@ new jobs would take the tenant beyond its most queued jobs.`,
 			if len(jobs) == 0 {
 				return fmt.Errorf("%s: no jobs (every line is blank); nothing was submitted", name)
 			}
+			if api, err := newAPI(cmd, tenant); err != nil || api != nil {
+				if err != nil {
+					return err
+				}
+				return api.submit(cmd, group, jobType, settings, jobs) // --api: over HTTP (api.go)
+			}
 
 			ctx := cmd.Context()
 			c, err := cli.Dial(ctx, cfg, cli.NeedNATS|cli.NeedRedis)

@@ -55,6 +55,14 @@ func TestBrokenValuesFail(t *testing.T) {
 		{"typo in a target's env variable", "targets:\n  worker:\n    env:\n      BULKACTION_WORKER_TYPE: http\n", "BULKACTION_WORKER_TYPE"},
 		{"unknown autoscaling provider", "targets:\n  worker:\n    autoscaling:\n      provider: cpu\n", "provider"},
 		{"too few worker instances", "config:\n  BULKACTION_WORKER_INSTANCES: 1\n", "WORKER_INSTANCES"},
+		{"a key instead of its hash", "gateway:\n  keys:\n    - {hash: bak_compose-demo-key-change-me, tenant: acme}\n", "hash"},
+		{"a key for a bad tenant", "gateway:\n  keys:\n    - {hash: \"sha256:" + strings.Repeat("a", 64) + "\", tenant: \"acme corp\"}\n", "tenant"},
+		{"gateway setting the chart owns", "config:\n  BULKACTION_GATEWAY_KEYS_FILE: /keys\n", "BULKACTION_GATEWAY_KEYS_FILE"},
+		{"gateway setting the binary rejects", "config:\n  BULKACTION_GATEWAY_IDEMPOTENCY_TTL: 500ms\n", "GATEWAY_IDEMPOTENCY_TTL"},
+		{"gateway keys file overridden", "targets:\n  gateway:\n    env:\n      BULKACTION_GATEWAY_KEYS_FILE: /tmp/keys\n", "set twice"},
+		{"gateway API on the metrics port", "gateway:\n  port: 8080\n", "same port"},
+		{"ingress TLS without a Secret", "gateway:\n  ingress:\n    enabled: true\n    tls:\n      enabled: true\n", "secretName"},
+		{"gateway autoscaled without a CPU request", "targets:\n  gateway:\n    resources: {requests: {cpu: null}}\n    autoscaling:\n      enabled: true\n", "requests.cpu"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := filepath.Join(t.TempDir(), "values.yaml")
@@ -82,6 +90,21 @@ func TestBrokenTemplatesFail(t *testing.T) {
 		{"misspelt setting", "configmap.yaml", "\ndata:\n", "\ndata:\n  BULKACTION_GLOBAL_RSP: \"1\"\n", "BULKACTION_GLOBAL_RSP"},
 		{"kind without a Deployment", "worker-autoscaling.yaml", "name: {{ include \"bulkaction.targetName\" $ctx }}\n  minReplicaCount",
 			"name: bulkaction-wrker\n  minReplicaCount", "bulkaction-wrker"},
+		{"gateway keys mounted with subPath", "deployment.yaml", "mountPath: {{ include \"bulkaction.gatewayKeysDir\" $ }}",
+			"mountPath: {{ include \"bulkaction.gatewayKeysFile\" $ }}\n              subPath: keys", "subPath"},
+		{"gateway keys file outside the mount", "deployment.yaml", "value: {{ include \"bulkaction.gatewayKeysFile\" $ | quote }}",
+			"value: /etc/bulkaction/keys", "not inside any volume mount"},
+		{"gateway keys file not in the Secret", "deployment.yaml", "                path: keys\n", "                path: api-keys\n", "not among the items"},
+		{"gateway keys Secret with a bad line", "gateway-secret.yaml", "{{- range .Values.gateway.keys }}", "bak_not-a-hash acme\n    {{- range .Values.gateway.keys }}", "line 3"},
+		{"gateway spool on the read-only root", "deployment.yaml", "            - name: gateway-spool\n              mountPath:",
+			"            - name: gateway-spool\n              readOnly: true\n              mountPath:", "SPOOL_DIR"},
+		{"gateway API Service to the metrics port", "gateway-service.yaml", "targetPort: http-api", "targetPort: http", "no Service sends the API port"},
+		{"gateway API Service to unready pods", "gateway-service.yaml", "  type: {{ $g.service.type }}", "  type: {{ $g.service.type }}\n  publishNotReadyAddresses: true", "no Service sends the API port"},
+		{"gateway API port closed by its NetworkPolicy", "networkpolicy.yaml", "- port: http-api", "- port: http", "let nothing in to the API port"},
+		{"gateway not scraped", "servicemonitor.yaml", "{{- if $t.enabled }}", "{{- if and $t.enabled (ne $target \"gateway\") }}", "no ServiceMonitor scrapes"},
+		{"ingress to the metrics port", "gateway-ingress.yaml", "name: {{ include \"bulkaction.gatewayAPIServiceName\" . }}\n                port:\n                  name: http-api",
+			"name: {{ include \"bulkaction.targetName\" (dict \"root\" . \"target\" \"gateway\") }}\n                port:\n                  name: http", "must not be exposed"},
+		{"ingress to a port the Service lacks", "gateway-ingress.yaml", "                  name: http-api", "                  number: 8090", "not a port of Service"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "bulkaction")
@@ -97,7 +120,8 @@ func TestBrokenTemplatesFail(t *testing.T) {
 			if err := os.WriteFile(p, []byte(strings.Replace(string(b), tc.old, tc.new, 1)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err = checkChart(dir, []string{filepath.Join(chartDir, "ci", "ha-keda-values.yaml")})
+			// The gateway's options (Ingress, keys, ServiceMonitors) on top of the HA values.
+			_, err = checkChart(dir, []string{filepath.Join(chartDir, "ci", "ha-keda-values.yaml"), filepath.Join(chartDir, "ci", "gateway-values.yaml")})
 			mustFail(t, err, tc.want)
 		})
 	}

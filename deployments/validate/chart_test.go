@@ -8,6 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 const chartDir = "../helm/bulkaction"
@@ -31,11 +35,17 @@ func valueSets(t *testing.T) map[string][]string {
 
 // checkChart lints, renders, decodes and cross-checks the chart at dir with the values files.
 func checkChart(dir string, files []string) ([]Object, error) {
-	vals, err := ReadValues(files...)
+	// Lint coalesces the values it is given in place (a null that removes a default is gone
+	// after it), so it gets a copy of its own.
+	lintVals, err := ReadValues(files...)
 	if err != nil {
 		return nil, err
 	}
-	if err := Lint(dir, vals); err != nil {
+	if err := Lint(dir, lintVals); err != nil {
+		return nil, err
+	}
+	vals, err := ReadValues(files...)
+	if err != nil {
 		return nil, err
 	}
 	ms, err := Render(dir, vals)
@@ -60,6 +70,12 @@ func checkOptions(vals map[string]any) CheckOptions {
 		c, _ := vals[conn].(map[string]any)
 		if name, _ := c["existingSecret"].(string); name != "" {
 			key, _ := c["existingSecretKey"].(string)
+			opt.ExternalSecrets[name] = append(opt.ExternalSecrets[name], key)
+		}
+	}
+	if g, _ := vals["gateway"].(map[string]any); g != nil {
+		if name, _ := g["existingKeysSecret"].(string); name != "" {
+			key, _ := g["existingKeysSecretKey"].(string)
 			opt.ExternalSecrets[name] = append(opt.ExternalSecrets[name], key)
 		}
 	}
@@ -88,20 +104,27 @@ func TestChart(t *testing.T) {
 			}
 			k := kinds(objs)
 			t.Logf("%d objects: %v", len(objs), k)
-			if k["Deployment"] != 4 || k["Service"] != 4 || k["ConfigMap"] != 1 {
-				t.Errorf("want 4 Deployments, 4 Services and 1 ConfigMap, got %v", k)
+			// One Deployment and one (metrics) Service per target, and the gateway's API Service.
+			if k["Deployment"] != 5 || k["Service"] != 6 || k["ConfigMap"] != 1 {
+				t.Errorf("want 5 Deployments, 6 Services and 1 ConfigMap, got %v", k)
 			}
+			checkEveryTarget(t, objs)
 			switch name {
 			case "ha-keda-values":
-				if k["ScaledObject"] != 1 || k["ServiceMonitor"] != 4 || k["PodDisruptionBudget"] != 4 || k["HorizontalPodAutoscaler"] != 0 {
-					t.Errorf("want 1 ScaledObject, 4 ServiceMonitors and 4 PodDisruptionBudgets, got %v", k)
+				if k["ScaledObject"] != 1 || k["ServiceMonitor"] != 5 || k["PodDisruptionBudget"] != 5 || k["HorizontalPodAutoscaler"] != 0 {
+					t.Errorf("want 1 ScaledObject, 5 ServiceMonitors and 5 PodDisruptionBudgets, got %v", k)
 				}
+			case "gateway-values":
+				if k["Ingress"] != 1 || k["HorizontalPodAutoscaler"] != 1 || k["ServiceMonitor"] != 5 || k["Secret"] != 2 {
+					t.Errorf("want the gateway's Ingress, HorizontalPodAutoscaler and keys Secret, and 5 ServiceMonitors, got %v", k)
+				}
+				checkGatewayIngress(t, objs)
 			case "hpa-values":
 				if k["HorizontalPodAutoscaler"] != 1 || k["ScaledObject"] != 0 {
 					t.Errorf("want 1 HorizontalPodAutoscaler, got %v", k)
 				}
 			case "minimal-values":
-				if k["PodDisruptionBudget"] != 0 || k["NetworkPolicy"] != 0 {
+				if k["PodDisruptionBudget"] != 0 || k["NetworkPolicy"] != 0 || k["Ingress"] != 0 {
 					t.Errorf("one replica each and no policies: want no PodDisruptionBudget or NetworkPolicy, got %v", k)
 				}
 			case "external-secrets-values":
@@ -109,8 +132,8 @@ func TestChart(t *testing.T) {
 					t.Errorf("existing secrets and service account: want none rendered, got %v", k)
 				}
 			case "default":
-				if k["Secret"] != 1 || k["NetworkPolicy"] != 4 || k["PodDisruptionBudget"] != 4 {
-					t.Errorf("want 1 Secret, 4 NetworkPolicies and 4 PodDisruptionBudgets, got %v", k)
+				if k["Secret"] != 2 || k["NetworkPolicy"] != 5 || k["PodDisruptionBudget"] != 5 || k["Ingress"] != 0 {
+					t.Errorf("want 2 Secrets (connections, gateway keys), 5 NetworkPolicies, 5 PodDisruptionBudgets and no Ingress, got %v", k)
 				}
 			}
 		})
@@ -143,8 +166,11 @@ func TestSchemaConfigMatchesSettings(t *testing.T) {
 	}
 	// Set by the chart itself, or secrets that travel only in the Secret's
 	// URLs (never in the ConfigMap).
+	// The gateway's address, keys file and spool directory are set by the chart on the gateway's
+	// pods (the port, the mounted keys Secret, the spool emptyDir).
 	owned := []string{"BULKACTION_NATS_URL", "BULKACTION_REDIS_URL", "BULKACTION_HTTP_ADDR",
-		"BULKACTION_REDIS_PASSWORD", "BULKACTION_NATS_PASSWORD", "BULKACTION_NATS_TOKEN"}
+		"BULKACTION_REDIS_PASSWORD", "BULKACTION_NATS_PASSWORD", "BULKACTION_NATS_TOKEN",
+		"BULKACTION_GATEWAY_ADDR", "BULKACTION_GATEWAY_KEYS_FILE", "BULKACTION_GATEWAY_SPOOL_DIR"}
 	for name, s := range Settings() {
 		p, ok := cfg.Properties[name]
 		if slices.Contains(owned, name) {
@@ -205,4 +231,65 @@ func TestSchemaIsClosed(t *testing.T) {
 		}
 	}
 	walk("#", schema)
+}
+
+// checkEveryTarget asserts that every target runs in a Deployment of its own whose container's
+// first argument is the target.
+func checkEveryTarget(t *testing.T, objs []Object) {
+	t.Helper()
+	got := map[string]int{}
+	for _, o := range objs {
+		if d, ok := o.Obj.(*appsv1.Deployment); ok {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if len(c.Args) > 0 {
+					got[c.Args[0]]++
+				}
+			}
+		}
+	}
+	for _, target := range ServiceTargets {
+		if got[target] != 1 {
+			t.Errorf("target %s: %d Deployments, want 1", target, got[target])
+		}
+	}
+}
+
+// checkGatewayIngress asserts what ci/gateway-values.yaml asks of the Ingress: its class, host and
+// TLS Secret, and a backend on the gateway's API Service port, which targets the container's
+// API port named in BULKACTION_GATEWAY_ADDR (9000 there).
+func checkGatewayIngress(t *testing.T, objs []Object) {
+	t.Helper()
+	var ing *networkingv1.Ingress
+	svcs := map[string]*corev1.Service{}
+	for _, o := range objs {
+		switch v := o.Obj.(type) {
+		case *networkingv1.Ingress:
+			ing = v
+		case *corev1.Service:
+			svcs[v.Name] = v
+		}
+	}
+	if ing == nil {
+		t.Fatal("no Ingress rendered")
+	}
+	if ing.Spec.IngressClassName == nil || *ing.Spec.IngressClassName != "nginx" {
+		t.Errorf("ingressClassName %v, want nginx", ing.Spec.IngressClassName)
+	}
+	if len(ing.Spec.TLS) != 1 || ing.Spec.TLS[0].SecretName != "bulkaction-gateway-tls" || !slices.Equal(ing.Spec.TLS[0].Hosts, []string{"bulkaction.example.com"}) {
+		t.Errorf("tls %+v, want bulkaction-gateway-tls for bulkaction.example.com", ing.Spec.TLS)
+	}
+	if len(ing.Spec.Rules) != 1 || ing.Spec.Rules[0].Host != "bulkaction.example.com" || ing.Spec.Rules[0].HTTP == nil {
+		t.Fatalf("rules %+v, want one for bulkaction.example.com", ing.Spec.Rules)
+	}
+	b := ing.Spec.Rules[0].HTTP.Paths[0].Backend.Service
+	svc := svcs[b.Name]
+	if svc == nil || svc.Spec.PublishNotReadyAddresses {
+		t.Fatalf("backend Service %s: not rendered, or publishes not-ready pods", b.Name)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != b.Port.Name || svc.Spec.Ports[0].Port != 80 || svc.Spec.Ports[0].TargetPort.String() != "http-api" {
+		t.Errorf("backend %s:%s: Service ports %+v, want port 80 to http-api", b.Name, b.Port.Name, svc.Spec.Ports)
+	}
+	if ing.Annotations["nginx.ingress.kubernetes.io/proxy-buffering"] != "off" {
+		t.Errorf("annotations %v: the values' annotations are missing", ing.Annotations)
+	}
 }

@@ -18,7 +18,11 @@ import (
 )
 
 // Targets are the commands of the binary that run targets.
-var Targets = []string{"fetcher", "dispatcher", "worker", "aggregator", "run"}
+var Targets = []string{"fetcher", "dispatcher", "worker", "aggregator", "gateway", "run"}
+
+// ServiceTargets are the targets a deployment runs each as its own service: all of Targets but
+// run.
+var ServiceTargets = []string{"fetcher", "dispatcher", "worker", "aggregator", "gateway"}
 
 // CheckOptions describe what a rendered chart may refer to without rendering it.
 type CheckOptions struct {
@@ -47,6 +51,7 @@ type index struct {
 	scaledObjects   []*ScaledObject
 	monitors        []*ServiceMonitor
 	policies        []*networkingv1.NetworkPolicy
+	ingresses       []*networkingv1.Ingress
 }
 
 // Check cross-checks decoded objects: selectors match the pods they are meant for, ports and
@@ -87,6 +92,8 @@ func Check(objs []Object, opt CheckOptions) error {
 			ix.monitors = append(ix.monitors, v)
 		case *networkingv1.NetworkPolicy:
 			ix.policies = append(ix.policies, v)
+		case *networkingv1.Ingress:
+			ix.ingresses = append(ix.ingresses, v)
 		default:
 			fail("%s: kind %s is not expected from this chart", o, o.Kind)
 		}
@@ -109,6 +116,18 @@ func Check(objs []Object, opt CheckOptions) error {
 			fail("HorizontalPodAutoscaler %s: minReplicas %d > maxReplicas %d, or no metric", h.Name, minR, h.Spec.MaxReplicas)
 		}
 		autoscaled[h.Spec.ScaleTargetRef.Name] = [2]int32{minR, h.Spec.MaxReplicas}
+		// Utilization of a resource is measured against its request: without one the HPA
+		// cannot compute it and never scales.
+		for _, m := range h.Spec.Metrics {
+			if m.Type != autoscalingv2.ResourceMetricSourceType || m.Resource == nil || m.Resource.Target.Type != autoscalingv2.UtilizationMetricType {
+				continue
+			}
+			for _, c := range ix.deployment(h.Spec.ScaleTargetRef.Name).Spec.Template.Spec.Containers {
+				if _, ok := c.Resources.Requests[m.Resource.Name]; !ok {
+					fail("HorizontalPodAutoscaler %s: scales on %s utilization, but container %s requests no %s", h.Name, m.Resource.Name, c.Name, m.Resource.Name)
+				}
+			}
+		}
 	}
 	for _, s := range ix.scaledObjects {
 		ref := s.Spec.ScaleTargetRef
@@ -191,10 +210,22 @@ func Check(objs []Object, opt CheckOptions) error {
 					fail("%s: %s probe path %s, want %s", cw, name, p.HTTPGet.Path, want)
 				}
 			}
+			names := map[string]bool{}
+			for _, e := range c.Env {
+				if names[e.Name] {
+					fail("%s: env %s set twice (the last one wins silently)", cw, e.Name)
+				}
+				names[e.Name] = true
+			}
 			env, err := ix.containerEnv(c, opt)
 			if err != nil {
 				fail("%s: %v", cw, err)
 				continue
+			}
+			if isGateway(c) {
+				if err := ix.checkGateway(d, c, env, opt); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			if err := CheckValues(cw, env); err != nil {
 				errs = append(errs, err)
@@ -299,6 +330,19 @@ func Check(objs []Object, opt CheckOptions) error {
 		}
 	}
 
+	// With ServiceMonitors, every Deployment's metrics port is scraped by one.
+	if len(ix.monitors) > 0 {
+		for _, d := range ix.deployments {
+			if !ix.scraped(d, envs[d.Name]) {
+				fail("Deployment %s: no ServiceMonitor scrapes its metrics port (BULKACTION_HTTP_ADDR)", d.Name)
+			}
+		}
+	}
+
+	if err := ix.checkIngresses(envs); err != nil {
+		errs = append(errs, err)
+	}
+
 	for _, np := range ix.policies {
 		where := "NetworkPolicy " + np.Name
 		ds := ix.selected(&np.Spec.PodSelector, where, &errs)
@@ -345,6 +389,48 @@ func Check(objs []Object, opt CheckOptions) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// scraped reports whether a ServiceMonitor selects a Service that selects d's pods, with an
+// endpoint on a port that targets d's metrics port (the port of env's BULKACTION_HTTP_ADDR).
+func (ix *index) scraped(d *appsv1.Deployment, env map[string]string) bool {
+	addr := env["BULKACTION_HTTP_ADDR"]
+	if addr == "" {
+		addr = ":8080"
+	}
+	mp, err := addrPort(addr)
+	if err != nil || len(d.Spec.Template.Spec.Containers) == 0 {
+		return false
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, m := range ix.monitors {
+		sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		for _, s := range ix.services {
+			if !sel.Matches(labels.Set(s.Labels)) || len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+				continue
+			}
+			for _, e := range m.Spec.Endpoints {
+				for _, p := range s.Spec.Ports {
+					tp := p.TargetPort
+					if tp.Type == intstr.Int && tp.IntVal == 0 {
+						tp = intstr.FromInt32(p.Port)
+					}
+					if p.Name != e.Port {
+						continue
+					}
+					for _, cp := range c.Ports {
+						if cp.ContainerPort == mp && ((tp.Type == intstr.String && tp.StrVal == cp.Name) || (tp.Type == intstr.Int && tp.IntVal == mp)) {
+							return true
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 func (ix *index) deployment(name string) *appsv1.Deployment {

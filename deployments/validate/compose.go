@@ -132,7 +132,12 @@ func CheckCompose(p *types.Project, rawFiles []string, envVars map[string]string
 		if err := CheckValues(where, env); err != nil {
 			errs = append(errs, err)
 		}
-		if s.ContainerName != "" || slices.ContainsFunc(s.Ports, func(pc types.ServicePortConfig) bool { return pc.Published != "" }) {
+		if target == "gateway" {
+			// The entry point from outside: it publishes its API port (and so runs once).
+			if err := checkComposeGateway(s, env); err != nil {
+				fail("%s: %v", where, err)
+			}
+		} else if s.ContainerName != "" || slices.ContainsFunc(s.Ports, func(pc types.ServicePortConfig) bool { return pc.Published != "" }) {
 			fail("%s: a container name or a published host port keeps it from scaling", where)
 		}
 		if !healthy || !slices.Contains(s.HealthCheck.Test, "/usr/local/bin/healthprobe") {
@@ -154,7 +159,7 @@ func CheckCompose(p *types.Project, rawFiles []string, envVars map[string]string
 			fail("%s: %v", where, err)
 		}
 	}
-	for _, t := range []string{"fetcher", "dispatcher", "worker", "aggregator"} {
+	for _, t := range ServiceTargets {
 		if len(targets[t]) != 1 {
 			fail("target %s: want one service, found %v", t, targets[t])
 		}
@@ -164,6 +169,61 @@ func CheckCompose(p *types.Project, rawFiles []string, envVars map[string]string
 	}
 	if err := checkNATS(p, natsURLs, maxMsgSize); err != nil {
 		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkComposeGateway checks the gateway service: it publishes its API port (BULKACTION_GATEWAY_ADDR),
+// other than the metrics port; its keys file is bind-mounted from the host inside a mounted
+// directory (a single-file bind mount keeps the old file when an editor replaces it, so the
+// gateway would not see the change), exists and is a valid keys file; and its spool directory is
+// writable under a read-only root file system.
+func checkComposeGateway(s types.ServiceConfig, env map[string]string) error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	addr := env[gatewayAddrVar]
+	if addr == "" {
+		addr = defaultGatewayAddr
+	}
+	port, err := addrPort(addr)
+	if err != nil {
+		fail("%s: %v", gatewayAddrVar, err)
+	} else {
+		if mp, err := addrPort(env["BULKACTION_HTTP_ADDR"]); err == nil && mp == port {
+			fail("%s %s is the metrics port: the API needs its own", gatewayAddrVar, addr)
+		}
+		if !slices.ContainsFunc(s.Ports, func(pc types.ServicePortConfig) bool { return pc.Target == uint32(port) && pc.Published != "" }) {
+			fail("does not publish its API port %d (%s)", port, gatewayAddrVar)
+		}
+	}
+	kf := env[gatewayKeysFileVar]
+	switch hp, ok := hostPath(s, kf); {
+	case kf == "":
+		fail("%s is not set: the gateway does not start without its API keys", gatewayKeysFileVar)
+	case !ok:
+		fail("%s %s is not in a bind mount", gatewayKeysFileVar, kf)
+	case slices.ContainsFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool { return v.Type == types.VolumeTypeBind && v.Target == kf }):
+		fail("%s %s is bind-mounted as a single file: mount its directory, or edits that replace the file are not seen", gatewayKeysFileVar, kf)
+	default:
+		raw, err := os.ReadFile(hp)
+		if err != nil {
+			fail("%s: %v", gatewayKeysFileVar, err)
+		} else if err := CheckKeysFile(string(raw)); err != nil {
+			fail("%s: %v", filepath.Base(hp), err)
+		}
+	}
+	spool := env[gatewaySpoolDirVar]
+	if spool == "" {
+		spool = "/tmp"
+	}
+	if s.ReadOnly && !slices.ContainsFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool {
+		_, in := under(spool+"/x", v.Target)
+		return in && !v.ReadOnly
+	}) && !slices.ContainsFunc(s.Tmpfs, func(t string) bool {
+		_, in := under(spool+"/x", strings.SplitN(t, ":", 2)[0])
+		return in
+	}) {
+		fail("%s %s is not on a volume or tmpfs, and the root file system is read-only: large uploads would fail", gatewaySpoolDirVar, spool)
 	}
 	return errors.Join(errs...)
 }

@@ -40,14 +40,17 @@ func TestDockerfile(t *testing.T) {
 	if cmd == nil || !slices.Contains(Targets, cmd[1]) {
 		t.Errorf("CMD %v: want a target", cmd)
 	}
-	// .dockerignore keeps what the build copies.
+	if !regexp.MustCompile(`(?m)^EXPOSE .*\b8090\b`).MatchString(df) {
+		t.Error("Dockerfile does not EXPOSE 8090, the gateway's API port")
+	}
+	// .dockerignore keeps what the build copies (web/ holds the dashboard the binary embeds).
 	var ignored []string
 	for _, l := range strings.Split(readFile(t, "../../.dockerignore"), "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
 			ignored = append(ignored, strings.TrimSuffix(l, "/"))
 		}
 	}
-	for _, need := range []string{"go.mod", "go.sum", "cmd/bulkaction", "internal", "pkg", "services", "deployments/healthprobe"} {
+	for _, need := range []string{"go.mod", "go.sum", "cmd/bulkaction", "internal", "pkg", "services", "web", "deployments/healthprobe"} {
 		for _, ig := range ignored {
 			if ok, _ := filepath.Match(ig, need); ok || need == ig || strings.HasPrefix(need, ig+"/") {
 				t.Errorf(".dockerignore's %q drops %s, which the build needs", ig, need)

@@ -92,6 +92,12 @@ type Config struct {
 	StreamSubmitMaxBytes int `envconfig:"STREAM_SUBMIT_MAX_BYTES" default:"0" desc:"byte limit of the SUBMIT stream: once full it refuses submissions (clients and the gateway get an error; nothing accepted is dropped) until the fetchers drain it (0 = 1 GiB, 64 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
 	StreamReadyMaxBytes  int `envconfig:"STREAM_READY_MAX_BYTES" default:"0" desc:"byte limit of the READY stream: once full, admissions and releases wait and the jobs stay queued or leased (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
 	StreamResultMaxBytes int `envconfig:"STREAM_RESULT_MAX_BYTES" default:"0" desc:"byte limit of the RESULT stream: once full, workers hold their finished jobs and retry the result until the aggregators make room (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+
+	GatewayAddr           string        `envconfig:"GATEWAY_ADDR" default:":8090" desc:"listen address of the gateway's HTTP API (/v1) and dashboard (/ui/)"`
+	GatewayKeysFile       string        `envconfig:"GATEWAY_KEYS_FILE" default:"" desc:"the gateway's API keys: a file of lines <sha256:hex> <tenant, or * for admin> [name] (bulkaction gateway key makes them), re-read when it changes; required by the gateway target"`
+	GatewayIdempotencyTTL time.Duration `envconfig:"GATEWAY_IDEMPOTENCY_TTL" default:"24h" desc:"how long the gateway keeps the response of a request with an Idempotency-Key (at least 1s)"`
+	GatewaySSEHeartbeat   time.Duration `envconfig:"GATEWAY_SSE_HEARTBEAT" default:"15s" desc:"interval of keep-alive comments on an idle Server-Sent Events stream"`
+	GatewaySpoolDir       string        `envconfig:"GATEWAY_SPOOL_DIR" default:"" desc:"directory of the temporary files that hold a large jobs request while it is validated (empty = the system's temporary directory)"`
 }
 
 // Load reads the environment. An unparsable or out-of-range value is an
@@ -185,7 +191,8 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"STUCK_AFTER", c.StuckAfter}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}, {"STREAM_MAX_AGE", c.StreamMaxAge}, {"DUPLICATE_WINDOW", c.DuplicateWindow}} {
+	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"STUCK_AFTER", c.StuckAfter}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}, {"STREAM_MAX_AGE", c.StreamMaxAge}, {"DUPLICATE_WINDOW", c.DuplicateWindow},
+		{"GATEWAY_SSE_HEARTBEAT", c.GatewaySSEHeartbeat}} {
 		if d.v <= 0 {
 			return bad(d.name, d.v, "must be positive")
 		}
@@ -195,7 +202,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}} {
+	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}, {"GATEWAY_IDEMPOTENCY_TTL", c.GatewayIdempotencyTTL}} {
 		if d.v < time.Second {
 			return bad(d.name, d.v, "must be at least 1s (Redis expiries are whole seconds)")
 		}

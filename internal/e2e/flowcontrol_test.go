@@ -395,7 +395,7 @@ func TestHalfRateLimitedAllSucceed(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.start(cfg, stack.AllTargets, mux)
+	r := e.start(cfg, stack.PipelineTargets, mux)
 	q := r.st.Conns.Queue
 
 	// The seed gives some jobs more 429s in a row than the retry budget.
@@ -478,7 +478,7 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.start(cfg, stack.AllTargets, mux)
+	r := e.start(cfg, stack.PipelineTargets, mux)
 	q := r.st.Conns.Queue
 	const n = 1000
 	g := ref("s")
@@ -584,7 +584,7 @@ func TestLoneLimitedGroupKeepsPace(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 		return nil
 	})
-	r := e.start(e.config(nil), stack.AllTargets, mux)
+	r := e.start(e.config(nil), stack.PipelineTargets, mux)
 	q := r.st.Conns.Queue
 	const n, limit, within = 100, 5, 5 * time.Second
 	start := time.Now()

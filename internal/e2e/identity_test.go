@@ -92,7 +92,7 @@ func TestCountsMatchJobStates(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.start(cfg, stack.AllTargets, mux)
+	r := e.start(cfg, stack.PipelineTargets, mux)
 	q := r.st.Conns.Queue
 	const n, nLimited, limit = 2000, 200, 8
 	free, limited := ref("free"), ref("limited")

@@ -61,7 +61,7 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 
 func TestMetricsMatchARun(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(nil), stack.AllTargets, nil)
+	r := e.start(e.config(nil), stack.PipelineTargets, nil)
 	const n = 700
 	e.submit("m1", "noop", 500, `{}`, "")
 	e.submit("m2", "noop", 200, `{}`, contracts.PriorityHigh)
@@ -147,7 +147,7 @@ func TestTraceOfARetriedJob(t *testing.T) {
 		}
 		return nil
 	})
-	e.start(e.config(func(c *config.Config) { c.WorkerCount = 1 }), stack.AllTargets, mux)
+	e.start(e.config(func(c *config.Config) { c.WorkerCount = 1 }), stack.PipelineTargets, mux)
 	e.submit("traced", "once-flaky", 1, `{}`, "")
 	e.wait("traced", 30*time.Second)
 

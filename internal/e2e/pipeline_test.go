@@ -22,7 +22,7 @@ import (
 // and the small group does not wait for the big one.
 func TestThreeGroupsFairAndExact(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(nil), stack.AllTargets, nil)
+	r := e.start(e.config(nil), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	sizes := map[string]int{"big": 10000, "mid": 500, "small": 50}
 	const payload = `{"ms":1,"jitterMs":4}`
@@ -128,7 +128,7 @@ func TestFailurePaths(t *testing.T) {
 	e := newEnv(t)
 	f, mux := newFailing()
 	cfg := e.config(func(c *config.Config) { c.MaxRetryCount = 3 })
-	r := e.start(cfg, stack.AllTargets, mux)
+	r := e.start(cfg, stack.PipelineTargets, mux)
 	q := r.st.Conns.Queue
 
 	e.submit("flaky", "flaky", 5, `{}`, "")
@@ -184,7 +184,7 @@ func TestFailurePaths(t *testing.T) {
 
 func TestCancelMidRun(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 500 }), stack.AllTargets, nil)
+	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 500 }), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	const n = 3000
 	e.submit("victim", "sleep", n, `{"ms":2}`, "")
@@ -231,7 +231,7 @@ func TestCancelMidRun(t *testing.T) {
 // Wait returns the event where every job is accounted for.
 func TestCancelledGroupsFinalEventAddsUp(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 2000 }), stack.AllTargets, nil)
+	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 2000 }), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	const n = 2000
 	e.submit("late", "sleep", n, `{"ms":50}`, "")
@@ -259,7 +259,7 @@ func TestCancelledGroupsFinalEventAddsUp(t *testing.T) {
 // the held one waits (reported in the metrics) and a cancel ends it.
 func TestUnservedTypeStallsNobody(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(nil), stack.AllTargets, nil)
+	r := e.start(e.config(nil), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	e.submit("stuck", "nobody-serves-this", 100, `{}`, "")
 	testkit.WaitFor(t, "the unserved group queued", 30*time.Second, func() bool {

@@ -53,7 +53,7 @@ func (w *watched) events() ([]contracts.GroupEvent, []time.Time) {
 // the client's Wait, started before the pause, returns only then.
 func TestPauseResumeEndToEnd(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 300 }), stack.AllTargets, nil)
+	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 300 }), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -162,7 +162,7 @@ func TestPauseResumeEndToEnd(t *testing.T) {
 // each run to completion with its own counts and settings.
 func TestSameGroupIDInTwoTenants(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(nil), stack.AllTargets, nil)
+	r := e.start(e.config(nil), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	ctx := context.Background()
 	acme, globex := e.client.ForTenant("acme"), e.client.ForTenant("globex")
@@ -200,7 +200,7 @@ func TestSameGroupIDInTwoTenants(t *testing.T) {
 // final counts.
 func TestEventsFeedCarriesProgress(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 400 }), stack.AllTargets, nil)
+	r := e.start(e.config(func(c *config.Config) { c.GlobalRps = 400 }), stack.PipelineTargets, nil)
 	q := r.st.Conns.Queue
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -27,6 +27,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
 // Targets, in start order.
@@ -35,11 +36,17 @@ const (
 	TargetWorker     = "worker"
 	TargetDispatcher = "dispatcher"
 	TargetFetcher    = "fetcher"
+	TargetGateway    = "gateway"
 )
 
 // AllTargets lists every target in start order: consumers first, so that
-// on shutdown (reverse order) producers stop before consumers.
-var AllTargets = []string{TargetAggregator, TargetWorker, TargetDispatcher, TargetFetcher}
+// on shutdown (reverse order) producers stop before consumers, and the
+// gateway, the entry from outside, stops first.
+var AllTargets = []string{TargetAggregator, TargetWorker, TargetDispatcher, TargetFetcher, TargetGateway}
+
+// PipelineTargets are the targets that move jobs: every target but the
+// gateway.
+var PipelineTargets = []string{TargetAggregator, TargetWorker, TargetDispatcher, TargetFetcher}
 
 // ParseTargets parses a comma-separated target list ("all" = every target).
 func ParseTargets(s string) ([]string, error) {
@@ -86,6 +93,9 @@ type Options struct {
 	// ReadyTimeout bounds how long Start waits for every part to be ready;
 	// 0 = [DefaultReadyTimeout].
 	ReadyTimeout time.Duration
+	// GatewayKeys, when set, are the gateway's API keys instead of
+	// Config.GatewayKeysFile (`bulkaction dev`, tests).
+	GatewayKeys *gateway.Keys
 }
 
 // DefaultReadyTimeout is the default of [Options.ReadyTimeout].
@@ -101,6 +111,8 @@ type Stack struct {
 	// Config.HTTPAddr is empty.
 	Server *telemetry.Server
 	Deps   deps.Deps
+	// Gateway is the gateway target, when the stack runs it.
+	Gateway *gateway.Gateway
 
 	opts     Options
 	log      *slog.Logger
@@ -241,6 +253,7 @@ var modules = map[string]module{
 	TargetDispatcher: {deps: []string{moduleConns}, init: initDispatcher},
 	TargetWorker:     {deps: []string{moduleConns}, init: initWorker},
 	TargetAggregator: {deps: []string{moduleConns}, init: initAggregator},
+	TargetGateway:    {deps: []string{moduleConns}, init: initGateway},
 }
 
 // order returns the modules to build for targets, every module after its

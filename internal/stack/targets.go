@@ -11,6 +11,7 @@ import (
 	"github.com/bulkaction/bulkaction/services/aggregator"
 	"github.com/bulkaction/bulkaction/services/dispatcher"
 	"github.com/bulkaction/bulkaction/services/fetcher"
+	"github.com/bulkaction/bulkaction/services/gateway"
 	"github.com/bulkaction/bulkaction/services/worker"
 )
 
@@ -69,4 +70,18 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 func initAggregator(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
 	return aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter, GroupIdleTTL: cfg.GroupIdleTTL}, s.Deps)
+}
+
+func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {
+	cfg := s.opts.Config
+	gw, err := gateway.New(gateway.Config{
+		Addr: cfg.GatewayAddr, KeysFile: cfg.GatewayKeysFile, Keys: s.opts.GatewayKeys,
+		IdempotencyTTL: cfg.GatewayIdempotencyTTL, Heartbeat: cfg.GatewaySSEHeartbeat, SpoolDir: cfg.GatewaySpoolDir,
+		ReadyCapacity: cfg.ReadyCapacity(), GroupTTL: cfg.GroupTTL,
+	}, s.Deps)
+	if err != nil {
+		return nil, err
+	}
+	s.Gateway = gw
+	return gw, nil
 }

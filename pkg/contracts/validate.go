@@ -213,6 +213,12 @@ func canonicalPayload(p json.RawMessage) (json.RawMessage, error) {
 	if len(p) == 0 {
 		return nil, nil
 	}
+	if alreadyCanonical(p) {
+		if string(p) == "null" {
+			return nil, nil
+		}
+		return p, nil
+	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, invalidField("payload", "not valid JSON", "must be a JSON value")
@@ -221,6 +227,19 @@ func canonicalPayload(p json.RawMessage) (json.RawMessage, error) {
 		return nil, nil
 	}
 	return b, nil
+}
+
+// alreadyCanonical reports whether p is valid JSON that encoding/json would
+// write unchanged: no byte it removes or escapes (whitespace, <, >, &, and
+// the lead byte of U+2028/U+2029) appears anywhere in it.
+func alreadyCanonical(p []byte) bool {
+	for _, c := range p {
+		switch c {
+		case ' ', '\t', '\n', '\r', '<', '>', '&', 0xE2:
+			return false
+		}
+	}
+	return json.Valid(p)
 }
 
 // payloadAbsent reports whether p is absent or JSON null.
@@ -345,6 +364,26 @@ func validateJobs(jobs []SubmitJob, lim Limits, canonical bool) error {
 // jobId, type and payload ([ItemError] names the job's index). It returns a
 // [*ValidationError], or nil.
 func (j *SubmitJob) Validate(lim Limits) error { return j.validate(lim, false) }
+
+// Canonicalize validates j as [SubmitJob.Validate] does and replaces its
+// Payload with the canonical form, the bytes encoding/json writes for a
+// json.RawMessage (compact, with <, >, & and U+2028/U+2029 escaped; nil for
+// an absent or null payload), so that encoding j again costs no second
+// pass over the payload.
+func (j *SubmitJob) Canonicalize(lim Limits) error {
+	if err := ValidateID("jobId", j.JobID); err != nil {
+		return err
+	}
+	if err := ValidateType(j.Type); err != nil {
+		return err
+	}
+	c, err := canonicalPayload(j.Payload)
+	if err != nil {
+		return err
+	}
+	j.Payload = c
+	return checkPayload(c, lim, true)
+}
 
 func (j *SubmitJob) validate(lim Limits, canonical bool) error {
 	if err := ValidateID("jobId", j.JobID); err != nil {

@@ -110,3 +110,30 @@ An environment value as a string. Values files decode numbers as float64, which 
 {{- int64 .t.replicas }}
 {{- end }}
 {{- end }}
+
+{{/* Name of the Secret holding the gateway's API keys file. */}}
+{{- define "bulkaction.gatewayKeysSecretName" -}}
+{{- if .Values.gateway.existingKeysSecret }}
+{{- .Values.gateway.existingKeysSecret }}
+{{- else }}
+{{- printf "%s-gateway-keys" (include "bulkaction.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Directory the keys Secret is mounted on, and the keys file in it (BULKACTION_GATEWAY_KEYS_FILE). */}}
+{{- define "bulkaction.gatewayKeysDir" -}}
+/etc/bulkaction/gateway
+{{- end }}
+{{- define "bulkaction.gatewayKeysFile" -}}
+{{- include "bulkaction.gatewayKeysDir" . }}/keys
+{{- end }}
+
+{{/* Directory of the gateway's spool emptyDir (BULKACTION_GATEWAY_SPOOL_DIR). */}}
+{{- define "bulkaction.gatewaySpoolDir" -}}
+/var/spool/bulkaction
+{{- end }}
+
+{{/* Name of the gateway's API Service. */}}
+{{- define "bulkaction.gatewayAPIServiceName" -}}
+{{- printf "%s-gateway-api" (include "bulkaction.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -1,0 +1,359 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// Defaults of the [Config] fields.
+const (
+	// DefaultIdempotencyTTL is how long an Idempotency-Key's response is kept.
+	DefaultIdempotencyTTL = 24 * time.Hour
+	// DefaultHeartbeat is the interval of SSE comments on an idle stream.
+	DefaultHeartbeat = 15 * time.Second
+	// DefaultMemorySpool is how much of a jobs request's encoded messages
+	// stay in memory before the rest goes to a temporary file.
+	DefaultMemorySpool = 8 << 20
+	// DefaultKeysReload is how often the keys file is checked for changes.
+	DefaultKeysReload = 5 * time.Second
+	// DefaultShutdownGrace bounds how long in-flight requests get on stop.
+	DefaultShutdownGrace = 10 * time.Second
+)
+
+// Config configures a [Gateway]. Addr and Keys (or KeysFile) are required;
+// every other zero field means its default.
+type Config struct {
+	// Addr is the listen address, e.g. ":8090" or "127.0.0.1:0".
+	Addr string
+	// Listener, when set, is used instead of listening on Addr.
+	Listener net.Listener
+	// KeysFile is the API keys file ([ParseKeys]), re-read when it changes.
+	KeysFile string
+	// Keys are used instead of KeysFile when set.
+	Keys *Keys
+	// IdempotencyTTL is how long Idempotency-Key responses are kept.
+	IdempotencyTTL time.Duration
+	// Heartbeat is the SSE keep-alive interval.
+	Heartbeat time.Duration
+	// SpoolDir holds the temporary files of large jobs requests ("" = the
+	// system's temporary directory).
+	SpoolDir string
+	// MemorySpool is the part of a jobs request kept in memory.
+	MemorySpool int
+	// ShutdownGrace bounds how long in-flight requests get on stop (SSE
+	// streams are closed at once).
+	ShutdownGrace time.Duration
+	// ReadyCapacity is READY's room per job type, for the ready_full hold
+	// of a group's status (0 = not measured).
+	ReadyCapacity int
+	// GroupTTL is how long an ended group's meta is kept (for the retry
+	// link's expiry); 0 = 7 days.
+	GroupTTL time.Duration
+}
+
+// Gateway serves the HTTP API.
+type Gateway struct {
+	cfg    Config
+	deps   deps.Deps
+	log    *slog.Logger
+	keys   *Keys
+	q      *redisq.Queue
+	client *client.Client
+	hub    *hub
+	dash   *uiAPI
+	idem   *idempotency
+	mux    *http.ServeMux
+
+	lifecycle.Started
+	mu   sync.Mutex
+	addr net.Addr
+}
+
+// New builds a gateway on d (NATS, JetStream, Redis).
+func New(cfg Config, d deps.Deps) (*Gateway, error) {
+	d = d.Fill()
+	if cfg.Addr == "" && cfg.Listener == nil {
+		return nil, errors.New("gateway: no listen address")
+	}
+	if cfg.IdempotencyTTL == 0 {
+		cfg.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.MemorySpool == 0 {
+		cfg.MemorySpool = DefaultMemorySpool
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.GroupTTL == 0 {
+		cfg.GroupTTL = 7 * 24 * time.Hour
+	}
+	log := d.Log.With(telemetry.LogComponent, "gateway")
+	keys := cfg.Keys
+	if keys == nil {
+		if cfg.KeysFile == "" {
+			return nil, errors.New("gateway: no API keys: set BULKACTION_GATEWAY_KEYS_FILE (bulkaction gateway key makes one)")
+		}
+		var err error
+		if keys, err = LoadKeys(cfg.KeysFile, log); err != nil {
+			return nil, err
+		}
+	}
+	if keys.log == nil {
+		keys.log = log
+	}
+	g := &Gateway{
+		cfg: cfg, deps: d, log: log, keys: keys, q: d.Queue,
+		client: client.New(d.JS, client.Options{Names: d.Names, Limits: d.Limits, TracerProvider: d.TracerProvider}),
+	}
+	g.hub = newHub(d, log)
+	g.dash = newUIAPI(g)
+	g.idem = &idempotency{rdb: d.Queue.Client(), prefix: d.Queue.Keys().Prefix() + "idempotency:", ttl: cfg.IdempotencyTTL, log: log}
+	g.mux = g.routes()
+	return g, nil
+}
+
+// Addr is the address the gateway listens on, once it is ready.
+func (g *Gateway) Addr() net.Addr {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.addr
+}
+
+// Handler is the gateway's HTTP handler (for tests and embedding).
+func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.serve) }
+
+// Run serves until ctx ends, then stops taking requests and waits up to
+// ShutdownGrace for those in flight.
+func (g *Gateway) Run(ctx context.Context) error {
+	ln := g.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", g.cfg.Addr); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+	}
+	hctx, stopHub := context.WithCancel(context.Background())
+	defer stopHub()
+	if err := g.hub.start(hctx); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	go g.keys.watch(hctx, DefaultKeysReload)
+	// The dashboard's rate chart has history from the gateway's start.
+	g.dash.startSampling()
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(g.serve),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return hctx },
+	}
+	g.mu.Lock()
+	g.addr = ln.Addr()
+	g.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	g.log.Info("gateway listening", "addr", ln.Addr().String(), "keys", g.keys.Len())
+	g.Signal()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: %w", err)
+	case <-ctx.Done():
+	}
+	// SSE streams end with the hub; other requests get the grace period.
+	g.hub.closeAll()
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	stopHub()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	return nil
+}
+
+// principalKey is the context key of a request's Principal.
+type principalKey struct{}
+
+// principal returns the request's Principal (set by auth).
+func principal(r *http.Request) Principal {
+	p, _ := r.Context().Value(principalKey{}).(Principal)
+	return p
+}
+
+// route is one operation of the API; the OpenAPI document lists the same.
+type route struct {
+	method, pattern string
+	// op is the operationId in docs/openapi.json.
+	op string
+	h  http.HandlerFunc
+	// public routes need no API key.
+	public bool
+	// idempotent POSTs honour Idempotency-Key.
+	idempotent bool
+}
+
+// Routes lists "METHOD /pattern" of every route, in the OpenAPI document's
+// path syntax ({name}).
+func (g *Gateway) Routes() []string {
+	var out []string
+	for _, rt := range g.table() {
+		out = append(out, rt.method+" "+rt.pattern)
+	}
+	return out
+}
+
+func (g *Gateway) table() []route {
+	ui := g.dash
+	return []route{
+		{method: "GET", pattern: "/v1/openapi.json", op: "getOpenAPI", h: g.openAPI, public: true},
+		{method: "GET", pattern: "/v1/groups", op: "listGroups", h: g.listGroups},
+		{method: "GET", pattern: "/v1/groups/{groupId}", op: "getGroup", h: g.getGroup},
+		{method: "POST", pattern: "/v1/groups/{groupId}/jobs", op: "submitJobs", h: g.submitJobs, idempotent: true},
+		{method: "POST", pattern: "/v1/groups/{groupId}/seal", op: "sealGroup", h: g.sealGroup, idempotent: true},
+		{method: "POST", pattern: "/v1/groups/{groupId}/cancel", op: "cancelGroup", h: g.control, idempotent: true},
+		{method: "POST", pattern: "/v1/groups/{groupId}/pause", op: "pauseGroup", h: g.control, idempotent: true},
+		{method: "POST", pattern: "/v1/groups/{groupId}/resume", op: "resumeGroup", h: g.control, idempotent: true},
+		{method: "GET", pattern: "/v1/groups/{groupId}/failures", op: "listFailures", h: g.listFailures},
+		{method: "POST", pattern: "/v1/groups/{groupId}/retry-failed", op: "retryFailed", h: g.retryFailed, idempotent: true},
+		{method: "GET", pattern: "/v1/groups/{groupId}/events", op: "groupEvents", h: g.events},
+		{method: "GET", pattern: "/v1/groups/{groupId}/progress", op: "groupProgress", h: ui.groupProgress},
+		{method: "GET", pattern: "/v1/overview", op: "getOverview", h: ui.overview},
+		{method: "GET", pattern: "/v1/overview/events", op: "overviewEvents", h: ui.overviewEvents},
+		{method: "GET", pattern: "/v1/tenants", op: "listTenants", h: ui.listTenants},
+	}
+}
+
+func (g *Gateway) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range g.table() {
+		h := rt.h
+		if rt.idempotent {
+			h = g.idem.wrap(h)
+		}
+		if !rt.public {
+			h = g.auth(h)
+		}
+		mux.Handle(rt.method+" "+rt.pattern, g.observe(rt.op, h))
+	}
+	mux.Handle("GET /ui/{path...}", g.observe("dashboard", g.ui))
+	mux.Handle("GET /{$}", g.observe("dashboard", g.uiRedirect))
+	return mux
+}
+
+// serve answers a request no route takes with a problem: 405 with Allow
+// when the path has routes for other methods, else 404.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := g.mux.Handler(r); pattern != "" {
+		g.mux.ServeHTTP(w, r)
+		return
+	}
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pattern := g.mux.Handler(r2); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		g.observe("methodNotAllowed", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeProblem(w, r, http.StatusMethodNotAllowed, slugMethod,
+				r.Method+" is not an operation of "+r.URL.Path+"; allowed: "+strings.Join(allow, ", "))
+		}).ServeHTTP(w, r)
+		return
+	}
+	g.observe("notFound", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	}).ServeHTTP(w, r)
+}
+
+// auth checks the API key and puts the Principal in the context.
+func (g *Gateway) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := g.keys.authenticate(r)
+		if err != nil {
+			writeProblem(w, r, http.StatusUnauthorized, slugUnauthorized, err.Error())
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
+
+// statusWriter records the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush lets SSE flush through the wrapper.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// observe counts requests by operation and status, logs server errors and
+// turns a panic into a 500 instead of a dead connection.
+func (g *Gateway) observe(op string, next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler { //nolint:errorlint // the sentinel value itself
+					panic(v)
+				}
+				g.log.Error("request panicked", "op", op, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				if sw.code == 0 {
+					writeProblem(sw, r, http.StatusInternalServerError, slugInternal, "internal error")
+				}
+			}
+			code := sw.code
+			if code == 0 {
+				code = http.StatusOK
+			}
+			g.deps.Metrics.GatewayRequests.WithLabelValues(op, strconv.Itoa(code)).Inc()
+		}()
+		next(sw, r)
+	})
+}
+
+// SetMemorySpool changes how much of a jobs request stays in memory before
+// the rest goes to a temporary file (tests).
+func (g *Gateway) SetMemorySpool(n int) { g.cfg.MemorySpool = n }

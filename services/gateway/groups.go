@@ -1,0 +1,529 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// GroupView is the body of GET /v1/groups/{groupId} and an item of GET
+// /v1/groups (docs/api.md#group). Counts add up: jobs = queued + inFlight
+// + backingOff + done + cancelled, and done = succeeded + failed.
+type GroupView struct {
+	Tenant       string               `json:"tenant"`
+	GroupID      string               `json:"groupId"`
+	State        contracts.GroupState `json:"state"`
+	Priority     contracts.Priority   `json:"priority"`
+	BasePriority int64                `json:"basePriority"`
+	MaxInFlight  int64                `json:"maxInFlight"`
+	// Total is the sealed total, null while the group is not sealed.
+	Total      *int64     `json:"total"`
+	Jobs       int64      `json:"jobs"`
+	Queued     int64      `json:"queued"`
+	InFlight   int64      `json:"inFlight"`
+	BackingOff int64      `json:"backingOff"`
+	Done       int64      `json:"done"`
+	Succeeded  int64      `json:"succeeded"`
+	Failed     int64      `json:"failed"`
+	Cancelled  int64      `json:"cancelled"`
+	CreatedAt  *time.Time `json:"createdAt"`
+	StartedAt  *time.Time `json:"startedAt"`
+	FinishedAt *time.Time `json:"finishedAt"`
+	// The fields below are in the full view only (GET of one group, or a
+	// list with view=full).
+	Status *GroupStatus `json:"status,omitempty"`
+	// RetryOf is the group this one retries the failed jobs of.
+	RetryOf string `json:"retryOf,omitempty"`
+	// Retries are the groups made by retry-failed from this one.
+	Retries []string `json:"retries,omitempty"`
+}
+
+// GroupStatus is the live part of a group's view: where it stands in the
+// fair queue, how fast it goes and what holds it.
+type GroupStatus struct {
+	// Position is the group's 1-based place among its tenant's groups
+	// waiting at its priority level; null when it is not waiting.
+	Position *int64 `json:"position"`
+	// TenantPosition is the tenant's 1-based place among the tenants
+	// waiting in the fair queue (every tenant of a higher level first);
+	// null when the group is not waiting.
+	TenantPosition *int64 `json:"tenantPosition"`
+	WaitingGroups  int64  `json:"waitingGroups"`
+	WaitingTenants int64  `json:"waitingTenants"`
+	// Rate is jobs finished per second over the sliding window of
+	// RateWindowSeconds.
+	Rate              float64 `json:"rate"`
+	RateWindowSeconds float64 `json:"rateWindowSeconds"`
+	// ETASeconds is the time left at Rate, null without a rate (no ETA
+	// without a rate) or while an unsealed group has every job done.
+	ETASeconds *float64   `json:"etaSeconds"`
+	ETA        *time.Time `json:"eta"`
+	Congestion string     `json:"congestion"`
+	BackoffMs  int64      `json:"backoffMs"`
+	Throttles  int64      `json:"throttles"`
+	// Waiting says why the group waits: [{reason, detail, until?}], empty
+	// when nothing holds it.
+	Waiting []cli.Hold `json:"waiting"`
+	At      time.Time  `json:"at"`
+}
+
+func timePtr(ms int64) *time.Time {
+	if ms <= 0 {
+		return nil
+	}
+	t := time.UnixMilli(ms).UTC()
+	return &t
+}
+
+func viewOf(info *redisq.GroupInfo) *GroupView {
+	v := &GroupView{
+		Tenant: info.Group.Tenant, GroupID: info.Group.ID, State: info.State, Priority: info.Priority.OrDefault(),
+		BasePriority: info.BasePriority, MaxInFlight: info.MaxInFlight,
+		Jobs: info.Jobs, Queued: info.Pending, BackingOff: info.NonReady, Done: info.Done,
+		Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
+		CreatedAt: timePtr(info.CreatedAtMs), StartedAt: timePtr(info.StartedAtMs), FinishedAt: timePtr(info.FinishedAtMs),
+	}
+	if info.Declared >= 0 {
+		t := info.Declared
+		v.Total = &t
+	}
+	v.InFlight = max(v.Jobs-v.Done-v.Cancelled-v.Queued-v.BackingOff, 0)
+	return v
+}
+
+// fullView reads everything about one group; nil when it does not exist.
+func (g *Gateway) fullView(ctx context.Context, ref contracts.GroupRef) (*GroupView, error) {
+	var opt cli.StatusOptions
+	if g.cfg.ReadyCapacity > 0 {
+		opt.Room = handoff.NewRoom(g.deps, g.cfg.ReadyCapacity).Measure
+	}
+	s, err := cli.StatusWith(ctx, g.q, ref, opt)
+	if errors.Is(err, cli.ErrGroupNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := &GroupView{
+		Tenant: ref.Tenant, GroupID: ref.ID, State: s.State, Priority: s.Priority.OrDefault(), BasePriority: s.BasePriority,
+		MaxInFlight: s.MaxInFlight, Jobs: s.Jobs, Queued: s.Pending, InFlight: s.InFlight, BackingOff: s.NonReady,
+		Done: s.Done, Succeeded: s.Succeeded, Failed: s.Failed, Cancelled: s.Cancelled,
+		CreatedAt: tp(s.CreatedAt), StartedAt: tp(s.StartedAt), FinishedAt: tp(s.FinishedAt),
+	}
+	if s.Declared >= 0 {
+		t := s.Declared
+		v.Total = &t
+	}
+	st := &GroupStatus{
+		WaitingGroups: s.Waiting, WaitingTenants: s.WaitingTenants,
+		Rate: round2(s.Rate), RateWindowSeconds: round2(s.RateWindow.Seconds()),
+		Congestion: string(s.Congestion), BackoffMs: s.BackoffMs, Throttles: s.Throttles,
+		Waiting: s.Holds, At: s.At.UTC(),
+	}
+	if st.Waiting == nil {
+		st.Waiting = []cli.Hold{}
+	}
+	if s.Position > 0 {
+		p, tp := s.Position, s.TenantPosition
+		st.Position, st.TenantPosition = &p, &tp
+	}
+	if s.ETASeconds >= 0 {
+		e := s.ETASeconds
+		at := s.At.Add(time.Duration(e * float64(time.Second))).UTC()
+		st.ETASeconds, st.ETA = &e, &at
+	}
+	v.Status = st
+	if v.RetryOf, v.Retries, err = g.q.Links(ctx, ref); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func tp(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// getGroup: GET /v1/groups/{groupId}.
+func (g *Gateway) getGroup(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	v, err := g.fullView(r.Context(), ref)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if v == nil {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// GroupList is the body of GET /v1/groups.
+type GroupList struct {
+	Groups []*GroupView `json:"groups"`
+	// Next is the cursor of the next page; null at the end.
+	Next *string `json:"next"`
+}
+
+// listGroups: GET /v1/groups?state=&limit=&cursor=&view=. A tenant key
+// lists its tenant; an admin key every tenant, or one with ?tenant=.
+func (g *Gateway) listGroups(w http.ResponseWriter, r *http.Request) {
+	p := principal(r)
+	q := r.URL.Query()
+	tenant, ok := p.tenantFor(r)
+	if !ok && !p.Admin {
+		writeJSON(w, http.StatusOK, GroupList{Groups: []*GroupView{}})
+		return
+	}
+	if tenant != "" {
+		if err := contracts.ValidateTenant(tenant); err != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad tenant", fieldError(err))
+			return
+		}
+	}
+	o := redisq.ListOptions{Tenant: tenant, Cursor: q.Get("cursor"), Limit: 50}
+	var errs []FieldError
+	for _, s := range q["state"] {
+		for _, one := range strings.Split(s, ",") {
+			st := contracts.GroupState(strings.ToUpper(strings.TrimSpace(one)))
+			if !st.Valid() {
+				errs = append(errs, paramError("state", one, "CREATED, RUNNING, PAUSED, AGGREGATING, COMPLETED or CANCELLED"))
+				continue
+			}
+			o.States = append(o.States, st)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > redisq.MaxListLimit {
+			errs = append(errs, paramError("limit", v, fmt.Sprintf("1 to %d", redisq.MaxListLimit)))
+		}
+		o.Limit = n
+	}
+	full := false
+	switch v := q.Get("view"); v {
+	case "", "summary":
+	case "full":
+		full = true
+		if o.Limit > 200 {
+			errs = append(errs, paramError("limit", q.Get("limit"), "1 to 200 with view=full"))
+		}
+	default:
+		errs = append(errs, paramError("view", v, "summary or full"))
+	}
+	if len(errs) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter", errs...)
+		return
+	}
+	infos, next, err := g.q.ListGroups(r.Context(), o)
+	if errors.Is(err, redisq.ErrBadCursor) {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad cursor", paramError("cursor", o.Cursor, "a next value of an earlier page"))
+		return
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	out := GroupList{Groups: make([]*GroupView, 0, len(infos))}
+	for _, info := range infos {
+		v := viewOf(info)
+		if full {
+			fv, err := g.fullView(r.Context(), info.Group)
+			if err != nil {
+				g.unavailable(w, r, err)
+				return
+			}
+			if fv == nil {
+				continue
+			}
+			v = fv
+		}
+		out.Groups = append(out.Groups, v)
+	}
+	if next != "" {
+		out.Next = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ControlResponse is the body of a 202 answer to seal, cancel, pause and
+// resume.
+type ControlResponse struct {
+	Tenant  string         `json:"tenant"`
+	GroupID string         `json:"groupId"`
+	Kind    contracts.Kind `json:"kind"`
+	Total   *int64         `json:"total,omitempty"`
+}
+
+// control: POST …/cancel, …/pause, …/resume. The message is published;
+// its effect shows in the group's state and events.
+func (g *Gateway) control(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	c := g.client.ForTenant(ref.Tenant)
+	var err error
+	var kind contracts.Kind
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/cancel"):
+		kind, err = contracts.KindCancel, c.Cancel(r.Context(), ref.ID)
+	case strings.HasSuffix(r.URL.Path, "/pause"):
+		kind, err = contracts.KindPause, c.Pause(r.Context(), ref.ID)
+	default:
+		kind, err = contracts.KindResume, c.Resume(r.Context(), ref.ID)
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, ControlResponse{Tenant: ref.Tenant, GroupID: ref.ID, Kind: kind})
+}
+
+// sealGroup: POST …/seal with {"total": n} (or ?total=n).
+func (g *Gateway) sealGroup(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	total, errs := totalParam(r)
+	if len(errs) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter", errs...)
+		return
+	}
+	if total == nil {
+		var body struct {
+			Total *int64 `json:"total"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Total == nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send {"total": <jobs>} or ?total=`,
+				FieldError{Field: "total", Detail: "missing", Limit: fmt.Sprintf("an integer from 0 to %d", contracts.MaxTotal)})
+			return
+		}
+		if *body.Total < 0 || *body.Total > contracts.MaxTotal {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "total out of range",
+				FieldError{Field: "total", Detail: strconv.FormatInt(*body.Total, 10), Limit: fmt.Sprintf("an integer from 0 to %d", contracts.MaxTotal)})
+			return
+		}
+		total = body.Total
+	}
+	if err := g.client.ForTenant(ref.Tenant).Seal(r.Context(), ref.ID, *total); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, ControlResponse{Tenant: ref.Tenant, GroupID: ref.ID, Kind: contracts.KindSeal, Total: total})
+}
+
+// FailureView is an item of GET …/failures.
+type FailureView struct {
+	JobID      string          `json:"jobId"`
+	Type       string          `json:"type,omitempty"`
+	Attempts   int             `json:"attempts"`
+	Error      string          `json:"error"`
+	FinishedAt time.Time       `json:"finishedAt"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+}
+
+// FailureList is the body of GET …/failures.
+type FailureList struct {
+	Failures []FailureView `json:"failures"`
+	Next     *string       `json:"next"`
+	// Kept is how many failures the group keeps (the newest
+	// redisq.MaxFailuresKept of its failed count).
+	Kept int64 `json:"kept"`
+}
+
+// listFailures: GET …/failures?limit=&cursor=, newest first.
+func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > redisq.MaxFailuresPage {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter",
+				paramError("limit", v, fmt.Sprintf("1 to %d", redisq.MaxFailuresPage)))
+			return
+		}
+		limit = n
+	}
+	exists, err := g.q.Client().Exists(r.Context(), g.q.Keys().GroupMeta(ref)).Result()
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if exists == 0 {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		return
+	}
+	fs, next, err := g.q.Failures(r.Context(), ref, q.Get("cursor"), limit)
+	if errors.Is(err, redisq.ErrBadCursor) {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad cursor", paramError("cursor", q.Get("cursor"), "a next value of an earlier page"))
+		return
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	kept, err := g.q.FailuresKept(r.Context(), ref)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	out := FailureList{Failures: make([]FailureView, 0, len(fs)), Kept: kept}
+	for _, f := range fs {
+		out.Failures = append(out.Failures, FailureView{JobID: f.JobID, Type: f.Type, Attempts: f.Attempts, Error: f.Error,
+			FinishedAt: f.FinishedAt.UTC(), Payload: f.Payload})
+	}
+	if next != "" {
+		out.Next = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// RetryResponse is the body of a 202 answer to retry-failed.
+type RetryResponse struct {
+	Tenant  string `json:"tenant"`
+	GroupID string `json:"groupId"`
+	RetryOf string `json:"retryOf"`
+	// Jobs counts the failed jobs resubmitted; the new group is sealed at it.
+	Jobs int64 `json:"jobs"`
+	// Skipped counts failed jobs whose type and payload had expired
+	// (BULKACTION_JOB_TTL) and could not be resubmitted.
+	Skipped int64 `json:"skipped"`
+}
+
+// retryFailed: POST …/retry-failed [{"groupId": "<new id>"}] submits the
+// group's kept failed jobs (same ids, types and payloads) as a new sealed
+// group, linked to the old one (retryOf / retries in the group views).
+func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		GroupID string `json:"groupId"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
+		return
+	}
+	if len(strings.TrimSpace(string(raw))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send nothing or {"groupId": "<new group id>"}: `+err.Error())
+			return
+		}
+	}
+	info, found, err := g.q.Group(r.Context(), ref)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if !found {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		return
+	}
+	if body.GroupID == "" {
+		_, retries, err := g.q.Links(r.Context(), ref)
+		if err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		suffix := "-retry-" + strconv.Itoa(len(retries)+1)
+		base := ref.ID
+		if len(base)+len(suffix) > contracts.MaxIDLen {
+			base = base[:contracts.MaxIDLen-len(suffix)]
+		}
+		body.GroupID = base + suffix
+	}
+	to := contracts.Group(ref.Tenant, body.GroupID)
+	if err := to.Validate(); err != nil {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "bad groupId", fieldError(err))
+		return
+	}
+	if to == ref {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the retry group must be a new group",
+			FieldError{Field: "groupId", Detail: "equals the failed group's id"})
+		return
+	}
+	if _, exists, err := g.q.Group(r.Context(), to); err != nil {
+		g.unavailable(w, r, err)
+		return
+	} else if exists {
+		writeProblem(w, r, http.StatusConflict, slugGroupExists,
+			fmt.Sprintf("group %s exists: a retry makes a new group", to.ID),
+			FieldError{Field: "groupId", Detail: "names an existing group", Limit: "a new group id"})
+		return
+	}
+	var jobs []client.Job
+	var skipped int64
+	cursor := ""
+	for {
+		fs, next, err := g.q.Failures(r.Context(), ref, cursor, redisq.MaxFailuresPage)
+		if err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		for _, f := range fs {
+			if f.Type == "" {
+				skipped++
+				continue
+			}
+			jobs = append(jobs, client.Job{ID: f.JobID, Type: f.Type, Payload: f.Payload})
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(jobs) == 0 {
+		writeProblem(w, r, http.StatusConflict, slugNothingFailed,
+			fmt.Sprintf("group %s has no failed jobs to retry (%d failed, %d expired)", ref.ID, info.Failed, skipped))
+		return
+	}
+	c := g.client.ForTenant(ref.Tenant)
+	settings := contracts.GroupSettings{Priority: info.Priority, BasePriority: info.BasePriority, MaxInFlight: info.MaxInFlight}
+	if err := c.SubmitGroup(r.Context(), to.ID, settings, jobs...); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if err := c.Seal(r.Context(), to.ID, int64(len(jobs))); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if err := g.q.LinkRetry(r.Context(), ref, to, 2*g.cfg.GroupTTL); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, RetryResponse{Tenant: to.Tenant, GroupID: to.ID, RetryOf: ref.ID,
+		Jobs: int64(len(jobs)), Skipped: skipped})
+}

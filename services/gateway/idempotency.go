@@ -1,0 +1,306 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"hash"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Idempotency-Key handling (seed 004, docs/api.md#idempotency): the first
+// request with a key takes a lock in Redis, runs, and stores its response
+// with the fingerprint of the request (method, path, query, body) for the
+// TTL. A later request with the key and the same fingerprint gets the
+// stored response again with Idempotent-Replayed: true; with another
+// fingerprint, 409. A request that comes while the first still runs waits
+// for its response (up to idemWait), then answers as above, or 409 if the
+// first is still running. A 5xx response is not kept, so the request can
+// be retried with the same key.
+
+const (
+	// MaxIdempotencyKey is the longest Idempotency-Key accepted.
+	MaxIdempotencyKey = 255
+	// idemLock is how long a running request's lock lasts without being
+	// renewed (it is renewed every idemLock/3 while the request runs).
+	idemLock = 30 * time.Second
+	// idemWait is how long a request waits for a running one with its key.
+	idemWait = 30 * time.Second
+	// idemPoll is the interval at which a waiting request looks again.
+	idemPoll = 50 * time.Millisecond
+)
+
+type idempotency struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+	log    *slog.Logger
+}
+
+// idemRecord is what Redis keeps for a key.
+type idemRecord struct {
+	State       string `json:"state"` // "running" or "done"
+	Owner       string `json:"owner,omitempty"`
+	Fingerprint string `json:"fp,omitempty"`
+	Status      int    `json:"status,omitempty"`
+	ContentType string `json:"ct,omitempty"`
+	Body        []byte `json:"body,omitempty"`
+}
+
+// fingerprinter hashes a request's method, path, query and body as the
+// handler reads it.
+type fingerprinter struct {
+	r   io.ReadCloser
+	h   hash.Hash
+	eof bool // the body was read to its end
+}
+
+func newFingerprinter(r *http.Request) *fingerprinter {
+	h := sha256.New()
+	h.Write([]byte(r.Method + " " + r.URL.Path + "?" + r.URL.RawQuery + "\n"))
+	return &fingerprinter{r: r.Body, h: h}
+}
+
+func (f *fingerprinter) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	f.h.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		f.eof = true
+	}
+	return n, err
+}
+
+// whole reports whether the handler read the whole body; it peeks at most
+// one byte past what was read.
+func (f *fingerprinter) whole() bool {
+	if f.eof {
+		return true
+	}
+	var b [1]byte
+	n, err := f.Read(b[:])
+	return n == 0 && errors.Is(err, io.EOF)
+}
+
+func (f *fingerprinter) Close() error { return f.r.Close() }
+
+// sum reads what the handler left of the body and returns the hash.
+func (f *fingerprinter) sum() (string, error) {
+	if _, err := io.Copy(io.Discard, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(f.h.Sum(nil)), nil
+}
+
+// recorder buffers a response so it can be stored before it is sent.
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+
+// key is the Redis key of an Idempotency-Key, per tenant (or admin).
+func (i *idempotency) key(r *http.Request, k string) string {
+	p := principal(r)
+	scope := "t:" + p.Tenant
+	if p.Admin {
+		scope = "admin"
+	}
+	sum := sha256.Sum256([]byte(k))
+	return i.prefix + scope + ":" + hex.EncodeToString(sum[:16])
+}
+
+func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("Idempotency-Key")
+		if k == "" {
+			next(w, r)
+			return
+		}
+		if len(k) > MaxIdempotencyKey || !printable(k) {
+			writeProblem(w, r, http.StatusBadRequest, slugIdemInvalid, "bad Idempotency-Key",
+				FieldError{Field: "Idempotency-Key", Detail: "not accepted",
+					Limit: "1 to 255 printable ASCII characters"})
+			return
+		}
+		ctx := r.Context()
+		rk := i.key(r, k)
+		fp := newFingerprinter(r)
+		r.Body = fp
+		owner := randomID()
+		lock, _ := json.Marshal(idemRecord{State: "running", Owner: owner})
+		got, err := i.rdb.SetNX(ctx, rk, lock, idemLock).Result()
+		if err != nil {
+			i.unavailable(w, r, err)
+			return
+		}
+		if !got {
+			i.replay(w, r, rk, fp)
+			return
+		}
+		// Keep the lock while the request runs.
+		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		go i.renew(rctx, rk, owner)
+		rec := &recorder{header: http.Header{}}
+		next(rec, r)
+		stop()
+		// A response is kept only for a request whose whole body the
+		// handler read (so its fingerprint is the request's): one rejected
+		// early, at line 5 of a large upload, is not read to its end just
+		// to be fingerprinted, and simply runs again when repeated.
+		whole := fp.whole()
+		sum := hex.EncodeToString(fp.h.Sum(nil))
+		if rec.code == 0 || rec.code >= 500 || !whole || ctx.Err() != nil {
+			// Nothing to keep: the handler wrote nothing (the client went
+			// away), failed, or did not read the whole body. The key is
+			// free for a retry.
+			i.release(rk, owner)
+		} else {
+			done, _ := json.Marshal(idemRecord{State: "done", Fingerprint: sum, Status: rec.code,
+				ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()})
+			if err := i.rdb.Set(context.WithoutCancel(ctx), rk, done, i.ttl).Err(); err != nil {
+				i.log.Warn("idempotent response not stored", "err", err)
+			}
+		}
+		if rec.code == 0 {
+			return
+		}
+		for name, vs := range rec.header {
+			w.Header()[name] = vs
+		}
+		w.WriteHeader(rec.code)
+		_, _ = w.Write(rec.body.Bytes())
+	}
+}
+
+// replay answers a request whose key is taken: the stored response, 409,
+// or after waiting for a running request, one of those.
+func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk string, fp *fingerprinter) {
+	sum, err := fp.sum()
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
+		return
+	}
+	ctx := r.Context()
+	deadline := time.Now().Add(idemWait)
+	for {
+		raw, err := i.rdb.Get(ctx, rk).Bytes()
+		if errors.Is(err, redis.Nil) {
+			// The first request failed (5xx) and let its key go: this one
+			// may run it, but the body is spent; ask for a retry.
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, r, http.StatusConflict, slugIdemInFlight,
+				"the first request with this Idempotency-Key failed; retry this request")
+			return
+		}
+		if err != nil {
+			i.unavailable(w, r, err)
+			return
+		}
+		var rec idemRecord
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			i.unavailable(w, r, err)
+			return
+		}
+		if rec.State == "done" {
+			if rec.Fingerprint != sum {
+				writeProblem(w, r, http.StatusConflict, slugIdemConflict,
+					"this Idempotency-Key was used with another request (method, path, query or body differ)")
+				return
+			}
+			if rec.ContentType != "" {
+				w.Header().Set("Content-Type", rec.ContentType)
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(rec.Status)
+			_, _ = w.Write(rec.Body)
+			return
+		}
+		if time.Now().After(deadline) {
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, r, http.StatusConflict, slugIdemInFlight,
+				"a request with this Idempotency-Key is still running; retry later")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(idemPoll):
+		}
+	}
+}
+
+// renew extends the lock while it is still this request's.
+func (i *idempotency) renew(ctx context.Context, rk, owner string) {
+	t := time.NewTicker(idemLock / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = renewScript.Run(ctx, i.rdb, []string{rk}, owner, idemLock.Milliseconds()).Err()
+		}
+	}
+}
+
+// release deletes the lock if it is still this request's.
+func (i *idempotency) release(rk, owner string) {
+	_ = releaseScript.Run(context.Background(), i.rdb, []string{rk}, owner).Err()
+}
+
+func (i *idempotency) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	i.log.Error("idempotency store unavailable", "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, r, http.StatusServiceUnavailable, slugUnavailable, "the request could not be completed; retry it")
+}
+
+// The lock's owner is checked in Redis, so a request whose lock expired
+// (and was taken by another) never extends or deletes the other's.
+var (
+	renewScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and cjson.decode(v).owner == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)
+	releaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and cjson.decode(v).owner == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
+
+func randomID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,775 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// The dashboard's API (docs/DESIGN §10): GET /v1/overview and its SSE
+// stream, GET /v1/tenants and GET /v1/groups/{groupId}/progress.
+//
+// Admitted rate history: the rate limiter keeps one counter per window
+// (redisq Keys.RateLimitGlobal and RateLimitTenant) that lives for two
+// windows only, and nothing in Redis keeps the admitted rate over time. The
+// gateway therefore samples the counters of the last complete window, once
+// a window, into a ring of [OverviewHistory] windows held in its process:
+// one GET of the global counter, the active tenants and the backoff queue's
+// size, then one GET per active tenant, in two round trips. The sampling
+// starts with the first dashboard request and goes on until the gateway
+// stops; a replica's ring starts empty, and windows nobody sampled are null.
+
+const (
+	// OverviewHistory is how many rate-limit windows of admitted counts
+	// the gateway keeps for the overview's chart (5 minutes of 1 s windows).
+	OverviewHistory = 300
+	// OverviewEvery is the period of GET /v1/overview/events.
+	OverviewEvery = time.Second
+	// overviewFresh is how long a computed overview is reused (every
+	// dashboard watching the same scope shares one reading a second).
+	overviewFresh = 900 * time.Millisecond
+)
+
+// uiAPI holds the dashboard API's state: the admitted-rate ring and the
+// overview cache. table() makes one per call; only the one behind the
+// mux's handlers is ever used, and it starts nothing until a request.
+type uiAPI struct {
+	g *Gateway
+
+	ringMu   sync.Mutex
+	ring     []rateSample // oldest first, consecutive or not
+	sampling bool
+
+	cacheMu sync.Mutex
+	cache   map[string]cachedOverview
+}
+
+type cachedOverview struct {
+	at time.Time
+	ov *Overview
+}
+
+// rateSample is one window's admitted counts.
+type rateSample struct {
+	window  int64
+	global  int64
+	active  int64
+	backoff int64
+	tenants map[string]int64
+}
+
+func newUIAPI(g *Gateway) *uiAPI { return &uiAPI{g: g, cache: map[string]cachedOverview{}} }
+
+// nowMs is the time the rate limiter sees (Redis TIME, or the queue's
+// clock when it has one).
+func (u *uiAPI) nowMs(ctx context.Context) (int64, error) {
+	if c := u.g.q.Config().Clock; c != nil {
+		return c().UnixMilli(), nil
+	}
+	t, err := u.g.q.Client().Time(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	return t.UnixMilli(), nil
+}
+
+func (u *uiAPI) windowMs() int64 { return max(u.g.q.Config().Window.Milliseconds(), 1) }
+
+// sample adds the last complete window to the ring unless it is there.
+func (u *uiAPI) sample(ctx context.Context) error {
+	now, err := u.nowMs(ctx)
+	if err != nil {
+		return err
+	}
+	w := now/u.windowMs() - 1
+	u.ringMu.Lock()
+	done := len(u.ring) > 0 && u.ring[len(u.ring)-1].window >= w
+	u.ringMu.Unlock()
+	if done {
+		return nil
+	}
+	keys, rdb := u.g.q.Keys(), u.g.q.Client()
+	pipe := rdb.Pipeline()
+	gc := pipe.Get(ctx, keys.RateLimitGlobal(w))
+	act := pipe.SMembers(ctx, keys.ActiveTenants())
+	nr := pipe.ZCard(ctx, keys.NonReadyQueue())
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	s := rateSample{window: w, active: int64(len(act.Val())), backoff: nr.Val(), tenants: map[string]int64{}}
+	s.global, _ = gc.Int64()
+	if tenants := act.Val(); len(tenants) > 0 {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(tenants))
+		for i, t := range tenants {
+			cmds[i] = pipe.Get(ctx, keys.RateLimitTenant(t, w))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, t := range tenants {
+			if n, _ := cmds[i].Int64(); n > 0 {
+				s.tenants[t] = n
+			}
+		}
+	}
+	u.ringMu.Lock()
+	defer u.ringMu.Unlock()
+	if len(u.ring) > 0 && u.ring[len(u.ring)-1].window >= w {
+		return nil
+	}
+	u.ring = append(u.ring, s)
+	if len(u.ring) > OverviewHistory {
+		u.ring = slices.Delete(u.ring, 0, len(u.ring)-OverviewHistory)
+	}
+	return nil
+}
+
+// startSampling starts the sampling loop once: it samples every window
+// until the gateway shuts its streams (the hub's closeAll drops the
+// loop's subscription to a group no event names).
+func (u *uiAPI) startSampling() {
+	u.ringMu.Lock()
+	if u.sampling {
+		u.ringMu.Unlock()
+		return
+	}
+	u.sampling = true
+	u.ringMu.Unlock()
+	sub, err := u.g.hub.subscribe(contracts.GroupRef{ID: "dashboard-sampler"})
+	if err != nil {
+		return // shutting down
+	}
+	go func() {
+		defer u.g.hub.unsubscribe(sub)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		every := time.Duration(u.windowMs()) * time.Millisecond
+		t := time.NewTicker(min(every, time.Second))
+		defer t.Stop()
+		for {
+			if err := u.sample(ctx); err != nil {
+				u.g.log.Debug("dashboard: admitted rate not sampled", "err", err)
+			}
+			select {
+			case <-sub.dropped:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Overview is the body of GET /v1/overview and the data of each event of
+// GET /v1/overview/events: the whole system for an admin key, the key's
+// tenant (or an admin's ?tenant=) otherwise.
+type Overview struct {
+	// Scope is "system" or "tenant".
+	Scope  string    `json:"scope"`
+	Tenant string    `json:"tenant,omitempty"`
+	At     time.Time `json:"at"`
+	// Rate is the admitted rate against the limit (the tenant's share in
+	// the tenant scope).
+	Rate RateView `json:"rate"`
+	// Ready is READY's depth per job type; null in the tenant scope (READY
+	// is shared by every tenant).
+	Ready *ReadyView `json:"ready"`
+	// BackoffJobs counts the jobs in the backoff (non-ready) queue.
+	BackoffJobs int64 `json:"backoffJobs"`
+	// ActiveTenants counts the tenants sharing the global limit now (in
+	// the tenant scope 1 or 0).
+	ActiveTenants int64 `json:"activeTenants"`
+	// ActiveGroups counts the groups that exist and have not ended.
+	ActiveGroups int64 `json:"activeGroups"`
+	// QueuedJobs counts the jobs accepted and not finished in those groups.
+	QueuedJobs int64 `json:"queuedJobs"`
+	// InFlightJobs counts the jobs of those groups admitted and not
+	// finished (handed to READY, running or being recorded).
+	InFlightJobs int64 `json:"inFlightJobs"`
+	// Workers are the job types workers announced, live or lately gone.
+	Workers []WorkerTypeView `json:"workers"`
+	// DLQ counts the dead letters by reason; null in the tenant scope.
+	DLQ *DLQView `json:"dlq"`
+}
+
+// RateView is the admitted rate against the limit, per rate-limit window.
+type RateView struct {
+	WindowMs int64 `json:"windowMs"`
+	// Limit is the jobs a window may admit now.
+	Limit int64 `json:"limit"`
+	// Admitted is the jobs admitted in the last complete window; null
+	// before the first sample.
+	Admitted          *int64  `json:"admitted"`
+	AdmittedPerSecond float64 `json:"admittedPerSecond"`
+	LimitPerSecond    float64 `json:"limitPerSecond"`
+	// History has one entry per window from Start, oldest first, up to
+	// the last complete window; null where no sample was taken.
+	History RateHistory `json:"history"`
+}
+
+// RateHistory is the admitted counts of consecutive windows.
+type RateHistory struct {
+	Start    time.Time `json:"start"`
+	WindowMs int64     `json:"windowMs"`
+	Admitted []*int64  `json:"admitted"`
+	Limit    []*int64  `json:"limit"`
+	// Backoff is the backoff queue's size at each sample (the tenant's
+	// backed-off jobs are not sampled: null in the tenant scope).
+	Backoff []*int64 `json:"backoff"`
+}
+
+// ReadyView is READY's depth (messages waiting or being worked on) per type.
+type ReadyView struct {
+	// Capacity is each type's room on READY (0 = not configured).
+	Capacity int          `json:"capacity"`
+	Total    int64        `json:"total"`
+	Types    []ReadyDepth `json:"types"`
+	Error    string       `json:"error,omitempty"`
+}
+
+// ReadyDepth is one job type's messages on READY.
+type ReadyDepth struct {
+	Type  string `json:"type"`
+	Depth int64  `json:"depth"`
+}
+
+// WorkerTypeView is one job type served by workers. Worker instances are
+// not recorded one by one (each announces its types into one sorted set
+// scored by expiry, redisq AnnounceTypes), so the view counts what is
+// there: the READY consumers of the type, the jobs they hold and the pull
+// requests waiting (roughly one per idle instance).
+type WorkerTypeView struct {
+	Type string `json:"type"`
+	// Live is true while some instance's announcement has not expired.
+	Live bool `json:"live"`
+	// AnnouncedUntil is when the latest announcement expires.
+	AnnouncedUntil *time.Time `json:"announcedUntil"`
+	Consumers      int        `json:"consumers"`
+	// Running counts the READY messages handed out and not acknowledged.
+	Running int `json:"running"`
+	// WaitingPulls counts the pull requests waiting for a message.
+	WaitingPulls int `json:"waitingPulls"`
+}
+
+// DLQView counts the dead letters by reason (DLQ subject).
+type DLQView struct {
+	Total    int64         `json:"total"`
+	ByReason []ReasonCount `json:"byReason"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// ReasonCount is the dead letters of one reason.
+type ReasonCount struct {
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
+}
+
+// scope returns the tenant a dashboard request reads ("" = every tenant,
+// admin only); ok is false when the key does not reach the tenant named.
+func scope(r *http.Request) (tenant string, ok bool) {
+	p := principal(r)
+	t, ok := p.tenantFor(r)
+	if p.Admin {
+		return t, true
+	}
+	return t, ok
+}
+
+// overview: GET /v1/overview[?tenant=].
+func (u *uiAPI) overview(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := scope(r)
+	if !ok {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such tenant")
+		return
+	}
+	if tenant != "" {
+		if err := contracts.ValidateTenant(tenant); err != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad tenant", fieldError(err))
+			return
+		}
+	}
+	ov, err := u.read(r.Context(), tenant)
+	if err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ov)
+}
+
+// overviewEvents: GET /v1/overview/events[?tenant=], Server-Sent Events:
+// an "overview" event with an [Overview] every OverviewEvery, until the
+// client leaves or the gateway stops.
+func (u *uiAPI) overviewEvents(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := scope(r)
+	if !ok {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such tenant")
+		return
+	}
+	if tenant != "" {
+		if err := contracts.ValidateTenant(tenant); err != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad tenant", fieldError(err))
+			return
+		}
+	}
+	ctx := r.Context()
+	ov, err := u.read(ctx, tenant)
+	if err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	// The subscription ends the stream when the gateway shuts down; no
+	// group event names its group.
+	sub, err := u.g.hub.subscribe(contracts.GroupRef{ID: "dashboard-overview"})
+	if err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	defer u.g.hub.unsubscribe(sub)
+	u.g.deps.Metrics.GatewaySSE.Inc()
+	defer u.g.deps.Metrics.GatewaySSE.Dec()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(ov *Overview) error {
+		b, err := json.Marshal(ov)
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(append(append([]byte("event: overview\ndata: "), b...), "\n\n"...)); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if send(ov) != nil {
+		return
+	}
+	t := time.NewTicker(OverviewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.dropped:
+			return
+		case <-t.C:
+		}
+		ov, err := u.read(ctx, tenant)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			u.g.log.Warn("dashboard: overview not read", "err", err)
+			if _, err := w.Write([]byte(": overview unavailable\n\n")); err != nil || rc.Flush() != nil {
+				return
+			}
+			continue
+		}
+		if send(ov) != nil {
+			return
+		}
+	}
+}
+
+// read returns the overview of tenant ("" = the system), at most
+// overviewFresh old.
+func (u *uiAPI) read(ctx context.Context, tenant string) (*Overview, error) {
+	u.startSampling()
+	u.cacheMu.Lock()
+	c, ok := u.cache[tenant]
+	u.cacheMu.Unlock()
+	if ok && time.Since(c.at) < overviewFresh {
+		return c.ov, nil
+	}
+	ov, err := u.compute(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	u.cacheMu.Lock()
+	u.cache[tenant] = cachedOverview{at: time.Now(), ov: ov}
+	for k, v := range u.cache { // forget scopes nobody reads
+		if time.Since(v.at) > time.Minute {
+			delete(u.cache, k)
+		}
+	}
+	u.cacheMu.Unlock()
+	return ov, nil
+}
+
+func (u *uiAPI) compute(ctx context.Context, tenant string) (*Overview, error) {
+	if err := u.sample(ctx); err != nil {
+		return nil, err
+	}
+	q, keys := u.g.q, u.g.q.Keys()
+	rdb := q.Client()
+	ov := &Overview{Scope: "system", Tenant: tenant, At: time.Now().UTC(), Workers: []WorkerTypeView{}}
+	if tenant != "" {
+		ov.Scope = "tenant"
+	}
+	// counts
+	pipe := rdb.Pipeline()
+	weight := pipe.HGet(ctx, keys.TenantWeights(), tenant)
+	active := pipe.SMembers(ctx, keys.ActiveTenants())
+	var backoff *redis.StringCmd
+	var backoffAll *redis.IntCmd
+	var quotaTenants *redis.StringSliceCmd
+	if tenant == "" {
+		backoffAll = pipe.ZCard(ctx, keys.NonReadyQueue())
+		quotaTenants = pipe.SMembers(ctx, keys.QuotaTenants())
+	} else {
+		backoff = pipe.Get(ctx, keys.TenantNonReady(tenant))
+	}
+	workers := pipe.ZRangeWithScores(ctx, keys.WorkerTypes(), 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	tenants := []string{tenant}
+	if tenant == "" {
+		ov.BackoffJobs = backoffAll.Val()
+		ov.ActiveTenants = int64(len(active.Val()))
+		tenants = quotaTenants.Val()
+	} else {
+		ov.BackoffJobs = max(metaInt64(backoff.Val()), 0)
+		if slices.Contains(active.Val(), tenant) {
+			ov.ActiveTenants = 1
+		}
+	}
+	if len(tenants) > 0 {
+		pipe := rdb.Pipeline()
+		groups := make([]*redis.IntCmd, len(tenants))
+		queued := make([]*redis.StringCmd, len(tenants))
+		for i, t := range tenants {
+			groups[i] = pipe.SCard(ctx, keys.TenantActiveGroups(t))
+			queued[i] = pipe.Get(ctx, keys.TenantQueuedJobs(t))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		for i := range tenants {
+			ov.ActiveGroups += groups[i].Val()
+			ov.QueuedJobs += max(metaInt64(queued[i].Val()), 0)
+		}
+	}
+	inflight, err := u.inFlight(ctx, tenants)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range inflight {
+		ov.InFlightJobs += n
+	}
+	ov.Rate = u.rateView(tenant, int64(len(active.Val())), weightFrom(weight.Val()))
+	// workers
+	nowMs := time.Now().UnixMilli()
+	if c := q.Config().Clock; c != nil {
+		nowMs = c().UnixMilli()
+	}
+	byType := map[string]*WorkerTypeView{}
+	for _, z := range workers.Val() {
+		t, _ := z.Member.(string)
+		until := time.UnixMilli(int64(z.Score)).UTC()
+		byType[t] = &WorkerTypeView{Type: t, Live: int64(z.Score) > nowMs, AnnouncedUntil: &until}
+	}
+	if err := u.consumers(ctx, byType); err != nil {
+		u.g.log.Debug("dashboard: READY consumers not read", "err", err)
+	}
+	for _, v := range byType {
+		ov.Workers = append(ov.Workers, *v)
+	}
+	slices.SortFunc(ov.Workers, func(a, b WorkerTypeView) int { return strings.Compare(a.Type, b.Type) })
+	if tenant == "" {
+		ov.Ready = u.ready(ctx)
+		ov.DLQ = u.dlq(ctx)
+	}
+	return ov, nil
+}
+
+// rateView builds the rate part from the ring.
+func (u *uiAPI) rateView(tenant string, active, weight int64) RateView {
+	wms := u.windowMs()
+	global := int64(u.g.q.Config().GlobalLimit)
+	limitAt := func(active int64) int64 {
+		if tenant == "" {
+			return global
+		}
+		return share(global, active, weight)
+	}
+	v := RateView{WindowMs: wms, Limit: limitAt(active)}
+	perSec := 1000 / float64(wms)
+	v.LimitPerSecond = round2(float64(v.Limit) * perSec)
+	u.ringMu.Lock()
+	ring := slices.Clone(u.ring)
+	u.ringMu.Unlock()
+	h := RateHistory{WindowMs: wms, Admitted: []*int64{}, Limit: []*int64{}, Backoff: []*int64{}}
+	if len(ring) > 0 {
+		last := ring[len(ring)-1].window
+		first := last - OverviewHistory + 1
+		for len(ring) > 0 && ring[0].window < first {
+			ring = ring[1:]
+		}
+		first = ring[0].window
+		h.Start = time.UnixMilli(first * wms).UTC()
+		n := int(last - first + 1)
+		h.Admitted, h.Limit, h.Backoff = make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		for _, s := range ring {
+			i := s.window - first
+			a, l, b := s.global, limitAt(s.active), s.backoff
+			if tenant != "" {
+				a = s.tenants[tenant]
+			}
+			h.Admitted[i], h.Limit[i] = &a, &l
+			if tenant == "" {
+				h.Backoff[i] = &b
+			}
+		}
+		s := ring[len(ring)-1]
+		a := s.global
+		if tenant != "" {
+			a = s.tenants[tenant]
+		}
+		v.Admitted = &a
+		v.AdmittedPerSecond = round2(float64(a) * perSec)
+	}
+	v.History = h
+	return v
+}
+
+// consumers adds READY's consumers to the worker types.
+func (u *uiAPI) consumers(ctx context.Context, byType map[string]*WorkerTypeView) error {
+	stream, err := u.g.deps.JS.Stream(ctx, u.g.deps.Names.StreamReady())
+	if err != nil {
+		return err
+	}
+	names := u.g.deps.Names
+	lister := stream.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		subjects := ci.Config.FilterSubjects
+		if ci.Config.FilterSubject != "" {
+			subjects = append(subjects, ci.Config.FilterSubject)
+		}
+		for _, s := range subjects {
+			t, ok := names.TypeFromSubject(s)
+			if !ok {
+				continue
+			}
+			v := byType[t]
+			if v == nil {
+				v = &WorkerTypeView{Type: t}
+				byType[t] = v
+			}
+			v.Consumers++
+			v.Running += ci.NumAckPending
+			v.WaitingPulls += ci.NumWaiting
+		}
+	}
+	return lister.Err()
+}
+
+// ready reads READY's depth per type (one stream info request).
+func (u *uiAPI) ready(ctx context.Context) *ReadyView {
+	v := &ReadyView{Capacity: u.g.cfg.ReadyCapacity, Types: []ReadyDepth{}}
+	counts, err := u.subjects(ctx, u.g.deps.Names.StreamReady(), u.g.deps.Names.ReadyAll())
+	if err != nil {
+		v.Error = "READY not read: " + err.Error()
+		return v
+	}
+	for subj, n := range counts {
+		if t, ok := u.g.deps.Names.TypeFromSubject(subj); ok {
+			v.Types = append(v.Types, ReadyDepth{Type: t, Depth: int64(n)})
+			v.Total += int64(n)
+		}
+	}
+	slices.SortFunc(v.Types, func(a, b ReadyDepth) int { return strings.Compare(a.Type, b.Type) })
+	return v
+}
+
+// dlq counts the dead letters per reason (one stream info request).
+func (u *uiAPI) dlq(ctx context.Context) *DLQView {
+	v := &DLQView{ByReason: []ReasonCount{}}
+	all := u.g.deps.Names.DLQAll()
+	counts, err := u.subjects(ctx, u.g.deps.Names.StreamDLQ(), all)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return v
+	}
+	if err != nil {
+		v.Error = "DLQ not read: " + err.Error()
+		return v
+	}
+	prefix := strings.TrimSuffix(all, ">")
+	for subj, n := range counts {
+		reason, ok := strings.CutPrefix(subj, prefix)
+		if !ok {
+			continue
+		}
+		v.ByReason = append(v.ByReason, ReasonCount{Reason: reason, Count: int64(n)})
+		v.Total += int64(n)
+	}
+	slices.SortFunc(v.ByReason, func(a, b ReasonCount) int { return strings.Compare(a.Reason, b.Reason) })
+	return v
+}
+
+// subjects returns the message count of each subject of a stream.
+func (u *uiAPI) subjects(ctx context.Context, stream, filter string) (map[string]uint64, error) {
+	st, err := u.g.deps.JS.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	return info.State.Subjects, nil
+}
+
+// ProgressView is the body of GET /v1/groups/{groupId}/progress: the
+// group's done plus cancelled jobs over time, from the progress samples
+// the aggregators keep (redisq.ProgressKeep samples, at least
+// redisq.ProgressMinGap apart, while the group runs), and its counts now.
+type ProgressView struct {
+	Tenant  string `json:"tenant"`
+	GroupID string `json:"groupId"`
+	// Samples are oldest first.
+	Samples   []ProgressPoint      `json:"samples"`
+	State     contracts.GroupState `json:"state"`
+	Total     *int64               `json:"total"`
+	Jobs      int64                `json:"jobs"`
+	Done      int64                `json:"done"`
+	Succeeded int64                `json:"succeeded"`
+	Failed    int64                `json:"failed"`
+	Cancelled int64                `json:"cancelled"`
+	At        time.Time            `json:"at"`
+}
+
+// ProgressPoint is one progress sample.
+type ProgressPoint struct {
+	At time.Time `json:"at"`
+	// Count is the group's done plus cancelled jobs then.
+	Count int64 `json:"count"`
+}
+
+// groupProgress: GET /v1/groups/{groupId}/progress.
+func (u *uiAPI) groupProgress(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	info, found, err := u.g.q.Group(r.Context(), ref)
+	if err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	if !found {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		return
+	}
+	samples, err := u.g.q.Progress(r.Context(), ref)
+	if err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	v := ProgressView{Tenant: ref.Tenant, GroupID: ref.ID, Samples: make([]ProgressPoint, 0, len(samples)), State: info.State,
+		Jobs: info.Jobs, Done: info.Done, Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
+		At: time.Now().UTC()}
+	if info.Declared >= 0 {
+		t := info.Declared
+		v.Total = &t
+	}
+	for i := len(samples) - 1; i >= 0; i-- {
+		v.Samples = append(v.Samples, ProgressPoint{At: time.UnixMilli(samples[i].AtMs).UTC(), Count: samples[i].Count})
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// share is a tenant's share of the global limit per window: max(1,
+// floor(limit / active)) * weight, as the rate limiter computes it.
+func share(limit, active, weight int64) int64 {
+	r := limit / max(active, 1)
+	return max(r, 1) * max(weight, 1)
+}
+
+// weightFrom reads a stored tenant weight (absent or bad = 1).
+func weightFrom(s string) int64 {
+	w, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || w < 1 {
+		return 1
+	}
+	return min(w, redisq.MaxTenantWeight)
+}
+
+func metaInt64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// inFlight counts, per tenant, the jobs of its active groups that were
+// admitted and have not finished: jobs - done - cancelled - queued -
+// backing off, per group, as the group views count them. Two round trips:
+// the tenants' active groups, then each group's counters.
+func (u *uiAPI) inFlight(ctx context.Context, tenants []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(tenants))
+	if len(tenants) == 0 {
+		return out, nil
+	}
+	keys, rdb := u.g.q.Keys(), u.g.q.Client()
+	pipe := rdb.Pipeline()
+	sets := make([]*redis.StringSliceCmd, len(tenants))
+	for i, t := range tenants {
+		sets[i] = pipe.SMembers(ctx, keys.TenantActiveGroups(t))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	type cmds struct {
+		tenant  string
+		meta    *redis.SliceCmd
+		pending *redis.IntCmd
+		backoff *redis.StringCmd
+	}
+	var cs []cmds
+	pipe = rdb.Pipeline()
+	for i, t := range tenants {
+		for _, id := range sets[i].Val() {
+			g := contracts.GroupRef{Tenant: t, ID: id}
+			cs = append(cs, cmds{t, pipe.HMGet(ctx, keys.GroupMeta(g), "totalJobs", "doneJobs", "cancelledCount"),
+				pipe.LLen(ctx, keys.GroupJobs(g)), pipe.Get(ctx, keys.CongestionCount(g))})
+		}
+	}
+	if len(cs) == 0 {
+		return out, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for _, c := range cs {
+		v := c.meta.Val()
+		n := func(i int) int64 {
+			s, _ := v[i].(string)
+			return metaInt64(s)
+		}
+		out[c.tenant] += max(n(0)-n(1)-n(2)-c.pending.Val()-metaInt64(c.backoff.Val()), 0)
+	}
+	return out, nil
+}
+
+// ratio is a/b rounded to 4 digits, nil when b is 0.
+func ratio(a, b int64) *float64 {
+	if b <= 0 {
+		return nil
+	}
+	f := math.Round(float64(a)/float64(b)*1e4) / 1e4
+	return &f
+}

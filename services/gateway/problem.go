@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+// ProblemTypePrefix starts the type URI of every problem the gateway
+// answers with; the rest is the problem's slug (docs/api.md#problems).
+const ProblemTypePrefix = "urn:bulkaction:problem:"
+
+// Problem is an RFC 9457 problem detail, the body of every error response
+// (Content-Type application/problem+json).
+type Problem struct {
+	// Type is ProblemTypePrefix + a slug such as "invalid-job".
+	Type string `json:"type"`
+	// Title is a short summary of the problem type.
+	Title string `json:"title"`
+	// Status is the HTTP status code.
+	Status int `json:"status"`
+	// Detail explains this occurrence.
+	Detail string `json:"detail,omitempty"`
+	// Instance is the request path.
+	Instance string `json:"instance,omitempty"`
+	// Errors name the offending fields, lines or items, when there are.
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError is one offending value of a request.
+type FieldError struct {
+	// Line is the 1-based line of an NDJSON body (0 = not a line).
+	Line int `json:"line,omitempty"`
+	// Index is the 0-based position of the job in the body (array element
+	// or NDJSON record), when the error is about one job.
+	Index *int `json:"index,omitempty"`
+	// Field is the JSON name of the offending field ("type",
+	// "payload", "group.maxInFlight", "total"…), "" for the whole item.
+	Field string `json:"field,omitempty"`
+	// Detail says what is wrong.
+	Detail string `json:"detail"`
+	// Limit states the rule that was broken, when there is one.
+	Limit string `json:"limit,omitempty"`
+}
+
+// problem slugs and titles.
+const (
+	slugUnauthorized  = "unauthorized"
+	slugNotFound      = "not-found"
+	slugMethod        = "method-not-allowed"
+	slugInvalidJob    = "invalid-job"
+	slugInvalidBody   = "invalid-body"
+	slugInvalidParam  = "invalid-parameter"
+	slugTooLarge      = "too-large"
+	slugMediaType     = "unsupported-media-type"
+	slugGroupEnded    = "group-ended"
+	slugIdemConflict  = "idempotency-key-reused"
+	slugIdemInFlight  = "idempotency-key-in-progress"
+	slugIdemInvalid   = "invalid-idempotency-key"
+	slugUnavailable   = "unavailable"
+	slugNothingFailed = "no-failed-jobs"
+	slugGroupExists   = "group-exists"
+	slugOverQuota     = "over-quota"
+	slugInternal      = "internal-error"
+)
+
+var titles = map[string]string{
+	slugUnauthorized:  "Missing or unknown API key",
+	slugNotFound:      "Not found",
+	slugMethod:        "Method not allowed",
+	slugInvalidJob:    "Invalid job",
+	slugInvalidBody:   "Invalid request body",
+	slugInvalidParam:  "Invalid parameter",
+	slugTooLarge:      "Too large",
+	slugMediaType:     "Unsupported media type",
+	slugGroupEnded:    "Group has ended",
+	slugIdemConflict:  "Idempotency-Key reused with another request",
+	slugIdemInFlight:  "A request with this Idempotency-Key is in progress",
+	slugIdemInvalid:   "Invalid Idempotency-Key",
+	slugUnavailable:   "Service unavailable",
+	slugNothingFailed: "No failed jobs",
+	slugGroupExists:   "Group exists",
+	slugOverQuota:     "Tenant quota exceeded",
+	slugInternal:      "Internal error",
+}
+
+// writeProblem answers with a problem+json body.
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, slug, detail string, errs ...FieldError) {
+	p := Problem{Type: ProblemTypePrefix + slug, Title: titles[slug], Status: status, Detail: detail, Errors: errs}
+	if r != nil {
+		p.Instance = r.URL.Path
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bulkaction"`)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// fieldError turns a contract validation error into a FieldError; other
+// errors become a FieldError with the error text.
+func fieldError(err error) FieldError {
+	var ve *contracts.ValidationError
+	if errors.As(err, &ve) {
+		return FieldError{Field: ve.Field, Detail: ve.Problem, Limit: ve.Limit}
+	}
+	return FieldError{Detail: err.Error()}
+}
+
+// paramError is a FieldError about a query parameter.
+func paramError(name, value, want string) FieldError {
+	return FieldError{Field: name, Detail: "bad value " + strconv.Quote(value), Limit: want}
+}
+
+// writeJSON answers with a JSON body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,164 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// TenantList is the body of GET /v1/tenants.
+type TenantList struct {
+	// Tenants are sorted by name: every tenant with active groups, queued
+	// jobs, a weight or a place among the tenants sharing the limit (an
+	// admin key), or the key's own tenant.
+	Tenants []TenantView `json:"tenants"`
+	// WindowMs is the rate-limit window; GlobalLimit the jobs a window may
+	// admit across every tenant.
+	WindowMs    int64 `json:"windowMs"`
+	GlobalLimit int64 `json:"globalLimit"`
+	// Admitted is the jobs of every tenant admitted in the last complete
+	// window (null before the first sample); an admin key only.
+	Admitted *int64    `json:"admitted,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// TenantView is one tenant's line of GET /v1/tenants.
+type TenantView struct {
+	Tenant string `json:"tenant"`
+	// Weight is the tenant's weight (1 by default).
+	Weight int64 `json:"weight"`
+	// Active is true while the tenant shares the global limit (it asked
+	// for capacity lately).
+	Active bool `json:"active"`
+	// RateLimit is the tenant's share of the global limit per window:
+	// max(1, floor(limit / active tenants)) * weight.
+	RateLimit int64 `json:"rateLimit"`
+	// LimitShare is RateLimit / the global limit.
+	LimitShare float64 `json:"limitShare"`
+	// Admitted is the tenant's jobs admitted in the last complete window
+	// (null before the first sample).
+	Admitted *int64 `json:"admitted"`
+	// RateShare is Admitted / every tenant's admitted jobs in that window:
+	// the tenant's share of the rate now (null when nothing was admitted).
+	RateShare *float64 `json:"rateShare"`
+	// QueuedJobs counts its jobs accepted and not finished, in its groups
+	// that have not ended; InFlightJobs those admitted and not finished;
+	// BackingOffJobs those in the backoff queue.
+	QueuedJobs     int64 `json:"queuedJobs"`
+	InFlightJobs   int64 `json:"inFlightJobs"`
+	BackingOffJobs int64 `json:"backingOffJobs"`
+	// ActiveGroups counts its groups that exist and have not ended.
+	ActiveGroups int64           `json:"activeGroups"`
+	Quotas       TenantQuotaView `json:"quotas"`
+}
+
+// TenantQuotaView is a tenant's quotas in force (0 = unlimited; Own says
+// the tenant has a limit of its own rather than the default) and their
+// use (count / limit, null when unlimited).
+type TenantQuotaView struct {
+	MaxQueuedJobs   int64    `json:"maxQueuedJobs"`
+	OwnQueuedJobs   bool     `json:"ownQueuedJobs"`
+	QueuedJobsUse   *float64 `json:"queuedJobsUse"`
+	MaxActiveGroups int64    `json:"maxActiveGroups"`
+	OwnActiveGroups bool     `json:"ownActiveGroups"`
+	ActiveGroupsUse *float64 `json:"activeGroupsUse"`
+}
+
+// listTenants: GET /v1/tenants. An admin key lists every tenant it can
+// find; a tenant key gets its own tenant only.
+func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p := principal(r)
+	u.startSampling()
+	if err := u.sample(ctx); err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	q, keys := u.g.q, u.g.q.Keys()
+	rdb := q.Client()
+	pipe := rdb.Pipeline()
+	weights := pipe.HGetAll(ctx, keys.TenantWeights())
+	active := pipe.SMembers(ctx, keys.ActiveTenants())
+	quotaTenants := pipe.SMembers(ctx, keys.QuotaTenants())
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	var tenants []string
+	if p.Admin {
+		tenants = append(tenants, active.Val()...)
+		tenants = append(tenants, quotaTenants.Val()...)
+		for t := range weights.Val() {
+			tenants = append(tenants, t)
+		}
+		slices.Sort(tenants)
+		tenants = slices.Compact(tenants)
+		tenants = slices.DeleteFunc(tenants, func(t string) bool { return contracts.ValidateTenant(t) != nil })
+	} else {
+		tenants = []string{p.Tenant}
+	}
+	inflight, err := u.inFlight(ctx, tenants)
+	if err != nil {
+		u.g.unavailable(w, r, err)
+		return
+	}
+	cfg := q.Config()
+	out := TenantList{Tenants: make([]TenantView, 0, len(tenants)), WindowMs: u.windowMs(), GlobalLimit: int64(cfg.GlobalLimit),
+		At: time.Now().UTC()}
+	u.ringMu.Lock()
+	var last *rateSample
+	if n := len(u.ring); n > 0 {
+		s := u.ring[n-1]
+		last = &s
+	}
+	u.ringMu.Unlock()
+	if last != nil && p.Admin {
+		out.Admitted = &last.global
+	}
+	nActive := int64(len(active.Val()))
+	pipe = rdb.Pipeline()
+	backoff := make([]*redis.StringCmd, len(tenants))
+	for i, t := range tenants {
+		backoff[i] = pipe.Get(ctx, keys.TenantNonReady(t))
+	}
+	if len(tenants) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			u.g.unavailable(w, r, err)
+			return
+		}
+	}
+	for i, t := range tenants {
+		tq, err := q.TenantQuota(ctx, t)
+		if err != nil {
+			u.g.unavailable(w, r, err)
+			return
+		}
+		v := TenantView{Tenant: t, Weight: weightFrom(weights.Val()[t]), Active: slices.Contains(active.Val(), t),
+			QueuedJobs: tq.QueuedJobs, ActiveGroups: tq.ActiveGroups, InFlightJobs: inflight[t],
+			BackingOffJobs: max(metaInt64(backoff[i].Val()), 0)}
+		v.RateLimit = share(int64(cfg.GlobalLimit), nActive, v.Weight)
+		v.LimitShare = *ratio(v.RateLimit, max(int64(cfg.GlobalLimit), 1))
+		if last != nil {
+			a := last.tenants[t]
+			v.Admitted = &a
+			v.RateShare = ratio(a, last.global)
+		}
+		v.Quotas = quotaView(tq)
+		out.Tenants = append(out.Tenants, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func quotaView(tq *redisq.TenantQuota) TenantQuotaView {
+	v := TenantQuotaView{MaxQueuedJobs: tq.MaxQueuedJobs, OwnQueuedJobs: tq.OwnQueuedJobs,
+		MaxActiveGroups: tq.MaxActiveGroups, OwnActiveGroups: tq.OwnActiveGroups}
+	v.QueuedJobsUse = ratio(tq.QueuedJobs, tq.MaxQueuedJobs)
+	v.ActiveGroupsUse = ratio(tq.ActiveGroups, tq.MaxActiveGroups)
+	return v
+}

@@ -1,0 +1,189 @@
+// Group detail: state and live status, counts over time (the progress
+// samples the aggregators keep, then the group's own events as they
+// come), its failures with their errors, and its events, live over
+// GET /v1/groups/{id}/events.
+import {api, groupPath, stream} from './api.js';
+import {el, setText, num, rate, dur, time, pct, holds, bar, setBar, ENDED, toast, confirmDialog, setLive} from './util.js';
+import {lineChart} from './chart.js';
+
+const MAX_EVENTS = 200;
+const MAX_POINTS = 600;
+
+export function mount(root, {params}) {
+  const ac = new AbortController();
+  const [tenant, id] = params;
+  if (!tenant || !id) {
+    root.append(el('p', {class: 'empty', text: 'No group named.'}));
+    return null;
+  }
+  const badge = el('span', {class: 'badge', id: 'detail-state', text: '…'});
+  const pauseBtn = el('button', {type: 'button', class: 'secondary', text: 'Pause'});
+  const cancelBtn = el('button', {type: 'button', class: 'secondary', text: 'Cancel'});
+  const retryBtn = el('button', {type: 'button', class: 'secondary', text: 'Retry failed'});
+  const gone = el('p', {class: 'error', role: 'alert', id: 'detail-gone'});
+  const progress = bar();
+  const progText = el('span', {class: 'muted'});
+  const kv = {};
+  const dl = el('dl', {class: 'kv'});
+  for (const [k, label] of [['jobs', 'Jobs'], ['queued', 'Queued'], ['inFlight', 'In flight'], ['backingOff', 'Backing off'],
+    ['succeeded', 'Succeeded'], ['failed', 'Failed'], ['cancelled', 'Cancelled'], ['rate', 'Rate'], ['eta', 'ETA'],
+    ['position', 'Position'], ['congestion', 'Congestion'], ['waiting', 'Why waiting'], ['priority', 'Priority'],
+    ['created', 'Created'], ['finished', 'Finished'], ['links', 'Retries']]) {
+    kv[k] = el('dd', {text: '—'});
+    dl.append(el('dt', {text: label}), kv[k]);
+  }
+  const ch = lineChart('Jobs done over time', [['done', 'done + cancelled'], ['failed', 'failed'], ['total', 'total']]);
+  const chartNote = el('p', {class: 'muted'});
+  const failBody = el('tbody');
+  const failNote = el('p', {class: 'empty', text: 'No failures.'});
+  const evList = el('ol', {id: 'events'});
+  const evNote = el('p', {class: 'muted', text: 'Connecting…'});
+  root.append(
+    el('div', {class: 'head'}, el('a', {href: '#/groups', text: '← Groups'}), el('h1', {text: id}), el('span', {class: 'muted', text: 'tenant ' + tenant}), badge,
+      el('div', {class: 'acts'}, pauseBtn, cancelBtn, retryBtn)),
+    gone,
+    el('div', {class: 'panels two'},
+      el('section', {class: 'panel'}, el('h2', {text: 'Status'}), el('div', {style: 'margin-bottom:8px'}, progress, progText), dl),
+      el('section', {class: 'panel'}, el('h2', {text: 'Counts over time'}), ch.root, chartNote),
+      el('section', {class: 'panel wide'}, el('h2', {text: 'Failures'}),
+        el('div', {class: 'scroll-x'}, el('table', {id: 'failures'},
+          el('colgroup', {}, el('col', {style: 'width:22%'}), el('col', {style: 'width:10%'}), el('col', {style: 'width:14%'}), el('col', {style: 'width:54%'})),
+          el('thead', {}, el('tr', {}, el('th', {text: 'Job'}), el('th', {class: 'num', text: 'Attempts'}), el('th', {text: 'At'}), el('th', {text: 'Error'}))),
+          failBody)), failNote),
+      el('section', {class: 'panel wide'}, el('h2', {text: 'Events'}), evNote, el('div', {class: 'events'}, evList))));
+
+  let view = null;
+  const pts = {t: [], done: [], failed: [], total: []};
+  let failedShown = -1;
+
+  // point adds a sample in time order (the samples read at the start
+  // may come after the stream's first events).
+  function point(at, done, failed, total) {
+    const t = +new Date(at);
+    let i = pts.t.length;
+    while (i > 0 && pts.t[i - 1] > t) i--;
+    if (i > 0 && pts.t[i - 1] === t) return;
+    pts.t.splice(i, 0, t); pts.done.splice(i, 0, done); pts.failed.splice(i, 0, failed); pts.total.splice(i, 0, total);
+    if (pts.t.length > MAX_POINTS) for (const k of Object.keys(pts)) pts[k].shift();
+  }
+
+  function drawChart() {
+    if (!pts.t.length) { setText(chartNote, 'No progress recorded yet.'); return; }
+    const from = pts.t[0], to = Math.max(pts.t[pts.t.length - 1], from + 1000);
+    ch.update([{cls: 'done', values: pts.done, xs: pts.t}, {cls: 'failed', values: pts.failed, xs: pts.t},
+      {cls: 'total', values: pts.total, xs: pts.t}], {from, to});
+    setText(chartNote, `${pts.t.length} points from ${time(from)}`);
+  }
+
+  function renderView(v) {
+    view = v;
+    setText(badge, v.state);
+    badge.className = 'badge ' + v.state;
+    root.dataset.state = v.state;
+    const total = v.total ?? v.jobs, done = v.done + v.cancelled;
+    setBar(progress, total ? done / total : ENDED.has(v.state) ? 1 : 0, 'progress');
+    progress.classList.toggle('ok', v.state === 'COMPLETED');
+    setText(progText, `${num(done)} of ${v.total === null ? num(v.jobs) + ' so far (not sealed)' : num(total)} · ${pct(total ? done / total : 0)}`);
+    for (const k of ['jobs', 'queued', 'inFlight', 'backingOff', 'succeeded', 'failed', 'cancelled']) setText(kv[k], num(v[k]));
+    const s = v.status || {};
+    setText(kv.rate, rate(s.rate) + (s.rateWindowSeconds ? ` over ${s.rateWindowSeconds}s` : ''));
+    setText(kv.eta, ENDED.has(v.state) ? '—' : s.etaSeconds !== null && s.etaSeconds !== undefined ? dur(s.etaSeconds) + ' (' + time(s.eta) + ')' : 'no rate yet');
+    setText(kv.position, s.position ? `#${s.position} of its tenant's ${num(s.waitingGroups)} waiting · tenant #${s.tenantPosition} of ${num(s.waitingTenants)}` : 'not waiting');
+    setText(kv.congestion, s.congestion ? `${s.congestion} (backoff ${num(s.backoffMs)} ms, ${num(s.throttles)} throttles)` : '—');
+    kv.congestion.className = s.congestion ? 'cong-' + s.congestion : '';
+    setText(kv.waiting, holds(s) || (ENDED.has(v.state) ? '—' : 'nothing holds it'));
+    setText(kv.priority, `${v.priority} (base ${v.basePriority})${v.maxInFlight ? ', at most ' + num(v.maxInFlight) + ' in flight' : ''}`);
+    setText(kv.created, v.createdAt ? new Date(v.createdAt).toLocaleString() : '—');
+    setText(kv.finished, v.finishedAt ? new Date(v.finishedAt).toLocaleString() : '—');
+    kv.links.replaceChildren();
+    if (v.retryOf) kv.links.append('retry of ', el('a', {href: `#/group/${encodeURIComponent(tenant)}/${encodeURIComponent(v.retryOf)}`, text: v.retryOf}), ' ');
+    for (const r of v.retries || []) kv.links.append(el('a', {href: `#/group/${encodeURIComponent(tenant)}/${encodeURIComponent(r)}`, text: r}), ' ');
+    if (!kv.links.childNodes.length) kv.links.textContent = '—';
+    const ended = ENDED.has(v.state);
+    pauseBtn.textContent = v.state === 'PAUSED' ? 'Resume' : 'Pause';
+    pauseBtn.disabled = ended;
+    cancelBtn.disabled = ended;
+    retryBtn.disabled = !(v.failed > 0);
+    if (v.failed !== failedShown) loadFailures();
+  }
+
+  async function loadView() {
+    try {
+      renderView(await api(groupPath(tenant, id), {signal: ac.signal}));
+      setText(gone, '');
+    } catch (e) {
+      if (ac.signal.aborted) return;
+      if (e.status === 404) {
+        setText(gone, 'No such group (or not one your key reaches).');
+        root.dataset.state = 'NOT_FOUND';
+      }
+    }
+  }
+
+  async function loadFailures() {
+    failedShown = view ? view.failed : 0;
+    try {
+      const l = await api(groupPath(tenant, id, '/failures', {limit: '50'}), {signal: ac.signal});
+      failBody.replaceChildren(...l.failures.map(f => el('tr', {},
+        el('td', {text: f.jobId, title: f.type || ''}), el('td', {class: 'num', text: num(f.attempts)}),
+        el('td', {text: time(f.finishedAt)}), el('td', {class: 'err', text: f.error}))));
+      setText(failNote, l.failures.length ? `newest ${l.failures.length} of ${num(view ? view.failed : l.kept)} failed (${num(l.kept)} kept)` : 'No failures.');
+    } catch { /* shown on the next change */ }
+  }
+
+  async function loadProgress() {
+    try {
+      const p = await api(groupPath(tenant, id, '/progress'), {signal: ac.signal});
+      const total = p.total ?? p.jobs;
+      for (const s of p.samples) point(s.at, s.count, null, total);
+      point(p.at, p.done + p.cancelled, p.failed, total);
+      drawChart();
+    } catch { /* the events fill the chart */ }
+  }
+
+  function addEvent(ev) {
+    const d = ev.data;
+    const li = el('li', {'data-event': ev.event, 'data-state': d.state},
+      el('span', {class: 'muted', text: time(d.at)}), el('strong', {text: ev.event}),
+      el('span', {text: `${d.state} · ${num(d.succeeded)} ok · ${num(d.failed)} failed · ${num(d.cancelled)} cancelled of ${num(d.total || d.jobs)}` + (d.notice ? ' · ' + d.notice : '')}));
+    evList.prepend(li);
+    while (evList.children.length > MAX_EVENTS) evList.lastChild.remove();
+    point(d.at, d.succeeded + d.failed + d.cancelled, d.failed, d.total || d.jobs);
+    drawChart();
+  }
+
+  async function act(what) {
+    if (what === 'cancel' && !(await confirmDialog(`Cancel group ${id} of ${tenant}? Its queued and backed-off jobs are dropped; running jobs finish.`, 'Cancel group'))) return;
+    try {
+      const res = await api(groupPath(tenant, id, what === 'retry' ? '/retry-failed' : '/' + what), {method: 'POST', signal: ac.signal});
+      if (what === 'retry') {
+        toast(`Retrying ${num(res.jobs)} failed jobs as group ${res.groupId}`);
+        location.hash = `#/group/${encodeURIComponent(tenant)}/${encodeURIComponent(res.groupId)}`;
+      } else {
+        toast(`${what} sent`);
+        setTimeout(loadView, 300);
+      }
+    } catch (e) {
+      if (!ac.signal.aborted) toast(`${what}: ${e.message}`);
+    }
+  }
+  pauseBtn.addEventListener('click', () => act(view && view.state === 'PAUSED' ? 'resume' : 'pause'));
+  cancelBtn.addEventListener('click', () => act('cancel'));
+  retryBtn.addEventListener('click', () => act('retry'));
+
+  loadView().then(loadProgress);
+  stream(groupPath(tenant, id, '/events'), {
+    signal: ac.signal,
+    onState: on => { setLive(on); if (on) setText(evNote, 'Live: events appear as they happen.'); },
+    onGone: () => setText(evNote, 'No events: no such group.'),
+    onEvent: ev => {
+      addEvent(ev);
+      loadView();
+      if (ENDED.has(ev.data.state)) { setText(evNote, 'The group has ended: no more events.'); return true; }
+      return false;
+    },
+  });
+  // status (rate, ETA, position) changes between events too
+  const timer = setInterval(() => { if (!view || !ENDED.has(view.state)) loadView(); }, 2000);
+  return () => { clearInterval(timer); ac.abort(); };
+}

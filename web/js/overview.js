@@ -1,0 +1,104 @@
+// Overview: admitted rate vs the limit, READY depth per type, backoff
+// queue, active tenants and groups, worker types, dead letters. Live over
+// GET /v1/overview/events (one event a second).
+import {stream, session} from './api.js';
+import {el, setText, num, rate, time, ago, bar, setBar, setLive} from './util.js';
+import {lineChart} from './chart.js';
+
+function card(label) {
+  const value = el('div', {class: 'value', text: '—'}), sub = el('div', {class: 'sub'});
+  return {root: el('div', {class: 'card'}, el('div', {class: 'label', text: label}), value, sub), value, sub};
+}
+
+// table returns a panel with a table whose rows are replaced on update.
+function table(title, cols, empty) {
+  const tbody = el('tbody');
+  const note = el('p', {class: 'empty', text: empty});
+  const root = el('section', {class: 'panel'}, el('h2', {text: title}),
+    el('div', {class: 'scroll-x'}, el('table', {}, el('thead', {}, el('tr', {}, ...cols.map(([t, c]) => el('th', {class: c || '', text: t})))), tbody)), note);
+  return {root, tbody, note};
+}
+
+export function mount(root) {
+  const ac = new AbortController();
+  const cards = {
+    rate: card('Admitted rate'), backoff: card('Backoff queue'), tenants: card('Active tenants'),
+    groups: card('Active groups'), queued: card('Queued jobs'), inflight: card('In flight'),
+  };
+  const ch = lineChart('Admitted jobs per second against the limit over the last minutes',
+    [['admitted', 'admitted/s'], ['limit', 'limit/s'], ['backoff', 'backoff queue (jobs)']]);
+  const chartNote = el('p', {class: 'muted', text: ''});
+  const ready = table('READY depth per job type', [['Type'], ['Messages', 'num'], ['Of capacity']], 'READY is empty.');
+  const workers = table('Worker types', [['Type'], ['Status'], ['Consumers', 'num'], ['Running', 'num'], ['Idle pulls', 'num'], ['Announced until']],
+    'No worker has announced a job type.');
+  const dlq = table('Dead letters by reason', [['Reason'], ['Messages', 'num']], 'No dead letters.');
+  const scopeNote = el('p', {class: 'muted'});
+  const panels = el('div', {class: 'panels'},
+    el('section', {class: 'panel wide'}, el('h2', {text: 'Admitted rate vs limit'}), ch.root, chartNote),
+    ready.root, workers.root, dlq.root);
+  root.append(el('h1', {text: 'Overview'}), scopeNote,
+    el('div', {class: 'grid'}, ...Object.values(cards).map(c => c.root)), panels);
+  if (!session.admin) {
+    ready.root.hidden = true;
+    dlq.root.hidden = true;
+    setText(scopeNote, `Tenant ${session.tenant}: your admitted rate against your share of the limit. READY and dead letters are shared by every tenant and shown to admins only.`);
+  }
+  root.dataset.ready = '';
+
+  function render(ov) {
+    const r = ov.rate;
+    setText(cards.rate.value, rate(r.admittedPerSecond));
+    setText(cards.rate.sub, 'limit ' + rate(r.limitPerSecond) + (ov.scope === 'tenant' ? ' (your share)' : ''));
+    setText(cards.backoff.value, num(ov.backoffJobs));
+    setText(cards.backoff.sub, 'jobs waiting to retry');
+    setText(cards.tenants.value, num(ov.activeTenants));
+    setText(cards.tenants.sub, 'sharing the limit now');
+    setText(cards.groups.value, num(ov.activeGroups));
+    setText(cards.groups.sub, 'not ended');
+    setText(cards.queued.value, num(ov.queuedJobs));
+    setText(cards.queued.sub, 'accepted, not finished');
+    setText(cards.inflight.value, num(ov.inFlightJobs));
+    setText(cards.inflight.sub, 'admitted, not finished');
+
+    const h = r.history, k = 1000 / h.windowMs;
+    const per = a => a.map(v => (v === null ? null : v * k));
+    const series = [{cls: 'admitted', values: per(h.admitted)}, {cls: 'limit', values: per(h.limit)}];
+    if (ov.scope === 'system') series.push({cls: 'backoff', values: h.backoff});
+    const n = h.admitted.length;
+    const from = n ? new Date(h.start) : null;
+    const to = n ? new Date(new Date(h.start).getTime() + n * h.windowMs) : null;
+    ch.update(series, {from, to});
+    setText(chartNote, n ? `${n} windows of ${h.windowMs} ms sampled by the gateway since ${time(from)}; gaps are windows nobody sampled.` : 'Sampling starts now: the chart fills in as windows pass.');
+
+    if (ov.ready) {
+      const cap = ov.ready.capacity;
+      ready.tbody.replaceChildren(...ov.ready.types.map(t => {
+        const b = bar(cap && t.depth >= cap ? 'warn' : '');
+        setBar(b, cap ? t.depth / cap : 0, `${t.depth} of ${cap}`);
+        return el('tr', {}, el('td', {text: t.type}), el('td', {class: 'num', text: num(t.depth)}),
+          el('td', {}, cap ? b : el('span', {class: 'muted', text: 'no capacity set'})));
+      }));
+      setText(ready.note, ov.ready.error || (ov.ready.types.length ? `capacity ${num(cap)} per type, ${num(ov.ready.total)} in all` : 'READY is empty.'));
+    }
+    workers.tbody.replaceChildren(...ov.workers.map(w => el('tr', {},
+      el('td', {text: w.type}),
+      el('td', {class: w.live ? 'cong-LOW' : 'cong-HIGH', text: w.live ? 'live' : 'no worker'}),
+      el('td', {class: 'num', text: num(w.consumers)}), el('td', {class: 'num', text: num(w.running)}),
+      el('td', {class: 'num', text: num(w.waitingPulls)}),
+      el('td', {text: w.announcedUntil ? ago(w.announcedUntil) : '—'}))));
+    setText(workers.note, ov.workers.length ? 'Instances are not counted one by one: consumers, running (unacknowledged) jobs and idle pull requests stand for them.' : 'No worker has announced a job type.');
+    if (ov.dlq) {
+      dlq.tbody.replaceChildren(...ov.dlq.byReason.map(d => el('tr', {}, el('td', {text: d.reason}), el('td', {class: 'num', text: num(d.count)}))));
+      setText(dlq.note, ov.dlq.error || (ov.dlq.total ? num(ov.dlq.total) + ' in all' : 'No dead letters.'));
+    }
+    root.dataset.ready = 'true';
+    root.dataset.at = ov.at;
+  }
+
+  stream('/v1/overview/events', {
+    signal: ac.signal,
+    onState: setLive,
+    onEvent: ev => { if (ev.event === 'overview') render(ev.data); },
+  });
+  return () => ac.abort();
+}
