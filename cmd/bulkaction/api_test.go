@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +11,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
-	"github.com/bulkaction/bulkaction/internal/stack"
-	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
@@ -24,39 +21,9 @@ import (
 func startGateway(t *testing.T) (api, adminKey string) {
 	t.Helper()
 	clearEnv(t)
-	r := testenv.Redis(t)
-	natsURL, _, _ := testenv.NATS(t)
-	cfg, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL = r.URL, r.Prefix, natsURL
-	cfg.HTTPAddr, cfg.GatewayAddr = "", "127.0.0.1:0"
-	cfg.BaseBackoffMs, cfg.MaxBackoffMs, cfg.LeaseMs, cfg.MaxRetryCount = 50, 2000, 2000, 0
-	cfg.GatewaySSEHeartbeat = 200 * time.Millisecond
-	acme, err := gateway.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if adminKey, err = gateway.NewKey(); err != nil {
-		t.Fatal(err)
-	}
-	keys := gateway.StaticKeys(map[string]gateway.Principal{
-		gateway.HashKey(acme):     {Tenant: "acme", Name: "acme"},
-		gateway.HashKey(adminKey): {Admin: true, Name: "admin"},
-	})
-	st, err := stack.Start(context.Background(), stack.Options{Config: cfg, Targets: stack.AllTargets,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), GatewayKeys: keys})
-	if err != nil {
-		t.Fatalf("stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Stop(); err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
-	t.Setenv(apiKeyEnv, acme)
-	return "http://" + st.Gateway.Addr().String(), adminKey
+	g := pipelinetest.StartGateway(t, []string{"acme"}, func(c *config.Config) { c.MaxRetryCount = 0 })
+	t.Setenv(apiKeyEnv, g.Keys["acme"])
+	return g.URL, g.Keys[pipelinetest.Admin]
 }
 
 // TestVerbsOverAPI: with --api, submit streams the file to the gateway and

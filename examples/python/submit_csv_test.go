@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,11 +18,10 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/testenv"
-	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
-	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -50,37 +47,10 @@ func python3(t *testing.T) string {
 // returns the gateway's address, a key of tenant acme, and the stack.
 func gatewayServer(t *testing.T) (base, key string, st *stack.Stack) {
 	t.Helper()
-	r := testenv.Redis(t)
-	natsURL, _, _ := testenv.NATS(t)
-	cfg, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL = r.URL, r.Prefix, natsURL
-	cfg.HTTPAddr, cfg.GatewayAddr = "", "127.0.0.1:0"
-	cfg.GatewaySSEHeartbeat = 200 * time.Millisecond
 	// 200 jobs take about 2 s, so the group has progress events (the
 	// aggregator sends one a second).
-	cfg.GlobalRps = 100
-	cfg.LogFormat, cfg.LogLevel = "text", "warn"
-	if key, err = gateway.NewKey(); err != nil {
-		t.Fatal(err)
-	}
-	keys := gateway.StaticKeys(map[string]gateway.Principal{gateway.HashKey(key): {Tenant: "acme", Name: "acme"}})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = testkit.Logger(t)
-	}
-	st, err = stack.Start(context.Background(), stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log, GatewayKeys: keys})
-	if err != nil {
-		t.Fatalf("stack did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Stop(); err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
-	return "http://" + st.Gateway.Addr().String(), key, st
+	g := pipelinetest.StartGateway(t, []string{"acme"}, func(c *config.Config) { c.GlobalRps = 100 })
+	return g.URL, g.Keys["acme"], g.Stack
 }
 
 // runExample runs submit_csv.py with args, stdin and the key in the

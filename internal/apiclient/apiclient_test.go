@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,11 +17,10 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/apiclient"
 	"github.com/bulkaction/bulkaction/internal/config"
-	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
-	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -39,49 +37,10 @@ type bundle struct {
 // port with a key for acme, one for hooli and an admin key.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	r := testenv.Redis(t)
-	natsURL, _, _ := testenv.NATS(t)
-	cfg, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL = r.URL, r.Prefix, natsURL
-	cfg.HTTPAddr, cfg.GatewayAddr = "", "127.0.0.1:0"
-	cfg.BaseBackoffMs, cfg.MaxBackoffMs, cfg.LeaseMs = 50, 2000, 2000
-	cfg.MaxRetryCount = 0
-	cfg.GatewaySSEHeartbeat = 200 * time.Millisecond
-	cfg.LogFormat, cfg.LogLevel = "text", "warn"
-	b := &bundle{keys: map[string]string{}}
-	principals := map[string]gateway.Principal{}
-	for _, tn := range []string{"acme", "hooli", gateway.AdminTenant} {
-		k, err := gateway.NewKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.keys[tn] = k
-		p := gateway.Principal{Tenant: tn, Name: tn}
-		if tn == gateway.AdminTenant {
-			p = gateway.Principal{Admin: true, Name: "admin"}
-		}
-		principals[gateway.HashKey(k)] = p
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = testkit.Logger(t)
-	}
-	st, err := stack.Start(context.Background(), stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log,
-		GatewayKeys: gateway.StaticKeys(principals)})
-	if err != nil {
-		t.Fatalf("stack did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Stop(); err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
-	b.base = "http://" + st.Gateway.Addr().String()
+	g := pipelinetest.StartGateway(t, []string{"acme", "hooli"}, func(c *config.Config) { c.MaxRetryCount = 0 })
+	b := &bundle{base: g.URL, keys: g.Keys}
 	b.acme = b.client(t, b.base, b.keys["acme"])
-	b.admin = b.client(t, b.base, b.keys["*"])
+	b.admin = b.client(t, b.base, b.keys[pipelinetest.Admin])
 	return b
 }
 

@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -35,52 +35,12 @@ type server struct {
 // tenants of every test server, each with a key, and an admin key.
 var tenants = []string{"acme", "hooli", "globex"}
 
-// newServer starts every target, the gateway on a free port.
+// newServer starts every target, the gateway on a free port, with a key
+// per tenant and an admin key under "*".
 func newServer(t *testing.T, mutate func(*config.Config)) *server {
 	t.Helper()
-	r := testenv.Redis(t)
-	url, _, _ := testenv.NATS(t)
-	cfg, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL = r.URL, r.Prefix, url
-	cfg.HTTPAddr, cfg.GatewayAddr = "", "127.0.0.1:0"
-	cfg.BaseBackoffMs, cfg.MaxBackoffMs, cfg.LeaseMs = 50, 2000, 2000
-	cfg.GatewaySSEHeartbeat = 200 * time.Millisecond
-	cfg.LogFormat, cfg.LogLevel = "text", "warn"
-	if mutate != nil {
-		mutate(cfg)
-	}
-	keys := map[string]string{}
-	principals := map[string]gateway.Principal{}
-	for _, tn := range append(tenants, gateway.AdminTenant) {
-		k, err := gateway.NewKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[tn] = k
-		p := gateway.Principal{Tenant: tn, Name: tn}
-		if tn == gateway.AdminTenant {
-			p = gateway.Principal{Admin: true, Name: "admin"}
-		}
-		principals[gateway.HashKey(k)] = p
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = testkit.Logger(t)
-	}
-	st, err := stack.Start(context.Background(), stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log,
-		GatewayKeys: gateway.StaticKeys(principals)})
-	if err != nil {
-		t.Fatalf("stack did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Stop(); err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
-	return &server{t: t, st: st, base: "http://" + st.Gateway.Addr().String(), keys: keys, cfg: cfg,
+	g := pipelinetest.StartGateway(t, tenants, mutate)
+	return &server{t: t, st: g.Stack, base: g.URL, keys: g.Keys, cfg: g.Config,
 		httpc: &http.Client{Timeout: 2 * time.Minute}}
 }
 
