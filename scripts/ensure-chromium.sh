@@ -14,22 +14,9 @@ for b in chromium chromium-browser google-chrome google-chrome-stable; do
   fi
 done
 
-if command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      SUDO="sudo -n"
-    else
-      echo "chromium is missing. Install it with: sudo apt-get install -y chromium" >&2
-      echo "(or name a Chrome/Chromium binary: BULKACTION_CHROMIUM=/path/to/chrome)" >&2
-      exit 1
-    fi
-  fi
-  echo "installing chromium from Debian's packages (for the dashboard's browser tests)..." >&2
-  if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; then
-    $SUDO apt-get update >/dev/null
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null
-  fi
+# shellcheck source=apt-install.sh
+. "$(dirname "$0")/apt-install.sh"
+if apt_install chromium "(or name a Chrome/Chromium binary: BULKACTION_CHROMIUM=/path/to/chrome)"; then
   command -v chromium >/dev/null 2>&1 && exit 0
 fi
 

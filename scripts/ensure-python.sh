@@ -12,22 +12,9 @@ if command -v python3 >/dev/null 2>&1; then
   exit 0
 fi
 
-if command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      SUDO="sudo -n"
-    else
-      echo "python3 is missing. Install it with: sudo apt-get install -y python3" >&2
-      exit 1
-    fi
-  fi
-  echo "installing python3 from Debian's packages..." >&2
-
-  if ! $SUDO apt-get install -y --no-install-recommends python3 >/dev/null 2>&1; then
-    $SUDO apt-get update >/dev/null
-    $SUDO apt-get install -y --no-install-recommends python3 >/dev/null
-  fi
+# shellcheck source=apt-install.sh
+. "$(dirname "$0")/apt-install.sh"
+if apt_install python3 ""; then
   command -v python3 >/dev/null 2>&1 && exit 0
 fi
 

@@ -16,24 +16,9 @@ if [ -n "${BULKACTION_TEST_REDIS_URL:-}" ]; then
   exit 0
 fi
 
-if command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      SUDO="sudo -n"
-    else
-      echo "redis-server is missing. Install it with: sudo apt-get install -y redis-server" >&2
-      echo "(or point the tests at a server: BULKACTION_TEST_REDIS_URL=redis://host:6379/0)" >&2
-      exit 1
-    fi
-  fi
-  echo "installing redis-server from Debian's packages..." >&2
-  if ! $SUDO apt-get install -y --no-install-recommends redis-server >/dev/null 2>&1; then
-    $SUDO apt-get update >/dev/null
-    $SUDO apt-get install -y --no-install-recommends redis-server >/dev/null
-  fi
-  # The package starts a system service; the tests run their own servers.
-  (command -v systemctl >/dev/null 2>&1 && $SUDO systemctl disable --now redis-server >/dev/null 2>&1) || true
+# shellcheck source=apt-install.sh
+. "$(dirname "$0")/apt-install.sh"
+if apt_install redis-server "(or point the tests at a server: BULKACTION_TEST_REDIS_URL=redis://host:6379/0)"; then
   command -v redis-server >/dev/null 2>&1 && exit 0
 fi
 
