@@ -13,71 +13,18 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // GroupView is the body of GET /v1/groups/{groupId} and an item of GET
-// /v1/groups (docs/api.md#group). Counts add up: jobs = queued + inFlight
-// + backingOff + done + cancelled, and done = succeeded + failed.
-type GroupView struct {
-	Tenant       string               `json:"tenant"`
-	GroupID      string               `json:"groupId"`
-	State        contracts.GroupState `json:"state"`
-	Priority     contracts.Priority   `json:"priority"`
-	BasePriority int64                `json:"basePriority"`
-	MaxInFlight  int64                `json:"maxInFlight"`
-	// Total is the sealed total, null while the group is not sealed.
-	Total      *int64     `json:"total"`
-	Jobs       int64      `json:"jobs"`
-	Queued     int64      `json:"queued"`
-	InFlight   int64      `json:"inFlight"`
-	BackingOff int64      `json:"backingOff"`
-	Done       int64      `json:"done"`
-	Succeeded  int64      `json:"succeeded"`
-	Failed     int64      `json:"failed"`
-	Cancelled  int64      `json:"cancelled"`
-	CreatedAt  *time.Time `json:"createdAt"`
-	StartedAt  *time.Time `json:"startedAt"`
-	FinishedAt *time.Time `json:"finishedAt"`
-	// The fields below are in the full view only (GET of one group, or a
-	// list with view=full).
-	Status *GroupStatus `json:"status,omitempty"`
-	// RetryOf is the group this one retries the failed jobs of.
-	RetryOf string `json:"retryOf,omitempty"`
-	// Retries are the groups made by retry-failed from this one.
-	Retries []string `json:"retries,omitempty"`
-}
+// /v1/groups ([api.Group]).
+type GroupView = api.Group
 
-// GroupStatus is the live part of a group's view: where it stands in the
-// fair queue, how fast it goes and what holds it.
-type GroupStatus struct {
-	// Position is the group's 1-based place among its tenant's groups
-	// waiting at its priority level; null when it is not waiting.
-	Position *int64 `json:"position"`
-	// TenantPosition is the tenant's 1-based place among the tenants
-	// waiting in the fair queue (every tenant of a higher level first);
-	// null when the group is not waiting.
-	TenantPosition *int64 `json:"tenantPosition"`
-	WaitingGroups  int64  `json:"waitingGroups"`
-	WaitingTenants int64  `json:"waitingTenants"`
-	// Rate is jobs finished per second over the sliding window of
-	// RateWindowSeconds.
-	Rate              float64 `json:"rate"`
-	RateWindowSeconds float64 `json:"rateWindowSeconds"`
-	// ETASeconds is the time left at Rate, null without a rate (no ETA
-	// without a rate) or while an unsealed group has every job done.
-	ETASeconds *float64   `json:"etaSeconds"`
-	ETA        *time.Time `json:"eta"`
-	Congestion string     `json:"congestion"`
-	BackoffMs  int64      `json:"backoffMs"`
-	Throttles  int64      `json:"throttles"`
-	// Waiting says why the group waits: [{reason, detail, until?}], empty
-	// when nothing holds it.
-	Waiting []cli.Hold `json:"waiting"`
-	At      time.Time  `json:"at"`
-}
+// GroupStatus is the live part of a group's view ([api.GroupStatus]).
+type GroupStatus = api.GroupStatus
 
 func timePtr(ms int64) *time.Time {
 	if ms <= 0 {
@@ -130,10 +77,15 @@ func (g *Gateway) fullView(ctx context.Context, ref contracts.GroupRef) (*GroupV
 		WaitingGroups: s.Waiting, WaitingTenants: s.WaitingTenants,
 		Rate: round2(s.Rate), RateWindowSeconds: round2(s.RateWindow.Seconds()),
 		Congestion: string(s.Congestion), BackoffMs: s.BackoffMs, Throttles: s.Throttles,
-		Waiting: s.Holds, At: s.At.UTC(),
+		Waiting: make([]api.Hold, 0, len(s.Holds)), At: s.At.UTC(),
 	}
-	if st.Waiting == nil {
-		st.Waiting = []cli.Hold{}
+	for _, h := range s.Holds {
+		ah := api.Hold{Reason: string(h.Reason), Detail: h.Detail}
+		if !h.Until.IsZero() {
+			u := h.Until.UTC()
+			ah.Until, ah.AtLeast = &u, h.AtLeast
+		}
+		st.Waiting = append(st.Waiting, ah)
 	}
 	if s.Position > 0 {
 		p, tp := s.Position, s.TenantPosition
@@ -180,11 +132,7 @@ func (g *Gateway) getGroup(w http.ResponseWriter, r *http.Request) {
 }
 
 // GroupList is the body of GET /v1/groups.
-type GroupList struct {
-	Groups []*GroupView `json:"groups"`
-	// Next is the cursor of the next page; null at the end.
-	Next *string `json:"next"`
-}
+type GroupList = api.GroupList
 
 // listGroups: GET /v1/groups?state=&limit=&cursor=&view=. A tenant key
 // lists its tenant; an admin key every tenant, or one with ?tenant=.
@@ -269,12 +217,7 @@ func (g *Gateway) listGroups(w http.ResponseWriter, r *http.Request) {
 
 // ControlResponse is the body of a 202 answer to seal, cancel, pause and
 // resume.
-type ControlResponse struct {
-	Tenant  string         `json:"tenant"`
-	GroupID string         `json:"groupId"`
-	Kind    contracts.Kind `json:"kind"`
-	Total   *int64         `json:"total,omitempty"`
-}
+type ControlResponse = api.ControlResponse
 
 // control: POST …/cancel, …/pause, …/resume. The message is published;
 // its effect shows in the group's state and events.
@@ -338,23 +281,10 @@ func (g *Gateway) sealGroup(w http.ResponseWriter, r *http.Request) {
 }
 
 // FailureView is an item of GET …/failures.
-type FailureView struct {
-	JobID      string          `json:"jobId"`
-	Type       string          `json:"type,omitempty"`
-	Attempts   int             `json:"attempts"`
-	Error      string          `json:"error"`
-	FinishedAt time.Time       `json:"finishedAt"`
-	Payload    json.RawMessage `json:"payload,omitempty"`
-}
+type FailureView = api.Failure
 
 // FailureList is the body of GET …/failures.
-type FailureList struct {
-	Failures []FailureView `json:"failures"`
-	Next     *string       `json:"next"`
-	// Kept is how many failures the group keeps (the newest
-	// redisq.MaxFailuresKept of its failed count).
-	Kept int64 `json:"kept"`
-}
+type FailureList = api.FailureList
 
 // listFailures: GET …/failures?limit=&cursor=, newest first.
 func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
@@ -408,16 +338,7 @@ func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 }
 
 // RetryResponse is the body of a 202 answer to retry-failed.
-type RetryResponse struct {
-	Tenant  string `json:"tenant"`
-	GroupID string `json:"groupId"`
-	RetryOf string `json:"retryOf"`
-	// Jobs counts the failed jobs resubmitted; the new group is sealed at it.
-	Jobs int64 `json:"jobs"`
-	// Skipped counts failed jobs whose type and payload had expired
-	// (BULKACTION_JOB_TTL) and could not be resubmitted.
-	Skipped int64 `json:"skipped"`
-}
+type RetryResponse = api.RetryResponse
 
 // retryFailed: POST …/retry-failed [{"groupId": "<new id>"}] submits the
 // group's kept failed jobs (same ids, types and payloads) as a new sealed

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/jspub"
 )
@@ -27,17 +28,7 @@ import (
 const publishChunk = 4 << 20
 
 // SubmitResponse is the body of a 202 answer to POST …/jobs.
-type SubmitResponse struct {
-	Tenant  string `json:"tenant"`
-	GroupID string `json:"groupId"`
-	// Accepted counts the jobs of the request, now stored by JetStream. A
-	// job id the group already has is accepted and run once.
-	Accepted int64 `json:"accepted"`
-	// Messages counts the "jobs" messages they were published in.
-	Messages int64 `json:"messages"`
-	// Total is the seal the request declared, null when none.
-	Total *int64 `json:"total"`
-}
+type SubmitResponse = api.SubmitResponse
 
 // groupRef returns the request's group: its tenant (the key's, or an admin's
 // tenant parameter) and the groupId path value. It answers 404 itself when

@@ -6,45 +6,20 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // ProblemTypePrefix starts the type URI of every problem the gateway
 // answers with; the rest is the problem's slug (docs/api.md#problems).
-const ProblemTypePrefix = "urn:bulkaction:problem:"
+const ProblemTypePrefix = api.ProblemTypePrefix
 
 // Problem is an RFC 9457 problem detail, the body of every error response
 // (Content-Type application/problem+json).
-type Problem struct {
-	// Type is ProblemTypePrefix + a slug such as "invalid-job".
-	Type string `json:"type"`
-	// Title is a short summary of the problem type.
-	Title string `json:"title"`
-	// Status is the HTTP status code.
-	Status int `json:"status"`
-	// Detail explains this occurrence.
-	Detail string `json:"detail,omitempty"`
-	// Instance is the request path.
-	Instance string `json:"instance,omitempty"`
-	// Errors name the offending fields, lines or items, when there are.
-	Errors []FieldError `json:"errors,omitempty"`
-}
+type Problem = api.Problem
 
 // FieldError is one offending value of a request.
-type FieldError struct {
-	// Line is the 1-based line of an NDJSON body (0 = not a line).
-	Line int `json:"line,omitempty"`
-	// Index is the 0-based position of the job in the body (array element
-	// or NDJSON record), when the error is about one job.
-	Index *int `json:"index,omitempty"`
-	// Field is the JSON name of the offending field ("type",
-	// "payload", "group.maxInFlight", "total"…), "" for the whole item.
-	Field string `json:"field,omitempty"`
-	// Detail says what is wrong.
-	Detail string `json:"detail"`
-	// Limit states the rule that was broken, when there is one.
-	Limit string `json:"limit,omitempty"`
-}
+type FieldError = api.FieldError
 
 // problem slugs and titles.
 const (
