@@ -31,6 +31,22 @@ test-deployments:
 	cd deployments/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deployments/healthprobe && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+## chaos: the long chaos suite (docs/chaos.md): the real binary as separate processes under
+# kill -9, Redis and NATS faults, poison jobs, bad inputs, clock skew, huge backoff queues and a
+# Redis rollback, one row per scenario (CHAOS_FLAGS passes -chaos.* flags, e.g. -chaos.only T1,T3)
+chaos: redis faketime
+	$(GO) test -count=1 -timeout 60m -v -run '^TestChaos$$' ./chaos/ -args -chaos.profile=long $(CHAOS_FLAGS)
+
+## chaos-short: the short chaos profile alone (`make test` runs it too, as part of ./...)
+chaos-short: redis
+	$(GO) test -count=1 -timeout 15m -v -run '^TestChaos$$' ./chaos/ -args -chaos.profile=short $(CHAOS_FLAGS)
+
+## faketime: make sure faketime is installed for the chaos suite's clock skew scenario
+faketime:
+	@scripts/ensure-faketime.sh
+
+.PHONY: chaos chaos-short faketime
+
 ## redis: make sure redis-server is installed (installs Debian's package if missing)
 redis:
 	@scripts/ensure-redis.sh
@@ -59,8 +75,10 @@ bench-admission: redis
 bench-gateway: redis
 	cd bench && $(GO) test -run '^$$' -bench BenchmarkGateway -benchtime 1x -count 1 -timeout 30m . -args $(GW_FLAGS)
 
-## bench-e2e: whole pipeline throughput, head-of-line delay and latency vs asynq
-# (bench/ is a module of its own; E2E_FLAGS passes -e2e.* flags, e.g. -e2e.only pipeline)
+## bench-e2e: whole pipeline throughput, head-of-line delay, latency and CPU per job vs asynq and
+# BullMQ (bench/ is a module of its own; the BullMQ peer needs Node.js 20+ and npm, and installs its
+# pinned packages into bench/bullmq the first time; E2E_FLAGS passes -e2e.* flags, e.g.
+# -e2e.only pipeline,bullmq)
 bench-e2e: redis
 	cd bench && $(GO) test -run '^$$' -bench BenchmarkE2E -benchtime 1x -count 1 -timeout 30m . -args $(E2E_FLAGS)
 

@@ -1,0 +1,224 @@
+package chaos
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T10); BULKACTION_CHAOS_ONLY too")
+)
+
+// profile sizes the scenarios.
+type profile struct {
+	name string
+	// settle is how long the groups get to end once the faults stop.
+	settle time.Duration
+
+	// rate paces the submission of most scenarios (jobs/s), so that the
+	// faults hit a pipeline at work; t1Rate is T1's.
+	rate, t1Rate     int
+	t1Jobs, t1Groups int
+	t1FaultTime      time.Duration
+	t2Jobs, t2Kills  int
+	t3Jobs           int
+	t3NodeDown       time.Duration
+	t4Jobs           int
+	t4Outage         time.Duration
+	t5Jobs, t5Rate   int
+	t5Deliveries     string
+	t6Jobs, t6Bad    int
+	t7Jobs           int
+	t8Backoff        int
+	t8Soon           int
+	t10Jobs          int
+	scenarios        []string
+}
+
+var profiles = map[string]profile{
+	// short runs inside `make test` (go test ./...): small counts, fewer
+	// faults, about three minutes on two cores.
+	"short": {
+		name: "short", settle: 90 * time.Second, rate: 60, t1Rate: 100,
+		t1Jobs: 2000, t1Groups: 2, t1FaultTime: 20 * time.Second,
+		t2Jobs: 1200, t2Kills: 3,
+		t3Jobs: 1200, t3NodeDown: 10 * time.Second,
+		t4Jobs: 1200, t4Outage: 10 * time.Second,
+		t5Jobs: 400, t5Rate: 100, t5Deliveries: "2",
+		t6Jobs: 600, t6Bad: 1000,
+		t7Jobs:    600,
+		t8Backoff: 100_000, t8Soon: 200,
+		t10Jobs:   2000,
+		// T5 runs in the long profile only while it finds healthy jobs
+		// failed with a poison job of their pull (docs/chaos.md, open).
+		scenarios: []string{"T1", "T2", "T4", "T6"},
+	},
+	// long is `make chaos`.
+	"long": {
+		name: "long", settle: 3 * time.Minute, rate: 300, t1Rate: 250,
+		t1Jobs: 100_000, t1Groups: 5, t1FaultTime: 15 * time.Minute,
+		t2Jobs: 20_000, t2Kills: 10,
+		t3Jobs: 20_000, t3NodeDown: 30 * time.Second,
+		t4Jobs: 20_000, t4Outage: 10 * time.Second,
+		t5Jobs: 4000, t5Rate: 200, t5Deliveries: "5",
+		t6Jobs: 9000, t6Bad: 10_000,
+		t7Jobs:    6000,
+		t8Backoff: 1_000_000, t8Soon: 1000,
+		t10Jobs:   20_000,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10"},
+	},
+}
+
+func currentProfile() profile {
+	name := *profileFlag
+	if name == "" {
+		name = os.Getenv("BULKACTION_CHAOS_PROFILE")
+	}
+	if name == "" {
+		name = "short"
+	}
+	p, ok := profiles[name]
+	if !ok {
+		panic("chaos: unknown profile " + name)
+	}
+	if only := firstNonEmpty(*onlyFlag, os.Getenv("BULKACTION_CHAOS_ONLY")); only != "" {
+		p.scenarios = strings.Split(only, ",")
+	}
+	return p
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// need reports whether a tool is on PATH; without it the row is skipped,
+// or the suite fails when CI=true.
+func need(t *testing.T, tool string) bool {
+	if _, err := exec.LookPath(tool); err == nil {
+		return true
+	}
+	if os.Getenv("CI") == "true" {
+		t.Errorf("%s is not installed (CI=true: required)", tool)
+	} else {
+		t.Logf("%s is not installed: skipping", tool)
+	}
+	return false
+}
+
+// TestChaos runs the chaos scenarios against the real binary as separate
+// processes (docs/chaos.md) and prints one row per scenario. It fails if
+// any row lost, double-counted or unexpectedly failed a job, or broke a
+// scenario's own check.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos suite: not in -short")
+	}
+	p := currentProfile()
+	if !need(t, "redis-server") {
+		return
+	}
+	var rows []row
+	add := func(r row) {
+		rows = append(rows, r)
+		t.Logf("%s %s: %s", r.id, r.verdict, strings.Join(r.notes, "; "))
+	}
+	skip := func(id, why string) { rows = append(rows, row{id: id, verdict: "SKIP", notes: []string{why}}) }
+	for _, id := range p.scenarios {
+		t.Run(id, func(t *testing.T) {
+			switch id {
+			case "T1":
+				add(t1(p).execute(t))
+			case "T2":
+				add(t2(p).execute(t))
+			case "T3":
+				add(t3(p).execute(t))
+			case "T4":
+				add(t4(p).execute(t))
+			case "T5":
+				add(t5(t, p))
+			case "T6":
+				r := t6(p).execute(t)
+				if v, ok := t6Reasons.Load().(string); ok {
+					r.notes = append(r.notes, "DLQ reasons: "+v)
+				}
+				add(r)
+			case "T7":
+				if !need(t, "faketime") {
+					skip("T7", "faketime not installed")
+					return
+				}
+				ignored, probe := goIgnoresFaketime(buildBinaries(t).node)
+				if err := redisUnderFaketime(t); err != nil {
+					why := "faketime cannot run redis-server here (" + err.Error() + ")"
+					if ignored {
+						why += ", and " + probe + " (Go reads the vDSO clock, not libc's): no process can be skewed"
+					}
+					skip("T7", why)
+					t.Log("T7 skipped: " + why)
+					return
+				}
+				for _, v := range []struct{ id, skew string }{{"T7+", "+5m"}, {"T7-", "-5m"}} {
+					r := t7(p, v.id, v.skew).execute(t)
+					if n, ok := t7Notes.Load(v.id); ok {
+						r.notes = append(r.notes, n.(string))
+					}
+					if ignored {
+						r.notes = append(r.notes, probe+": the services' own clocks cannot be skewed this way")
+					}
+					add(r)
+				}
+			case "T8":
+				add(t8(t, p))
+			case "T10":
+				add(t10(p).execute(t))
+			default:
+				t.Fatalf("unknown scenario %s", id)
+			}
+		})
+	}
+	table := formatTable(p, rows)
+	fmt.Println(table)
+	t.Log("\n" + table)
+	if dir := runDir(t); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, "results.md"), []byte(table), 0o644)
+		t.Logf("logs and data of the run: %s", dir)
+	}
+	for _, r := range rows {
+		if r.verdict == "FAIL" {
+			t.Errorf("%s failed: lost %d, double-counted %d, failed unexpectedly %d; %s", r.id, r.lost, r.double, r.failed, strings.Join(r.notes, "; "))
+		}
+	}
+}
+
+func formatTable(p profile, rows []row) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos suite, %s profile, %s\n\n", p.name, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintln(&b, "| scenario | faults | jobs | lost | double | failed unexpectedly | time | verdict | notes |")
+	fmt.Fprintln(&b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s |\n", r.id, r.faults, r.jobs, r.lost, r.double, r.failed,
+			r.dur.Round(time.Second), r.verdict, strings.ReplaceAll(strings.Join(r.notes, "; "), "|", "/"))
+	}
+	t9 := "PASS"
+	for _, r := range rows {
+		for _, n := range r.notes {
+			if strings.HasPrefix(n, "T9") {
+				t9 = "FAIL"
+			}
+		}
+	}
+	fmt.Fprintf(&b, "| T9 | checked after every row above | | | | | | %s | keys of ended groups have a TTL; SUBMIT, READY, RESULT empty |\n", t9)
+	return b.String()
+}

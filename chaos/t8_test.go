@@ -1,0 +1,236 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+// t8 fills the non-ready (backoff) queue with p.t8Backoff entries (half of
+// them one group's) under running services, lets the dispatchers release a
+// small part that is due soon, then cancels the big group and the others
+// through the pipeline. Every script call must stay under 50 ms (SLOWLOG,
+// server time), the cancel must end, and every group's counts must be
+// exact: succeeded = the jobs that ran, cancelled = the rest.
+func t8(t *testing.T, p profile) row {
+	start := time.Now()
+	e := newEnv(t, "T8", envOptions{})
+	ctx := context.Background()
+	const real = 10 // jobs per group submitted normally
+	big := contracts.Group("tenant-0", "t8-big")
+	groups := []contracts.GroupRef{big}
+	for i := 1; i <= 10; i++ {
+		groups = append(groups, contracts.Group(fmt.Sprintf("tenant-%d", i%5), fmt.Sprintf("t8-g%02d", i)))
+	}
+	rw := row{id: "T8"}
+	fail := func(format string, args ...any) row {
+		rw.notes = append(rw.notes, fmt.Sprintf(format, args...))
+		rw.verdict = "FAIL"
+		rw.dur = time.Since(start)
+		return rw
+	}
+	for _, g := range groups {
+		var jobs []client.Job
+		for i := 0; i < real; i++ {
+			jobs = append(jobs, client.Job{ID: fmt.Sprintf("r%03d", i), Type: "noop"})
+		}
+		cl := e.client.ForTenant(g.Tenant)
+		if err := retry(ctx, func(ctx context.Context) error { return cl.Submit(ctx, g.ID, jobs...) }); err != nil {
+			return fail("submit: %v", err)
+		}
+	}
+	// Wait for the normal jobs to finish: the groups exist and are RUNNING.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		done := 0
+		for _, g := range groups {
+			n, _ := e.rdb.HGet(ctx, e.keys.GroupMeta(g), "doneJobs").Int()
+			if n == real {
+				done++
+			}
+		}
+		if done == len(groups) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail("the groups' first jobs did not finish")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		return fail("TIME: %v", err)
+	}
+	bigN := p.t8Backoff / 2
+	per := (p.t8Backoff - bigN) / (len(groups) - 1)
+	soon := p.t8Soon // per other group, due within the next 10-40 s
+	fillStart := time.Now()
+	expect := map[contracts.GroupRef][2]int{} // succeeded, cancelled
+	e.fillBackoff(big, bigN, 0, now)
+	expect[big] = [2]int{real, bigN}
+	for _, g := range groups[1:] {
+		e.fillBackoff(g, per, soon, now)
+		expect[g] = [2]int{real + soon, per - soon}
+	}
+	n, _ := e.rdb.ZCard(ctx, e.keys.NonReadyQueue()).Result()
+	rw.faults = fmt.Sprintf("%d backoff entries (filled in %s), cancel of a %d-entry group", n, time.Since(fillStart).Round(time.Second), bigN)
+	_ = e.rdb.Do(ctx, "SLOWLOG", "RESET").Err()
+	// The soon-due entries are released and run.
+	deadline = time.Now().Add(p.settle + time.Minute)
+	for {
+		ok := true
+		for _, g := range groups[1:] {
+			if d, _ := e.rdb.HGet(ctx, e.keys.GroupMeta(g), "doneJobs").Int(); d < real+soon {
+				ok = false
+			}
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			rw.notes = append(rw.notes, "the due backoff entries were not all released and run")
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	releaseSlow := e.slowestScript()
+	_ = e.rdb.Do(ctx, "SLOWLOG", "RESET").Err()
+	cancelStart := time.Now()
+	if err := retry(ctx, func(ctx context.Context) error { return e.client.ForTenant(big.Tenant).Cancel(ctx, big.ID) }); err != nil {
+		return fail("cancel: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.settle+2*time.Minute)
+	ev, err := e.client.ForTenant(big.Tenant).Wait(wctx, big.ID)
+	cancel()
+	cancelTook := time.Since(cancelStart)
+	if err != nil {
+		rw.notes = append(rw.notes, fmt.Sprintf("big group: no final event: %v", err))
+	}
+	cancelSlow := e.slowestScript()
+	for _, g := range groups[1:] {
+		if err := retry(ctx, func(ctx context.Context) error { return e.client.ForTenant(g.Tenant).Cancel(ctx, g.ID) }); err != nil {
+			return fail("cancel: %v", err)
+		}
+	}
+	var plans []*groupPlan
+	for _, g := range groups {
+		plans = append(plans, &groupPlan{ref: g})
+	}
+	wctx, cancel = context.WithTimeout(ctx, p.settle+2*time.Minute)
+	events := e.waitAll(wctx, plans)
+	cancel()
+	events[big] = ev
+	otherSlow := e.slowestScript()
+	for _, g := range groups {
+		want := expect[g]
+		rw.jobs += want[0] + want[1]
+		meta, _ := e.rdb.HGetAll(ctx, e.keys.GroupMeta(g)).Result()
+		num := func(k string) int { var x int; fmt.Sscan(meta[k], &x); return x }
+		succ, failed, canc := num("successCount"), num("failedCount"), num("cancelledCount")
+		counted := succ + failed + canc
+		if d := want[0] + want[1] - counted; d > 0 {
+			rw.lost += d
+		} else if d < 0 {
+			rw.double += -d
+		}
+		rw.failed += failed
+		if succ+canc == want[0]+want[1] && (succ < real || succ > want[0]) {
+			rw.notes = append(rw.notes, fmt.Sprintf("%s: %d succeeded, %d cancelled, want %d/%d", g, succ, canc, want[0], want[1]))
+		}
+		if got, ok := events[g]; !ok || got.State != contracts.StateCancelled {
+			rw.notes = append(rw.notes, fmt.Sprintf("%s: no CANCELLED final event (meta %s)", g, meta["status"]))
+			rw.lost += max(0, want[0]+want[1]-counted)
+		}
+	}
+	slowest := max(releaseSlow, cancelSlow, otherSlow)
+	rw.notes = append(rw.notes, fmt.Sprintf("longest script %.1f ms (release phase %.1f, big cancel %.1f, other cancels %.1f); big cancel → final event in %s",
+		ms(slowest), ms(releaseSlow), ms(cancelSlow), ms(otherSlow), cancelTook.Round(100*time.Millisecond)))
+	problems := e.t9(plans, 45*time.Second)
+	if slowest > 50*time.Millisecond {
+		problems = append(problems, fmt.Sprintf("a script call took %.1f ms (goal < 50 ms)", ms(slowest)))
+	}
+	if n, desc := e.crashes(); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d unexpected process exits: %s", n, desc))
+	}
+	rw.notes = append(rw.notes, problems...)
+	rw.verdict = "PASS"
+	if rw.lost > 0 || rw.double > 0 || rw.failed > 0 || len(problems) > 0 {
+		rw.verdict = "FAIL"
+	}
+	rw.dur = time.Since(start)
+	return rw
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// slowestScript is the longest EVAL/EVALSHA/FCALL in SLOWLOG (server time).
+func (e *env) slowestScript() time.Duration {
+	entries, err := e.rdb.SlowLogGet(context.Background(), -1).Result()
+	if err != nil {
+		return 0
+	}
+	var longest time.Duration
+	for _, s := range entries {
+		if len(s.Args) > 0 {
+			switch strings.ToLower(s.Args[0]) {
+			case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall":
+				longest = max(longest, s.Duration)
+			}
+		}
+	}
+	return longest
+}
+
+// fillBackoff writes n backed-off jobs of g directly, as retry.lua leaves
+// them (job hash BACKOFF at attempt 1, id in the group's ids, member of the
+// non-ready queue) and adds them to the group's and tenant's counters, like
+// pkg/redisq/bench's BenchmarkRedisqBoundedScripts: the first soon of them
+// are due within 10 to 40 s, the others an hour or more from now.
+func (e *env) fillBackoff(g contracts.GroupRef, n, soon int, now time.Time) {
+	ctx := context.Background()
+	k := e.keys
+	gk := g.Tenant + ":" + g.ID
+	const batch = 5000
+	for start := 0; start < n; start += batch {
+		end := min(start+batch, n)
+		ids := make([]any, 0, end-start)
+		zs := make([]redis.Z, 0, end-start)
+		_, err := e.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for i := start; i < end; i++ {
+				jid := fmt.Sprintf("b%07d", i)
+				pl.HSet(ctx, k.Job(g, jid), "id", jid, "tenant", g.Tenant, "groupId", g.ID, "type", "noop",
+					"payload", `{"backoff":true}`, "status", "BACKOFF", "attempt", 1, "createdAt", now.UnixMilli())
+				ids = append(ids, jid)
+				due := now.UnixMilli() + 3_600_000 + int64(i)
+				if i < soon {
+					due = now.UnixMilli() + 10_000 + int64(i)*30_000/int64(max(soon, 1))
+				}
+				zs = append(zs, redis.Z{Score: float64(due), Member: gk + ":" + jid})
+			}
+			pl.SAdd(ctx, k.GroupIDs(g), ids...)
+			pl.ZAdd(ctx, k.NonReadyQueue(), zs...)
+			return nil
+		})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	_, err := e.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.HIncrBy(ctx, k.GroupMeta(g), "totalJobs", int64(n))
+		pl.IncrBy(ctx, k.CongestionCount(g), int64(n))
+		pl.IncrBy(ctx, k.TenantNonReady(g.Tenant), int64(n))
+		pl.IncrBy(ctx, k.TenantQueuedJobs(g.Tenant), int64(n))
+		pl.HSet(ctx, k.CongestionStats(g), "currentNonReadyCount", n)
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
