@@ -284,3 +284,6 @@ func (a *Asynq) Latency(ctx context.Context, rate float64, d, warmup time.Durati
 	}
 	return LatencyResult{Rate: rate, Sent: sent, Duration: elapsed, Total: sorted(total)}, nil
 }
+
+// CPU returns this process's CPU time: asynq's client and server run in it.
+func (a *Asynq) CPU(context.Context) (time.Duration, error) { return processCPU(), nil }

@@ -1,12 +1,24 @@
 // Package bench measures the whole bulkaction pipeline end to end, and the
-// same workloads through asynq (github.com/hibiken/asynq), in one process on
-// one private redis-server and one embedded NATS server with file storage.
+// same workloads through two peers: asynq (github.com/hibiken/asynq), in
+// this process, and BullMQ (https://docs.bullmq.io), in a Node.js process
+// (bullmq/peer.mjs), all on one private redis-server (a database each:
+// [PipelineDB], [AsynqDB], [BullMQDB]) and one embedded NATS server with
+// file storage.
 //
 // It is a module of its own so that the main module does not depend on
-// asynq. `make bench-e2e` runs BenchmarkE2E, which prints one JSON line per
-// figure on stdout:
+// asynq; BullMQ is installed into bench/bullmq/node_modules (pinned by
+// bench/bullmq/package-lock.json) with `npm ci --no-audit --no-fund` the
+// first time the benchmark runs, so the BullMQ peer needs Node.js 20+ and
+// npm on PATH (-e2e.only pipeline,asynq leaves it out). `make bench-e2e`
+// runs BenchmarkE2E, which prints one JSON line per figure on stdout:
 //
 //	{"bench":"e2e","name":"throughput_jobs_per_s","value":12345.6}
+//
+// A peer's figures carry its suffix (_asynq, _bullmq); a ratio divides the
+// pipeline's figure by the peer's (ours / theirs): for throughput above 1
+// is better for the pipeline, for delays, latencies and CPU below 1. The
+// -e2e.only flag names the systems to measure, comma-separated (pipeline,
+// asynq, bullmq; default all); the ratios need the pipeline and the peer.
 //
 // The figures, and what exactly each one measures:
 //
@@ -15,15 +27,24 @@
 //     COMPLETED event has been received (every job recorded by the
 //     aggregator). throughput_jobs_per_s_asynq: the same number of asynq
 //     tasks, from the first EnqueueContext until the handler has run for the
-//     last one. throughput_ratio_vs_asynq is the first divided by the second.
+//     last one. throughput_jobs_per_s_bullmq: the same number of BullMQ
+//     jobs added with Queue.addBulk (1000 per call) while one Worker runs,
+//     until the processor has run for the last one.
+//     throughput_ratio_vs_asynq and throughput_ratio_vs_bullmq divide the
+//     pipeline's by the peer's.
 //   - hol_small_group_ms: head-of-line delay. A large group is submitted while
 //     the workers are held (so its whole backlog is queued), then the workers
 //     are released and a small group is submitted; the figure is the time
 //     from that moment until the small group is COMPLETED.
 //     hol_small_group_ms_asynq: the same with the large and the small batch
 //     in one asynq queue, until the handler has run for the small batch's
-//     last task. hol_backlog_done_first(_asynq) counts the large group's jobs
-//     that finished before the small group did.
+//     last task. hol_small_group_ms_bullmq: BullMQ's open source edition has
+//     no groups, so the backlog is added while no Worker runs, then the
+//     Worker starts and the small tenant's jobs are added to the same queue;
+//     until the processor has run for the last of them.
+//     hol_backlog_done_first (_asynq, _bullmq) counts the large group's jobs
+//     that finished before the small group did. hol_ratio_vs_asynq and
+//     hol_ratio_vs_bullmq divide the pipeline's delay by the peer's.
 //   - latency_p50_ms, latency_p99_ms: per-job submit-to-record latency at a
 //     paced submit rate of a fraction (default one half) of the measured
 //     throughput. Each payload carries the client's submit time; after the
@@ -32,15 +53,27 @@
 //     counted its result), both Redis TIME. latency = finishedAt - submit;
 //     latency_submit_to_enqueue_p50_ms and latency_enqueue_to_record_p50_ms
 //     (and p99) split it. latency_p50_ms_asynq / latency_p99_ms_asynq: enqueue
-//     call to handler start, at the same fraction of asynq's throughput.
-//     Jobs submitted in the first second are left out as warm-up.
-//   - Costs of the throughput runs (suffix _asynq for asynq):
+//     call to handler start, at the same fraction of asynq's throughput;
+//     latency_p50_ms_bullmq / latency_p99_ms_bullmq: addBulk call (every
+//     5 ms, the jobs due) to processor start, at the same fraction of
+//     BullMQ's throughput (both measured by the peer's own clock, which the
+//     job's payload carries). latency_p50_ratio_vs_* and
+//     latency_p99_ratio_vs_* divide the pipeline's by the peer's; the
+//     pipeline's latency runs until the result is recorded, the peers' only
+//     until the processor starts. Jobs submitted in the first second are
+//     left out as warm-up.
+//   - Costs of the throughput runs (suffix _asynq, _bullmq for the peers):
 //     redis_calls_per_job (commands, those run by scripts included),
 //     redis_scripts_per_job (EVALSHA calls), redis_cpu_ms_per_1k_jobs (INFO
-//     cpu of the redis-server) and process_cpu_ms_per_1k_jobs (this
-//     process's CPU time: the services, the embedded NATS server and the
-//     producer, or asynq's client and server). On a shared host these say
-//     more than the rates, which depend on the CPU other processes leave.
+//     cpu of the redis-server), process_cpu_ms_per_1k_jobs (the CPU time of
+//     the system's process: for the pipeline this one's, with the services,
+//     the embedded NATS server and the producer; for asynq this one's, with
+//     its client and server; for BullMQ the Node.js process's, with its
+//     Queue and Worker, from process.cpuUsage) and cpu_us_per_job (process
+//     plus redis-server). cpu_per_job_ratio_vs_asynq and
+//     cpu_per_job_ratio_vs_bullmq divide the pipeline's cpu_us_per_job by
+//     the peer's. On a shared host these say more than the rates, which
+//     depend on the CPU other processes leave.
 //   - Where the pipeline's jobs waited during its throughput run, averaged
 //     over samples every 50 ms: depth_submit_mean, depth_ready_mean,
 //     depth_result_mean (messages held by the stream), depth_inflight_mean
@@ -54,9 +87,10 @@
 //     this machine. ceiling_jobs_per_s: the cores of the machine divided by
 //     floor_nats_cpu_us_per_job plus the pipeline's Redis CPU per job
 //     (redis_cpu_ms_per_1k_jobs), that is the throughput if every core did
-//     nothing but that NATS and Redis work. floor_nats_ratio_vs_asynq and
-//     ceiling_ratio_vs_asynq divide them by asynq's throughput.
-//   - submit_jobs_per_s(_asynq): how fast the producers got their jobs
+//     nothing but that NATS and Redis work. floor_nats_ratio_vs_asynq,
+//     ceiling_ratio_vs_asynq (and _vs_bullmq) divide them by the peer's
+//     throughput.
+//   - submit_jobs_per_s(_asynq, _bullmq): how fast the producers got their jobs
 //     accepted; processor_runs_per_job: processor calls per job in the
 //     throughput run (above 1 means redeliveries).
 //   - host_load_1m, host_load_1m_end: the host's load average when the run
@@ -68,6 +102,9 @@
 // (it turns on the redis-server's slow log for every command, which slows
 // it down: use it to compare scripts, not for the figures).
 //
-// Both systems run the same number of concurrent jobs (the pipeline's worker
-// count equals asynq's Concurrency) and a processor that does nothing.
+// Every system runs the same number of concurrent jobs (the pipeline's
+// worker count equals asynq's Concurrency and the concurrency of BullMQ's
+// one Worker, -e2e.workers) and a processor that does nothing. BullMQ's jobs
+// are removed on completion, as asynq and the pipeline keep no finished
+// jobs; each BullMQ workload has a queue of its own.
 package bench

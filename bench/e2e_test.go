@@ -17,7 +17,7 @@ var (
 	flagSmall   = flag.Int("e2e.small", 100, "head-of-line run: jobs of the small group")
 	flagLatency = flag.Duration("e2e.latency", 10*time.Second, "latency run: how long to submit")
 	flagLoad    = flag.Float64("e2e.load", 0.5, "latency run: submit rate as a fraction of the measured throughput")
-	flagOnly    = flag.String("e2e.only", "", "measure only pipeline or asynq")
+	flagOnly    = flag.String("e2e.only", "", "measure only these systems, comma-separated: pipeline, asynq, bullmq (default all)")
 	flagLogs    = flag.Bool("e2e.logs", false, "print the services' warnings and errors on stderr")
 	flagScripts = flag.Bool("e2e.scripts", false, "diagnostic: time every redisq script of the pipeline's throughput run (slows Redis down)")
 )
@@ -43,7 +43,9 @@ func BenchmarkE2E(b *testing.B) {
 	}
 	for _, f := range []struct{ fig, unit string }{
 		{FigThroughput, "jobs/s"}, {FigThroughputAsynq, "asynq-jobs/s"}, {FigThroughputRatio, "x-asynq"},
-		{FigHoL, "hol-ms"}, {FigHoLAsynq, "asynq-hol-ms"}, {FigLatencyP50, "p50-ms"}, {FigLatencyP99, "p99-ms"},
+		{FigThroughputBullMQ, "bullmq-jobs/s"}, {FigThroughputRatioBullMQ, "x-bullmq"},
+		{FigHoL, "hol-ms"}, {FigHoLAsynq, "asynq-hol-ms"}, {FigHoLBullMQ, "bullmq-hol-ms"},
+		{FigLatencyP50, "p50-ms"}, {FigLatencyP99, "p99-ms"},
 	} {
 		if v, ok := rep.Get(f.fig); ok {
 			b.ReportMetric(v, f.unit)

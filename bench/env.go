@@ -13,12 +13,14 @@ import (
 	"github.com/bulkaction/bulkaction/internal/testenv"
 )
 
-// Redis database indexes of the two systems on the shared redis-server.
+// Redis database indexes of the three systems on the shared redis-server.
 const (
 	// PipelineDB is the database the pipeline uses.
 	PipelineDB = 0
 	// AsynqDB is the database asynq uses.
 	AsynqDB = 1
+	// BullMQDB is the database BullMQ uses.
+	BullMQDB = 2
 )
 
 // Env is the servers of one benchmark run: a private redis-server (no

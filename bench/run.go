@@ -12,15 +12,25 @@ import (
 	"time"
 )
 
-// Figure names every run prints (more may follow).
+// Figure names every run prints (more may follow). A peer's figures are the
+// pipeline's names with the peer's suffix ("_asynq", "_bullmq"); ratios are
+// the pipeline's figure divided by the peer's ("..._ratio_vs_asynq").
 const (
-	FigThroughput      = "throughput_jobs_per_s"
-	FigThroughputAsynq = "throughput_jobs_per_s_asynq"
-	FigThroughputRatio = "throughput_ratio_vs_asynq"
-	FigHoL             = "hol_small_group_ms"
-	FigHoLAsynq        = "hol_small_group_ms_asynq"
-	FigLatencyP50      = "latency_p50_ms"
-	FigLatencyP99      = "latency_p99_ms"
+	FigThroughput       = "throughput_jobs_per_s"
+	FigThroughputAsynq  = "throughput_jobs_per_s_asynq"
+	FigThroughputBullMQ = "throughput_jobs_per_s_bullmq"
+	FigThroughputRatio  = "throughput_ratio_vs_asynq"
+	// FigThroughputRatioBullMQ is the pipeline's throughput divided by
+	// BullMQ's.
+	FigThroughputRatioBullMQ = "throughput_ratio_vs_bullmq"
+	FigHoL                   = "hol_small_group_ms"
+	FigHoLAsynq              = "hol_small_group_ms_asynq"
+	FigHoLBullMQ             = "hol_small_group_ms_bullmq"
+	FigLatencyP50            = "latency_p50_ms"
+	FigLatencyP99            = "latency_p99_ms"
+	// FigCPU is the CPU time per job of a throughput run: the process's
+	// plus the redis-server's.
+	FigCPU = "cpu_us_per_job"
 	// FigFloorNats is the throughput of the three stored JetStream hops of
 	// a job alone ([NatsFloor]).
 	FigFloorNats = "floor_nats_jobs_per_s"
@@ -30,10 +40,11 @@ const (
 	FigCeiling = "ceiling_jobs_per_s"
 )
 
-// Systems a run can measure.
+// Systems a run can measure: the pipeline and its peers.
 const (
 	SystemPipeline = "pipeline"
 	SystemAsynq    = "asynq"
+	SystemBullMQ   = "bullmq"
 )
 
 // Options configure [Run]. Zero fields take the defaults named on each.
@@ -43,8 +54,8 @@ type Options struct {
 	// Groups is how many groups the throughput and latency runs spread
 	// their jobs over; 0 means 10.
 	Groups int
-	// Workers is the pipeline's WorkerCount and asynq's Concurrency; 0
-	// means [DefaultWorkers].
+	// Workers is the pipeline's WorkerCount, asynq's Concurrency and the
+	// concurrency of BullMQ's Worker; 0 means [DefaultWorkers].
 	Workers int
 	// Backlog and Small are the head-of-line run's large and small group
 	// sizes; 0 means 50,000 and 100.
@@ -57,9 +68,12 @@ type Options struct {
 	// Warmup is how much of the latency run's start is left out; 0 means
 	// [DefaultWarmup].
 	Warmup time.Duration
-	// Only limits the run to one system ([SystemPipeline] or
-	// [SystemAsynq]); "" means both (and the ratio).
+	// Only limits the run to the systems it names, separated by commas
+	// ([SystemPipeline], [SystemAsynq], [SystemBullMQ]); "" means all of
+	// them. The ratios need the pipeline and the peer.
 	Only string
+	// BullMQDir holds the BullMQ peer; "" means [DefaultBullMQDir].
+	BullMQDir string
 	// Log receives the pipeline services' logs; nil means none.
 	Log *slog.Logger
 	// Progress, when set, is called with a line before each phase.
@@ -95,15 +109,47 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Run starts the servers and measures the pipeline and asynq: throughput,
-// head-of-line delay, then latency at o.Load of the measured throughput,
-// adding every figure to rep.
+// systems returns the systems o.Only names.
+func (o *Options) systems() (map[string]bool, error) {
+	all := []string{SystemPipeline, SystemAsynq, SystemBullMQ}
+	m := map[string]bool{}
+	if strings.TrimSpace(o.Only) == "" {
+		for _, s := range all {
+			m[s] = true
+		}
+		return m, nil
+	}
+	for s := range strings.SplitSeq(o.Only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(all, s) {
+			return nil, fmt.Errorf("bench: Options.Only %q: %q is none of %s", o.Only, s, strings.Join(all, ", "))
+		}
+		m[s] = true
+	}
+	return m, nil
+}
+
+// peer is a system the pipeline is compared with. Its figures carry suffix.
+type peer struct {
+	name, suffix string
+	sys          interface {
+		Throughput(ctx context.Context, jobs int) (ThroughputResult, error)
+		HeadOfLine(ctx context.Context, backlog, small int) (HoLResult, error)
+		Latency(ctx context.Context, rate float64, d, warmup time.Duration) (LatencyResult, error)
+		// CPU is the CPU time the system's process has used so far.
+		CPU(ctx context.Context) (time.Duration, error)
+	}
+	tp float64 // measured throughput
+}
+
+// Run starts the servers and measures the pipeline and its peers (asynq,
+// BullMQ): throughput, head-of-line delay, then latency at o.Load of each
+// one's measured throughput, adding every figure to rep.
 func Run(ctx context.Context, o Options, rep *Reporter) error {
 	o.setDefaults()
-	switch o.Only {
-	case "", SystemPipeline, SystemAsynq:
-	default:
-		return fmt.Errorf("bench: Options.Only %q: must be %q, %q or empty", o.Only, SystemPipeline, SystemAsynq)
+	sys, err := o.systems()
+	if err != nil {
+		return err
 	}
 	env, err := StartEnv()
 	if err != nil {
@@ -114,7 +160,7 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 	rep.Add("host_load_1m", loadAvg())
 
 	var pl *Pipeline
-	if o.Only != SystemAsynq {
+	if sys[SystemPipeline] {
 		if pl, err = StartPipeline(ctx, PipelineOptions{
 			RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log,
 		}); err != nil {
@@ -122,16 +168,28 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 		}
 		defer func() { _ = pl.Close() }()
 	}
-	var aq *Asynq
-	if o.Only != SystemPipeline {
-		if aq, err = StartAsynq(AsynqOptions{RedisAddr: env.RedisAddr(), DB: AsynqDB, Concurrency: o.Workers}); err != nil {
+	var peers []*peer
+	if sys[SystemAsynq] {
+		aq, err := StartAsynq(AsynqOptions{RedisAddr: env.RedisAddr(), DB: AsynqDB, Concurrency: o.Workers})
+		if err != nil {
 			return err
 		}
 		defer aq.Close()
+		peers = append(peers, &peer{name: SystemAsynq, suffix: "_asynq", sys: aq})
+	}
+	if sys[SystemBullMQ] {
+		bq, err := StartBullMQ(ctx, BullMQOptions{
+			RedisURL: env.RedisURL(BullMQDB), Concurrency: o.Workers, Dir: o.BullMQDir, Progress: o.Progress,
+		})
+		if err != nil {
+			return err
+		}
+		defer bq.Close()
+		peers = append(peers, &peer{name: SystemBullMQ, suffix: "_bullmq", sys: bq})
 	}
 
 	// Throughput.
-	var tp, tpAsynq float64
+	var tp float64
 	if pl != nil {
 		o.Progress(fmt.Sprintf("pipeline: throughput, %d jobs over %d groups", o.Jobs, o.Groups))
 		runs0 := pl.Runs()
@@ -141,7 +199,7 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 				return err
 			}
 		}
-		r, st, err := measure(ctx, env, func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Jobs, o.Groups) })
+		r, st, err := measure(ctx, env, thisProcessCPU, func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Jobs, o.Groups) })
 		if err != nil {
 			return fmt.Errorf("pipeline throughput: %w", err)
 		}
@@ -165,20 +223,21 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 		rep.Add("depth_result_mean", d.Result)
 		rep.Add("depth_inflight_mean", d.Inflight)
 	}
-	if aq != nil {
-		o.Progress(fmt.Sprintf("asynq: throughput, %d tasks", o.Jobs))
-		r, st, err := measure(ctx, env, func() (ThroughputResult, error) { return aq.Throughput(ctx, o.Jobs) })
+	for _, p := range peers {
+		o.Progress(fmt.Sprintf("%s: throughput, %d jobs", p.name, o.Jobs))
+		r, st, err := measure(ctx, env, p.sys.CPU, func() (ThroughputResult, error) { return p.sys.Throughput(ctx, o.Jobs) })
 		if err != nil {
-			return fmt.Errorf("asynq throughput: %w", err)
+			return fmt.Errorf("%s throughput: %w", p.name, err)
 		}
-		tpAsynq = r.JobsPerSec()
-		rep.Add(FigThroughputAsynq, tpAsynq)
-		rep.Add("submit_jobs_per_s_asynq", r.SubmitJobsPerSec())
-		addCost(rep, "_asynq", st, o.Jobs)
-		o.Progress("asynq: redis commands per job: " + commandsPerJob(st.redis, o.Jobs))
-	}
-	if pl != nil && aq != nil {
-		rep.Add(FigThroughputRatio, tp/tpAsynq)
+		p.tp = r.JobsPerSec()
+		rep.Add(FigThroughput+p.suffix, p.tp)
+		rep.Add("submit_jobs_per_s"+p.suffix, r.SubmitJobsPerSec())
+		addCost(rep, p.suffix, st, o.Jobs)
+		o.Progress(p.name + ": redis commands per job: " + commandsPerJob(st.redis, o.Jobs))
+		if pl != nil {
+			addRatio(rep, "throughput_ratio_vs_"+p.name, FigThroughput, p.suffix)
+			addRatio(rep, "cpu_per_job_ratio_vs_"+p.name, FigCPU, p.suffix)
+		}
 	}
 
 	// What the three stored hops alone allow, and what that leaves.
@@ -194,9 +253,9 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 		redisUs, _ := rep.Get("redis_cpu_ms_per_1k_jobs") // ms per 1,000 jobs = µs per job
 		ceiling := float64(runtime.NumCPU()) * 1e6 / (natsUs + redisUs)
 		rep.Add(FigCeiling, ceiling)
-		if aq != nil {
-			rep.Add("floor_nats_ratio_vs_asynq", f.JobsPerSec()/tpAsynq)
-			rep.Add("ceiling_ratio_vs_asynq", ceiling/tpAsynq)
+		for _, p := range peers {
+			rep.Add("floor_nats_ratio_vs_"+p.name, f.JobsPerSec()/p.tp)
+			rep.Add("ceiling_ratio_vs_"+p.name, ceiling/p.tp)
 		}
 	}
 
@@ -210,14 +269,17 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 		rep.Add(FigHoL, Ms(h.Delay))
 		rep.Add("hol_backlog_done_first", float64(h.BacklogDoneFirst))
 	}
-	if aq != nil {
-		o.Progress(fmt.Sprintf("asynq: head-of-line, %d queued then %d", o.Backlog, o.Small))
-		h, err := aq.HeadOfLine(ctx, o.Backlog, o.Small)
+	for _, p := range peers {
+		o.Progress(fmt.Sprintf("%s: head-of-line, %d queued then %d", p.name, o.Backlog, o.Small))
+		h, err := p.sys.HeadOfLine(ctx, o.Backlog, o.Small)
 		if err != nil {
-			return fmt.Errorf("asynq head-of-line: %w", err)
+			return fmt.Errorf("%s head-of-line: %w", p.name, err)
 		}
-		rep.Add(FigHoLAsynq, Ms(h.Delay))
-		rep.Add("hol_backlog_done_first_asynq", float64(h.BacklogDoneFirst))
+		rep.Add(FigHoL+p.suffix, Ms(h.Delay))
+		rep.Add("hol_backlog_done_first"+p.suffix, float64(h.BacklogDoneFirst))
+		if pl != nil {
+			addRatio(rep, "hol_ratio_vs_"+p.name, FigHoL, p.suffix)
+		}
 	}
 
 	// Latency at a fraction of the measured throughput.
@@ -239,43 +301,70 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 		rep.Add("latency_enqueue_to_record_p50_ms", Ms(Percentile(l.EnqueueToRecord, 50)))
 		rep.Add("latency_enqueue_to_record_p99_ms", Ms(Percentile(l.EnqueueToRecord, 99)))
 	}
-	if aq != nil {
-		rate := o.Load * tpAsynq
-		o.Progress(fmt.Sprintf("asynq: latency at %.0f tasks/s for %s", rate, o.LatencyDuration))
-		l, err := aq.Latency(ctx, rate, o.LatencyDuration, o.Warmup)
+	for _, p := range peers {
+		rate := o.Load * p.tp
+		o.Progress(fmt.Sprintf("%s: latency at %.0f jobs/s for %s", p.name, rate, o.LatencyDuration))
+		l, err := p.sys.Latency(ctx, rate, o.LatencyDuration, o.Warmup)
 		if err != nil {
-			return fmt.Errorf("asynq latency: %w", err)
+			return fmt.Errorf("%s latency: %w", p.name, err)
 		}
 		if len(l.Total) == 0 {
-			return errors.New("asynq latency: no task after the warm-up")
+			return fmt.Errorf("%s latency: no job after the warm-up", p.name)
 		}
-		rep.Add("latency_rate_jobs_per_s_asynq", float64(l.Sent)/l.Duration.Seconds())
-		rep.Add(FigLatencyP50+"_asynq", Ms(Percentile(l.Total, 50)))
-		rep.Add(FigLatencyP99+"_asynq", Ms(Percentile(l.Total, 99)))
+		rep.Add("latency_rate_jobs_per_s"+p.suffix, float64(l.Sent)/l.Duration.Seconds())
+		rep.Add(FigLatencyP50+p.suffix, Ms(Percentile(l.Total, 50)))
+		rep.Add(FigLatencyP99+p.suffix, Ms(Percentile(l.Total, 99)))
+		if pl != nil {
+			addRatio(rep, "latency_p50_ratio_vs_"+p.name, FigLatencyP50, p.suffix)
+			addRatio(rep, "latency_p99_ratio_vs_"+p.name, FigLatencyP99, p.suffix)
+		}
 	}
 	rep.Add("host_load_1m_end", loadAvg())
 	return nil
 }
 
-// cost is what a run used: the redis-server's counters and this process's
-// CPU time (every Go part of the system under test runs in it).
+// addRatio adds name: the pipeline's figure fig divided by the peer's
+// (fig+suffix).
+func addRatio(rep *Reporter, name, fig, suffix string) {
+	ours, ok1 := rep.Get(fig)
+	theirs, ok2 := rep.Get(fig + suffix)
+	if ok1 && ok2 {
+		rep.Add(name, ours/theirs)
+	}
+}
+
+// thisProcessCPU is [processCPU] in the shape of peer's CPU: the pipeline
+// and asynq run in this process.
+func thisProcessCPU(context.Context) (time.Duration, error) { return processCPU(), nil }
+
+// cost is what a run used: the redis-server's counters and the CPU time of
+// the process the system under test runs in (this one for the pipeline and
+// asynq, Node.js for BullMQ).
 type cost struct {
 	redis RedisStats
 	cpu   time.Duration
 }
 
-// measure runs f and returns what it used.
-func measure(ctx context.Context, env *Env, f func() (ThroughputResult, error)) (ThroughputResult, cost, error) {
+// measure runs f and returns what it used; cpu reads the CPU time of the
+// system's process.
+func measure(ctx context.Context, env *Env, cpu func(context.Context) (time.Duration, error), f func() (ThroughputResult, error)) (ThroughputResult, cost, error) {
 	s0, err := env.RedisStats(ctx)
 	if err != nil {
 		return ThroughputResult{}, cost{}, err
 	}
-	c0 := processCPU()
+	c0, err := cpu(ctx)
+	if err != nil {
+		return ThroughputResult{}, cost{}, err
+	}
 	r, err := f()
 	if err != nil {
 		return r, cost{}, err
 	}
-	c := cost{cpu: processCPU() - c0}
+	c1, err := cpu(ctx)
+	if err != nil {
+		return r, cost{}, err
+	}
+	c := cost{cpu: c1 - c0}
 	s1, err := env.RedisStats(ctx)
 	c.redis = s1.Sub(s0)
 	return r, c, err
@@ -309,4 +398,5 @@ func addCost(rep *Reporter, suffix string, c cost, jobs int) {
 	rep.Add("redis_scripts_per_job"+suffix, float64(c.redis.Scripts)/float64(jobs))
 	rep.Add("redis_cpu_ms_per_1k_jobs"+suffix, c.redis.CPUSecs*1000/k)
 	rep.Add("process_cpu_ms_per_1k_jobs"+suffix, Ms(c.cpu)/k)
+	rep.Add(FigCPU+suffix, (c.redis.CPUSecs*1e6+float64(c.cpu/time.Microsecond))/float64(jobs))
 }

@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 )
 
 // TestRunSmall runs every phase on a small workload and checks that the
-// figures exist and say what they claim: every job ran, asynq's small batch
-// waited for the whole backlog while the pipeline's small group did not,
-// and the latency parts add up.
+// figures exist and say what they claim: every job ran, asynq's and
+// BullMQ's small batches waited for the whole backlog while the pipeline's
+// small group did not, and the latency parts add up. It needs Node.js and
+// npm for the BullMQ peer (and the npm registry, the first time).
 func TestRunSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server, NATS, the pipeline and asynq")
@@ -47,13 +49,33 @@ func TestRunSmall(t *testing.T) {
 		}
 		return v
 	}
-	for _, name := range []string{FigThroughput, FigThroughputAsynq, FigHoL, FigHoLAsynq, FigLatencyP50, FigLatencyP99} {
-		if v := get(name); v <= 0 {
-			t.Errorf("%s = %v, want > 0", name, v)
+	for _, sfx := range []string{"", "_asynq", "_bullmq"} {
+		for _, name := range []string{FigThroughput, FigHoL, FigLatencyP50, FigLatencyP99, FigCPU, "process_cpu_ms_per_1k_jobs", "redis_cpu_ms_per_1k_jobs"} {
+			if v := get(name + sfx); v <= 0 {
+				t.Errorf("%s = %v, want > 0", name+sfx, v)
+			}
 		}
 	}
-	if r, want := get(FigThroughputRatio), get(FigThroughput)/get(FigThroughputAsynq); r < want*0.99 || r > want*1.01 {
-		t.Errorf("ratio %v, want %v", r, want)
+	// Every ratio is ours divided by the peer's.
+	for _, c := range []struct{ ratio, fig string }{
+		{"throughput_ratio_vs_", FigThroughput}, {"cpu_per_job_ratio_vs_", FigCPU}, {"hol_ratio_vs_", FigHoL},
+		{"latency_p50_ratio_vs_", FigLatencyP50}, {"latency_p99_ratio_vs_", FigLatencyP99},
+	} {
+		for _, p := range []string{SystemAsynq, SystemBullMQ} {
+			if r, want := get(c.ratio+p), get(c.fig)/get(c.fig+"_"+p); r < want*0.99 || r > want*1.01 {
+				t.Errorf("%s%s = %v, want %v", c.ratio, p, r, want)
+			}
+		}
+	}
+	if get(FigThroughputRatio) != get("throughput_ratio_vs_asynq") || get(FigThroughputRatioBullMQ) != get("throughput_ratio_vs_bullmq") {
+		t.Error("the exported ratio names do not match the printed ones")
+	}
+	// CPU per job is the process's and the redis-server's.
+	for _, sfx := range []string{"", "_asynq", "_bullmq"} {
+		sum := get("process_cpu_ms_per_1k_jobs"+sfx) + get("redis_cpu_ms_per_1k_jobs"+sfx)
+		if v := get(FigCPU + sfx); v < sum*0.99-0.01 || v > sum*1.01+0.01 {
+			t.Errorf("%s = %v, want process + redis = %v", FigCPU+sfx, v, sum)
+		}
 	}
 	// The three hops alone carry jobs faster than the whole pipeline, and
 	// the ceiling (those hops' NATS work plus the pipeline's Redis work) lies
@@ -70,6 +92,10 @@ func TestRunSmall(t *testing.T) {
 	// One FIFO queue: every backlog task ran before the small batch ended.
 	if v := get("hol_backlog_done_first_asynq"); v < float64(o.Backlog-o.Workers-o.Small) {
 		t.Errorf("asynq: %v backlog tasks done before the small batch, want about %d", v, o.Backlog)
+	}
+	// BullMQ has no groups: the small tenant waits behind the backlog too.
+	if v := get("hol_backlog_done_first_bullmq"); v < float64(o.Backlog-o.Workers-o.Small) {
+		t.Errorf("bullmq: %v backlog jobs done before the small tenant, want about %d", v, o.Backlog)
 	}
 	// Fair queue: the small group does not wait for the backlog.
 	if v := get("hol_backlog_done_first"); v > float64(o.Backlog)/2 {
@@ -134,5 +160,45 @@ func TestReporter(t *testing.T) {
 	}
 	if _, ok := r.Get("c"); ok {
 		t.Fatal("Get(c) found a figure never added")
+	}
+}
+
+func TestOptionsSystems(t *testing.T) {
+	for _, c := range []struct {
+		only string
+		want []string
+		err  bool
+	}{
+		{"", []string{SystemPipeline, SystemAsynq, SystemBullMQ}, false},
+		{"bullmq", []string{SystemBullMQ}, false},
+		{"pipeline, bullmq", []string{SystemPipeline, SystemBullMQ}, false},
+		{"pipeline,sidekiq", nil, true},
+	} {
+		o := Options{Only: c.only}
+		got, err := o.systems()
+		if (err != nil) != c.err {
+			t.Fatalf("Only %q: error %v, want error %v", c.only, err, c.err)
+		}
+		if err != nil {
+			continue
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("Only %q: %v, want %v", c.only, got, c.want)
+		}
+		for _, s := range c.want {
+			if !got[s] {
+				t.Errorf("Only %q: %s missing from %v", c.only, s, got)
+			}
+		}
+	}
+}
+
+// TestBullMQWithoutNode checks that a machine without Node.js gets the
+// error that says so, before anything is installed.
+func TestBullMQWithoutNode(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := StartBullMQ(context.Background(), BullMQOptions{RedisURL: "redis://127.0.0.1:1/2"})
+	if !errors.Is(err, ErrNoNode) {
+		t.Fatalf("err = %v, want ErrNoNode", err)
 	}
 }
