@@ -55,10 +55,8 @@ var profiles = map[string]profile{
 		t6Jobs: 600, t6Bad: 1000,
 		t7Jobs:    600,
 		t8Backoff: 100_000, t8Soon: 200,
-		t10Jobs: 2000,
-		// T5 runs in the long profile only while it finds healthy jobs
-		// failed with a poison job of their pull (docs/chaos.md, open).
-		scenarios: []string{"T1", "T2", "T4", "T6"},
+		t10Jobs:   2000,
+		scenarios: []string{"T1", "T2", "T4", "T5", "T6"},
 	},
 	// long is `make chaos`.
 	"long": {

@@ -70,7 +70,7 @@ type Config struct {
 	JobTimeoutMs          int    `envconfig:"JOB_TIMEOUT_MS" default:"30000" desc:"per-job timeout passed through the context"`
 	MaxRetryCount         int    `envconfig:"MAX_RETRY_COUNT" default:"3" desc:"retries after retryable errors before a job is FAILED (rate-limited attempts do not count)"`
 	MaxThrottles          int    `envconfig:"MAX_THROTTLES" default:"50" desc:"rate-limited attempts (429s) a job may retry, each after its Retry-After or the congestion backoff, before it is FAILED"`
-	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"claims of one attempt before it is FAILED without running (poison job); deliveries that never reached Redis do not count"`
+	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"runs of one attempt alone in its worker, after a worker stopped while the job ran, before it is FAILED without running (a poison job); jobs handed back on purpose, or never claimed because Redis was unreachable, spend none"`
 	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
 

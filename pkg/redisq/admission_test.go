@@ -412,9 +412,9 @@ func TestClaimBatch(t *testing.T) {
 		t.Fatalf("cancelled group: %+v %v %v", info, ok, err)
 	}
 	// A redelivery of a claimed attempt (its worker died) may run again;
-	// it is the attempt's second claim.
+	// it is the attempt's second claim, and a suspect (it runs alone).
 	if out, err := q.ClaimBatch(ctx, []redisq.Delivery{d(a[0], 1)}); err != nil ||
-		out[0] != (redisq.Claimed{Outcome: redisq.ClaimRun, Claims: 2}) {
+		out[0] != (redisq.Claimed{Outcome: redisq.ClaimRun, Claims: 2, Suspect: true}) {
 		t.Fatalf("redelivered claim: %v %v", out, err)
 	}
 	if out, err := q.ClaimBatch(ctx, nil); err != nil || len(out) != 0 {

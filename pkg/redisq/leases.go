@@ -210,6 +210,11 @@ type Claimed struct {
 	// (retried with [Throttled]) when Outcome is ClaimRun: they do not count
 	// as errors against the retry budget.
 	Throttles int
+	// Suspect says the job was RUNNING as this attempt and its holder never
+	// handed it back ([Queue.HandBack]): the holder stopped while the job
+	// ran or waited to run, and the job may have stopped it. A suspect runs
+	// alone ([Queue.SoloRun]).
+	Suspect bool
 }
 
 // Delivery identifies one delivered attempt of a job, as a READY message
@@ -244,13 +249,16 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error
 		for _, o := range toList(v) {
 			s := toStr(o)
 			if n, ok := strings.CutPrefix(s, string(ClaimRun)+":"); ok {
-				c, t, _ := strings.Cut(n, ":")
-				claims, err1 := strconv.Atoi(c)
-				throttles, err2 := strconv.Atoi(t)
+				parts := strings.Split(n, ":")
+				if len(parts) != 3 {
+					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
+				}
+				claims, err1 := strconv.Atoi(parts[0])
+				throttles, err2 := strconv.Atoi(parts[1])
 				if err1 != nil || err2 != nil {
 					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
 				}
-				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims, Throttles: throttles})
+				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims, Throttles: throttles, Suspect: parts[2] == "1"})
 				continue
 			}
 			out = append(out, Claimed{Outcome: ClaimOutcome(s)})
@@ -271,4 +279,43 @@ func parseJobs(flat []any) []LeasedJob {
 		})
 	}
 	return jobs
+}
+
+var (
+	soloScript     = loadScript("solo")
+	handBackScript = loadScript("handback")
+)
+
+func init() {
+	allScripts["solo"] = soloScript
+	allScripts["handback"] = handBackScript
+}
+
+// SoloRun counts a run of a suspect job ([Claimed.Suspect]) alone in its
+// worker, and returns its number for the attempt (1 for the first): when
+// the worker stops during such a run, the job is the cause, so these runs
+// are the job's poison budget. ok is false when the job is no longer
+// RUNNING as that attempt (stale).
+func (q *Queue) SoloRun(ctx context.Context, g contracts.GroupRef, jobID string, attempt int) (n int, ok bool, err error) {
+	v, err := q.run(ctx, "solo", soloScript, []string{q.keys.Job(g, jobID)}, attempt)
+	if err != nil {
+		return 0, false, err
+	}
+	n = int(toInt(v))
+	return n, n > 0, nil
+}
+
+// HandBack marks claimed jobs handed back on purpose (a worker's shutdown,
+// a failed step), so that their next claim does not make them suspects.
+func (q *Queue) HandBack(ctx context.Context, ds ...Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	keys := make([]string, len(ds))
+	args := make([]any, len(ds))
+	for i, d := range ds {
+		keys[i], args[i] = q.keys.Job(d.Group, d.JobID), d.Attempt
+	}
+	_, err := q.run(ctx, "handback", handBackScript, keys, args...)
+	return err
 }

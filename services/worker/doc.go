@@ -17,9 +17,12 @@
 //     together, in one call ([redisq.Queue.ClaimBatch]). A delivery that
 //     does not carry the job's current attempt is stale and is acknowledged
 //     without running; so is a job of a cancelled group (it is counted as
-//     cancelled). A job whose attempt was claimed more than
-//     Config.MaxDeliveries times (a poison job) becomes a FAILED result
-//     without running; deliveries that never reached Redis do not count.
+//     cancelled). A job claimed again while still RUNNING as its attempt,
+//     without having been handed back (its worker stopped while it ran),
+//     is a suspect: it runs alone in the worker, and one whose worker
+//     stopped during Config.MaxDeliveries such runs (a poison job) becomes
+//     a FAILED result without running ([redisq.Queue.SoloRun]). The worker
+//     marks the jobs it hands back on purpose ([redisq.Queue.HandBack]).
 //  3. The processor runs under Config.JobTimeout, through [processor.Run]
 //     (a panic fails the job; the worker keeps running). Every
 //     Config.AckWait/3 one ticker tells JetStream that the messages of all

@@ -76,6 +76,7 @@ type claimed struct {
 	Span      trace.Span
 	delivered int  // JetStream's count of deliveries of the message
 	claims    int  // claims of this attempt that reached Redis, this one included
+	suspect   bool // its last holder stopped while it ran: it runs alone
 	throttles int  // earlier attempts of the job that were rate limited
 	extra     bool // not the message's first job: it takes a slot of its own
 	ownSpan   bool // Span is the job's own, not the delivery's
@@ -129,7 +130,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 			// poison limit (claims are counted in Redis).
 			w.handBack(c, "claim", err)
 		case outcomes[i].Outcome == redisq.ClaimRun:
-			c.claims, c.throttles = outcomes[i].Claims, outcomes[i].Throttles
+			c.claims, c.throttles, c.suspect = outcomes[i].Claims, outcomes[i].Throttles, outcomes[i].Suspect
 			c.stop = jobs.base.Done()
 			jobs.add(1)
 			go func() {
@@ -222,9 +223,33 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 // back-off, or hand-back.
 func (w *Worker) run(c claimed, jobs *tracker) {
 	msg, span, job := c.msg.Msg, c.Span, c.job
-	if c.claims > w.cfg.MaxDeliveries {
-		w.publishResult(c, contracts.ResultFailed, fmt.Sprintf("poison: claimed %d times", c.claims), 0)
-		return
+	if c.suspect {
+		// Its last holder stopped while it ran: it runs alone, so that if
+		// this worker stops now, the job is the cause (a poison job), and
+		// only such runs spend its budget (docs/ARCHITECTURE.md §6.3).
+		release, ok := w.runAlone(jobs.base)
+		if !ok { // the shutdown grace is over
+			span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
+			w.settle(c, consume.Retry(0, nil))
+			return
+		}
+		defer release()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), settleTimeout)
+		n, current, err := w.d.Queue.SoloRun(sctx, job.Ref(), job.JobID, job.Attempt)
+		cancel()
+		switch {
+		case err != nil:
+			w.handBack(c, "solo run", err)
+			return
+		case !current:
+			w.count(c, telemetry.StatusDropped)
+			w.settle(c, consume.Ack())
+			return
+		case n > w.cfg.MaxDeliveries:
+			w.publishResult(c, contracts.ResultFailed,
+				fmt.Sprintf("poison: its worker stopped %d times while it ran alone", n-1), 0)
+			return
+		}
 	}
 
 	d, ok := jobs.begin(msg)
@@ -406,6 +431,14 @@ func (w *Worker) handBack(c claimed, what string, err error) {
 // dropped as stale when the message comes again).
 func (w *Worker) settle(c claimed, dec consume.Decision) {
 	m := c.msg
+	if !dec.IsAck() && c.claims > 0 {
+		// Handed back on purpose: its next claim is not a suspect.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), settleTimeout)
+		if err := w.d.Queue.HandBack(ctx, redisq.Delivery{Group: c.job.Ref(), JobID: c.job.JobID, Attempt: c.job.Attempt}); err != nil {
+			w.warn("hand-back not recorded; the job's next run will be alone", "err", err)
+		}
+		cancel()
+	}
 	if !dec.IsAck() {
 		m.mu.Lock()
 		if m.back == nil {
@@ -466,4 +499,36 @@ func truncate(s string, n int) string {
 		i--
 	}
 	return s[:i] + mark
+}
+
+// runAlone waits until the job that calls it is the only one running in
+// this worker: one job at a time takes the lane, gives back its own slot
+// while it waits (so two waiting jobs never hold each other's slots), then
+// takes every slot. release gives back all but one, which the caller's own
+// release returns. ok is false when ctx ended first.
+func (w *Worker) runAlone(ctx context.Context) (release func(), ok bool) {
+	w.slots.Release(1)
+	select {
+	case w.lane <- struct{}{}:
+	case <-ctx.Done():
+		_ = w.slots.Acquire(context.Background()) // the caller gives it back
+		return nil, false
+	}
+	got := 0
+	for got < w.cfg.Concurrency {
+		if !w.slots.Acquire(ctx) {
+			if got == 0 {
+				_ = w.slots.Acquire(context.Background()) // the caller gives it back
+				got = 1
+			}
+			w.slots.Release(got - 1)
+			<-w.lane
+			return nil, false
+		}
+		got++
+	}
+	return func() {
+		w.slots.Release(got - 1)
+		<-w.lane
+	}, true
 }

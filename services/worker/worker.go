@@ -96,11 +96,14 @@ type Config struct {
 	// [DefaultMaxThrottles] (50), a negative value means never retry a
 	// rate-limited job.
 	MaxThrottles int
-	// MaxDeliveries is how often one attempt of a job may be claimed: a
-	// job claimed more often (a poison job, for example one whose processor
-	// crashes the worker) becomes a FAILED result without running. Claims
-	// are counted in Redis, so deliveries handed back while Redis was
-	// unreachable do not count. 0 means [DefaultMaxDeliveries] (5).
+	// MaxDeliveries is how often one attempt of a suspect job may run alone
+	// in its worker: a job claimed again while still RUNNING as its
+	// attempt (its worker stopped) runs with no other job beside it, and
+	// one whose worker stopped during MaxDeliveries such runs (a poison
+	// job, for example one whose processor crashes the worker) becomes a
+	// FAILED result without running. Jobs handed back on purpose, or
+	// while Redis was unreachable, spend none. 0 means
+	// [DefaultMaxDeliveries] (5).
 	MaxDeliveries int
 	// ShutdownGrace is how long running jobs get to finish after Run's
 	// context ends; then their contexts are cancelled and their messages
@@ -197,6 +200,7 @@ type Worker struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	slots   *consume.Slots // one per running (or being pulled) job
+	lane    chan struct{}  // held by the one suspect job that runs alone
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
 	warnLimit telemetry.WarnLimiter
@@ -226,6 +230,7 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 		settler:   consume.NewSettler(d, log, nakDelay),
 		tracer:    d.TracerProvider.Tracer(TracerName),
 		slots:     consume.NewSlots(cfg.Concurrency),
+		lane:      make(chan struct{}, 1),
 		warnLimit: telemetry.WarnLimiter{Interval: time.Second},
 	}, nil
 }

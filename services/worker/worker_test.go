@@ -450,6 +450,11 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 			if o, err := b.q.Claim(ctx, grp("g"), "j0", 1); err != nil || o != redisq.ClaimRun {
 				t.Fatalf("claim %d: %v %v", i, o, err)
 			}
+			if i > 1 { // a suspect from the second claim on: it ran alone, and its worker stopped
+				if n, ok, err := b.q.SoloRun(ctx, grp("g"), "j0", 1); err != nil || !ok || n != i-1 {
+					t.Fatalf("solo run %d: %d %v %v", i-1, n, ok, err)
+				}
+			}
 			if err := m.Nak(); err != nil {
 				t.Fatal(err)
 			}
@@ -462,7 +467,7 @@ func TestPoisonMessageFailsWithoutRunning(t *testing.T) {
 	runWorker(t, b, worker.Config{MaxDeliveries: 2}, mux)
 
 	res := b.results.wait(t, "g", "j0")
-	if res.Status != contracts.ResultFailed || res.Error != "poison: claimed 4 times" || res.Attempt != 1 {
+	if res.Status != contracts.ResultFailed || res.Error != "poison: its worker stopped 2 times while it ran alone" || res.Attempt != 1 {
 		t.Fatalf("result = %+v", res.JobResult)
 	}
 	if n := c.count(key("g", "j0")); n != 0 {

@@ -6,15 +6,20 @@
 -- ARGV[3]: job TTL in seconds
 -- ARGV[3+3(i-1)+1..3]: group key "<tenant>:<gid>"_i, jobId_i, attempt_i
 --   carried by delivery i
--- Returns: one outcome per delivery, in order: 'run:<n>:<t>' (run it; this
---   is the n-th claim of this attempt, and t of the job's earlier attempts
---   were rate limited), 'stale' (another attempt is current, or
+-- Returns: one outcome per delivery, in order: 'run:<n>:<t>:<s>' (run it;
+--   this is the n-th claim of this attempt, t of the job's earlier attempts
+--   were rate limited, and s is 1 when the job is a suspect: it was RUNNING
+--   as this attempt and its holder never handed it back, so the holder
+--   stopped while the job was running or waiting to run, and the job may
+--   be what stopped it; 0 otherwise), 'stale' (another attempt is current, or
 --   the job is terminal or gone: drop the delivery) or 'cancelled' (the group
 --   was cancelled: the job is counted as cancelled and must not run; it
 --   leaves its group's in-flight count).
 -- The job's 'claims' field, "<attempt>:<n>", counts the claims of its
--- current attempt: only deliveries that reached Redis count, so a Redis
--- outage spends none of a job's poison budget.
+-- current attempt: only deliveries that reached Redis count. The poison
+-- budget is not spent here but by solo.lua, when a suspect runs alone.
+-- A holder that hands a job back on purpose (shutdown, an error) marks it
+-- 'released' (handback.lua), so its next claim is not a suspect.
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local job_ttl = tonumber(ARGV[3])
@@ -25,7 +30,7 @@ for i = 1, n do
   local a = 3 + 3 * (i - 1)
   local gk, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local job_key = prefix .. 'job:' .. gk .. ':' .. jid
-  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles')
+  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles', 'released')
   if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING')
       or seen[job_key] then
     -- a second delivery of the same job in this call is a duplicate
@@ -52,8 +57,15 @@ for i = 1, n do
           claims = tonumber(k) + 1
         end
       end
+      local suspect = 0
+      if d[1] == 'RUNNING' and num(d[4]) ~= attempt then
+        suspect = 1
+      end
       redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now, 'claims', attempt .. ':' .. claims)
-      out[i] = 'run:' .. claims .. ':' .. num(d[3])
+      if d[4] then
+        redis.call('HDEL', job_key, 'released')
+      end
+      out[i] = 'run:' .. claims .. ':' .. num(d[3]) .. ':' .. suspect
     end
   end
 end
