@@ -12,6 +12,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
@@ -89,7 +90,7 @@ func TestVerbsOverAPI(t *testing.T) {
 	if _, _, err := run(ctx, "", "submit", "--api", api, "--group", "p", "--type", "sleep", "--file", file); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "p paused", func() bool {
+	testkit.WaitFor(t, "p paused", 30*time.Second, func() bool {
 		out, _, err := run(ctx, "", "status", "--api", api, "p")
 		return err == nil && strings.Contains(out, "PAUSED") && strings.Contains(out, "30 received")
 	})
@@ -177,17 +178,6 @@ func TestVerbsOverAPI(t *testing.T) {
 	t.Setenv(apiKeyEnv, "")
 	if _, _, err := run(ctx, "", "status", "g30"); err == nil || !strings.Contains(err.Error(), apiKeyEnv) {
 		t.Errorf("no key: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -171,8 +171,8 @@ func TestBadInputNamesLineAndFieldAndPublishesNothing(t *testing.T) {
 	} else if p := r.problem(t); len(p.Errors) == 0 || p.Errors[0].Field != "priority" {
 		t.Errorf("bad priority: %+v", p)
 	}
-	// Nothing was published: the group never appeared.
-	time.Sleep(300 * time.Millisecond)
+	// Nothing was published (a rejected request answers before any
+	// publish): the group does not exist and SUBMIT is empty.
 	if r := s.do("GET", "/v1/groups/bad", "acme", nil); r.code != http.StatusNotFound {
 		t.Errorf("the rejected requests created the group: %d %s", r.code, r.body)
 	}
@@ -290,11 +290,11 @@ func TestEventsStreamAndResume(t *testing.T) {
 	cancel1()
 	last := got[len(got)-1].id
 	// Meanwhile: pause, resume and seal, each a transition.
-	for _, op := range []string{"pause", "resume"} {
-		if r := s.do("POST", "/v1/groups/ev/"+op, "acme", nil); r.code != http.StatusAccepted {
-			t.Fatalf("%s: %d", op, r.code)
+	for _, op := range []struct{ verb, state string }{{"pause", "PAUSED"}, {"resume", "RUNNING"}} {
+		if r := s.do("POST", "/v1/groups/ev/"+op.verb, "acme", nil); r.code != http.StatusAccepted {
+			t.Fatalf("%s: %d", op.verb, r.code)
 		}
-		time.Sleep(300 * time.Millisecond)
+		s.waitState("acme", "ev", op.state)
 	}
 	if r := s.do("POST", "/v1/groups/ev/seal", "acme", strings.NewReader(`{"total":600}`)); r.code != http.StatusAccepted {
 		t.Fatalf("seal: %d %s", r.code, r.body)

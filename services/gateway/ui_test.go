@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
@@ -71,11 +72,10 @@ func TestDashboardAPI(t *testing.T) {
 		t.Errorf("hooli's overview of acme: %d", r.code)
 	}
 	// the rate history fills in a window at a time
-	time.Sleep(2100 * time.Millisecond)
-	s.do("GET", "/v1/overview", "*", nil).json(t, &ov)
-	if n := len(ov.Rate.History.Admitted); n < 2 || ov.Rate.Admitted == nil {
-		t.Errorf("rate history after 2 s: %d windows, admitted %v", n, ov.Rate.Admitted)
-	}
+	testkit.WaitFor(t, "two windows of rate history", 10*time.Second, func() bool {
+		s.do("GET", "/v1/overview", "*", nil).json(t, &ov)
+		return len(ov.Rate.History.Admitted) >= 2 && ov.Rate.Admitted != nil
+	})
 
 	var tl gateway.TenantList
 	s.do("GET", "/v1/tenants", "hooli", nil).json(t, &tl)

@@ -495,14 +495,5 @@ if gated then
   type_save(tstate, window_ms, burst_ms)
 end
 
-local held_list = {}
-for ty, n in pairs(held) do
-  held_list[#held_list + 1] = ty
-  held_list[#held_list + 1] = n
-end
-local rate_held_list = {}
-for ty, n in pairs(rate_held) do
-  rate_held_list[#rate_held_list + 1] = ty
-  rate_held_list[#rate_held_list + 1] = n
-end
-return { jobs, parked, wake, started, drained, denied_global, denied_share, now, held_list, rate_held_list }
+return { jobs, parked, wake, started, drained, denied_global, denied_share, now, flat_pairs(held),
+  flat_pairs(rate_held) }

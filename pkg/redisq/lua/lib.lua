@@ -513,3 +513,14 @@ local function group_revive(prefix, gk, meta_key, now)
   until cursor == '0'
   redis.call('ZADD', prefix .. 'stuck-watch', 'NX', now, gk)
 end
+
+-- flat_pairs returns a map as a flat list k1, v1, k2, v2, … (a script's
+-- reply cannot carry a map).
+local function flat_pairs(t)
+  local out = {}
+  for k, v in pairs(t) do
+    out[#out + 1] = k
+    out[#out + 1] = v
+  end
+  return out
+end

@@ -197,14 +197,4 @@ if tlimits then type_save(tstate, window_ms, burst_ms) end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
 if #nxt > 0 then next_due = tonumber(nxt[2]) end
-local rate_held_list = {}
-for ty, n in pairs(rate_held) do
-  rate_held_list[#rate_held_list + 1] = ty
-  rate_held_list[#rate_held_list + 1] = n
-end
-local ready_held_list = {}
-for ty, n in pairs(ready_held) do
-  ready_held_list[#ready_held_list + 1] = ty
-  ready_held_list[#ready_held_list + 1] = n
-end
-return { out, next_due, cancelled, requeued, rate_held_list, ready_held_list }
+return { out, next_due, cancelled, requeued, flat_pairs(rate_held), flat_pairs(ready_held) }
