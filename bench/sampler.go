@@ -47,7 +47,7 @@ func (p *Pipeline) sampleDepths(ctx context.Context) (stop func() Depths) {
 			}
 			var v [3]uint64
 			for i, s := range streams {
-				n, err := natsutil.StreamMsgs(ctx, p.conns.JS, s)
+				n, err := natsutil.Unsettled(ctx, p.conns.JS, s)
 				if err != nil {
 					return
 				}

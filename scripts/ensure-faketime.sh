@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Makes sure faketime (libfaketime) is on PATH for the chaos suite's clock
-# skew scenario (T7), installing Debian's package when it is missing and
-# this machine allows it (root or passwordless sudo + apt-get).
+# Makes sure faketime (libfaketime) and gcc are on PATH for the chaos
+# suite's clock skew scenario (T7: gcc builds the jemalloc stand-in that lets
+# redis-server run under faketime, docs/chaos.md), installing Debian's
+# packages when they are missing and this machine allows it (root or
+# passwordless sudo + apt-get).
 set -euo pipefail
-
-if command -v faketime >/dev/null 2>&1; then
-  exit 0
-fi
 
 # shellcheck source=apt-install.sh
 . "$(dirname "$0")/apt-install.sh"
-if apt_install faketime ""; then
-  command -v faketime >/dev/null 2>&1 && exit 0
-fi
-
-echo "faketime is missing and could not be installed here (the chaos suite skips T7 without it, or fails with CI=true)." >&2
-exit 1
+missing=0
+for tool in faketime gcc; do
+  if command -v "$tool" >/dev/null 2>&1; then
+    continue
+  fi
+  if apt_install "$tool" "" && command -v "$tool" >/dev/null 2>&1; then
+    continue
+  fi
+  echo "$tool is missing and could not be installed here (the chaos suite skips T7 without it, or fails with CI=true)." >&2
+  missing=1
+done
+exit "$missing"

@@ -89,9 +89,10 @@ type Config struct {
 	MaxMsgSize      int           `envconfig:"MAX_MSG_SIZE" default:"1048576" desc:"largest message a stream accepts, 1 KiB to 64 MiB; the NATS server's max_payload must be at least this"`
 	MaxPayloadBytes int           `envconfig:"MAX_PAYLOAD_BYTES" default:"262144" desc:"largest job payload accepted"`
 
-	StreamSubmitMaxBytes int `envconfig:"STREAM_SUBMIT_MAX_BYTES" default:"0" desc:"byte limit of the SUBMIT stream: once full it refuses submissions (clients and the gateway get an error; nothing accepted is dropped) until the fetchers drain it (0 = 1 GiB, 64 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
-	StreamReadyMaxBytes  int `envconfig:"STREAM_READY_MAX_BYTES" default:"0" desc:"byte limit of the READY stream: once full, admissions and releases wait and the jobs stay queued or leased (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
-	StreamResultMaxBytes int `envconfig:"STREAM_RESULT_MAX_BYTES" default:"0" desc:"byte limit of the RESULT stream: once full, workers hold their finished jobs and retry the result until the aggregators make room (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+	StreamSubmitMaxBytes int           `envconfig:"STREAM_SUBMIT_MAX_BYTES" default:"0" desc:"byte limit of the SUBMIT stream: once full it refuses submissions (clients and the gateway get an error; nothing accepted is dropped) until the fetchers drain it (0 = 1 GiB, 64 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+	SubmitReplayWindow   time.Duration `envconfig:"SUBMIT_REPLAY_WINDOW" default:"1h" desc:"how long SUBMIT keeps a message after the fetchers applied it to Redis, so that a Redis restored from an older snapshot (or a failover that lost recent writes) gets back what was applied after it (0 = none; applied messages are purged sooner once SUBMIT is half full)"`
+	StreamReadyMaxBytes  int           `envconfig:"STREAM_READY_MAX_BYTES" default:"0" desc:"byte limit of the READY stream: once full, admissions and releases wait and the jobs stay queued or leased (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+	StreamResultMaxBytes int           `envconfig:"STREAM_RESULT_MAX_BYTES" default:"0" desc:"byte limit of the RESULT stream: once full, workers hold their finished jobs and retry the result until the aggregators make room (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
 
 	GatewayAddr           string        `envconfig:"GATEWAY_ADDR" default:":8090" desc:"listen address of the gateway's HTTP API (/v1) and dashboard (/ui/)"`
 	GatewayKeysFile       string        `envconfig:"GATEWAY_KEYS_FILE" default:"" desc:"the gateway's API keys: a file of lines <sha256:hex> <tenant, or * for admin> [name] (bulkaction gateway key makes them), re-read when it changes; required by the gateway target"`
@@ -207,6 +208,9 @@ func (c *Config) Validate() error {
 			return bad(d.name, d.v, "must be at least 1s (Redis expiries are whole seconds)")
 		}
 	}
+	if c.SubmitReplayWindow < 0 {
+		return bad("SUBMIT_REPLAY_WINDOW", c.SubmitReplayWindow, "must not be negative (0 = none)")
+	}
 	if c.DuplicateWindow < Ms(c.LeaseMs) {
 		return bad("DUPLICATE_WINDOW", c.DuplicateWindow, fmt.Sprintf("must be at least LEASE_MS (%s): a job re-published after its lease expires must still be deduplicated", Ms(c.LeaseMs)))
 	}
@@ -225,6 +229,15 @@ func (c *Config) ReadyCapacity() int {
 		return c.ReadyQueueMaxSize
 	}
 	return readyPerWorkerSlot * c.WorkerCount * c.WorkerInstances
+}
+
+// ReplayWindow is SUBMIT_REPLAY_WINDOW as the fetcher takes it: 0 (none)
+// becomes a negative window.
+func (c *Config) ReplayWindow() time.Duration {
+	if c.SubmitReplayWindow == 0 {
+		return -1
+	}
+	return c.SubmitReplayWindow
 }
 
 // MaxTypeRate is the highest rate TYPE_RATE_LIMITS takes for a type, in

@@ -118,12 +118,15 @@ func (s StreamSettings) validate() error {
 }
 
 // StreamConfigs returns the configuration of the five streams named by n, in
-// the order SUBMIT, READY, RESULT, EVENTS, DLQ. SUBMIT, READY and RESULT use
-// the work-queue retention policy (a message is removed once acknowledged)
-// and have byte limits with the DiscardNew policy: a full stream refuses a
-// publish ([IsStreamFull]) rather than drop a message it holds. EVENTS and
-// DLQ use the limits policy and expire messages after MaxAge. Zero fields
-// of s take the defaults documented on [StreamSettings].
+// the order SUBMIT, READY, RESULT, EVENTS, DLQ. READY and RESULT use the
+// work-queue retention policy (a message is removed once acknowledged).
+// SUBMIT is a retained log (the limits policy with no age limit): the
+// fetchers purge it of the messages they applied once the replay window
+// has passed (docs/ARCHITECTURE.md §6.7). The three have byte limits with
+// the DiscardNew policy: a full stream refuses a publish ([IsStreamFull])
+// rather than drop a message it holds. EVENTS and DLQ use the limits policy
+// and expire messages after MaxAge. Zero fields of s take the defaults
+// documented on [StreamSettings].
 func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig {
 	s = s.withDefaults()
 	mk := func(name, subject, desc string, retention jetstream.RetentionPolicy, maxAge time.Duration, maxBytes int64) jetstream.StreamConfig {
@@ -132,7 +135,7 @@ func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig
 			dup = maxAge // the server rejects a window longer than MaxAge
 		}
 		discard := jetstream.DiscardOld
-		if retention == jetstream.WorkQueuePolicy {
+		if maxAge == 0 {
 			discard = jetstream.DiscardNew // never drop accepted work
 		}
 		return jetstream.StreamConfig{
@@ -150,7 +153,7 @@ func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig
 		}
 	}
 	return []jetstream.StreamConfig{
-		mk(n.StreamSubmit(), n.SubmitAll(), "bulkaction job submissions, seals and cancels", jetstream.WorkQueuePolicy, 0, s.SubmitMaxBytes),
+		mk(n.StreamSubmit(), n.SubmitAll(), "bulkaction job submissions, seals and cancels (a retained log)", jetstream.LimitsPolicy, 0, s.SubmitMaxBytes),
 		mk(n.StreamReady(), n.ReadyAll(), "bulkaction admitted jobs, one subject per job type", jetstream.WorkQueuePolicy, 0, s.ReadyMaxBytes),
 		mk(n.StreamResult(), n.ResultAll(), "bulkaction job results", jetstream.WorkQueuePolicy, 0, s.ResultMaxBytes),
 		mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge, NoLimit),
@@ -171,6 +174,11 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n contracts.Name
 		return err
 	}
 	for _, cfg := range StreamConfigs(n, s) {
+		if cfg.Name == n.StreamSubmit() {
+			if err := checkSubmitRetention(ctx, js, cfg.Name); err != nil {
+				return err
+			}
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			if isResourcesExceeded(err) {
 				return fmt.Errorf("natsutil: stream %s: its byte limit %d (%s storage) does not fit in what the "+
@@ -181,6 +189,27 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n contracts.Name
 		}
 	}
 	return nil
+}
+
+// ErrSubmitWorkQueue is wrapped by the error of [EnsureStreams] when SUBMIT
+// exists as a work queue, as versions before the replay of SUBMIT created
+// it: JetStream cannot change a stream's retention policy.
+var ErrSubmitWorkQueue = errors.New("natsutil: SUBMIT is a work queue; it must be a retained log")
+
+// checkSubmitRetention refuses a SUBMIT stream that is a work queue, with
+// what to do about it: nothing is deleted here, since a submission could
+// arrive between a check that it is empty and its deletion.
+func checkSubmitRetention(ctx context.Context, js jetstream.JetStream, name string) error {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil // absent (created below) or unreadable (the update says so)
+	}
+	info := st.CachedInfo()
+	if info.Config.Retention != jetstream.WorkQueuePolicy {
+		return nil
+	}
+	return fmt.Errorf("natsutil: stream %s: %w: stop the producers, let the fetchers drain it (it holds %d messages), "+
+		"delete it (nats stream rm %s) and start again (docs/operations.md §5)", name, ErrSubmitWorkQueue, info.State.Msgs, name)
 }
 
 // ErrStreamResources is wrapped by the error of [EnsureStreams] when the
@@ -252,6 +281,39 @@ func StreamsUsage(ctx context.Context, js jetstream.JetStream, n contracts.Names
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// Unsettled returns the number of stream's messages that are work not yet
+// done: for a work-queue stream, every message it holds (an acknowledged
+// one is removed); for a retained log (SUBMIT), what its durable consumers
+// have not delivered or have not had acknowledged, the most of any of them
+// (all its messages while it has none).
+func Unsettled(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("natsutil: stream %s: %w", stream, err)
+	}
+	info := st.CachedInfo()
+	if info.Config.Retention == jetstream.WorkQueuePolicy {
+		return info.State.Msgs, nil
+	}
+	var most uint64
+	durable := false
+	cl := st.ListConsumers(ctx)
+	for ci := range cl.Info() {
+		if ci.Config.Durable == "" {
+			continue
+		}
+		durable = true
+		most = max(most, ci.NumPending+uint64(ci.NumAckPending))
+	}
+	if err := cl.Err(); err != nil {
+		return 0, fmt.Errorf("natsutil: consumers of %s: %w", stream, err)
+	}
+	if !durable {
+		return info.State.Msgs, nil
+	}
+	return most, nil
 }
 
 // StreamMsgs returns the number of messages stream currently holds.

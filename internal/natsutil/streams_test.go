@@ -24,7 +24,7 @@ type wantStream struct {
 
 func wantStreams(n contracts.Names, maxAge time.Duration) []wantStream {
 	return []wantStream{
-		{n.StreamSubmit(), n.SubmitAll(), jetstream.WorkQueuePolicy, 0},
+		{n.StreamSubmit(), n.SubmitAll(), jetstream.LimitsPolicy, 0},
 		{n.StreamReady(), n.ReadyAll(), jetstream.WorkQueuePolicy, 0},
 		{n.StreamResult(), n.ResultAll(), jetstream.WorkQueuePolicy, 0},
 		{n.StreamEvents(), n.EventsAll(), jetstream.LimitsPolicy, maxAge},
@@ -35,7 +35,7 @@ func wantStreams(n contracts.Names, maxAge time.Duration) []wantStream {
 func TestStreamConfigsDefaults(t *testing.T) {
 	cfgs := natsutil.StreamConfigs(contracts.Names{}, natsutil.StreamSettings{})
 	want := []wantStream{
-		{"BULKACTION_SUBMIT", "bulkaction.submit.>", jetstream.WorkQueuePolicy, 0},
+		{"BULKACTION_SUBMIT", "bulkaction.submit.>", jetstream.LimitsPolicy, 0},
 		{"BULKACTION_READY", "bulkaction.ready.>", jetstream.WorkQueuePolicy, 0},
 		{"BULKACTION_RESULT", "bulkaction.result.>", jetstream.WorkQueuePolicy, 0},
 		{"BULKACTION_EVENTS", "bulkaction.events.>", jetstream.LimitsPolicy, 7 * 24 * time.Hour},
@@ -224,5 +224,26 @@ func TestStreamMsgs(t *testing.T) {
 	}
 	if _, err := natsutil.StreamMsgs(ctx, js, "MISSING"); !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), "MISSING") {
 		t.Fatalf("missing stream: err = %v", err)
+	}
+}
+
+// TestEnsureStreamsRefusesAWorkQueueSubmit: a SUBMIT created as a work queue
+// (by an older version) cannot become a retained log in place; EnsureStreams
+// says so and what to do, and changes nothing.
+func TestEnsureStreamsRefusesAWorkQueueSubmit(t *testing.T) {
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	n := contracts.Names{}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: n.StreamSubmit(), Subjects: []string{n.SubmitAll()},
+		Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	err := natsutil.EnsureStreams(ctx, js, n, natsutil.StreamSettings{})
+	if !errors.Is(err, natsutil.ErrSubmitWorkQueue) || !strings.Contains(err.Error(), "nats stream rm "+n.StreamSubmit()) {
+		t.Fatalf("EnsureStreams = %v, want ErrSubmitWorkQueue naming the way out", err)
+	}
+	st, err := js.Stream(ctx, n.StreamSubmit())
+	if err != nil || st.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
+		t.Fatalf("SUBMIT changed: %v", err)
 	}
 }

@@ -138,6 +138,18 @@ func (e *Env) StreamMsgs(t testing.TB, stream string) uint64 {
 	return n
 }
 
+// SubmitLeft returns the number of SUBMIT messages the fetchers have not
+// settled yet ([natsutil.Unsettled]): SUBMIT keeps applied messages for
+// the replay window, so its message count is not what is left.
+func (e *Env) SubmitLeft(t testing.TB) uint64 {
+	t.Helper()
+	n, err := natsutil.Unsettled(context.Background(), e.JS, e.Names.StreamSubmit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // WaitReadyDrained waits until the READY stream is empty (a [Reader] has
 // acknowledged every message), failing t after [testkit.DefaultTimeout]. Once no
 // job is leased or queued, this means every message published is in the

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -125,17 +126,16 @@ func CheckGroupTTLs(t testing.TB, rdb redis.UniversalClient, prefix string) {
 	}
 }
 
-// WorkStreamsHeld returns the messages SUBMIT, READY and RESULT of names
-// hold, by stream kind. Work-queue streams drop a message once it is
-// acknowledged, so a message still held is unacknowledged work.
+// WorkStreamsHeld returns the unsettled messages of SUBMIT, READY and
+// RESULT of names ([natsutil.Unsettled]), by stream kind.
 func WorkStreamsHeld(ctx context.Context, js jetstream.JetStream, names contracts.Names) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for kind, name := range map[string]string{"SUBMIT": names.StreamSubmit(), "READY": names.StreamReady(), "RESULT": names.StreamResult()} {
-		st, err := js.Stream(ctx, name)
+		n, err := natsutil.Unsettled(ctx, js, name)
 		if err != nil {
-			return nil, fmt.Errorf("pipelinetest: stream %s: %w", name, err)
+			return nil, fmt.Errorf("pipelinetest: %w", err)
 		}
-		out[kind] = st.CachedInfo().State.Msgs
+		out[kind] = n
 	}
 	return out, nil
 }

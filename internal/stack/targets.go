@@ -22,7 +22,7 @@ func initFetcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
 	return fetcher.New(fetcher.Config{
 		ReadyCapacity: cfg.ReadyCapacity(), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
-		UnservedTypes: cfg.UnservedTypes,
+		UnservedTypes: cfg.UnservedTypes, ReplayWindow: cfg.ReplayWindow(),
 	}, s.Deps)
 }
 

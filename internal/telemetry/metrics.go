@@ -142,6 +142,11 @@ type Metrics struct {
 	// letter could not be stored, so they stay on their stream and come again with a growing
 	// delay. Alert on any increase.
 	DeadLetterFailures prometheus.Counter
+	// SubmitReplayed is bulk_action_submit_replayed_total{outcome}: SUBMIT messages applied again
+	// after Redis restarted (docs/ARCHITECTURE.md §6.7): "replayed", or "purged" for messages the
+	// replay needed but SUBMIT no longer held (Redis came back older than SUBMIT_REPLAY_WINDOW).
+	// Alert on any "purged".
+	SubmitReplayed *prometheus.CounterVec
 	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
 	// (buckets 10 ms to 1 h).
 	SubmitLatency prometheus.Histogram
@@ -251,6 +256,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("dead_letter_failures_total"),
 			Help: "Rejected messages whose dead letter could not be stored; they come again with a growing delay.",
 		}),
+		SubmitReplayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("submit_replayed_total"),
+			Help: "SUBMIT messages applied again after a Redis restart (replayed), or needed but no longer held (purged).",
+		}, []string{"outcome"}),
 		SubmitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("job_latency_ms"),
 			Help:    "Time from job submission to its recorded result, in milliseconds.",
@@ -262,8 +271,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
 		m.BackpressureAdmitted, m.BackpressureRejected, m.AdmissionHeld, m.CongestionBackoff,
 		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.ResultsFenced, m.GroupCompletions,
-		m.DeadLetters, m.DeadLetterFailures, m.SubmitLatency,
+		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.SubmitLatency,
 	)
+	for _, o := range []string{"replayed", "purged"} {
+		m.SubmitReplayed.WithLabelValues(o)
+	}
 	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {
 		m.RateLimitDenied.WithLabelValues(r)
 	}

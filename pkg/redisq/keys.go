@@ -221,6 +221,12 @@ func (k Keys) ReadyFloor() string { return k.prefix + "ready:floor" }
 // last announcement of each expires (ms).
 func (k Keys) WorkerTypes() string { return k.prefix + "worker-types" }
 
+// Positions is the HASH of the consumers' positions in the retained logs they
+// apply to Redis ([Queue.Position]): field "<log>:seq", the stream sequence
+// up to which every message was applied, and "<log>:rid", the run id of the
+// Redis server that stored it.
+func (k Keys) Positions() string { return k.prefix + "positions" }
+
 // CongestionHistory is the capped LIST of system congestion snapshots.
 func (k Keys) CongestionHistory() string { return k.prefix + "congestion:history" }
 

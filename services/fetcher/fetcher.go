@@ -37,6 +37,8 @@ const (
 	// DefaultAckWait is how long the SUBMIT consumer waits for an ack
 	// before redelivering a message.
 	DefaultAckWait = 30 * time.Second
+	// DefaultReplayWindow is the default of [Config.ReplayWindow].
+	DefaultReplayWindow = time.Hour
 )
 
 // Dead-letter reasons of the fetcher, beside the validation reasons of
@@ -100,6 +102,13 @@ type Config struct {
 	// into their type's own READY room, where they wait for a worker. Either
 	// way a type never takes the READY room of another.
 	UnservedTypes string
+	// ReplayWindow is how long SUBMIT keeps a message after it was applied
+	// to Redis, so that a Redis restored from a snapshot up to this old
+	// gets back what was applied after the snapshot (docs/ARCHITECTURE.md
+	// §6.7); default [DefaultReplayWindow] (1h), negative: none (applied
+	// messages are purged within a second or so). Applied messages are also
+	// purged, whatever their age, once SUBMIT is half full.
+	ReplayWindow time.Duration
 }
 
 // Values of [Config.UnservedTypes].
@@ -126,6 +135,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.UnservedTypes == "" {
 		c.UnservedTypes = UnservedHold
+	}
+	if c.ReplayWindow == 0 {
+		c.ReplayWindow = DefaultReplayWindow
 	}
 }
 
@@ -157,6 +169,7 @@ type Fetcher struct {
 	settler *consume.Settler
 	room    *handoff.Room
 	heldLog telemetry.WarnLimiter
+	replay  replayState
 }
 
 // New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
@@ -216,10 +229,18 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fetcher: subscribe %s: %w", f.d.Names.Notify("work"), err)
 	}
+	f.replay.base, f.replay.cons = ctx, cons
+	// A Redis that restarted since the last position gets SUBMIT's replay
+	// before anything else is applied (§6.7); a failure here is retried by
+	// the ingest.
+	if _, err := f.awaitCurrent(ctx); err != nil && ctx.Err() == nil {
+		f.log.Warn("SUBMIT position", "err", err)
+	}
 	ingest := consume.Loop{Consumer: cons, Batch: f.cfg.IngestBatchSize, Handle: f.ingest, Log: f.log, Name: f.cfg.Durable}
 	var wg sync.WaitGroup
 	wg.Go(func() { ingest.Run(ctx) })
 	wg.Go(func() { f.admitLoop(ctx, wake) })
+	wg.Go(func() { f.checkpointLoop(ctx, cons) })
 	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.ReadyCapacity,
 		"admitBatch", f.cfg.AdmitBatchSize, "ingestBatch", f.cfg.IngestBatchSize)
 
@@ -229,6 +250,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	// The ingest loop stops pulling and handles the batch it holds before
 	// it returns.
 	wg.Wait()
+	f.replay.wg.Wait()
 	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		f.log.Warn("unsubscribe", "err", err)
 	}

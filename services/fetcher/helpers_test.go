@@ -47,7 +47,7 @@ func publishRaw(t *testing.T, e *pipelinetest.Env, subject, body string) {
 // waitSubmitDrained waits until the fetcher has settled every submission.
 func waitSubmitDrained(t *testing.T, e *pipelinetest.Env) {
 	t.Helper()
-	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamSubmit()) == 0 })
+	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.SubmitLeft(t) == 0 })
 }
 
 // deadLetter is a dead letter and the subject it was published on.

@@ -2,6 +2,7 @@ package fetcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -40,8 +41,41 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 	// A batch that was received is finished even during shutdown.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
+	items := f.decode(ctx, msgs)
+	ds := make([]*consume.Delivery, len(items))
+	valid := false
+	for i, it := range items {
+		ds[i] = it.Delivery
+		valid = valid || it.sub != nil
+	}
+	// Nothing is applied to a Redis whose SUBMIT position is not current
+	// (it restarted, maybe older): the replay comes first (§6.7).
+	if valid {
+		current, err := f.awaitCurrent(ctx)
+		if err == nil && !current {
+			err = errReplaying
+		}
+		if err != nil {
+			for _, it := range items {
+				if it.sub != nil {
+					it.Decide(consume.Retry(retryDelay, err))
+				}
+			}
+		} else if f.store(ctx, items) > 0 {
+			f.notifyWork()
+		}
+	}
+	f.settler.Settle(ctx, ds...)
+}
+
+// errReplaying is the retry reason of messages received while SUBMIT is
+// being replayed.
+var errReplaying = errors.New("fetcher: SUBMIT is being replayed into a restarted Redis")
+
+// decode opens each message's ingest span and decodes it; an invalid
+// message is decided as a dead letter.
+func (f *Fetcher) decode(ctx context.Context, msgs []jetstream.Msg) []*item {
 	items := make([]*item, len(msgs))
-	ds := make([]*consume.Delivery, len(msgs))
 	for i, m := range msgs {
 		it := &item{Delivery: consume.Open(ctx, f.tracer, SpanIngest, m)}
 		sub, err := contracts.DecodeSubmission(m.Subject(), m.Data(), f.d.Limits)
@@ -59,15 +93,16 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 				}
 			}
 		}
-		items[i], ds[i] = it, it.Delivery
+		items[i] = it
 	}
-	added := f.store(ctx, items)
-	if added > 0 {
-		if err := f.d.NC.Publish(f.d.Names.Notify("work"), nil); err != nil {
-			f.log.Debug("notify", "err", err)
-		}
+	return items
+}
+
+// notifyWork wakes the fetchers' admission: jobs were queued.
+func (f *Fetcher) notifyWork() {
+	if err := f.d.NC.Publish(f.d.Names.Notify("work"), nil); err != nil {
+		f.log.Debug("notify", "err", err)
 	}
-	f.settler.Settle(ctx, ds...)
 }
 
 // store applies the valid submissions of items to Redis in message order:

@@ -926,6 +926,10 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	r.json(t, &rr)
 	c.request("POST", retry, "application/json", `{"groupId":"mixed-again"}`)
 	c.check("POST", retry, s.do("POST", "/v1/groups/mixed/retry-failed", "acme", strings.NewReader(`{"groupId":"mixed-again"}`)), 202)
+	// 202: the retry group exists once a fetcher has ingested it.
+	testkit.WaitFor(t, "the retry group", 0, func() bool {
+		return s.do("GET", "/v1/groups/"+rr.GroupID, "acme", nil).code == http.StatusOK
+	})
 	c.check("GET", group, s.do("GET", "/v1/groups/"+rr.GroupID, "acme", nil), 200)
 	c.check("GET", group, s.do("GET", "/v1/groups/mixed", "acme", nil), 200)
 	c.check("POST", retry, s.do("POST", "/v1/groups/arr/retry-failed", "acme", nil), 409)

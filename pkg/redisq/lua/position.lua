@@ -1,0 +1,35 @@
+-- position.lua: a consumer's position in a retained log (docs/ARCHITECTURE.md §6.7).
+-- KEYS[1] positions HASH
+-- ARGV[1] log name, ARGV[2] op: read | advance | reset
+-- ARGV[3] seq (advance: the new position; reset: the position a replay reached)
+-- ARGV[4], ARGV[5] (reset) the seq and run id the replay started from
+-- Returns {seq, current (1|0), run id of this server}. current says the
+-- position was stored by this very server process: a restart (clean, or from
+-- an older snapshot, or a failover) changes the run id, and until a replay
+-- resets the position it is not current and advance refuses to move it.
+local info = redis.call('INFO', 'server')
+local rid = string.match(info, 'run_id:(%w+)') or ''
+local seqf, ridf = ARGV[1] .. ':seq', ARGV[1] .. ':rid'
+local cur = redis.call('HMGET', KEYS[1], seqf, ridf)
+local seq = tonumber(cur[1]) or 0
+local stored = cur[2] or ''
+local op = ARGV[2]
+if op == 'advance' then
+  if stored ~= rid then
+    return {seq, 0, rid}
+  end
+  local n = tonumber(ARGV[3])
+  if n > seq then
+    redis.call('HSET', KEYS[1], seqf, n)
+    seq = n
+  end
+  return {seq, 1, rid}
+elseif op == 'reset' then
+  if seq ~= tonumber(ARGV[4]) or stored ~= ARGV[5] then
+    return {seq, stored == rid and 1 or 0, rid}
+  end
+  local n = tonumber(ARGV[3])
+  redis.call('HSET', KEYS[1], seqf, n, ridf, rid)
+  return {n, 1, rid}
+end
+return {seq, stored == rid and 1 or 0, rid, stored}
