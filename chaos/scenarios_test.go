@@ -60,7 +60,8 @@ type run struct {
 func (r run) execute(t *testing.T) row {
 	start := time.Now()
 	e := newEnv(t, r.id, r.opts)
-	plans := r.w.plans(strings.ToLower(r.id))
+	// Group ids take the scenario's id: T7+ and T7- become t7plus and t7minus.
+	plans := r.w.plans(strings.NewReplacer("+", "plus", "-", "minus").Replace(strings.ToLower(r.id)))
 	ctx := context.Background()
 
 	faultCtx, stopFaults := context.WithTimeout(ctx, r.maxFaultTime)
@@ -675,7 +676,10 @@ func t7(p profile, id, skew string) run {
 			Wrap: map[string][]string{
 				"dispatcher-1": {"faketime", "-f", opp}, "fetcher-1": {"faketime", "-f", opp}, "worker-1": {"faketime", "-f", opp},
 			},
-			Settings: map[string]string{"GLOBAL_RPS": fmt.Sprint(rps), "BASE_BACKOFF_MS": "500", "MAX_BACKOFF_MS": "3000"},
+			// 30% of attempts fail: with 20 retries a job fails for good with
+			// odds of 0.3^21, so every FAILED job is unexpected.
+			Settings: map[string]string{"GLOBAL_RPS": fmt.Sprint(rps), "BASE_BACKOFF_MS": "500", "MAX_BACKOFF_MS": "3000",
+				"MAX_RETRY_COUNT": "20"},
 		},
 		w: workload{Tenants: 2, Groups: 3, Jobs: p.t7Jobs / 6, Job: func(t, g, i int) (string, string, bool) {
 			return "sleep", `{"ms":5,"failRate":0.3}`, false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -61,12 +62,15 @@ func (w workload) plans(tag string) []*groupPlan {
 // retry runs fn until it succeeds or ctx ends (every call is idempotent:
 // the client's messages carry ids derived from the jobs).
 func retry(ctx context.Context, fn func(ctx context.Context) error) error {
-	for {
+	for n := 0; ; n++ {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		err := fn(cctx)
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if n%50 == 10 { // a fault lasts seconds; this long is worth saying
+			fmt.Fprintf(os.Stderr, "chaos: still retrying after %d attempts: %v\n", n+1, err)
 		}
 		select {
 		case <-ctx.Done():
