@@ -3,7 +3,8 @@
 // this process, and BullMQ (https://docs.bullmq.io), in a Node.js process
 // (bullmq/peer.mjs), all on one private redis-server (a database each:
 // [PipelineDB], [AsynqDB], [BullMQDB]) and one embedded NATS server with
-// file storage.
+// file storage; only the million run (below) gives each system servers of
+// its own.
 //
 // It is a module of its own so that the main module does not depend on
 // asynq; BullMQ is installed into bench/bullmq/node_modules (pinned by
@@ -93,6 +94,33 @@
 //   - submit_jobs_per_s(_asynq, _bullmq): how fast the producers got their jobs
 //     accepted; processor_runs_per_job: processor calls per job in the
 //     throughput run (above 1 means redeliveries).
+//   - million_seconds, million_jobs_per_s, million_peak_redis_mb,
+//     million_peak_redis_bytes_per_job (suffix _asynq, _bullmq for the
+//     peers): the million run, -e2e.million jobs (default 1,000,000, and
+//     million_jobs says how many; 0 leaves the run out), run once the
+//     servers of the other phases are stopped. Each system in turn gets a
+//     fresh redis-server (the pipeline also a fresh NATS server), stopped
+//     after its run, so no run's memory or leftover work reaches the next.
+//     The workload is the throughput run's at that size: the pipeline's
+//     jobs over -e2e.groups groups (10), one producer per group submitting
+//     1000 jobs per Submit call, then sealing; asynq's enqueued one per
+//     EnqueueContext call by [DefaultProducers] goroutines; BullMQ's added
+//     with Queue.addBulk (1000 per call) while one Worker runs (peer.mjs's
+//     "million" operation). million_seconds runs from the first submit until
+//     the last job is done (the last group COMPLETED; the handler or
+//     processor run for the last task or job), million_jobs_per_s is the
+//     jobs divided by it. The redis-server's INFO memory used_memory is read
+//     just before the first submit, every [MemorySampleInterval] (100 ms)
+//     during the run and once at its end; million_peak_redis_mb is the
+//     highest sample minus the first, in MB (10^6 bytes), and
+//     million_peak_redis_bytes_per_job the same in bytes per job. asynq and
+//     BullMQ delete a job once it has run, so their peak is the backlog the
+//     producer ran ahead of the workers; the pipeline keeps every job's hash
+//     for JOB_TTL (24 h) after recording its result, so its peak holds every
+//     job of the run. million_time_ratio_vs_asynq,
+//     million_time_ratio_vs_bullmq, million_peak_redis_ratio_vs_asynq and
+//     million_peak_redis_ratio_vs_bullmq divide the pipeline's time and peak
+//     by the peer's (below 1 is better for the pipeline).
 //   - host_load_1m, host_load_1m_end: the host's load average when the run
 //     started and ended. Figures from a host busy with other work are not
 //     comparable with those of an idle one.

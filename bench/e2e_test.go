@@ -11,11 +11,12 @@ import (
 
 var (
 	flagJobs    = flag.Int("e2e.jobs", 100_000, "throughput run: jobs")
-	flagGroups  = flag.Int("e2e.groups", 10, "throughput and latency runs: groups")
+	flagGroups  = flag.Int("e2e.groups", 10, "throughput, latency and million runs: groups")
 	flagWorkers = flag.Int("e2e.workers", DefaultWorkers, "pipeline WorkerCount and asynq Concurrency")
 	flagBacklog = flag.Int("e2e.backlog", 50_000, "head-of-line run: jobs of the large group")
 	flagSmall   = flag.Int("e2e.small", 100, "head-of-line run: jobs of the small group")
 	flagLatency = flag.Duration("e2e.latency", 10*time.Second, "latency run: how long to submit")
+	flagMillion = flag.Int("e2e.million", DefaultMillion, "million run: jobs through each system on servers of its own, with peak Redis memory (0 skips it)")
 	flagLoad    = flag.Float64("e2e.load", 0.5, "latency run: submit rate as a fraction of the measured throughput")
 	flagOnly    = flag.String("e2e.only", "", "measure only these systems, comma-separated: pipeline, asynq, bullmq (default all)")
 	flagLogs    = flag.Bool("e2e.logs", false, "print the services' warnings and errors on stderr")
@@ -27,13 +28,15 @@ var (
 func BenchmarkE2E(b *testing.B) {
 	o := Options{
 		Jobs: *flagJobs, Groups: *flagGroups, Workers: *flagWorkers, Backlog: *flagBacklog, Small: *flagSmall,
-		LatencyDuration: *flagLatency, Load: *flagLoad, Only: *flagOnly, ScriptLog: *flagScripts,
+		Million: *flagMillion, LatencyDuration: *flagLatency, Load: *flagLoad, Only: *flagOnly, ScriptLog: *flagScripts,
 		Progress: func(s string) { b.Log(s) },
 	}
 	if *flagLogs {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// The million run takes about as long as the rest together, or longer
+	// (make bench-e2e gives go test -timeout 45m).
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	rep := &Reporter{W: os.Stdout}
 	for b.Loop() {
@@ -46,6 +49,7 @@ func BenchmarkE2E(b *testing.B) {
 		{FigThroughputBullMQ, "bullmq-jobs/s"}, {FigThroughputRatioBullMQ, "x-bullmq"},
 		{FigHoL, "hol-ms"}, {FigHoLAsynq, "asynq-hol-ms"}, {FigHoLBullMQ, "bullmq-hol-ms"},
 		{FigLatencyP50, "p50-ms"}, {FigLatencyP99, "p99-ms"},
+		{FigMillion, "million-s"}, {FigMillionPeakRedis, "million-redis-MB"},
 	} {
 		if v, ok := rep.Get(f.fig); ok {
 			b.ReportMetric(v, f.unit)

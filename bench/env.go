@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -143,4 +144,19 @@ func (e *Env) RedisStats(ctx context.Context) (RedisStats, error) {
 		}
 	}
 	return s, nil
+}
+
+// UsedMemory is the redis-server's used_memory (INFO memory): the bytes its
+// allocator holds for data, buffers and overhead.
+func (e *Env) UsedMemory(ctx context.Context) (int64, error) {
+	info, err := e.admin.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, fmt.Errorf("bench: INFO memory: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("bench: INFO memory has no used_memory")
 }

@@ -16,6 +16,12 @@ const (
 	DefaultProducers = 32
 	// DefaultWarmup is how much of the start of a latency run is left out.
 	DefaultWarmup = time.Second
+	// DefaultMillion is the million run's size in the benchmark
+	// (-e2e.million).
+	DefaultMillion = 1_000_000
+	// MemorySampleInterval is how often the million run reads its
+	// redis-server's used_memory.
+	MemorySampleInterval = 100 * time.Millisecond
 )
 
 // ThroughputResult is one throughput run.
@@ -79,3 +85,19 @@ type sample struct {
 	submitNs int64
 	d        time.Duration
 }
+
+// MillionResult is one system's million run: a throughput run on servers of
+// its own while the redis-server's used_memory is sampled.
+type MillionResult struct {
+	ThroughputResult
+	// BaseRedisBytes is used_memory just before the first submit, and
+	// PeakRedisBytes the highest value sampled from then until the last job
+	// was done (a last sample is taken then).
+	BaseRedisBytes, PeakRedisBytes int64
+	// Samples is how many times used_memory was read during the run.
+	Samples int
+}
+
+// PeakBytes is PeakRedisBytes - BaseRedisBytes: the most memory the run
+// added to the redis-server.
+func (m MillionResult) PeakBytes() int64 { return m.PeakRedisBytes - m.BaseRedisBytes }

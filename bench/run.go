@@ -38,6 +38,17 @@ const (
 	// core busy with nothing but the NATS work of [NatsFloor] and the Redis
 	// work the pipeline's throughput run measured per job.
 	FigCeiling = "ceiling_jobs_per_s"
+	// FigMillion is the million run's time, in seconds, from the first
+	// submit until the last job is done ([Options.Million] jobs).
+	FigMillion = "million_seconds"
+	// FigMillionJobsPerSec is the million run's jobs divided by its time.
+	FigMillionJobsPerSec = "million_jobs_per_s"
+	// FigMillionPeakRedis is the highest used_memory of the system's
+	// redis-server during the million run minus its value before, in MB
+	// (10^6 bytes).
+	FigMillionPeakRedis = "million_peak_redis_mb"
+	// FigMillionPeakRedisPerJob is that peak in bytes per job.
+	FigMillionPeakRedisPerJob = "million_peak_redis_bytes_per_job"
 )
 
 // Systems a run can measure: the pipeline and its peers.
@@ -60,6 +71,12 @@ type Options struct {
 	// Backlog and Small are the head-of-line run's large and small group
 	// sizes; 0 means 50,000 and 100.
 	Backlog, Small int
+	// Million is the million run's size: that many noop jobs spread over
+	// Groups groups through each system, each on servers of its own, timed
+	// while its redis-server's memory is sampled. Unlike the other sizes, 0
+	// leaves the run out (the benchmark's -e2e.million flag defaults to
+	// [DefaultMillion]).
+	Million int
 	// LatencyDuration is how long the latency run submits; 0 means 10 s.
 	LatencyDuration time.Duration
 	// Load is the latency run's submit rate as a fraction of the measured
@@ -144,20 +161,38 @@ type peer struct {
 
 // Run starts the servers and measures the pipeline and its peers (asynq,
 // BullMQ): throughput, head-of-line delay, then latency at o.Load of each
-// one's measured throughput, adding every figure to rep.
+// one's measured throughput, adding every figure to rep. Once those servers
+// are stopped, the million run ([Options.Million]) starts each system on
+// servers of its own.
 func Run(ctx context.Context, o Options, rep *Reporter) error {
 	o.setDefaults()
 	sys, err := o.systems()
 	if err != nil {
 		return err
 	}
+	rep.Add("workers", float64(o.Workers))
+	rep.Add("host_load_1m", loadAvg())
+	if err := runShared(ctx, o, sys, rep); err != nil {
+		return err
+	}
+	if o.Million > 0 {
+		if err := runMillion(ctx, o, sys, rep); err != nil {
+			return err
+		}
+	}
+	rep.Add("host_load_1m_end", loadAvg())
+	return nil
+}
+
+// runShared runs the throughput, floor, head-of-line and latency phases of
+// the systems sys names on one redis-server (a database each) and one NATS
+// server, stopping them all before it returns.
+func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporter) error {
 	env, err := StartEnv()
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	rep.Add("workers", float64(o.Workers))
-	rep.Add("host_load_1m", loadAvg())
 
 	var pl *Pipeline
 	if sys[SystemPipeline] {
@@ -319,7 +354,6 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 			addRatio(rep, "latency_p99_ratio_vs_"+p.name, FigLatencyP99, p.suffix)
 		}
 	}
-	rep.Add("host_load_1m_end", loadAvg())
 	return nil
 }
 

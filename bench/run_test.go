@@ -23,7 +23,7 @@ func TestRunSmall(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	rep := &Reporter{W: &out}
-	o := Options{Jobs: 2000, Groups: 4, Workers: 8, Backlog: 3000, Small: 20, LatencyDuration: 1500 * time.Millisecond, Warmup: 500 * time.Millisecond}
+	o := Options{Jobs: 2000, Groups: 4, Workers: 8, Backlog: 3000, Small: 20, Million: 4000, LatencyDuration: 1500 * time.Millisecond, Warmup: 500 * time.Millisecond}
 	if err := Run(ctx, o, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,31 @@ func TestRunSmall(t *testing.T) {
 	// Fair queue: the small group does not wait for the backlog.
 	if v := get("hol_backlog_done_first"); v > float64(o.Backlog)/2 {
 		t.Errorf("pipeline: %v of %d backlog jobs done before the small group", v, o.Backlog)
+	}
+	// The million run: every system's time and rate agree, and the
+	// pipeline's peak holds every job's hash (kept for JobTTL after it is
+	// recorded).
+	for _, sfx := range []string{"", "_asynq", "_bullmq"} {
+		sec, rate := get(FigMillion+sfx), get(FigMillionJobsPerSec+sfx)
+		if sec <= 0 || rate*sec < float64(o.Million)*0.99 || rate*sec > float64(o.Million)*1.01 {
+			t.Errorf("million%s: %v s at %v jobs/s for %d jobs", sfx, sec, rate, o.Million)
+		}
+		if mb, per := get(FigMillionPeakRedis+sfx), get(FigMillionPeakRedisPerJob+sfx); mb < 0 || per*float64(o.Million)/1e6 < mb*0.99-0.001 || per*float64(o.Million)/1e6 > mb*1.01+0.001 {
+			t.Errorf("million%s: peak %v MB, %v bytes per job", sfx, mb, per)
+		}
+	}
+	if v := get(FigMillionPeakRedisPerJob); v < 100 {
+		t.Errorf("pipeline million: peak %v bytes per job, want at least a job hash's", v)
+	}
+	for _, p := range []string{SystemAsynq, SystemBullMQ} {
+		if r, want := get("million_time_ratio_vs_"+p), get(FigMillion)/get(FigMillion+"_"+p); r < want*0.99 || r > want*1.01 {
+			t.Errorf("million_time_ratio_vs_%s = %v, want %v", p, r, want)
+		}
+		if theirs := get(FigMillionPeakRedis + "_" + p); theirs > 0 {
+			if r, want := get("million_peak_redis_ratio_vs_"+p), get(FigMillionPeakRedis)/theirs; r < want*0.99 || r > want*1.01 {
+				t.Errorf("million_peak_redis_ratio_vs_%s = %v, want %v", p, r, want)
+			}
+		}
 	}
 	if p50, p99 := get(FigLatencyP50), get(FigLatencyP99); p50 > p99 {
 		t.Errorf("p50 %v > p99 %v", p50, p99)
