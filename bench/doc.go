@@ -71,7 +71,11 @@
 //     the embedded NATS server and the producer; for asynq this one's, with
 //     its client and server; for BullMQ the Node.js process's, with its
 //     Queue and Worker, from process.cpuUsage) and cpu_us_per_job (process
-//     plus redis-server). cpu_per_job_ratio_vs_asynq and
+//     plus redis-server); for the systems that run in this process (the
+//     pipeline, asynq) go_allocs_per_job and go_alloc_bytes_per_job, the Go
+//     heap allocations of the process per job (runtime.MemStats Mallocs and
+//     TotalAlloc), the embedded NATS server and the producer included.
+//     cpu_per_job_ratio_vs_asynq and
 //     cpu_per_job_ratio_vs_bullmq divide the pipeline's cpu_us_per_job by
 //     the peer's. On a shared host these say more than the rates, which
 //     depend on the CPU other processes leave.

@@ -234,7 +234,7 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 				return err
 			}
 		}
-		r, st, err := measure(ctx, env, thisProcessCPU, func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Jobs, o.Groups) })
+		r, st, err := measure(ctx, env, thisProcessCPU, true, func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Jobs, o.Groups) })
 		if err != nil {
 			return fmt.Errorf("pipeline throughput: %w", err)
 		}
@@ -260,7 +260,7 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 	}
 	for _, p := range peers {
 		o.Progress(fmt.Sprintf("%s: throughput, %d jobs", p.name, o.Jobs))
-		r, st, err := measure(ctx, env, p.sys.CPU, func() (ThroughputResult, error) { return p.sys.Throughput(ctx, o.Jobs) })
+		r, st, err := measure(ctx, env, p.sys.CPU, p.name != SystemBullMQ, func() (ThroughputResult, error) { return p.sys.Throughput(ctx, o.Jobs) })
 		if err != nil {
 			return fmt.Errorf("%s throughput: %w", p.name, err)
 		}
@@ -377,11 +377,17 @@ func thisProcessCPU(context.Context) (time.Duration, error) { return processCPU(
 type cost struct {
 	redis RedisStats
 	cpu   time.Duration
+	// allocs and allocBytes are the Go heap allocations of this process
+	// during the run (the pipeline, its embedded NATS server and the
+	// benchmark's own producer; asynq and its producer); inProcess says
+	// the system ran here, so they are its.
+	allocs, allocBytes uint64
+	inProcess          bool
 }
 
 // measure runs f and returns what it used; cpu reads the CPU time of the
-// system's process.
-func measure(ctx context.Context, env *Env, cpu func(context.Context) (time.Duration, error), f func() (ThroughputResult, error)) (ThroughputResult, cost, error) {
+// system's process; inProcess says the system runs in this one.
+func measure(ctx context.Context, env *Env, cpu func(context.Context) (time.Duration, error), inProcess bool, f func() (ThroughputResult, error)) (ThroughputResult, cost, error) {
 	s0, err := env.RedisStats(ctx)
 	if err != nil {
 		return ThroughputResult{}, cost{}, err
@@ -390,15 +396,19 @@ func measure(ctx context.Context, env *Env, cpu func(context.Context) (time.Dura
 	if err != nil {
 		return ThroughputResult{}, cost{}, err
 	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	r, err := f()
 	if err != nil {
 		return r, cost{}, err
 	}
+	runtime.ReadMemStats(&m1)
 	c1, err := cpu(ctx)
 	if err != nil {
 		return r, cost{}, err
 	}
-	c := cost{cpu: c1 - c0}
+	c := cost{cpu: c1 - c0, allocs: m1.Mallocs - m0.Mallocs, allocBytes: m1.TotalAlloc - m0.TotalAlloc,
+		inProcess: inProcess}
 	s1, err := env.RedisStats(ctx)
 	c.redis = s1.Sub(s0)
 	return r, c, err
@@ -433,4 +443,8 @@ func addCost(rep *Reporter, suffix string, c cost, jobs int) {
 	rep.Add("redis_cpu_ms_per_1k_jobs"+suffix, c.redis.CPUSecs*1000/k)
 	rep.Add("process_cpu_ms_per_1k_jobs"+suffix, Ms(c.cpu)/k)
 	rep.Add(FigCPU+suffix, (c.redis.CPUSecs*1e6+float64(c.cpu/time.Microsecond))/float64(jobs))
+	if c.inProcess {
+		rep.Add("go_allocs_per_job"+suffix, float64(c.allocs)/float64(jobs))
+		rep.Add("go_alloc_bytes_per_job"+suffix, float64(c.allocBytes)/float64(jobs))
+	}
 }
