@@ -7,8 +7,10 @@
 -- position was stored by this very server process: a restart (clean, or from
 -- an older snapshot, or a failover) changes the run id, and until a replay
 -- resets the position it is not current and advance refuses to move it.
-local info = redis.call('INFO', 'server')
-local rid = string.match(info, 'run_id:(%w+)') or ''
+-- A server without INFO in scripts (an embedded Redis-compatible server of
+-- `bulkaction dev`) has one process for its whole life: a constant run id.
+local info = redis.pcall('INFO', 'server')
+local rid = type(info) == 'string' and string.match(info, 'run_id:(%w+)') or 'no-run-id'
 local seqf, ridf = ARGV[1] .. ':seq', ARGV[1] .. ':rid'
 local cur = redis.call('HMGET', KEYS[1], seqf, ridf)
 local seq = tonumber(cur[1]) or 0
