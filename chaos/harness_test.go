@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -538,8 +539,13 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 			name := fmt.Sprintf("%s-%d", c.target, i)
 			s := &svc{name: name, bin: bins.bulkaction, args: []string{c.target}, env: env,
 				log: filepath.Join(dir, name+".log"), wrap: opts.Wrap[name], stopped: make(chan struct{})}
-			if c.target == "worker" && opts.CrashWorker {
-				s.bin, s.args = bins.node, []string{"worker"}
+			if c.target == "worker" {
+				// Each worker's restarts share its state directory, as a
+				// pod's containers share an emptyDir.
+				s.env = append(slices.Clone(env), "BULKACTION_WORKER_STATE_DIR="+filepath.Join(dir, name+"-state"))
+				if opts.CrashWorker {
+					s.bin, s.args = bins.node, []string{"worker"}
+				}
 			}
 			e.svcs = append(e.svcs, s)
 			go s.run(delay)

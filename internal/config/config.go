@@ -72,6 +72,7 @@ type Config struct {
 	MaxThrottles          int    `envconfig:"MAX_THROTTLES" default:"50" desc:"rate-limited attempts (429s) a job may retry, each after its Retry-After or the congestion backoff, before it is FAILED"`
 	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"runs of one attempt alone in its worker, after a worker stopped while the job ran, before it is FAILED without running (a poison job); jobs handed back on purpose, or never claimed because Redis was unreachable, spend none"`
 	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
+	WorkerStateDir        string `envconfig:"WORKER_STATE_DIR" default:"" desc:"directory (outliving the process, not shared between hosts: an emptyDir) where a worker lists the READY messages it holds, so that the worker restarted there after a crash hands them back at once instead of after the ack wait (empty = none)"`
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
 
 	HTTPAllowedHosts []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains) or an IP address, each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too)"`

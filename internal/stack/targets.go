@@ -63,7 +63,7 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	}
 	return worker.New(worker.Config{
 		Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs), MaxRetryCount: retries,
-		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace, MaxThrottles: throttles,
+		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace, MaxThrottles: throttles, StateDir: cfg.WorkerStateDir,
 	}, mux, s.Deps)
 }
 

@@ -479,6 +479,7 @@ func (w *Worker) settleWithin(d *consume.Delivery) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.Ctx), settleTimeout)
 	defer cancel()
 	w.settler.Settle(ctx, d)
+	w.held.remove(d.Msg)
 }
 
 // warn logs at warn level, at most once per second; the lines left out in

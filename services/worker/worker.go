@@ -115,6 +115,13 @@ type Config struct {
 	// marks running jobs in progress every AckWait/3. 0 means JobTimeout +
 	// [DefaultAckWaitMargin] (15 s).
 	AckWait time.Duration
+	// StateDir, when set, is a directory where the worker keeps the
+	// acknowledgement subjects of the READY messages it holds (a file per
+	// worker instance), so that the worker started next there after a
+	// crash hands them back at once instead of after AckWait (held.go).
+	// It must outlive the process but not be shared between hosts: an
+	// emptyDir in Kubernetes. "" means none.
+	StateDir string
 	// Durable is the prefix of the durable consumer names: the consumer of
 	// type t is "<Durable>-<t>". "" means [DefaultDurable] ("worker"). Worker
 	// instances that share consumers must use the same Config apart from
@@ -204,6 +211,7 @@ type Worker struct {
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
 	warnLimit telemetry.WarnLimiter
+	held      *heldFile // nil without Config.StateDir
 }
 
 // New returns a Worker that runs jobs with mux. cfg's zero fields take the
@@ -275,6 +283,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		consumers[i] = c
 	}
 
+	if w.cfg.StateDir != "" {
+		h, left, err := openHeld(w.cfg.StateDir, w.cfg.Durable)
+		if err != nil {
+			w.log.Warn("state directory unusable: after a crash, held messages come back after AckWait", "dir", w.cfg.StateDir, "err", err)
+		} else {
+			w.held = h
+			defer h.close()
+			if len(left) > 0 {
+				if err := recoverHeld(w.d.NC, left); err != nil {
+					w.log.Warn("handing back the messages of the worker before", "messages", len(left), "err", err)
+				} else {
+					w.log.Warn("handed back the messages the worker before held (it stopped without settling them)", "messages", len(left))
+				}
+			}
+		}
+	}
 	jobs := newTracker(ctx)
 	var loops sync.WaitGroup
 	for i, t := range w.cfg.Types {
@@ -356,6 +380,9 @@ func (w *Worker) start(ctx context.Context, jobType string, msgs []jetstream.Msg
 		}
 		w.slots.Release(len(msgs))
 		return
+	}
+	if err := w.held.add(msgs); err != nil {
+		w.warn("held file not written: after a crash these messages come back after AckWait", "err", err)
 	}
 	jobs.add(1)
 	go func() {
