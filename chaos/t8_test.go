@@ -205,8 +205,9 @@ func (e *env) fillBackoff(g contracts.GroupRef, n, soon int, now time.Time) {
 		_, err := e.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			for i := start; i < end; i++ {
 				jid := fmt.Sprintf("b%07d", i)
-				pl.HSet(ctx, k.Job(g, jid), "id", jid, "tenant", g.Tenant, "groupId", g.ID, "type", "noop",
-					"payload", `{"backoff":true}`, "status", "BACKOFF", "attempt", 1, "createdAt", now.UnixMilli())
+				// a job hash as enqueue.lua and admit.lua leave it (pkg/redisq/jobhash.go)
+				pl.HSet(ctx, k.Job(g, jid), "type", "noop", "payload", `{"backoff":true}`, "status", "BACKOFF",
+					"attempt", 1, "createdAt", now.UnixMilli())
 				ids = append(ids, jid)
 				due := now.UnixMilli() + 3_600_000 + int64(i)
 				if i < soon {

@@ -27,7 +27,8 @@ func recordOne(t *testing.T, q *redisq.Queue, r contracts.JobResult, want redisq
 	return got
 }
 
-// jobState reads a job's status and attempt.
+// jobState reads a job's status and attempt (a job hash without the field
+// attempt has attempt 0).
 func jobState(t *testing.T, q *redisq.Queue, b *testBundle, gid, jid string) (string, string) {
 	t.Helper()
 	h, err := b.rdb.HMGet(context.Background(), q.Keys().Job(G(gid), jid), "status", "attempt").Result()
@@ -35,7 +36,10 @@ func jobState(t *testing.T, q *redisq.Queue, b *testBundle, gid, jid string) (st
 		t.Fatal(err)
 	}
 	s, _ := h[0].(string)
-	a, _ := h[1].(string)
+	a, ok := h[1].(string)
+	if !ok && s != "" {
+		a = "0"
+	}
 	return s, a
 }
 

@@ -127,8 +127,11 @@ func (k Keys) GroupMeta(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":meta"
 }
 
-// GroupIDs is the SET of every job id the group ever accepted: a job is a
-// duplicate for as long as the group lives, whether or not its hash expired.
+// GroupIDs is the SET of the ids of the group's jobs that left its job list
+// ([Keys.GroupJobs]: admitted, parked or cancelled). With the list it holds
+// every job id the group ever accepted: a queued job is known by its hash,
+// and a job that left the list by this set, for as long as the group lives,
+// whether or not its hash expired.
 func (k Keys) GroupIDs(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":ids"
 }
@@ -148,7 +151,7 @@ func (k Keys) GroupFailures(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":failures"
 }
 
-// Job is the HASH of one job.
+// Job is the HASH of one job (its fields: jobhash.go).
 func (k Keys) Job(g contracts.GroupRef, jid string) string {
 	return k.prefix + "job:" + groupKey(g) + ":" + jid
 }

@@ -212,8 +212,8 @@ func fillBackoff(b *testing.B, rdb *redis.Client, k redisq.Keys, g contracts.Gro
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < end; i++ {
 				jid := fmt.Sprintf("b-%07d", i)
-				p.HSet(ctx, k.Job(g, jid), "id", jid, "tenant", g.Tenant, "groupId", g.ID, "type", "send-promotion",
-					"payload", `{"target":"user"}`, "status", "BACKOFF", "attempt", 1)
+				p.HSet(ctx, k.Job(g, jid), "type", "send-promotion", "payload", `{"target":"user"}`,
+					"status", "BACKOFF", "attempt", 1)
 				ids = append(ids, jid)
 				zs = append(zs, redis.Z{Score: float64(now.UnixMilli() + int64(i%120_000)), Member: gk + ":" + jid})
 			}

@@ -148,11 +148,11 @@ local function group(gk)
   if g then return g end
   local meta_key = prefix .. 'group:' .. gk .. ':meta'
   local m = redis.call('HMGET', meta_key, 'basePriority', 'totalJobs', 'doneJobs', 'status', 'declaredTotal',
-    'inFlight', 'maxInFlight')
+    'inFlight', 'maxInFlight', 'abandonedAt')
   g = {
-    meta = meta_key, jobs = prefix .. 'group:' .. gk .. ':jobs',
+    meta = meta_key, jobs = prefix .. 'group:' .. gk .. ':jobs', ids = prefix .. 'group:' .. gk .. ':ids',
     base = num(m[1]), total = num(m[2]), done = num(m[3]), status = m[4], declared = m[5],
-    inflight = num(m[6]), max = num(m[7]), leased = 0,
+    inflight = num(m[6]), max = num(m[7]), leased = 0, abandoned = m[8], left = {},
   }
   g.len = redis.call('LLEN', g.jobs)
   groups[gk] = g
@@ -178,28 +178,169 @@ local function level_clock(li)
   return tclock[li]
 end
 
+-- A tenant's ZSET of waiting groups (P tenant:<t>:groups:<level>) with at
+-- most ZQ_COPY_MAX groups, and at most 16 + 4 N (a call that takes N > 1
+-- jobs reads no much larger ZSET whole), is read once per call and served
+-- from a copy kept in the script: groups are
+-- picked, re-scored and removed in the copy, in exactly the ZSET's order
+-- (by score, then by member, bytewise), and the changes are written back
+-- at the end of the call, one ZADD and one ZREM per ZSET. So a group served
+-- several times in a call, or many groups of one tenant, cost no ZSET read
+-- or write per job. A larger ZSET is read and written in place.
+local ZQ_COPY_MAX = 1024
+local zqs = {}
+
+-- bytes_less orders two members as a ZSET does (memcmp, then length).
+local function bytes_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+local function zq_before(s1, m1, s2, m2)
+  return s1 < s2 or (s1 == s2 and bytes_less(m1, m2))
+end
+
+-- zq returns the copy of ZSET tq (entries e[lo..hi] = { m, s } in order),
+-- or false when tq is read and written in place.
+local function zq(tq)
+  local z = zqs[tq]
+  if z ~= nil then return z end
+  z = false
+  if want > 1 and redis.call('ZCARD', tq) <= math.min(ZQ_COPY_MAX, 16 + 4 * want) then
+    local r = redis.call('ZRANGE', tq, 0, -1, 'WITHSCORES')
+    z = { e = {}, lo = 1, hi = 0, dirty = {} }
+    for i = 1, #r, 2 do
+      z.hi = z.hi + 1
+      z.e[z.hi] = { m = r[i], s = tonumber(r[i + 1]) }
+    end
+  end
+  zqs[tq] = z
+  return z
+end
+
+local function zq_find(z, m)
+  for i = z.lo, z.hi do
+    if z.e[i].m == m then return i end
+  end
+  return nil
+end
+
+-- zq_rem takes member m out of tenant ZSET tq.
+local function zq_rem(tq, m)
+  local z = zq(tq)
+  if not z then
+    redis.call('ZREM', tq, m)
+    return
+  end
+  local i = zq_find(z, m)
+  if i == nil then return end
+  if i == z.lo then
+    z.e[i] = nil
+    z.lo = z.lo + 1
+  else
+    for j = i, z.hi - 1 do z.e[j] = z.e[j + 1] end
+    z.e[z.hi] = nil
+    z.hi = z.hi - 1
+  end
+  z.dirty[m] = true
+end
+
+-- zq_add sets member m's score in tenant ZSET tq (ZADD).
+local function zq_add(tq, m, score)
+  local z = zq(tq)
+  if not z then
+    redis.call('ZADD', tq, fmt(score), m)
+    return
+  end
+  zq_rem(tq, m)
+  -- from the end: a re-scored group usually goes last
+  local i = z.hi
+  while i >= z.lo and zq_before(score, m, z.e[i].s, z.e[i].m) do
+    z.e[i + 1] = z.e[i]
+    i = i - 1
+  end
+  z.e[i + 1] = { m = m, s = score }
+  z.hi = z.hi + 1
+  z.dirty[m] = true
+end
+
+-- zq_score is member m's score in tenant ZSET tq, as a string.
+local function zq_score(tq, m)
+  local z = zq(tq)
+  if not z then return redis.call('ZSCORE', tq, m) end
+  local i = zq_find(z, m)
+  return i and fmt(z.e[i].s)
+end
+
+-- zq_empty says whether tenant ZSET tq has no member left.
+local function zq_empty(tq)
+  local z = zq(tq)
+  if not z then return redis.call('EXISTS', tq) == 0 end
+  return z.hi < z.lo
+end
+
+-- zq_first is the first member of tenant ZSET tq of tenant t whose group
+-- is not held in this call, or nil.
+local function zq_first(t, tq)
+  local z = zq(tq)
+  if not z then
+    local r = redis.call('ZRANGE', tq, 0, nheld[tq] or 0)
+    if nblocked == 0 then return r[1] end
+    for j = 1, #r do
+      if not held_group[t .. ':' .. r[j]] then return r[j] end
+    end
+    return nil
+  end
+  for i = z.lo, z.hi do
+    local m = z.e[i].m
+    if nblocked == 0 or not held_group[t .. ':' .. m] then return m end
+  end
+  return nil
+end
+
+-- zq_flush writes the copies' changes back to their ZSETs.
+local function zq_flush()
+  for tq, z in pairs(zqs) do
+    if z and next(z.dirty) ~= nil then
+      local score = {}
+      for i = z.lo, z.hi do score[z.e[i].m] = z.e[i].s end
+      local add, rem = {}, {}
+      for m in pairs(z.dirty) do
+        if score[m] then
+          add[#add + 1] = fmt(score[m])
+          add[#add + 1] = m
+        else
+          rem[#rem + 1] = m
+        end
+      end
+      for i = 1, #rem, 4000 do
+        redis.call('ZREM', tq, unpack(rem, i, math.min(i + 3999, #rem)))
+      end
+      for i = 1, #add, 4000 do
+        redis.call('ZADD', tq, unpack(add, i, math.min(i + 3999, #add)))
+      end
+    end
+  end
+end
+
 -- tenant_group finds the first group of tenant t in its ZSET tq that may be
 -- served: empty groups leave the queue, and so do paused groups and groups
 -- at their in-flight limit, which keep their score (parkedScore).
 local function tenant_group(t, tq)
   while true do
-    local r = redis.call('ZRANGE', tq, 0, nheld[tq] or 0)
-    local pick
-    if nblocked == 0 then
-      pick = r[1]
-    else
-      for j = 1, #r do
-        if not held_group[t .. ':' .. r[j]] then pick = r[j]; break end
-      end
-    end
+    local pick = zq_first(t, tq)
     if pick == nil then return nil end
     local gk = t .. ':' .. pick
     local g = group(gk)
     if g.len <= 0 then
-      redis.call('ZREM', tq, pick)
+      zq_rem(tq, pick)
     elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
-      local pscore = redis.call('ZSCORE', tq, pick)
-      redis.call('ZREM', tq, pick)
+      local pscore = zq_score(tq, pick)
+      zq_rem(tq, pick)
       redis.call('HSET', g.meta, 'parkedScore', pscore)
     else
       g.tq, g.gid = tq, pick
@@ -268,7 +409,7 @@ local function next_group()
           cur = { li = li, t = t, tscore = tscore, s = s, tq = tq, rival = rival, rival_score = rival_score }
           return gk, g, li, t, tscore, s
         end
-        if redis.call('EXISTS', tq) == 0 then
+        if zq_empty(tq) then
           redis.call('ZREM', fq, t) -- no group left: the tenant leaves the level
         else
           skipped[li][t] = true
@@ -313,10 +454,10 @@ while admitted + parked < want do
   local jid = redis.call('LPOP', g.jobs)
   local passed, ty, d, tg = false, nil, nil, false
   if jid then
-    d = redis.call('HMGET', prefix .. 'job:' .. gk .. ':' .. jid, 'type', 'payload', 'attempt', 'trace')
+    d = job_read(prefix .. 'job:' .. gk .. ':' .. jid) or { payload = '' }
   end
   if jid and rooms then
-    ty = d[1] or ''
+    ty = d.type or ''
     if rooms[ty] == nil then rooms[ty] = other_room end
     if ready_seq and not room_checked[ty] and rooms[ty] > 0 then
       -- what others handed to READY since the caller measured it
@@ -337,7 +478,7 @@ while admitted + parked < want do
     end
   end
   if jid and tlimits and not passed then
-    tg = type_gate(tstate, tlimits, prefix, d[1] or '', mode, window, window_ms, now)
+    tg = type_gate(tstate, tlimits, prefix, d.type or '', mode, window, window_ms, now)
     local w = tg and type_wait(tg, now, window_end, burst_ms) or 0
     if w > 0 then
       -- its type's rate is used up: held as for READY room
@@ -347,7 +488,7 @@ while admitted + parked < want do
       held_group[gk] = true
       nheld[g.tq] = (nheld[g.tq] or 0) + 1
       nblocked = nblocked + 1
-      rate_held[d[1]] = (rate_held[d[1]] or 0) + 1
+      rate_held[d.type or ''] = (rate_held[d.type or ''] or 0) + 1
       if type_wake == nil or w < type_wake then type_wake = w end
     end
   end
@@ -356,6 +497,7 @@ while admitted + parked < want do
     if jid then
       local job_key = prefix .. 'job:' .. gk .. ':' .. jid
       local allowed = true
+      g.left[#g.left + 1] = jid -- it leaves the list: into the id set
       if mode == 'seed' then
         -- seed mode: the fixed-window check; a denied job is parked
         local rate = tenant_share(limit, active, s.weight)
@@ -373,7 +515,7 @@ while admitted + parked < want do
         end
       end
       if allowed then
-        local attempt = num(d[3]) + 1
+        local attempt = num(d.attempt) + 1
         if lease_ms > 0 then
           redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
           inflight[#inflight + 1] = now + lease_ms
@@ -384,10 +526,10 @@ while admitted + parked < want do
         end
         jobs[#jobs + 1] = gk
         jobs[#jobs + 1] = jid
-        jobs[#jobs + 1] = d[1]
-        jobs[#jobs + 1] = d[2]
+        jobs[#jobs + 1] = d.type or false
+        jobs[#jobs + 1] = d.payload
         jobs[#jobs + 1] = attempt
-        jobs[#jobs + 1] = d[4] or ''
+        jobs[#jobs + 1] = d.trace or ''
         admitted = admitted + 1
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1
@@ -403,18 +545,18 @@ while admitted + parked < want do
     vt = vt + VCLOCK_STEP
     local left = false
     if g.len > 0 then
-      local score = fmt(fair_score(vt, g.base, g.done, g.total, alpha))
+      local score = fair_score(vt, g.base, g.done, g.total, alpha)
       if g.max > 0 and g.inflight >= g.max then
         -- at its in-flight limit: out of the queue, keeping its place until
         -- a slot frees (requeue_group)
-        redis.call('ZREM', g.tq, g.gid)
-        redis.call('HSET', g.meta, 'parkedScore', score)
+        zq_rem(g.tq, g.gid)
+        redis.call('HSET', g.meta, 'parkedScore', fmt(score))
         left = true
       else
-        redis.call('ZADD', g.tq, score, g.gid)
+        zq_add(g.tq, g.gid, score)
       end
     else
-      redis.call('ZREM', g.tq, g.gid)
+      zq_rem(g.tq, g.gid)
       left = true
       if g.declared and g.total >= tonumber(g.declared) and (g.status == 'RUNNING' or g.status == 'CREATED') then
         g.status = 'AGGREGATING'
@@ -438,7 +580,7 @@ while admitted + parked < want do
       if lagged then tclock[li] = vl + 1e-6 end
       tscore = vl + 1 / s.weight
     end
-    if left and redis.call('EXISTS', g.tq) == 0 then
+    if left and zq_empty(g.tq) then
       redis.call('ZREM', KEYS[li], t)
       cur = nil -- the tenant left the level
     elseif jid then
@@ -454,6 +596,7 @@ while admitted + parked < want do
 end
 
 flush_cur()
+zq_flush()
 
 if admitted + parked >= want then
   wake = 0
@@ -473,6 +616,14 @@ end
 for _, g in pairs(groups) do
   if g.leased > 0 and g.max > 0 then -- counted only for a group with a limit
     redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
+  end
+  if #g.left > 0 then
+    ids_add(g.ids, g.left)
+    if g.abandoned then
+      -- an abandoned group's keys have its TTL (abandon.lua): so does the set
+      local ttl = redis.call('PTTL', g.meta)
+      if ttl > 0 then redis.call('PEXPIRE', g.ids, ttl, 'NX') end
+    end
   end
 end
 if gated then

@@ -20,7 +20,7 @@
 -- KEYS[1]: group:<gk>:meta
 -- KEYS[2]: group:<gk>:jobs
 -- KEYS[3]: non-ready-queue
--- KEYS[4]: group:<gk>:ids
+-- KEYS[4]: group:<gk>:ids (the ids of the jobs that left the list)
 -- KEYS[5]: cancel-sweep (ZSET of group keys, every score 0, so a tenant's
 --          groups are a lexical range)
 -- ARGV[1]: key prefix (the fair-queue keys are built from it)
@@ -90,13 +90,17 @@ end
 local ids = redis.call('LPOP', KEYS[2], budget)
 if ids then
   budget = budget - #ids
+  -- they leave the list: into the id set (lib.lua ids_add), which has the
+  -- group TTL like the group's other keys
+  ids_add(KEYS[4], ids)
+  if group_ttl > 0 then redis.call('EXPIRE', KEYS[4], group_ttl, 'NX') end
   for _, jid in ipairs(ids) do
     local job_key = job_key_of(prefix, gk, jid)
     if redis.call('HGET', job_key, 'status') == 'QUEUED' then drop(job_key) end
   end
 end
 
--- backed-off jobs (and any QUEUED job outside the list): through the ids
+-- backed-off jobs (and any QUEUED job outside the list): through the id set
 local done = false
 if budget > 0 and redis.call('LLEN', KEYS[2]) == 0 then
   repeat

@@ -3,7 +3,9 @@
 -- tenant quotas (§5).
 -- KEYS[1]:    group:<gk>:meta
 -- KEYS[2]:    group:<gk>:jobs
--- KEYS[3]:    group:<gk>:ids (every job id the group ever accepted)
+-- KEYS[3]:    group:<gk>:ids (the job ids that left the group's list: with
+--             the list and the job hashes, every job id the group accepted;
+--             lib.lua ids_add)
 -- KEYS[3+i]:  job:<gk>:<jid_i>, i = 1..n
 -- ARGV[1]: key prefix (the fair-queue and tenant keys are built from it)
 -- ARGV[2]: tenant
@@ -61,7 +63,7 @@ else
 end
 
 local m = redis.call('HMGET', meta_key, 'status', 'priorityLevel', 'basePriority', 'maxInFlight', 'totalJobs',
-  'declaredTotal', 'doneJobs', 'cancelledCount', 'abandonedAt')
+  'declaredTotal', 'doneJobs', 'cancelledCount', 'abandonedAt', 'createdAt', 'inFlight', 'parkedScore')
 local status = m[1]
 local level = m[2] or ARGV[4]
 local base = tonumber(m[3] or ARGV[5])
@@ -79,10 +81,11 @@ end
 
 -- Tenant quotas. A live group the quotas do not count yet (created before
 -- they existed) is adopted: its jobs not terminal yet count from now on.
-local qlimit = quota_limit(prefix, tenant, 'queued', tonumber(ARGV[9]))
-local glimit = quota_limit(prefix, tenant, 'groups', tonumber(ARGV[10]))
-local queued = num(redis.call('GET', quota_jobs_key(prefix, tenant)))
-local active = redis.call('SCARD', quota_groups_key(prefix, tenant))
+-- (The tenant's counts are read only for a quota that has a limit.)
+local qlimit, glimit = quota_limits(prefix, tenant, tonumber(ARGV[9]), tonumber(ARGV[10]))
+local queued, active = 0, 0
+if qlimit > 0 then queued = num(redis.call('GET', quota_jobs_key(prefix, tenant))) end
+if glimit > 0 and not status then active = redis.call('SCARD', quota_groups_key(prefix, tenant)) end
 local adopt = false
 local adopted = 0
 if status and not ended and not quota_counted(prefix, tenant, gid) then
@@ -91,8 +94,46 @@ if status and not ended and not quota_counted(prefix, tenant, gid) then
   queued = queued + adopted
 end
 
+-- A job id is known when it is in the id set (it left the list: its hash
+-- may have expired since), or its hash exists and is not terminal (it is
+-- queued, or has left the list and is in the set anyway). A terminal job
+-- of the group is always in its set, so a terminal hash outside it, like a
+-- hash created before the group (createdAt) or any hash of a group that
+-- does not exist (no meta), is left over from an earlier
+-- group of the same name whose keys expired before it: the job is new,
+-- and its hash is made anew (stale). Both are read in bulk first: the id
+-- set (when it exists) in one SMISMEMBER, and one EXISTS of all the job
+-- keys tells whether any hash needs a look.
+local in_ids, any_hash, stale = {}, false, {}
+local created_at = tonumber(m[10] or '')
+if n > 0 then
+  local jids = {}
+  for k = 1, n do jids[k] = ARGV[FIRST + 4 * (k - 1) + 1] end
+  local has_ids = redis.call('EXISTS', ids_key) == 1
+  for k = 1, n, 4000 do
+    local hi = math.min(k + 3999, n)
+    if has_ids then
+      local r = redis.call('SMISMEMBER', ids_key, unpack(jids, k, hi))
+      for i = 1, #r do in_ids[k + i - 1] = r[i] == 1 end
+    end
+    if not any_hash then any_hash = redis.call('EXISTS', unpack(KEYS, 3 + k, 3 + hi)) > 0 end
+  end
+end
+local function known(k)
+  if in_ids[k] then return true end
+  if not any_hash then return false end
+  local h = redis.call('HMGET', KEYS[3 + k], 'status', 'createdAt')
+  if not h[1] then return false end
+  if not m[1] or TERMINAL_JOB[h[1]] or (created_at and num(h[2]) < created_at) then
+    stale[k] = true
+    return false
+  end
+  return true
+end
+
 local out = {}
 local new_ids = {}
+local written = {} -- ids of the jobs written by earlier units of this call
 local refusals = {}
 local created = 0
 local exists = status and true or false -- or created by an earlier unit of this call
@@ -102,9 +143,9 @@ for u, size in ipairs(units) do
   for k = i + 1, i + size do
     local jid = ARGV[FIRST + 4 * (k - 1) + 1]
     if ended then
-      -- an ended group's id set is not re-created (it has its TTL)
-      if redis.call('SISMEMBER', ids_key, jid) == 1 then out[k] = 'D' else out[k] = 'C' end
-    elseif inunit[jid] or redis.call('SISMEMBER', ids_key, jid) == 1 then
+      -- nothing of an ended group is re-created (its keys have their TTL)
+      if known(k) then out[k] = 'D' else out[k] = 'C' end
+    elseif inunit[jid] or written[jid] or known(k) then
       out[k] = 'D'
     elseif declared and total + #new_ids + #cand >= declared then
       out[k] = 'S'
@@ -128,13 +169,16 @@ for u, size in ipairs(units) do
         local a = FIRST + 4 * (k - 1)
         local jid = ARGV[a + 1]
         local job_key = KEYS[3 + k]
-        redis.call('SADD', ids_key, jid)
-        redis.call('HSET', job_key,
-          'id', jid, 'tenant', tenant, 'groupId', gid, 'type', ARGV[a + 2], 'payload', ARGV[a + 3],
-          'status', 'QUEUED', 'attempt', 0, 'createdAt', now)
+        -- the job hash (lib.lua payload_fields): tenant, group and id are
+        -- in its key, attempt 0 is not stored
+        local f = { 'type', ARGV[a + 2], 'status', 'QUEUED', 'createdAt', now }
         if ARGV[a + 4] ~= '' then
-          redis.call('HSET', job_key, 'trace', ARGV[a + 4])
+          f[#f + 1] = 'trace'
+          f[#f + 1] = ARGV[a + 4]
         end
+        if stale[k] then redis.call('DEL', job_key) end
+        redis.call('HSET', job_key, unpack(payload_fields(f, ARGV[a + 3])))
+        written[jid] = true
         new_ids[#new_ids + 1] = jid
         out[k] = 'A'
       end
@@ -149,13 +193,14 @@ for u, size in ipairs(units) do
 end
 
 local added = #new_ids
+local jobs_len = 0
 if adopt then
   quota_open(prefix, tenant, gid)
   quota_count(prefix, tenant, adopted)
 end
 if added > 0 then
   for k = 1, added, 4000 do
-    redis.call('RPUSH', jobs_key, unpack(new_ids, k, math.min(k + 3999, added)))
+    jobs_len = redis.call('RPUSH', jobs_key, unpack(new_ids, k, math.min(k + 3999, added)))
   end
   if not status then
     status = 'CREATED'
@@ -175,7 +220,9 @@ if added > 0 then
   end
   redis.call('HINCRBY', meta_key, 'totalJobs', added)
   quota_count(prefix, tenant, added)
-  requeue_group(prefix, gk, now, alpha)
+  -- the meta as it is now, and the list's length (RPUSH): not read again
+  requeue_group(prefix, gk, now, alpha,
+    { status, level, base, total + added, m[7], m[11], maxinf, m[12] }, jobs_len)
 end
 
 return reply(meta_key, table.concat(out), created, level, base, maxinf, refusals)

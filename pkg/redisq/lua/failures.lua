@@ -29,10 +29,17 @@ for i = 1, #page, 2 do
     break
   end
   local jid = page[i]
-  local d = redis.call('HMGET', prefix .. 'job:' .. gk .. ':' .. jid, 'type', 'resultAttempt', 'error', 'payload', 'status', 'attempt')
+  local job_key = prefix .. 'job:' .. gk .. ':' .. jid
+  local d = job_read(job_key)
   local found = '1'
-  if d[5] == false then found = '0' end
-  for _, v in ipairs({ jid, page[i + 1], d[1] or '', d[2] or d[6] or '0', d[3] or '', d[4] or '', found }) do
+  if d == nil then
+    found = '0'
+    d = {}
+  else
+    local r = redis.call('HMGET', job_key, 'resultAttempt', 'error')
+    d.resultAttempt, d.error = r[1] or nil, r[2] or nil
+  end
+  for _, v in ipairs({ jid, page[i + 1], d.type or '', d.resultAttempt or d.attempt or '0', d.error or '', d.payload or '', found }) do
     out[#out + 1] = v
   end
 end

@@ -123,15 +123,18 @@ end
 -- (maxInFlight, 0 = none). A group taken out of the queue while it had jobs
 -- (paused, or at its limit) goes back at the place it kept (parkedScore);
 -- any other is scored like a group that becomes non-empty. Returns true when
--- the group was queued by this call.
-local function requeue_group(prefix, gk, now, alpha)
+-- the group was queued by this call. A caller that knows the group's meta
+-- (the fields of REQUEUE_FIELDS, as now) and the length of its job list may
+-- pass them (m, len) rather than have them read again.
+local REQUEUE_FIELDS = { 'status', 'priorityLevel', 'basePriority', 'totalJobs', 'doneJobs', 'inFlight',
+  'maxInFlight', 'parkedScore' }
+local function requeue_group(prefix, gk, now, alpha, m, len)
   local meta_key = meta_key_of(prefix, gk)
-  local m = redis.call('HMGET', meta_key, 'status', 'priorityLevel', 'basePriority', 'totalJobs', 'doneJobs',
-    'inFlight', 'maxInFlight', 'parkedScore')
+  m = m or redis.call('HMGET', meta_key, unpack(REQUEUE_FIELDS))
   if not m[1] or m[1] == 'PAUSED' or TERMINAL_GROUP[m[1]] then return false end
   local max = num(m[7])
   if max > 0 and num(m[6]) >= max then return false end
-  if redis.call('LLEN', jobs_key_of(prefix, gk)) == 0 then
+  if (len or redis.call('LLEN', jobs_key_of(prefix, gk))) == 0 then
     if m[8] then redis.call('HDEL', meta_key, 'parkedScore') end
     return false
   end
@@ -140,6 +143,9 @@ local function requeue_group(prefix, gk, now, alpha)
   if m[8] then
     redis.call('HDEL', meta_key, 'parkedScore')
     return queue_group(prefix, tenant, gid, level, tonumber(m[8]))
+  end
+  if redis.call('ZSCORE', tenant_queue_key(prefix, tenant, level), gid) then
+    return false -- waiting already: it keeps its place
   end
   local vkey = prefix .. 'fair-queue:vclock'
   local vt = vclock_load(vkey, now) + VCLOCK_STEP
@@ -163,6 +169,20 @@ local function inflight_release(prefix, gk, n, now, alpha)
   redis.call('HSET', meta_key, 'inFlight', v)
   if num(m[3]) > 0 and v < num(m[3]) then
     requeue_group(prefix, gk, now, alpha)
+  end
+end
+
+-- The id set P group:<gk>:ids and the job list P group:<gk>:jobs together
+-- hold every job id the group accepted (docs/ARCHITECTURE.md §3.1): a job
+-- is in the list from its enqueue until it first leaves it (admitted,
+-- parked or cancelled), and its id enters the set then (ids_add), in the
+-- same script. A queued job costs no set entry; its hash, which lives
+-- while the job is not terminal, makes a re-sent id a duplicate
+-- (enqueue.lua), and the set does from then on, whether or not the hash
+-- has expired since.
+local function ids_add(ids_key, ids)
+  for i = 1, #ids, 4000 do
+    redis.call('SADD', ids_key, unpack(ids, i, math.min(i + 3999, #ids)))
   end
 end
 
@@ -278,15 +298,76 @@ local function reply(meta_key, ...)
   return out
 end
 
+-- The job hash (docs/ARCHITECTURE.md §3.1) keeps no value longer than
+-- Redis's default hash-max-listpack-value (64 bytes), so that it stays a
+-- compact listpack rather than a hashtable: its tenant, group and id are in
+-- its key, an attempt of 0 is not stored (absent = 0), and the payload is
+-- stored in the field 'payload' when it is at most PAYLOAD_CHUNK bytes (or
+-- above PAYLOAD_CHUNK * PAYLOAD_CHUNKS_MAX bytes, too large for a listpack
+-- anyway), and otherwise cut into fields 'p1', 'p2', ... of PAYLOAD_CHUNK
+-- bytes each. An empty payload is not stored. job_read puts it together.
+-- (Go: jobhash.go, JobPayload.)
+local PAYLOAD_CHUNK = 64
+local PAYLOAD_CHUNKS_MAX = 100
+
+-- payload_fields appends to t the field, value pairs that store payload p.
+local function payload_fields(t, p)
+  local n = #p
+  if n == 0 then return t end
+  if n <= PAYLOAD_CHUNK or n > PAYLOAD_CHUNK * PAYLOAD_CHUNKS_MAX then
+    t[#t + 1] = 'payload'
+    t[#t + 1] = p
+    return t
+  end
+  local k = 0
+  for i = 1, n, PAYLOAD_CHUNK do
+    k = k + 1
+    t[#t + 1] = 'p' .. k
+    t[#t + 1] = string.sub(p, i, i + PAYLOAD_CHUNK - 1)
+  end
+  return t
+end
+
+-- job_read reads the fields of a job hash that hand it out or describe it:
+-- type, attempt, trace, status and its payload, put together ('' when it
+-- has none); nil when the hash does not exist (every job hash has a
+-- status). One HMGET reads a payload of up to 4 parts; a larger one takes
+-- one more for the others.
+local JOB_READ = { 'type', 'attempt', 'trace', 'status', 'payload', 'p1', 'p2', 'p3', 'p4' }
+local JOB_READ_MORE = {}
+for k = 5, PAYLOAD_CHUNKS_MAX do JOB_READ_MORE[#JOB_READ_MORE + 1] = 'p' .. k end
+local function job_read(job_key)
+  local h = redis.call('HMGET', job_key, unpack(JOB_READ))
+  if not h[4] then return nil end
+  local p = h[5]
+  if not p then
+    if h[6] then
+      p = h[6] .. (h[7] or '') .. (h[8] or '') .. (h[9] or '')
+      if h[9] then
+        local more = redis.call('HMGET', job_key, unpack(JOB_READ_MORE))
+        local parts = { p }
+        for i = 1, #more do
+          if not more[i] then break end
+          parts[#parts + 1] = more[i]
+        end
+        p = table.concat(parts)
+      end
+    else
+      p = ''
+    end
+  end
+  return { type = h[1] or nil, attempt = h[2] or nil, trace = h[3] or nil, status = h[4], payload = p }
+end
+
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
 -- until confirmed. Appends gk, jid, type, payload, attempt, trace to out.
 -- The caller counts the job in its group's inFlight.
 local function lease(out, inflight_key, job_key, gk, jid, deadline)
-  local d = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'trace')
-  local attempt = num(d[3]) + 1
+  local d = job_read(job_key) or { payload = '' }
+  local attempt = num(d.attempt) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
   redis.call('ZADD', inflight_key, deadline, gk .. ':' .. jid)
-  for _, v in ipairs({ gk, jid, d[1], d[2], attempt, d[4] or '' }) do
+  for _, v in ipairs({ gk, jid, d.type or false, d.payload, attempt, d.trace or '' }) do
     out[#out + 1] = v
   end
 end
@@ -398,6 +479,16 @@ local function quota_limit(prefix, tenant, name, default)
   return v
 end
 
+-- quota_limits is quota_limit of both quotas, queued jobs and active
+-- groups, in one read.
+local function quota_limits(prefix, tenant, default_queued, default_groups)
+  local r = redis.call('HMGET', prefix .. 'tenant-quotas', tenant .. ':queued', tenant .. ':groups')
+  local q, g = tonumber(r[1] or ''), tonumber(r[2] or '')
+  if q == nil then q = default_queued end
+  if g == nil then g = default_groups end
+  return math.max(q, 0), math.max(g, 0)
+end
+
 -- quota_counted reports whether a group counts among its tenant's active groups.
 local function quota_counted(prefix, tenant, gid)
   return redis.call('SISMEMBER', quota_groups_key(prefix, tenant), gid) == 1
@@ -492,7 +583,8 @@ end
 -- cleared, the revival counts as activity (lastProgressAt, which the idle
 -- check reads) and the group is watched again (stuck-watch), so a group
 -- that then idles for the idle TTL is abandoned again. It goes through the
--- group's whole id set once: revivals are rare (a group idle for days).
+-- group's whole job list and id set once (ids_add: between them they hold
+-- every job of the group): revivals are rare (a group idle for days).
 local function group_revive(prefix, gk, meta_key, now)
   redis.call('HDEL', meta_key, 'abandonedAt')
   redis.call('HSET', meta_key, 'lastProgressAt', now)
@@ -501,15 +593,20 @@ local function group_revive(prefix, gk, meta_key, now)
     prefix .. 'congestion:' .. gk .. ':stats', prefix .. 'congestion:' .. gk .. ':non-ready-count' }) do
     redis.call('PERSIST', k)
   end
+  local function persist(jid)
+    local jk = job_key_of(prefix, gk, jid)
+    local st = redis.call('HGET', jk, 'status')
+    if st and not TERMINAL_JOB[st] then redis.call('PERSIST', jk) end
+  end
+  local n = redis.call('LLEN', g .. 'jobs')
+  for i = 0, n - 1, 1000 do
+    for _, jid in ipairs(redis.call('LRANGE', g .. 'jobs', i, i + 999)) do persist(jid) end
+  end
   local cursor = '0'
   repeat
     local r = redis.call('SSCAN', g .. 'ids', cursor, 'COUNT', 1000)
     cursor = r[1]
-    for _, jid in ipairs(r[2]) do
-      local jk = job_key_of(prefix, gk, jid)
-      local st = redis.call('HGET', jk, 'status')
-      if st and not TERMINAL_JOB[st] then redis.call('PERSIST', jk) end
-    end
+    for _, jid in ipairs(r[2]) do persist(jid) end
   until cursor == '0'
   redis.call('ZADD', prefix .. 'stuck-watch', 'NX', now, gk)
 end

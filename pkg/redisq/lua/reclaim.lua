@@ -24,8 +24,8 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, to
 for _, mem in ipairs(expired) do
   local gk, jid = split_member(mem)
   local job_key = prefix .. 'job:' .. gk .. ':' .. jid
-  local d = redis.call('HMGET', job_key, 'status', 'type', 'payload', 'attempt', 'trace')
-  if d[1] == 'LEASED' then
+  local d = job_read(job_key) or { payload = '' }
+  if d.status == 'LEASED' then
     if redis.call('HGET', meta_key_of(prefix, gk), 'status') == 'PAUSED' then
       redis.call('ZREM', KEYS[1], mem)
       redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
@@ -34,13 +34,13 @@ for _, mem in ipairs(expired) do
       requeued = requeued + 1
     else
       redis.call('ZADD', KEYS[1], deadline, mem)
-      ready_reserve(prefix, d[2] or '', mem, now, tonumber(ARGV[3]))
+      ready_reserve(prefix, d.type or '', mem, now, tonumber(ARGV[3]))
       out[#out + 1] = gk
       out[#out + 1] = jid
-      out[#out + 1] = d[2]
-      out[#out + 1] = d[3]
-      out[#out + 1] = num(d[4])
-      out[#out + 1] = d[5] or ''
+      out[#out + 1] = d.type or false
+      out[#out + 1] = d.payload
+      out[#out + 1] = num(d.attempt)
+      out[#out + 1] = d.trace or ''
     end
   else
     -- already running, finished or gone: nothing to recover

@@ -1,0 +1,202 @@
+package redisq_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// jsonOfLen is a JSON string of exactly n bytes (n = 0: no payload); its
+// characters cycle through digits so that some parts read as integers.
+func jsonOfLen(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; b.Len() < n-1; i++ {
+		b.WriteByte("1234567890abcdef"[i%16])
+	}
+	b.WriteByte('"')
+	return []byte(b.String())
+}
+
+// TestJobHashKeepsPayloads: a job's payload, whatever its size, comes back
+// whole from admission, reclaim and the failures index, and a job hash
+// whose payload fits 100 parts of 64 bytes stays a listpack at Redis's
+// default hash-max-listpack-value.
+func TestJobHashKeepsPayloads(t *testing.T) {
+	ctx := context.Background()
+	sizes := []int{0, 1, 2, 63, 64, 65, 100, 128, 129, 6400, 6401, 20_000}
+	for _, n := range sizes {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			q, b := setup(t, redisq.Config{Lease: 5 * time.Second}, true)
+			p := jsonOfLen(n)
+			job := redisq.Job{Group: G("g"), ID: "j", Type: "t", Payload: p, Trace: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+			if o, err := q.Enqueue(ctx, job); err != nil || o != redisq.Added {
+				t.Fatalf("enqueue: %v %v", o, err)
+			}
+			key := q.Keys().Job(G("g"), "j")
+			h, err := b.rdb.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := redisq.JobPayload(h); !bytes.Equal(got, p) {
+				t.Fatalf("JobPayload %q, want %q", got, p)
+			}
+			enc, _ := b.rdb.ObjectEncoding(ctx, key).Result()
+			if want := n <= redisq.PayloadChunk*redisq.PayloadChunksMax; (enc == "listpack") != want {
+				t.Fatalf("encoding %s with a payload of %d bytes", enc, n)
+			}
+			r := admit(t, q, 1)
+			if len(r.Jobs) != 1 || !bytes.Equal(r.Jobs[0].Payload, p) || r.Jobs[0].Type != "t" || r.Jobs[0].Trace != job.Trace || r.Jobs[0].Attempt != 1 {
+				t.Fatalf("admitted %+v", r.Jobs)
+			}
+			b.clock.advance(6 * time.Second)
+			rc, err := q.Reclaim(ctx, 1)
+			if err != nil || len(rc.Jobs) != 1 || !bytes.Equal(rc.Jobs[0].Payload, p) || rc.Jobs[0].Type != "t" || rc.Jobs[0].Trace != job.Trace {
+				t.Fatalf("reclaimed %+v %v", rc, err)
+			}
+			res := contracts.JobResult{Tenant: testTenant, GroupID: "g", JobID: "j", Attempt: 1, Status: contracts.ResultFailed, Error: "boom"}
+			if _, err := q.Record(ctx, res); err != nil {
+				t.Fatal(err)
+			}
+			fs, _, err := q.Failures(ctx, G("g"), "", 10)
+			if err != nil || len(fs) != 1 || fs[0].Type != "t" || fs[0].Error != "boom" || fs[0].Attempts != 1 {
+				t.Fatalf("failures %+v %v", fs, err)
+			}
+			if !bytes.Equal(fs[0].Payload, json.RawMessage(p)) {
+				t.Fatalf("failure payload %q, want %q", fs[0].Payload, p)
+			}
+		})
+	}
+}
+
+// TestJobIDsOfQueuedJobs: a queued job has no entry in its group's id set
+// (its hash makes a re-sent id a duplicate); a job that leaves the list,
+// admitted or cancelled, enters the set, so its id stays a duplicate after
+// its hash is gone, and an ended group's id set has the group TTL.
+func TestJobIDsOfQueuedJobs(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{JobTTL: time.Second, GroupTTL: time.Hour}, false)
+	enqueueN(t, q, "g", 4, "", 0)
+	ids := q.Keys().GroupIDs(G("g"))
+	if n := b.rdb.Exists(ctx, ids).Val(); n != 0 {
+		t.Fatal("queued jobs made an id set")
+	}
+	resend := func(want redisq.EnqueueOutcome, jids ...string) {
+		t.Helper()
+		for _, jid := range jids {
+			if o, err := q.Enqueue(ctx, redisq.Job{Group: G("g"), ID: jid, Type: "t"}); err != nil || o != want {
+				t.Fatalf("re-sent %s: %v %v, want %v", jid, o, err, want)
+			}
+		}
+	}
+	resend(redisq.Duplicate, "j00000", "j00003")
+	drain(t, q, 1)
+	if m := b.rdb.SMembers(ctx, ids).Val(); fmt.Sprint(m) != "[j00000]" {
+		t.Fatalf("id set %v after one admission", m)
+	}
+	if _, err := q.Cancel(ctx, G("g")); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.rdb.SCard(ctx, ids).Val(); n != 4 {
+		t.Fatalf("id set of %d after the cancel, want 4", n)
+	}
+	if ttl := b.rdb.TTL(ctx, ids).Val(); ttl <= 59*time.Minute {
+		t.Fatalf("the cancelled group's id set has TTL %v", ttl)
+	}
+	for i := 0; i < 4; i++ {
+		b.rdb.Del(ctx, q.Keys().Job(G("g"), fmt.Sprintf("j%05d", i)))
+	}
+	resend(redisq.Duplicate, "j00000", "j00001", "j00002", "j00003")
+	resend(redisq.RejectedEnded, "j00004")
+}
+
+// TestCancelOfNeverAdmittedGroupGivesIDsTTL: a group cancelled before any
+// of its jobs was admitted makes its id set in the cancel, with the group
+// TTL like its other keys.
+func TestCancelOfNeverAdmittedGroupGivesIDsTTL(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{GroupTTL: time.Hour}, false)
+	enqueueN(t, q, "g", 3, "", 0)
+	if _, err := q.Cancel(ctx, G("g"), redisq.SweepChunk(1)); err != nil {
+		t.Fatal(err)
+	}
+	ids := q.Keys().GroupIDs(G("g"))
+	if n, ttl := b.rdb.SCard(ctx, ids).Val(), b.rdb.TTL(ctx, ids).Val(); n != 3 || ttl <= 59*time.Minute {
+		t.Fatalf("id set of %d with TTL %v", n, ttl)
+	}
+}
+
+// TestAbandonAndReviveReachQueuedJobs: abandoning a group gives the hashes
+// of its queued jobs (in its list, not in its id set) the group TTL too,
+// in steps, and a revival takes it away again.
+func TestAbandonAndReviveReachQueuedJobs(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	enqueueN(t, q, "idle", 7, "", 0)
+	drain(t, q, 2) // two jobs leave the list (running: not terminal)
+	b.clock.advance(25 * time.Hour)
+	got, err := q.AbandonIdle(ctx, 24*time.Hour, redisq.SweepChunk(2))
+	if err != nil || len(got) != 1 {
+		t.Fatalf("abandoned %v %v", got, err)
+	}
+	for i := 0; i < 7; i++ {
+		if ttl := b.rdb.TTL(ctx, q.Keys().Job(G("idle"), fmt.Sprintf("j%05d", i))).Val(); ttl <= 0 {
+			t.Fatalf("job %d of the abandoned group has TTL %v", i, ttl)
+		}
+	}
+	if o, err := q.Enqueue(ctx, redisq.Job{Group: G("idle"), ID: "j00000", Type: "t"}); err != nil || o != redisq.Duplicate {
+		t.Fatalf("re-sent job: %v %v", o, err)
+	}
+	for i := 0; i < 7; i++ {
+		if ttl := b.rdb.TTL(ctx, q.Keys().Job(G("idle"), fmt.Sprintf("j%05d", i))).Val(); ttl != -1 {
+			t.Fatalf("job %d of the revived group has TTL %v", i, ttl)
+		}
+	}
+}
+
+// TestJobHashLeftFromAnEarlierGroup: a job hash left over from an earlier
+// group of the same name (its keys expired before the hash: JobTTL longer
+// than GroupTTL) does not make the job a duplicate of the new group; the
+// job's hash is made anew.
+func TestJobHashLeftFromAnEarlierGroup(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{}, true)
+	k := q.Keys()
+	// a finished job and a job leased when its group ended
+	b.rdb.HSet(ctx, k.Job(G("g"), "done"), "status", "SUCCESS", "attempt", 3, "createdAt", 1, "error", "x")
+	b.rdb.Expire(ctx, k.Job(G("g"), "done"), time.Hour)
+	b.rdb.HSet(ctx, k.Job(G("g"), "lost"), "status", "LEASED", "attempt", 2, "createdAt", 1)
+	// the new group exists before the second message
+	enqueueN(t, q, "g", 1, "", 0)
+	out, err := q.EnqueueBatch(ctx, []redisq.Job{{Group: G("g"), ID: "done", Type: "t"}, {Group: G("g"), ID: "lost", Type: "t"}})
+	if err != nil || out[0] != redisq.Added || out[1] != redisq.Added {
+		t.Fatalf("jobs of an earlier group: %v %v", out, err)
+	}
+	for _, jid := range []string{"done", "lost"} {
+		h := b.rdb.HGetAll(ctx, k.Job(G("g"), jid)).Val()
+		if h["status"] != "QUEUED" || h["attempt"] != "" || h["error"] != "" || b.rdb.TTL(ctx, k.Job(G("g"), jid)).Val() != -1 {
+			t.Fatalf("hash of %s: %v", jid, h)
+		}
+	}
+	if o, _ := q.Enqueue(ctx, redisq.Job{Group: G("g"), ID: "done", Type: "t"}); o != redisq.Duplicate {
+		t.Fatalf("re-sent job: %v", o)
+	}
+	// a hash left over for a group that does not exist yet
+	b.rdb.HSet(ctx, k.Job(G("new"), "lost"), "status", "RUNNING", "attempt", 2, "createdAt", 1)
+	if o, _ := q.Enqueue(ctx, redisq.Job{Group: G("new"), ID: "lost", Type: "t"}); o != redisq.Added {
+		t.Fatalf("job of a new group with a hash left over: %v", o)
+	}
+	if a := b.rdb.HGet(ctx, k.Job(G("new"), "lost"), "attempt").Val(); a != "" {
+		t.Fatalf("attempt %q left over", a)
+	}
+}
