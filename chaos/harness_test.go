@@ -418,10 +418,11 @@ type env struct {
 	names  contracts.Names
 	keys   redisq.Keys
 
-	rdb    *redis.Client
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	client *client.Client
+	rdb        *redis.Client
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	client     *client.Client
+	slowestKey string // T8: the first key of the longest script call in SLOWLOG
 }
 
 func defaultInt(v, d int) int {

@@ -150,6 +150,7 @@ func t8(t *testing.T, p profile) row {
 		}
 	}
 	slowest := max(releaseSlow, cancelSlow, otherSlow)
+	rw.notes = append(rw.notes, "longest script's first key "+e.slowestKey)
 	rw.notes = append(rw.notes, fmt.Sprintf("longest script %.1f ms (release phase %.1f, big cancel %.1f, other cancels %.1f); big cancel → final event in %s",
 		ms(slowest), ms(releaseSlow), ms(cancelSlow), ms(otherSlow), cancelTook.Round(100*time.Millisecond)))
 	problems := e.t9(plans, 45*time.Second)
@@ -181,7 +182,13 @@ func (e *env) slowestScript() time.Duration {
 		if len(s.Args) > 0 {
 			switch strings.ToLower(s.Args[0]) {
 			case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall":
-				longest = max(longest, s.Duration)
+				if s.Duration > longest {
+					longest = s.Duration
+					// The first key names the script's subject (a group's meta, a queue).
+					if len(s.Args) > 3 {
+						e.slowestKey = s.Args[3] + " (script " + s.Args[1][:8] + ")"
+					}
+				}
 			}
 		}
 	}
