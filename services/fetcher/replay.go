@@ -121,10 +121,7 @@ func (f *Fetcher) replaySubmit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", f.d.Names.StreamSubmit(), err)
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", f.d.Names.StreamSubmit(), err)
-	}
+	info := stream.CachedInfo() // read just now by Stream
 	// Only messages the consumer delivered can have been applied; those
 	// still pending are applied again when delivered again (idempotent),
 	// and dead-lettered then if they must be.
@@ -277,9 +274,9 @@ func (f *Fetcher) purge(ctx context.Context, pos uint64) error {
 	if err != nil {
 		return err
 	}
-	st := stream.CachedInfo()
-	if limit := st.Config.MaxBytes; limit > 0 && upTo < pos {
-		if info, err := stream.Info(ctx); err == nil && info.State.Bytes >= uint64(limit)/2 {
+	info := stream.CachedInfo() // read just now by Stream
+	if limit := info.Config.MaxBytes; limit > 0 && upTo < pos {
+		if info.State.Bytes >= uint64(limit)/2 {
 			if ok, _ := rs.warn.Allow(); ok {
 				f.log.Warn("SUBMIT is half full: applied messages purged before SUBMIT_REPLAY_WINDOW ends; "+
 					"a Redis restored from an older snapshot may lose submissions", "bytes", info.State.Bytes, "limit", limit)

@@ -2,12 +2,15 @@ package worker
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 // TestHeldMessagesComeBackAtOnce: messages a worker held when it died (its
@@ -59,7 +62,10 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.remove(msgs[0])
-	time.Sleep(3 * heldFlushEvery)
+	testkit.WaitFor(t, "the settled message out of the held file", 0, func() bool {
+		b, err := os.ReadFile(h.f.Name())
+		return err == nil && strings.Count(string(b), "\n") == 2
+	})
 
 	// Another instance while the first lives takes another file.
 	other, otherLeft, err := openHeld(dir, "worker")
