@@ -3,6 +3,7 @@
 package deps
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/bulkaction/bulkaction/internal/events"
@@ -30,7 +31,8 @@ type Deps struct {
 	Log *slog.Logger
 	// TracerProvider nil = the global provider.
 	TracerProvider trace.TracerProvider
-	// Events nil = a publisher on JS.
+	// Events nil = a publisher on JS, guarded by Queue's group states
+	// ([events.Publisher.Guard]).
 	Events *events.Publisher
 }
 
@@ -47,6 +49,12 @@ func (d Deps) Fill() Deps {
 	}
 	if d.Events == nil {
 		d.Events = events.NewPublisher(d.JS, d.Names, d.Log, d.Metrics)
+		if q := d.Queue; q != nil {
+			d.Events.Guard(func(ctx context.Context, g contracts.GroupRef) (bool, error) {
+				st, err := q.GroupState(ctx, g)
+				return st.Terminal(), err
+			})
+		}
 	}
 	return d
 }

@@ -6,8 +6,10 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/telemetry"
@@ -25,7 +27,19 @@ type Publisher struct {
 	names   contracts.Names
 	log     *slog.Logger
 	metrics *telemetry.Metrics
+	ended   EndedFunc
+
+	mu     sync.Mutex
+	stream jetstream.Stream // EVENTS, looked up once
 }
+
+// EndedFunc reports whether a group has ended: its state where it is kept
+// is COMPLETED or CANCELLED.
+type EndedFunc func(ctx context.Context, g contracts.GroupRef) (bool, error)
+
+// casAttempts is how many times an event of a running group is published
+// again after another event of the group overtook it (see [Publisher.Guard]).
+const casAttempts = 5
 
 // NewPublisher returns a Publisher; log nil means slog.Default(), metrics
 // nil means none are counted.
@@ -35,6 +49,16 @@ func NewPublisher(js jetstream.JetStream, names contracts.Names, log *slog.Logge
 	}
 	return &Publisher{js: js, names: names, log: log.With(telemetry.LogComponent, "events"), metrics: metrics}
 }
+
+// Guard makes the publisher check, before publishing an event of a group
+// that has not ended, that the group has not ended since: ended reads its
+// state. The event is published on the condition that the group's last
+// event is still the one it was when ended was asked, so an event built
+// from counts read before the group's final event can never follow that
+// final event on EVENTS (readers take the group's last event as its
+// state, and an SSE stream ends at the final one). Without a guard, events
+// are published as they come.
+func (p *Publisher) Guard(ended EndedFunc) { p.ended = ended }
 
 // Change is one change of a group to publish.
 type Change struct {
@@ -89,8 +113,16 @@ func (p *Publisher) Publish(ctx context.Context, ch Change) error {
 		// A notice is news each time; a state and counts are published once.
 		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:%s:%d:%d:%d:%d", g.Tenant, g.ID, c.State, c.Done, c.Cancelled, c.Jobs, c.Declared))
 	}
-	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("events: publish %s %s: %w", g, c.State, err)
+	if p.ended == nil || c.State.Terminal() {
+		if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+			return fmt.Errorf("events: publish %s %s: %w", g, c.State, err)
+		}
+	} else if published, err := p.publishLive(ctx, g, msg); err != nil || !published {
+		if err != nil {
+			return fmt.Errorf("events: publish %s %s: %w", g, c.State, err)
+		}
+		p.log.Debug("group event not published: the group has ended", "tenant", g.Tenant, "group", g.ID, "state", string(c.State))
+		return nil
 	}
 	if ch.Notice != "" {
 		p.log.Warn("group notice", "tenant", g.Tenant, "group", g.ID, "state", string(c.State), "notice", ch.Notice)
@@ -103,6 +135,52 @@ func (p *Publisher) Publish(ctx context.Context, ch Change) error {
 	p.log.Log(ctx, level, "group state", "tenant", g.Tenant, "group", g.ID, "state", string(c.State), "total", ev.Total,
 		"jobs", c.Jobs, "succeeded", c.Succeeded, "failed", c.Failed, "cancelled", c.Cancelled)
 	return nil
+}
+
+// publishLive publishes msg, an event of a group in a state that is not
+// final, unless the group has ended: it reads the subject's last sequence,
+// then asks whether the group ended, then publishes expecting that last
+// sequence, and starts again when another event came first. It reports
+// false when the group has ended.
+func (p *Publisher) publishLive(ctx context.Context, g contracts.GroupRef, msg *nats.Msg) (bool, error) {
+	stream, err := p.events(ctx)
+	if err != nil {
+		return false, err
+	}
+	for attempt := 1; ; attempt++ {
+		var last uint64
+		m, err := stream.GetLastMsgForSubject(ctx, msg.Subject)
+		switch {
+		case err == nil:
+			last = m.Sequence
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, err
+		}
+		ended, err := p.ended(ctx, g)
+		if err != nil || ended {
+			return false, err
+		}
+		_, err = p.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || attempt == casAttempts ||
+			(apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence && apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return err == nil, err
+		}
+	}
+}
+
+// events returns the EVENTS stream.
+func (p *Publisher) events(ctx context.Context) (jetstream.Stream, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stream == nil {
+		s, err := p.js.Stream(ctx, p.names.StreamEvents())
+		if err != nil {
+			return nil, err
+		}
+		p.stream = s
+	}
+	return p.stream, nil
 }
 
 // completionLabel is the group_completions_total label of an ended state.

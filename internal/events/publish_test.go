@@ -73,3 +73,65 @@ func TestPublishPerTenantSubjectsAndDedup(t *testing.T) {
 		}
 	}
 }
+
+// A running group's event built from counts read before the group ended
+// must not follow the final event: the guard's check is overtaken here by
+// another publisher's COMPLETED event, so the publish is refused by
+// JetStream, the check runs again and finds the group ended.
+func TestStaleEventNeverFollowsTheFinalOne(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	names := contracts.Names{}
+	if err := natsutil.EnsureStreams(ctx, js, names, natsutil.StreamSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	g := contracts.Group("acme", "g")
+	running := redisq.GroupCounts{State: contracts.StateRunning, Declared: 10, Jobs: 10, Done: 4, Succeeded: 4}
+	completed := redisq.GroupCounts{State: contracts.StateCompleted, Declared: 10, Jobs: 10, Done: 10, Succeeded: 10}
+	other := NewPublisher(js, names, nil, nil)
+	p := NewPublisher(js, names, nil, nil)
+	checks, ended := 0, false
+	p.Guard(func(ctx context.Context, got contracts.GroupRef) (bool, error) {
+		if got != g {
+			t.Errorf("guard asked about %s", got)
+		}
+		checks++
+		if checks == 2 {
+			// The group ends between this read and the publish.
+			if err := other.Publish(ctx, Change{Group: g, Counts: completed, Ended: true}); err != nil {
+				t.Error(err)
+			}
+			defer func() { ended = true }()
+		}
+		return ended, nil
+	})
+	// The first event goes through; the second is overtaken.
+	for _, c := range []redisq.GroupCounts{{State: contracts.StateRunning, Declared: 10, Jobs: 10}, running} {
+		if err := p.Publish(ctx, Change{Group: g, Counts: c, Progress: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checks != 3 {
+		t.Errorf("%d checks, want 3 (one for the first event, two for the overtaken one)", checks)
+	}
+	st, err := js.Stream(ctx, names.StreamEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, names.Events(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := contracts.DecodeGroupEvent(m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.Final() || m.Sequence != 2 {
+		t.Fatalf("last event #%d %s, want the final COMPLETED as #2", m.Sequence, ev.State)
+	}
+	// A final event is published without asking.
+	if err := p.Publish(ctx, Change{Group: g, Counts: completed}); err != nil || checks != 3 {
+		t.Fatalf("final event: %v, %d checks", err, checks)
+	}
+}

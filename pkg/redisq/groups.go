@@ -385,6 +385,15 @@ func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInf
 	return groupInfo(g, h, l.Val(), nonReady), true, nil
 }
 
+// GroupState returns g's state, "" when the group does not exist.
+func (q *Queue) GroupState(ctx context.Context, g contracts.GroupRef) (contracts.GroupState, error) {
+	st, err := q.rdb.HGet(ctx, q.keys.GroupMeta(g), "status").Result()
+	if err != nil && !isNil(err) {
+		return "", fmt.Errorf("redisq: group %s: %w", g, err)
+	}
+	return contracts.GroupState(st), nil
+}
+
 // groupInfo reads a group's meta hash h.
 func groupInfo(g contracts.GroupRef, h map[string]string, pending, nonReady int64) *GroupInfo {
 	n := func(k string) int64 { x, _ := strconv.ParseInt(h[k], 10, 64); return x }
