@@ -51,13 +51,15 @@ func NewPublisher(js jetstream.JetStream, names contracts.Names, log *slog.Logge
 }
 
 // Guard makes the publisher check, before publishing an event of a group
-// that has not ended, that the group has not ended since: ended reads its
-// state. The event is published on the condition that the group's last
-// event is still the one it was when ended was asked, so an event built
-// from counts read before the group's final event can never follow that
-// final event on EVENTS (readers take the group's last event as its
-// state, and an SSE stream ends at the final one). Without a guard, events
-// are published as they come.
+// that has not ended, that the group has not ended since (ended reads its
+// state) and that the group's last event does not already say as much (the
+// same state with counts as high: it was read later). The event is
+// published on the condition that the group's last event is still the one
+// it checked, else it checks again: so an event built from counts read
+// before the group's final event can never follow that final event on
+// EVENTS (readers take the group's last event as its state, and an SSE
+// stream ends at the final one), and a group's counts never go back.
+// Without a guard, events are published as they come.
 func (p *Publisher) Guard(ended EndedFunc) { p.ended = ended }
 
 // Change is one change of a group to publish.
@@ -117,11 +119,12 @@ func (p *Publisher) Publish(ctx context.Context, ch Change) error {
 		if _, err := p.js.PublishMsg(ctx, msg); err != nil {
 			return fmt.Errorf("events: publish %s %s: %w", g, c.State, err)
 		}
-	} else if published, err := p.publishLive(ctx, g, msg); err != nil || !published {
+	} else if published, err := p.publishLive(ctx, g, &ev, msg); err != nil || !published {
 		if err != nil {
 			return fmt.Errorf("events: publish %s %s: %w", g, c.State, err)
 		}
-		p.log.Debug("group event not published: the group has ended", "tenant", g.Tenant, "group", g.ID, "state", string(c.State))
+		p.log.Debug("group event not published: the group has ended, or a newer event came first", "tenant", g.Tenant,
+			"group", g.ID, "state", string(c.State))
 		return nil
 	}
 	if ch.Notice != "" {
@@ -137,12 +140,13 @@ func (p *Publisher) Publish(ctx context.Context, ch Change) error {
 	return nil
 }
 
-// publishLive publishes msg, an event of a group in a state that is not
-// final, unless the group has ended: it reads the subject's last sequence,
-// then asks whether the group ended, then publishes expecting that last
+// publishLive publishes ev (as msg), an event of a group in a state that
+// is not final, unless the group has ended or the subject's last event
+// already says as much: it reads the subject's last event, then asks
+// whether the group ended, then publishes expecting that last event's
 // sequence, and starts again when another event came first. It reports
-// false when the group has ended.
-func (p *Publisher) publishLive(ctx context.Context, g contracts.GroupRef, msg *nats.Msg) (bool, error) {
+// false when it published nothing.
+func (p *Publisher) publishLive(ctx context.Context, g contracts.GroupRef, ev *contracts.GroupEvent, msg *nats.Msg) (bool, error) {
 	stream, err := p.events(ctx)
 	if err != nil {
 		return false, err
@@ -153,6 +157,9 @@ func (p *Publisher) publishLive(ctx context.Context, g contracts.GroupRef, msg *
 		switch {
 		case err == nil:
 			last = m.Sequence
+			if prev, derr := contracts.DecodeGroupEvent(m.Data); derr == nil && covers(prev, ev) {
+				return false, nil // an event as new came first (counts read later)
+			}
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
 			return false, err
 		}
@@ -167,6 +174,13 @@ func (p *Publisher) publishLive(ctx context.Context, g contracts.GroupRef, msg *
 			return err == nil, err
 		}
 	}
+}
+
+// covers reports whether prev says all that ev says: the same state, no
+// notice in ev, and counts no lower (a group's counts only grow).
+func covers(prev, ev *contracts.GroupEvent) bool {
+	return ev.Notice == "" && prev.State == ev.State && prev.Total >= ev.Total && prev.Jobs >= ev.Jobs &&
+		prev.Succeeded >= ev.Succeeded && prev.Failed >= ev.Failed && prev.Cancelled >= ev.Cancelled
 }
 
 // events returns the EVENTS stream.

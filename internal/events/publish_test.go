@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,5 +135,52 @@ func TestStaleEventNeverFollowsTheFinalOne(t *testing.T) {
 	// A final event is published without asking.
 	if err := p.Publish(ctx, Change{Group: g, Counts: completed}); err != nil || checks != 3 {
 		t.Fatalf("final event: %v, %d checks", err, checks)
+	}
+}
+
+// An event whose counts the subject's last event already covers (the same
+// state, counts as high) is not published: counts never go back.
+func TestGuardedCountsNeverGoBack(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	names := contracts.Names{}
+	if err := natsutil.EnsureStreams(ctx, js, names, natsutil.StreamSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	g := contracts.Group("acme", "g")
+	p := NewPublisher(js, names, nil, nil)
+	p.Guard(func(context.Context, contracts.GroupRef) (bool, error) { return false, nil })
+	for _, done := range []int64{8, 3, 8, 9} {
+		c := redisq.GroupCounts{State: contracts.StateRunning, Declared: -1, Jobs: 20, Done: done, Succeeded: done}
+		if err := p.Publish(ctx, Change{Group: g, Counts: c, Progress: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Publish(ctx, Change{Group: g, Counts: redisq.GroupCounts{State: contracts.StatePaused, Declared: -1, Jobs: 20, Done: 9, Succeeded: 9}, Control: true}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, names.StreamEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := contracts.DecodeGroupEvent(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %d", ev.State, ev.Succeeded))
+	}
+	if want := []string{"RUNNING 8", "RUNNING 9", "PAUSED 9"}; !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
 	}
 }
