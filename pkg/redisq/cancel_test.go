@@ -230,3 +230,64 @@ func (s *stopAfter) ObserveLua(name string, _ time.Duration) {
 		s.cancel()
 	}
 }
+
+// TestScriptsStopAtTheirTimeBudget: a cancel step and a release stop once
+// their time budget is spent (here at once, after the first slice of jobs)
+// and leave the rest to the next call, which goes on where they stopped:
+// the counts come out exact all the same.
+func TestScriptsStopAtTheirTimeBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		budget   time.Duration
+		min, max int64
+	}{{-1, 1, 2}, {time.Microsecond, 8, 1000}} {
+		calls := &scriptCounter{n: map[string]*atomic.Int64{"cancel": {}}}
+		q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Observer: calls, ScriptTimeBudget: tc.budget}, true)
+		cancelFixture(t, q)
+		res, err := q.Cancel(ctx, G("big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Outcome != redisq.Cancelled || res.Dropped != 55 {
+			t.Fatalf("budget %s: cancel %+v", tc.budget, res)
+		}
+		if n := calls.n["cancel"].Load(); n < tc.min || n > tc.max {
+			t.Fatalf("budget %s: %d cancel calls for 40 queued and 15 backed-off jobs, want %d to %d", tc.budget, n, tc.min, tc.max)
+		}
+		cfg := q.Config()
+		cfg.ScriptTimeBudget = -1 // the checks release in one call
+		qa, err := redisq.New(ctx, b.rdb, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCancelled(t, qa, b, 55, 6)
+	}
+
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, ScriptTimeBudget: time.Microsecond}, true)
+	enqueueN(t, q, "A", 40, "", 0)
+	r := admit(t, q, 40)
+	for _, j := range r.Jobs {
+		if _, err := q.Retry(ctx, j.Group, j.ID, j.Attempt, -1, "busy"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.advance(10 * time.Minute)
+	released := 0
+	for calls := 1; ; calls++ {
+		rel, err := q.Release(ctx, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		released += len(rel.Jobs)
+		if !rel.TimeUp {
+			if released != 40 || calls < 4 {
+				t.Fatalf("released %d of 40 in %d calls; want all, at most a slice per call", released, calls)
+			}
+			break
+		}
+		if len(rel.Jobs) == 0 || len(rel.Jobs) >= 40 {
+			t.Fatalf("call %d released %d with its time up", calls, len(rel.Jobs))
+		}
+	}
+}

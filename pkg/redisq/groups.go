@@ -255,7 +255,7 @@ func (q *Queue) cancelSteps(ctx context.Context, g contracts.GroupRef, sweepOnly
 	res := &CancelResult{}
 	for {
 		v, err := q.run(ctx, "cancel", cancelScript, keys,
-			q.keys.Prefix(), g.Tenant, g.ID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), o.chunk, only)
+			q.keys.Prefix(), g.Tenant, g.ID, q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), o.chunk, only, micros(q.cfg.ScriptTimeBudget))
 		if err != nil {
 			return nil, err
 		}

@@ -143,6 +143,9 @@ type ReleaseResult struct {
 	// left ([WithTypeRooms]): they went back into their groups' queues as
 	// for RateHeld.
 	ReadyHeld map[string]int
+	// TimeUp is set when the call stopped at [Config.ScriptTimeBudget] with due
+	// jobs left: call again.
+	TimeUp bool
 }
 
 // Release takes up to n due jobs out of the non-ready queue (one call),
@@ -163,13 +166,13 @@ func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*Relea
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
-		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.typeLimits, q.cfg.Alpha, o.rooms, o.seq)
+		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.typeLimits, q.cfg.Alpha, o.rooms, o.seq, micros(q.cfg.ScriptTimeBudget))
 	if err != nil {
 		return nil, err
 	}
 	l := toList(v)
 	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
-		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5])}, nil
+		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5]), TimeUp: toInt(l[6]) == 1}, nil
 }
 
 // ClaimOutcome says whether a worker may run a delivered job.

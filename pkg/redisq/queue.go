@@ -96,6 +96,11 @@ type Config struct {
 	// groups that exist and have not ended. Zero, the default, means
 	// unlimited; a tenant's own quota replaces it.
 	TenantMaxActiveGroups int64
+	// ScriptTimeBudget is how long one call of a script that goes through
+	// many jobs (a cancel step, a release) keeps at it before it leaves the
+	// rest to the next call; default [DefaultScriptTimeBudget], negative
+	// means no budget (the job counts alone bound the calls).
+	ScriptTimeBudget time.Duration
 	// Observer, when set, receives every script's duration.
 	Observer Observer
 	// Clock, when set, replaces Redis TIME inside scripts (tests only).
@@ -123,6 +128,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.ScriptTimeBudget == 0 {
+		c.ScriptTimeBudget = DefaultScriptTimeBudget
 	}
 	if c.BaseBackoff == 0 {
 		c.BaseBackoff = DefaultBaseBackoff
@@ -264,6 +272,9 @@ func isNoScript(err error) bool {
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// micros is a time budget in µs for a script: 0 = none.
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 0) }
 
 func secs(d time.Duration) int64 { return int64(d / time.Second) }
 

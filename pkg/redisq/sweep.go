@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -13,6 +14,15 @@ import (
 // ([Queue.CorrectCounters]) goes through: a script call of a few
 // milliseconds whatever the size of the non-ready queue or of the group.
 const DefaultSweepChunk = 500
+
+// DefaultScriptTimeBudget is the default [Config.ScriptTimeBudget]: how long
+// one call of a script that goes through many jobs (a cancel step, a
+// release) keeps at it before it leaves the rest to the next call. A step of [DefaultSweepChunk] jobs takes a few milliseconds,
+// but while a fork of Redis is alive (an AOF rewrite, an RDB snapshot) each
+// memory page a script writes first is copied, and the same step can take
+// ten to thirty times as long: the budget keeps every call short then too
+// (docs/ARCHITECTURE.md §6.5).
+const DefaultScriptTimeBudget = 10 * time.Millisecond
 
 // CancelSweep is the ZSET of the groups whose cancel has jobs left to go
 // through (lua/cancel.lua), member "<tenant>:<groupId>", every score 0 so

@@ -260,7 +260,7 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		}
 	}
 	switch {
-	case len(res.Jobs) == want:
+	case len(res.Jobs) == want, res.TimeUp:
 		return 0, stateNormal // more may be due
 	case res.NextDueMs < 0:
 		return p.cfg.Interval, stateNormal

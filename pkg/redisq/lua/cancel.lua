@@ -9,7 +9,8 @@
 -- backed-off job of it as cancelled), takes it out of the fair queue and of
 -- its tenant's quotas, gives its keys their TTLs and lists it in the
 -- cancel-sweep ZSET. Every call, the first included, then drops at most
--- ARGV[7] jobs: first from the group's queued list (LPOP), then by going
+-- ARGV[7] jobs, and for at most about ARGV[9] µs: first from the group's
+-- queued list (LPOP), then by going
 -- through the group's job ids (SSCAN, cursor kept in the meta's field
 -- cancelSweep) for jobs still QUEUED or BACKOFF (a backed-off job leaves
 -- the non-ready queue). So no call's work grows with the non-ready queue,
@@ -32,6 +33,8 @@
 -- ARGV[7]: most jobs this call goes through (at least 1)
 -- ARGV[8]: '1' = only go on with a cancel under way (a sweep): a group
 --          that is not CANCELLED with cancelSweep is left alone ('ended')
+-- ARGV[9]: time budget in µs (0 = none): the call stops going through jobs
+--          once it is spent (lib.lua time_budget), as when ARGV[7] is
 -- Returns: { outcome, dropped, more, <group reply> } where outcome is
 --   'cancelled' (this call cancelled the group or went on with its cancel)
 --   or 'ended' (already cancelled or completed, or, with ARGV[8], no cancel
@@ -49,6 +52,7 @@ local job_ttl, group_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local budget = tonumber(ARGV[7])
 if budget < 1 then budget = 1 end
 local sweep_only = ARGV[8] == '1'
+local spent = time_budget(ARGV[9])
 
 local m = redis.call('HMGET', KEYS[1], 'status', 'cancelSweep')
 local status, cursor = m[1], m[2]
@@ -87,8 +91,10 @@ local function drop(job_key)
 end
 
 -- queued jobs: the group's list, a bounded pop at a time
-local ids = redis.call('LPOP', KEYS[2], budget)
-if ids then
+local out_of_time = false
+while budget > 0 and not out_of_time do
+  local ids = redis.call('LPOP', KEYS[2], math.min(budget, TIME_SLICE))
+  if not ids then break end
   budget = budget - #ids
   -- they leave the list: into the id set (lib.lua ids_add), which has the
   -- group TTL like the group's other keys
@@ -98,13 +104,14 @@ if ids then
     local job_key = job_key_of(prefix, gk, jid)
     if redis.call('HGET', job_key, 'status') == 'QUEUED' then drop(job_key) end
   end
+  out_of_time = spent()
 end
 
 -- backed-off jobs (and any QUEUED job outside the list): through the id set
 local done = false
-if budget > 0 and redis.call('LLEN', KEYS[2]) == 0 then
+if budget > 0 and not out_of_time and redis.call('LLEN', KEYS[2]) == 0 then
   repeat
-    local r = redis.call('SSCAN', KEYS[4], cursor, 'COUNT', budget)
+    local r = redis.call('SSCAN', KEYS[4], cursor, 'COUNT', math.min(budget, TIME_SLICE))
     cursor = r[1]
     local page = r[2]
     for _, jid in ipairs(page) do
@@ -118,7 +125,7 @@ if budget > 0 and redis.call('LLEN', KEYS[2]) == 0 then
       end
     end
     budget = budget - math.max(#page, 1)
-  until cursor == '0' or budget <= 0
+  until cursor == '0' or budget <= 0 or spent()
   done = cursor == '0'
 end
 

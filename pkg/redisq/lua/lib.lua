@@ -16,6 +16,30 @@ local function now_ms(override)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Scripts that go through a number of jobs (cancel.lua, release.lua) also
+-- stop at a time budget (docs/ARCHITECTURE.md §6.5, bounded scripts): their
+-- work per job is small, but while a fork of Redis is alive (an AOF
+-- rewrite, a snapshot) every memory page a script writes first is copied,
+-- which can make the same work ten or thirty times as long. They read the
+-- clock every TIME_SLICE jobs and stop once the budget is spent, the rest
+-- left to the next call.
+local TIME_SLICE = 10
+
+-- time_budget returns a function that reports whether us microseconds
+-- have passed since time_budget was called (never, for us <= 0).
+local function time_budget(us)
+  us = tonumber(us) or 0
+  if us <= 0 then
+    return function() return false end
+  end
+  local function clock_us()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local stop = clock_us() + us
+  return function() return clock_us() >= stop end
+end
+
 -- fmt keeps every digit of a score: Lua's tostring keeps only 14.
 local function fmt(x)
   return string.format('%.17g', x)

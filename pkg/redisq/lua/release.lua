@@ -34,14 +34,18 @@
 --           back to the front of its group's list (status QUEUED) and the
 --           group is queued, as for a type's rate limit: admission takes it
 --           in fair order when room frees.
--- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld } where jobs is a flat
+-- ARGV[14]: time budget in µs (0 = none): the call stops releasing once it
+--           is spent (lib.lua time_budget); the due jobs it did not reach
+--           stay in the non-ready queue for the next call.
+-- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld, timeUp } where jobs is a flat
 --   list gk, jid, type, payload, attempt, trace; next is the due time (ms) of
 --   the earliest job left, or -1 when the queue is empty; cancelled counts
 --   jobs of cancelled groups that were counted instead of released; requeued
 --   counts the jobs of paused groups or groups at their in-flight limit put
 --   back in their groups' lists; rateHeld is a flat list type, jobs of the
 --   jobs put back in their groups' lists for their type's rate limit;
---   readyHeld the same for their type's READY room.
+--   readyHeld the same for their type's READY room; timeUp is 1 when the
+--   time budget stopped the call before the due jobs it took were done.
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
@@ -98,7 +102,12 @@ local decr, groups = {}, {}
 local requeued = 0
 local tlimits, tstate, rate_held = nil, {}, {}
 if mode == 'paced' or mode == 'seed' then tlimits = type_limits_parse(ARGV[10]) end
-for _, mem in ipairs(due) do
+local spent, time_up = time_budget(ARGV[14]), 0
+for i, mem in ipairs(due) do
+  if i % TIME_SLICE == 0 and spent() then
+    time_up = 1
+    break
+  end
   redis.call('ZREM', KEYS[1], mem)
   local gk, jid = split_member(mem)
   decr[gk] = (decr[gk] or 0) + 1
@@ -197,4 +206,4 @@ if tlimits then type_save(tstate, window_ms, burst_ms) end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
 if #nxt > 0 then next_due = tonumber(nxt[2]) end
-return { out, next_due, cancelled, requeued, flat_pairs(rate_held), flat_pairs(ready_held) }
+return { out, next_due, cancelled, requeued, flat_pairs(rate_held), flat_pairs(ready_held), time_up }
