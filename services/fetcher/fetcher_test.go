@@ -757,17 +757,23 @@ func TestTraceContinuesFromSubmit(t *testing.T) {
 	var submit sdktrace.ReadOnlySpan
 	spans := map[string]sdktrace.ReadOnlySpan{}
 	testkit.WaitFor(t, "spans ended", 0, func() bool {
-		n := 0
+		var admits []sdktrace.ReadOnlySpan
 		for _, s := range rec.Ended() {
 			spans[s.SpanContext().SpanID().String()] = s
 			if s.Name() == "bulkaction.submit" {
 				submit = s
 			}
 			if s.Name() == handoff.SpanAdmit {
-				n++
+				admits = append(admits, s)
 			}
 		}
-		return submit != nil && n == 3
+		// An ingest span may end after the admit spans it started.
+		for _, a := range admits {
+			if _, ok := spans[a.Parent().SpanID().String()]; !ok {
+				return false
+			}
+		}
+		return submit != nil && len(admits) == 3
 	})
 	for _, m := range got {
 		parts := strings.Split(m.Header.Get("Traceparent"), "-")
