@@ -252,7 +252,9 @@ func t4(p profile) run {
 // returns one row (the poison run) with the p99 comparison in its notes.
 func t5(t *testing.T, p profile) row {
 	w := workload{Tenants: 2, Groups: 2, Jobs: p.t5Jobs / 4, Rate: p.t5Rate}
-	opts := envOptions{CrashWorker: true, Settings: map[string]string{"MAX_DELIVERIES": p.t5Deliveries}}
+	// Processors run in executor processes (WORKER_ISOLATION=process): a
+	// poison job crashes its executor, not its worker.
+	opts := envOptions{CrashWorker: true, Settings: map[string]string{"MAX_DELIVERIES": p.t5Deliveries, "WORKER_ISOLATION": "process"}}
 	base := run{id: "T5-base", opts: opts, w: w, timeout: p.settle, maxFaultTime: 10 * time.Minute}
 	w.Job = func(_, g, i int) (string, string, bool) {
 		if i%100 == 50 { // 1%

@@ -230,6 +230,12 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
 
+	if cfg.WorkerIsolation != "none" {
+		// An executor is this program started again: here, a second dev
+		// environment.
+		log.Warn("BULKACTION_WORKER_ISOLATION is not supported by dev: processors run in this process", "isolation", cfg.WorkerIsolation)
+		cfg.WorkerIsolation = "none"
+	}
 	so := stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log}
 	if !envSet("HTTP_ALLOWED_HOSTS") {
 		// For trying things out, the http processor may call any host.

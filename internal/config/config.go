@@ -72,6 +72,7 @@ type Config struct {
 	MaxThrottles          int    `envconfig:"MAX_THROTTLES" default:"50" desc:"rate-limited attempts (429s) a job may retry, each after its Retry-After or the congestion backoff, before it is FAILED"`
 	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"runs of one attempt alone in its worker, after a worker stopped while the job ran, before it is FAILED without running (a poison job); jobs handed back on purpose, or never claimed because Redis was unreachable, spend none"`
 	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
+	WorkerIsolation       string `envconfig:"WORKER_ISOLATION" default:"none" desc:"where the worker runs processors: none (in the worker process) or process (in a child process started from the same program, so that a processor that crashes its process takes down neither the worker nor its other jobs: the jobs that ran beside it run again at once, each alone, and the crashing one is FAILED after MAX_DELIVERIES such runs; not in dev)"`
 	WorkerStateDir        string `envconfig:"WORKER_STATE_DIR" default:"" desc:"directory (outliving the process, not shared between hosts: an emptyDir) where a worker lists the READY messages it holds, so that the worker restarted there after a crash hands them back at once instead of after the ack wait (empty = none)"`
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
 
@@ -169,6 +170,11 @@ func (c *Config) Validate() error {
 	case "paced", "seed":
 	default:
 		return bad("ADMISSION_MODE", c.AdmissionMode, "must be paced or seed")
+	}
+	switch c.WorkerIsolation {
+	case "none", "process":
+	default:
+		return bad("WORKER_ISOLATION", c.WorkerIsolation, "must be none or process")
 	}
 	switch c.UnservedTypes {
 	case "hold", "admit":

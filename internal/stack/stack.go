@@ -28,6 +28,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/services/gateway"
+	"github.com/bulkaction/bulkaction/services/worker"
 )
 
 // Targets, in start order.
@@ -169,8 +170,15 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 }
 
 // Run starts the stack, runs it until ctx ends or a part fails, and stops
-// it: producers (fetcher, dispatcher) before consumers.
+// it: producers (fetcher, dispatcher) before consumers. In a process a
+// worker started as its executor ([worker.IsExecutor]) it runs the
+// executor instead.
 func Run(ctx context.Context, o Options) error {
+	if worker.IsExecutor() {
+		// Started by a worker with WORKER_ISOLATION=process to run its
+		// processors: nothing else.
+		return worker.ServeExecutor(ctx, workerMux(o))
+	}
 	s, err := Start(ctx, o)
 	if err != nil {
 		return err

@@ -35,12 +35,7 @@ func initDispatcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 
 func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
-	mux := s.opts.Mux
-	if mux == nil {
-		mux = processor.NewMux()
-		builtin.Register(mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowedHosts: cfg.HTTPAllowedHosts,
-			AllowAnyHost: s.opts.HTTPAnyHost})
-	}
+	mux := workerMux(s.opts)
 	var types []string
 	for _, t := range strings.Split(cfg.WorkerTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -64,7 +59,20 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	return worker.New(worker.Config{
 		Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs), MaxRetryCount: retries,
 		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace, MaxThrottles: throttles, StateDir: cfg.WorkerStateDir,
+		Isolation: cfg.WorkerIsolation,
 	}, mux, s.Deps)
+}
+
+// workerMux is the worker's Mux: o.Mux, or the built-in processors.
+func workerMux(o Options) *processor.Mux {
+	if o.Mux != nil {
+		return o.Mux
+	}
+	cfg := o.Config
+	mux := processor.NewMux()
+	builtin.Register(mux, builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowedHosts: cfg.HTTPAllowedHosts,
+		AllowAnyHost: o.HTTPAnyHost})
+	return mux
 }
 
 func initAggregator(_ context.Context, s *Stack) (lifecycle.Service, error) {

@@ -147,6 +147,10 @@ type Metrics struct {
 	// replay needed but SUBMIT no longer held (Redis came back older than SUBMIT_REPLAY_WINDOW).
 	// Alert on any "purged".
 	SubmitReplayed *prometheus.CounterVec
+	// ExecutorExits is bulk_action_executor_exits_total: executor processes (worker isolation
+	// "process") that exited while they ran jobs; each of those jobs runs again alone. A poison
+	// job makes a few; a steady rate means processors that crash.
+	ExecutorExits prometheus.Counter
 	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
 	// (buckets 10 ms to 1 h).
 	SubmitLatency prometheus.Histogram
@@ -260,6 +264,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("submit_replayed_total"),
 			Help: "SUBMIT messages applied again after a Redis restart (replayed), or needed but no longer held (purged).",
 		}, []string{"outcome"}),
+		ExecutorExits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("executor_exits_total"),
+			Help: "Worker executor processes that exited while they ran jobs (each job then runs again alone).",
+		}),
 		SubmitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("job_latency_ms"),
 			Help:    "Time from job submission to its recorded result, in milliseconds.",
@@ -271,7 +279,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
 		m.BackpressureAdmitted, m.BackpressureRejected, m.AdmissionHeld, m.CongestionBackoff,
 		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.ResultsFenced, m.GroupCompletions,
-		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.SubmitLatency,
+		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.ExecutorExits, m.SubmitLatency,
 	)
 	for _, o := range []string{"replayed", "purged"} {
 		m.SubmitReplayed.WithLabelValues(o)

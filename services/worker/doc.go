@@ -40,6 +40,17 @@
 // Processors therefore run at least once and must be idempotent (see
 // package processor).
 //
+// # Process isolation
+//
+// With Config.Isolation [IsolationProcess] processors run in an executor
+// child process, the program started again with [ExecutorEnv] set, which
+// must call [ServeExecutor] with the same processors before anything else
+// (pkg/server does). A processor that crashes its process takes down the
+// executor, not the worker: the jobs that were running in it run again at
+// once, each alone in an executor of its own, and the one whose executor
+// exits in Config.MaxDeliveries solo runs becomes a FAILED result
+// (docs/ARCHITECTURE.md §6.3).
+//
 // # Shutdown
 //
 // When the context of [Worker.Run] ends, the worker stops pulling, gives

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -223,7 +224,7 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 // back-off, or hand-back.
 func (w *Worker) run(c claimed, jobs *tracker) {
 	msg, span, job := c.msg.Msg, c.Span, c.job
-	if c.suspect {
+	if c.suspect && w.exec == nil {
 		// Its last holder stopped while it ran: it runs alone, so that if
 		// this worker stops now, the job is the cause (a poison job), and
 		// only such runs spend its budget (docs/ARCHITECTURE.md §6.3).
@@ -258,16 +259,37 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 		w.settle(c, consume.Retry(0, nil))
 		return
 	}
-	jctx, jcancel := context.WithTimeout(trace.ContextWithSpan(jobs.base, span), w.cfg.JobTimeout)
-	start := time.Now()
-	perr := processor.Run(jctx, w.mux, &processor.Job{
+	pj := &processor.Job{
 		Tenant: job.Tenant, GroupID: job.GroupID, JobID: job.JobID, Type: job.Type, Payload: job.Payload, Attempt: job.Attempt,
-	})
+	}
+	start := time.Now()
+	var perr error
+	var iso isolatedRun
+	if w.exec != nil {
+		iso = w.runIsolated(c, jobs.base, pj)
+		perr = iso.perr
+	} else {
+		jctx, jcancel := context.WithTimeout(trace.ContextWithSpan(jobs.base, span), w.cfg.JobTimeout)
+		perr = processor.Run(jctx, w.mux, pj)
+		jcancel()
+	}
 	elapsed := time.Since(start)
-	jcancel()
 	if !jobs.finish(d) { // handed back by the shutdown while it ran
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
 		w.abandoned(c)
+		return
+	}
+	switch {
+	case iso.err != nil:
+		w.handBack(c, "executor", iso.err)
+		return
+	case iso.stale:
+		w.count(c, telemetry.StatusDropped)
+		w.settle(c, consume.Ack())
+		return
+	case iso.poison > 0:
+		w.publishResult(c, contracts.ResultFailed,
+			fmt.Sprintf("poison: its executor process exited %d times while it ran alone", iso.poison), 0)
 		return
 	}
 	w.d.Metrics.ObserveProcessing(job.Type, elapsed)
@@ -299,6 +321,60 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 			return
 		}
 		w.backoff(c, telemetry.StatusRetry, -1, perr.Error())
+	}
+}
+
+// isolatedRun is how a run in executor processes ended: with the
+// processor's outcome (perr), or, before one, with a storage or executor
+// error (err), a stale claim, or as a poison job (poison: the solo runs its
+// executors exited in).
+type isolatedRun struct {
+	perr   error
+	err    error
+	stale  bool
+	poison int
+}
+
+// runIsolated runs job in the shared executor, or alone in one of its own
+// when it is a suspect: its worker stopped while it ran, or the executor
+// it ran in exited (a processor crashed it, or the executor was killed).
+// A solo run counts toward the job's poison budget first, as in the worker
+// process ([redisq.Queue.SoloRun]); whose executors exited in more than
+// Config.MaxDeliveries of them is a poison job. Ending base cancels the
+// processor's context.
+func (w *Worker) runIsolated(c claimed, base context.Context, pj *processor.Job) isolatedRun {
+	for solo := c.suspect; ; solo = true {
+		if solo {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), settleTimeout)
+			n, current, err := w.d.Queue.SoloRun(sctx, c.job.Ref(), c.job.JobID, c.job.Attempt)
+			cancel()
+			switch {
+			case err != nil:
+				return isolatedRun{err: fmt.Errorf("solo run: %w", err)}
+			case !current:
+				return isolatedRun{stale: true}
+			case n > w.cfg.MaxDeliveries:
+				return isolatedRun{poison: n - 1}
+			}
+		}
+		ctx := trace.ContextWithSpan(base, c.Span)
+		var perr, err error
+		if solo {
+			perr, err = w.exec.runSolo(ctx, pj, w.cfg.JobTimeout)
+		} else {
+			perr, err = w.exec.run(ctx, pj, w.cfg.JobTimeout)
+		}
+		switch {
+		case err == nil:
+			return isolatedRun{perr: perr}
+		case !errors.Is(err, errExecutorDied):
+			return isolatedRun{err: err}
+		case base.Err() != nil:
+			return isolatedRun{err: err} // stopping: handed back
+		}
+		w.d.Metrics.ExecutorExits.Inc()
+		w.log.Warn("the executor process exited while the job ran: it runs again alone", "tenant", pj.Tenant,
+			"group", pj.GroupID, "job", pj.JobID, "attempt", pj.Attempt, "solo", solo)
 	}
 }
 

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,13 @@ import (
 	"github.com/bulkaction/bulkaction/services/worker"
 )
 
-func TestMain(m *testing.M) { pipelinetest.Main(m) }
+func TestMain(m *testing.M) {
+	if worker.IsExecutor() {
+		// Started by a test's worker with IsolationProcess.
+		os.Exit(serveTestExecutor())
+	}
+	pipelinetest.Main(m)
+}
 
 // waitTimeout is how long the tests wait for a condition before failing.
 const waitTimeout = 20 * time.Second

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -122,6 +123,16 @@ type Config struct {
 	// It must outlive the process but not be shared between hosts: an
 	// emptyDir in Kubernetes. "" means none.
 	StateDir string
+	// Isolation is where processors run: [IsolationNone] (or "") in the
+	// worker process, [IsolationProcess] in an executor child process, so
+	// that a processor that crashes its process takes down neither the
+	// worker nor the READY messages it holds (executor.go). The program
+	// must then call [ServeExecutor] when [IsExecutor] (pkg/server does).
+	Isolation string
+	// ExecutorCommand is the command that starts an executor with
+	// [IsolationProcess]; nil means this program again, with the same
+	// arguments.
+	ExecutorCommand []string
 	// Durable is the prefix of the durable consumer names: the consumer of
 	// type t is "<Durable>-<t>". "" means [DefaultDurable] ("worker"). Worker
 	// instances that share consumers must use the same Config apart from
@@ -167,6 +178,14 @@ func (c *Config) setDefaults(mux *processor.Mux) {
 	if c.Durable == "" {
 		c.Durable = DefaultDurable
 	}
+	if c.Isolation == "" {
+		c.Isolation = IsolationNone
+	}
+	if c.Isolation == IsolationProcess && len(c.ExecutorCommand) == 0 {
+		if exe, err := os.Executable(); err == nil {
+			c.ExecutorCommand = append([]string{exe}, os.Args[1:]...)
+		}
+	}
 }
 
 func (c *Config) validate(mux *processor.Mux) error {
@@ -183,6 +202,10 @@ func (c *Config) validate(mux *processor.Mux) error {
 		return fmt.Errorf("worker: Durable %q: must not contain '.', '*', '>' or white space", c.Durable)
 	case len(c.Types) == 0:
 		return errors.New("worker: no job types: register processors in the Mux or set Types")
+	case c.Isolation != IsolationNone && c.Isolation != IsolationProcess:
+		return fmt.Errorf("worker: Isolation %q: must be %q or %q", c.Isolation, IsolationNone, IsolationProcess)
+	case c.Isolation == IsolationProcess && len(c.ExecutorCommand) == 0:
+		return errors.New("worker: Isolation process: no ExecutorCommand, and the running executable is unknown")
 	}
 	have := mux.Types()
 	for _, t := range c.Types {
@@ -211,7 +234,8 @@ type Worker struct {
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
 	warnLimit telemetry.WarnLimiter
-	held      *heldFile // nil without Config.StateDir
+	held      *heldFile  // nil without Config.StateDir
+	exec      *executors // nil without IsolationProcess
 }
 
 // New returns a Worker that runs jobs with mux. cfg's zero fields take the
@@ -230,7 +254,12 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 	}
 	d = d.Fill()
 	log := d.Log.With(telemetry.LogComponent, "worker")
+	var x *executors
+	if cfg.Isolation == IsolationProcess {
+		x = &executors{argv: cfg.ExecutorCommand, maxIdle: cfg.Concurrency}
+	}
 	return &Worker{
+		exec:      x,
 		cfg:       cfg,
 		mux:       mux,
 		d:         d,
@@ -343,6 +372,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	jobs.cancel(errShutdown)
+	if w.exec != nil {
+		w.exec.close(abandonWait)
+	}
 	// Acks are sent without waiting; make sure the server has them before
 	// the caller closes the connection.
 	if err := w.d.NC.FlushTimeout(flushTimeout); err != nil {

@@ -1,0 +1,454 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/processor"
+)
+
+// Process isolation (docs/ARCHITECTURE.md §6.3). With Config.Isolation
+// [IsolationProcess] the worker does not run processors itself: it starts a
+// child process, the executor, that runs them, and keeps everything else
+// (the READY messages, claims, results, acknowledgements) in the worker. A
+// processor that crashes its process then takes down the executor and the
+// jobs running in it, not the worker: the worker sees at once which jobs
+// were running there and runs each of them again alone, in an executor of
+// its own, counting those solo runs toward the job's poison budget
+// (Config.MaxDeliveries) as usual. The shared executor is started again for
+// the jobs that follow. No READY message waits for AckWait or for a
+// restarted worker.
+//
+// The executor is the worker's own program started again (Config.
+// ExecutorCommand, by default the running executable with the same
+// arguments), with ExecutorEnv set: the program's entry point must call
+// [ServeExecutor] with the same processors before anything else
+// (pkg/server and the bulkaction command do). The two processes speak JSON
+// lines over two pipes of their own (file descriptors 3 and 4 in the
+// executor), so the processors' stdout and stderr stay the program's.
+
+// Isolation modes (Config.Isolation).
+const (
+	// IsolationNone runs processors in the worker process.
+	IsolationNone = "none"
+	// IsolationProcess runs them in an executor child process.
+	IsolationProcess = "process"
+)
+
+// ExecutorEnv is set to "1" in the environment of an executor process.
+const ExecutorEnv = "BULKACTION_WORKER_EXECUTOR"
+
+// IsExecutor reports whether this process was started as a worker's
+// executor.
+func IsExecutor() bool { return os.Getenv(ExecutorEnv) == "1" }
+
+// errExecutorDied is the error of the jobs that were running in an executor
+// that exited.
+var errExecutorDied = errors.New("worker: the executor process running the job exited")
+
+// execRequest runs a job (Job set) or cancels the run of job ID (Cancel).
+type execRequest struct {
+	ID        uint64         `json:"id"`
+	Job       *processor.Job `json:"job,omitempty"`
+	TimeoutMs int64          `json:"timeoutMs,omitempty"`
+	Cancel    bool           `json:"cancel,omitempty"`
+}
+
+// execResponse is the outcome of a run: processor.Classify's outcome and
+// delay, and the error's text.
+type execResponse struct {
+	ID      uint64 `json:"id"`
+	Outcome string `json:"outcome"`
+	AfterMs int64  `json:"afterMs,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ServeExecutor runs an executor: it reads jobs from file descriptor 3,
+// runs each with p (through [processor.Run], under the timeout the worker
+// sends) and writes their outcomes to file descriptor 4, until the worker
+// closes the pipe; then it cancels the runs still under way (the worker
+// is gone) and returns once they did. The end of ctx does not stop it: the
+// worker decides when runs are cancelled, as its shutdown grace says. It
+// is called in the executor process only ([IsExecutor]), with ctx's values
+// for the processors.
+func ServeExecutor(ctx context.Context, p processor.Processor) error {
+	in, out := os.NewFile(3, "executor-requests"), os.NewFile(4, "executor-responses")
+	if in == nil || out == nil {
+		return errors.New("worker: executor started without its pipes")
+	}
+	defer in.Close()
+	defer out.Close()
+	return serveExecutor(ctx, in, out, p)
+}
+
+func serveExecutor(ctx context.Context, in io.Reader, out io.Writer, p processor.Processor) error {
+	ctx, cancelAll := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAll()
+	var (
+		mu      sync.Mutex // guards running and enc
+		running = map[uint64]context.CancelFunc{}
+		enc     = json.NewEncoder(out)
+		wg      sync.WaitGroup
+	)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64*1024), 64*1024*1024)
+	for sc.Scan() {
+		var req execRequest
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			return fmt.Errorf("worker: executor request: %w", err)
+		}
+		if req.Cancel {
+			mu.Lock()
+			if cancel := running[req.ID]; cancel != nil {
+				cancel()
+			}
+			mu.Unlock()
+			continue
+		}
+		if req.Job == nil {
+			continue
+		}
+		jctx, cancel := context.WithCancel(ctx)
+		if req.TimeoutMs > 0 {
+			jctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
+		}
+		mu.Lock()
+		running[req.ID] = cancel
+		mu.Unlock()
+		wg.Go(func() {
+			err := processor.Run(jctx, p, req.Job)
+			cancel()
+			kind, after := processor.Classify(err)
+			resp := execResponse{ID: req.ID, Outcome: kind.String(), AfterMs: after.Milliseconds()}
+			if err != nil {
+				resp.Error = err.Error()
+			}
+			mu.Lock()
+			delete(running, req.ID)
+			werr := enc.Encode(&resp)
+			mu.Unlock()
+			if werr != nil {
+				cancelAll() // the worker is gone
+			}
+		})
+	}
+	cancelAll()
+	wg.Wait()
+	return sc.Err()
+}
+
+// outcomeError rebuilds, in the worker, an error that processor.Classify
+// maps to the executor's outcome.
+func outcomeError(r *execResponse) error {
+	msg := errors.New(r.Error)
+	switch r.Outcome {
+	case processor.OutcomeSuccess.String():
+		return nil
+	case processor.OutcomeFailed.String():
+		return processor.Permanent(msg)
+	case processor.OutcomeRateLimited.String():
+		return processor.RateLimited(time.Duration(r.AfterMs)*time.Millisecond, msg)
+	case processor.OutcomeRetry.String():
+		return msg
+	default:
+		return processor.Permanent(fmt.Errorf("executor: unknown outcome %q: %s", r.Outcome, r.Error))
+	}
+}
+
+// executor is the worker's side of one executor process.
+type executor struct {
+	cmd  *exec.Cmd
+	in   *os.File // requests
+	done chan struct{}
+
+	mu      sync.Mutex
+	enc     *json.Encoder
+	next    uint64
+	pending map[uint64]chan *execResponse
+	dead    bool
+}
+
+// startExecutor starts an executor process with command argv.
+func startExecutor(argv []string) (*executor, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("worker: no executor command")
+	}
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	respR, respW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), ExecutorEnv+"=1")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{reqR, respW} // fd 3 and 4
+	err = cmd.Start()
+	reqR.Close()
+	respW.Close()
+	if err != nil {
+		reqW.Close()
+		respR.Close()
+		return nil, fmt.Errorf("worker: start executor %s: %w", argv[0], err)
+	}
+	e := &executor{cmd: cmd, in: reqW, done: make(chan struct{}), enc: json.NewEncoder(reqW),
+		pending: map[uint64]chan *execResponse{}}
+	go e.read(respR)
+	return e, nil
+}
+
+// read delivers the executor's responses until it exits; then every run
+// still pending gets nil (the executor died).
+func (e *executor) read(r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		var resp execResponse
+		if json.Unmarshal(sc.Bytes(), &resp) != nil {
+			continue
+		}
+		e.mu.Lock()
+		ch := e.pending[resp.ID]
+		delete(e.pending, resp.ID)
+		e.mu.Unlock()
+		if ch != nil {
+			ch <- &resp
+		}
+	}
+	_ = e.cmd.Wait()
+	e.mu.Lock()
+	e.dead = true
+	for id, ch := range e.pending {
+		delete(e.pending, id)
+		close(ch)
+	}
+	e.mu.Unlock()
+	e.in.Close()
+	close(e.done)
+}
+
+// run runs job in the executor under timeout; ctx's end cancels the run
+// (the processor's context). It returns the processor's outcome as an
+// error (perr), or err errExecutorDied when the executor exited before
+// answering.
+func (e *executor) run(ctx context.Context, job *processor.Job, timeout time.Duration) (perr, err error) {
+	ch := make(chan *execResponse, 1)
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return nil, errExecutorDied
+	}
+	e.next++
+	id := e.next
+	e.pending[id] = ch
+	werr := e.enc.Encode(&execRequest{ID: id, Job: job, TimeoutMs: max(timeout.Milliseconds(), 1)})
+	e.mu.Unlock()
+	if werr != nil {
+		<-e.done // a broken pipe: the executor is exiting
+		return nil, errExecutorDied
+	}
+	var resp *execResponse
+	ok := true
+	select {
+	case resp, ok = <-ch:
+	case <-ctx.Done():
+		e.mu.Lock()
+		if !e.dead {
+			_ = e.enc.Encode(&execRequest{ID: id, Cancel: true})
+		}
+		e.mu.Unlock()
+		resp, ok = <-ch
+	}
+	if !ok {
+		return nil, errExecutorDied
+	}
+	return outcomeError(resp), nil
+}
+
+// alive reports whether the executor has not exited.
+func (e *executor) alive() bool {
+	select {
+	case <-e.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// close ends the executor: its requests pipe is closed, so it exits once
+// the runs under way returned; after wait it is killed.
+func (e *executor) close(wait time.Duration) {
+	e.mu.Lock()
+	e.dead = true
+	e.mu.Unlock()
+	e.in.Close()
+	select {
+	case <-e.done:
+	case <-time.After(wait):
+		_ = e.cmd.Process.Kill()
+		<-e.done
+	}
+}
+
+// executors runs jobs in executor processes: a shared one for ordinary
+// runs, and solo ones that run one job at a time. An executor that exited
+// is replaced; one spare is kept started, so that the jobs after a crash
+// do not wait for a process to start, and solo executors whose job ended
+// are kept (up to maxIdle) for the next solo runs.
+type executors struct {
+	argv    []string
+	maxIdle int
+
+	mu    sync.Mutex
+	cur   *executor
+	spare *executor
+	idle  []*executor // solo executors between runs
+	solo  sync.WaitGroup
+	spawn sync.WaitGroup
+	done  bool
+	// starting is set while the spare is being started.
+	starting bool
+}
+
+// take returns a started executor other than the shared one: the spare,
+// else a new one; a new spare is started in the background.
+func (x *executors) take() (*executor, error) {
+	x.mu.Lock()
+	e := x.spare
+	x.spare = nil
+	if !x.done {
+		x.spawn.Go(x.prepareSpare)
+	}
+	x.mu.Unlock()
+	if e != nil && e.alive() {
+		return e, nil
+	}
+	return startExecutor(x.argv)
+}
+
+// prepareSpare starts the spare executor if there is none.
+func (x *executors) prepareSpare() {
+	x.mu.Lock()
+	if x.done || x.spare != nil || x.starting {
+		x.mu.Unlock()
+		return
+	}
+	x.starting = true
+	x.mu.Unlock()
+	e, err := startExecutor(x.argv)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.starting = false
+	if err != nil {
+		return
+	}
+	if x.done || x.spare != nil {
+		go e.close(abandonWait)
+		return
+	}
+	x.spare = e
+}
+
+// shared returns the running shared executor, starting one if needed.
+func (x *executors) shared() (*executor, error) {
+	x.mu.Lock()
+	cur := x.cur
+	x.mu.Unlock()
+	if cur != nil && cur.alive() {
+		return cur, nil
+	}
+	// One caller replaces it; the others wait for that.
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.cur != nil && x.cur.alive() {
+		return x.cur, nil
+	}
+	e := x.spare
+	x.spare = nil
+	if e == nil || !e.alive() {
+		var err error
+		if e, err = startExecutor(x.argv); err != nil {
+			return nil, err
+		}
+	}
+	x.cur = e
+	if !x.done {
+		x.spawn.Go(x.prepareSpare)
+	}
+	return e, nil
+}
+
+// run runs job in the shared executor.
+func (x *executors) run(ctx context.Context, job *processor.Job, timeout time.Duration) (perr, err error) {
+	e, err := x.shared()
+	if err != nil {
+		return nil, err
+	}
+	return e.run(ctx, job, timeout)
+}
+
+// runSolo runs job alone in an executor that runs nothing else meanwhile.
+func (x *executors) runSolo(ctx context.Context, job *processor.Job, timeout time.Duration) (perr, err error) {
+	x.solo.Add(1)
+	defer x.solo.Done()
+	var e *executor
+	x.mu.Lock()
+	for len(x.idle) > 0 && e == nil {
+		last := x.idle[len(x.idle)-1]
+		x.idle = x.idle[:len(x.idle)-1]
+		if last.alive() {
+			e = last
+		}
+	}
+	x.mu.Unlock()
+	if e == nil {
+		if e, err = x.take(); err != nil {
+			return nil, err
+		}
+	}
+	perr, err = e.run(ctx, job, timeout)
+	x.mu.Lock()
+	keep := err == nil && !x.done && len(x.idle) < x.maxIdle
+	if keep {
+		x.idle = append(x.idle, e)
+	}
+	x.mu.Unlock()
+	if !keep {
+		e.close(abandonWait)
+	}
+	return perr, err
+}
+
+// close ends every executor once its runs returned (after wait, it is
+// killed).
+func (x *executors) close(wait time.Duration) {
+	x.mu.Lock()
+	x.done = true
+	x.mu.Unlock()
+	x.solo.Wait()
+	x.spawn.Wait()
+	x.mu.Lock()
+	all := append([]*executor{x.cur, x.spare}, x.idle...)
+	x.cur, x.spare, x.idle = nil, nil, nil
+	x.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, e := range all {
+		if e != nil {
+			wg.Go(func() { e.close(wait) })
+		}
+	}
+	wg.Wait()
+}
