@@ -72,7 +72,7 @@ type Config struct {
 	MaxThrottles          int    `envconfig:"MAX_THROTTLES" default:"50" desc:"rate-limited attempts (429s) a job may retry, each after its Retry-After or the congestion backoff, before it is FAILED"`
 	MaxDeliveries         int    `envconfig:"MAX_DELIVERIES" default:"5" desc:"runs of one attempt alone in its worker, after a worker stopped while the job ran, before it is FAILED without running (a poison job); jobs handed back on purpose, or never claimed because Redis was unreachable, spend none"`
 	ShutdownGracePeriodMs int    `envconfig:"SHUTDOWN_GRACE_PERIOD_MS" default:"30000" desc:"time in-flight jobs get to finish on SIGTERM"`
-	WorkerIsolation       string `envconfig:"WORKER_ISOLATION" default:"none" desc:"where the worker runs processors: none (in the worker process) or process (in a child process started from the same program, so that a processor that crashes its process takes down neither the worker nor its other jobs: the jobs that ran beside it run again at once, each alone, and the crashing one is FAILED after MAX_DELIVERIES such runs; not in dev)"`
+	WorkerIsolation       string `envconfig:"WORKER_ISOLATION" default:"none" desc:"where the worker runs processors: none (in the worker process) or process (each job in a child process of the same program that runs one job at a time, up to WORKER_COUNT of them, so that a processor that crashes its process takes down only its own job, which runs again and is FAILED after MAX_DELIVERIES more crashes; not in dev)"`
 	WorkerStateDir        string `envconfig:"WORKER_STATE_DIR" default:"" desc:"directory (outliving the process, not shared between hosts: an emptyDir) where a worker lists the READY messages it holds, so that the worker restarted there after a crash hands them back at once instead of after the ack wait (empty = none)"`
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
 
@@ -81,7 +81,7 @@ type Config struct {
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
 	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
-	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck"`
+	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, jobs still RUNNING taken as lost and re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck; keep it well above JOB_TIMEOUT_MS"`
 	GroupIdleTTL    time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without activity (creation, start, result, pause) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
 
 	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`

@@ -60,6 +60,20 @@ func TestRepairStuckGroups(t *testing.T) {
 				}
 			}
 		}, redisq.RepairLease},
+		{"result lost after a rollback", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
+			// claimed (RUNNING, no lease entry): the result was recorded
+			// and acknowledged, then lost with the Redis that came back
+			// older; nothing runs the jobs again
+			ctx := context.Background()
+			for _, j := range admit(t, q, 100).Jobs {
+				if j.Group != g {
+					continue
+				}
+				if o, err := q.Claim(ctx, j.Group, j.ID, j.Attempt); err != nil || o != redisq.ClaimRun {
+					t.Fatalf("claim %s: %v %v", j.ID, o, err)
+				}
+			}
+		}, redisq.RepairLease},
 		{"out of the fair queue", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
 			b.rdb.ZRem(context.Background(), q.Keys().TenantGroups(g.Tenant, contracts.PriorityNormal), g.ID)
 		}, redisq.RepairQueue},

@@ -10,7 +10,11 @@
 -- group:<gk>:ids from cursor ARGV[8]):
 --   lease:    a LEASED job without an entry in the inflight ZSET (nobody
 --             would re-publish it) gets one, already expired, so the
---             dispatcher's reclaim re-publishes it (same attempt);
+--             dispatcher's reclaim re-publishes it (same attempt); so does
+--             a RUNNING job, made LEASED again: a group without progress
+--             for STUCK_AFTER has no run under way (JOB_TIMEOUT_MS bounds
+--             one), so its result was lost (a Redis that came back older)
+--             and nothing would run it again;
 -- and counts the jobs in flight (LEASED, RUNNING, DEQUEUED). The last step:
 --   inflight: a group with an in-flight limit whose inFlight is above the
 --             jobs really in flight gets the real count, and is queued again
@@ -85,7 +89,14 @@ repeat
     local st = redis.call('HGET', job_key_of(prefix, gk, jid), 'status')
     if st == 'LEASED' or st == 'RUNNING' or st == 'DEQUEUED' then
       counted = counted + 1
-      if st == 'LEASED' and not redis.call('ZSCORE', KEYS[3], gk .. ':' .. jid) then
+      if st ~= 'DEQUEUED' and not redis.call('ZSCORE', KEYS[3], gk .. ':' .. jid) then
+        if st == 'RUNNING' then
+          -- claimed, and no progress of its group since: its run ended
+          -- long ago and its result is not coming (a Redis that came back
+          -- older lost it, after RESULT and READY were acknowledged);
+          -- leased again, it is re-published as the same attempt
+          redis.call('HSET', job_key_of(prefix, gk, jid), 'status', 'LEASED')
+        end
         redis.call('ZADD', KEYS[3], now, gk .. ':' .. jid)
         leases = leases + 1
       end
