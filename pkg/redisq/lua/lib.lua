@@ -23,7 +23,7 @@ end
 -- which can make the same work ten or thirty times as long. They read the
 -- clock every TIME_SLICE jobs and stop once the budget is spent, the rest
 -- left to the next call.
-local TIME_SLICE = 10
+local TIME_SLICE = 5
 
 -- time_budget returns a function that reports whether us microseconds
 -- have passed since time_budget was called (never, for us <= 0).
