@@ -20,12 +20,8 @@ import (
 // every time.
 func TestPublishPerTenantSubjectsAndDedup(t *testing.T) {
 	t.Parallel()
-	_, _, js := testenv.NATS(t)
+	js, names := eventsStream(t)
 	ctx := context.Background()
-	names := contracts.Names{}
-	if err := natsutil.EnsureStreams(ctx, js, names, natsutil.StreamSettings{}); err != nil {
-		t.Fatal(err)
-	}
 	p := NewPublisher(js, names, nil, nil)
 	counts := redisq.GroupCounts{State: contracts.StateRunning, Declared: 10, Jobs: 10, Done: 4, Succeeded: 4}
 	acme, globex := contracts.Group("acme", "g"), contracts.Group("globex", "g")
@@ -40,26 +36,16 @@ func TestPublishPerTenantSubjectsAndDedup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := js.Stream(ctx, names.StreamEvents())
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := []struct {
 		g      contracts.GroupRef
 		notice string
 	}{{acme, ""}, {globex, ""}, {acme, "settings differ"}, {acme, "settings differ"}}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != uint64(len(want)) {
-		t.Fatalf("EVENTS holds %d messages, want %d", info.State.Msgs, len(want))
+	stored := storedEvents(t, js, names)
+	if len(stored) != len(want) {
+		t.Fatalf("EVENTS holds %d messages, want %d", len(stored), len(want))
 	}
 	for i, w := range want {
-		m, err := st.GetMsg(ctx, info.State.FirstSeq+uint64(i))
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := stored[i]
 		if m.Subject != names.Events(w.g) {
 			t.Errorf("event %d on %s, want %s", i, m.Subject, names.Events(w.g))
 		}
@@ -82,12 +68,8 @@ func TestPublishPerTenantSubjectsAndDedup(t *testing.T) {
 // JetStream, the check runs again and finds the group ended.
 func TestStaleEventNeverFollowsTheFinalOne(t *testing.T) {
 	t.Parallel()
-	_, _, js := testenv.NATS(t)
+	js, names := eventsStream(t)
 	ctx := context.Background()
-	names := contracts.Names{}
-	if err := natsutil.EnsureStreams(ctx, js, names, natsutil.StreamSettings{}); err != nil {
-		t.Fatal(err)
-	}
 	g := contracts.Group("acme", "g")
 	running := redisq.GroupCounts{State: contracts.StateRunning, Declared: 10, Jobs: 10, Done: 4, Succeeded: 4}
 	completed := redisq.GroupCounts{State: contracts.StateCompleted, Declared: 10, Jobs: 10, Done: 10, Succeeded: 10}
@@ -142,12 +124,8 @@ func TestStaleEventNeverFollowsTheFinalOne(t *testing.T) {
 // state, counts as high) is not published: counts never go back.
 func TestGuardedCountsNeverGoBack(t *testing.T) {
 	t.Parallel()
-	_, _, js := testenv.NATS(t)
+	js, names := eventsStream(t)
 	ctx := context.Background()
-	names := contracts.Names{}
-	if err := natsutil.EnsureStreams(ctx, js, names, natsutil.StreamSettings{}); err != nil {
-		t.Fatal(err)
-	}
 	g := contracts.Group("acme", "g")
 	p := NewPublisher(js, names, nil, nil)
 	p.Guard(func(context.Context, contracts.GroupRef) (bool, error) { return false, nil })
@@ -160,20 +138,8 @@ func TestGuardedCountsNeverGoBack(t *testing.T) {
 	if err := p.Publish(ctx, Change{Group: g, Counts: redisq.GroupCounts{State: contracts.StatePaused, Declared: -1, Jobs: 20, Done: 9, Succeeded: 9}, Control: true}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx, names.StreamEvents())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range storedEvents(t, js, names) {
 		ev, err := contracts.DecodeGroupEvent(m.Data)
 		if err != nil {
 			t.Fatal(err)
@@ -183,4 +149,38 @@ func TestGuardedCountsNeverGoBack(t *testing.T) {
 	if want := []string{"RUNNING 8", "RUNNING 9", "PAUSED 9"}; !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
+}
+
+// eventsStream is a NATS server with the streams.
+func eventsStream(t *testing.T) (jetstream.JetStream, contracts.Names) {
+	t.Helper()
+	_, _, js := testenv.NATS(t)
+	names := contracts.Names{}
+	if err := natsutil.EnsureStreams(context.Background(), js, names, natsutil.StreamSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	return js, names
+}
+
+// storedEvents returns every message EVENTS holds, in order.
+func storedEvents(t *testing.T, js jetstream.JetStream, names contracts.Names) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, names.StreamEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
