@@ -13,12 +13,12 @@
 // Processors run at least once: make them idempotent (a job's
 // Job.IdempotencyKey is stable across attempts).
 //
-// With BULKACTION_WORKER_ISOLATION=process the worker runs the processors
-// in a child process, your program started again with the same arguments
-// and BULKACTION_WORKER_EXECUTOR=1: there Run serves the processors of mux
-// and nothing else, so call it with the same mux, and do before it only
-// what the processors need (a crash in a processor then takes down the
-// child, not the worker).
+// With BULKACTION_WORKER_ISOLATION=process the worker runs each job in a
+// child process, your program started again with the same arguments and
+// BULKACTION_WORKER_EXECUTOR=1: there Run serves the processors of mux and
+// nothing else, so call it with the same mux, and do before it only what
+// the processors need (a crash in a processor then takes down that child
+// and its job, not the worker).
 //
 // This is what a program of your own gets: the stock targets, wired and
 // run exactly as the bulkaction binary runs them (settings, logging,

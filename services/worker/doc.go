@@ -42,20 +42,12 @@
 //
 // # Process isolation
 //
-// With Config.Isolation [IsolationProcess] processors run in an executor
-// child process, the program started again with [ExecutorEnv] set, which
-// must call [ServeExecutor] with the same processors before anything else
-// (pkg/server does). A processor that crashes its process takes down the
-// executor, not the worker: the jobs that were running in it run again at
-// once, each alone in an executor of its own, and the one whose executor
-// exits in Config.MaxDeliveries solo runs becomes a FAILED result
-// (docs/ARCHITECTURE.md §6.3).
-//
-// # Shutdown
-//
-// When the context of [Worker.Run] ends, the worker stops pulling, gives
-// running jobs Config.ShutdownGrace to finish (their results are published as
-// usual), then cancels the contexts of those still running and hands their
-// messages back to JetStream (a negative acknowledgement) so that another
-// worker runs them at once.
+// With Config.Isolation [IsolationProcess] processors run in executor
+// child processes, one job at a time in each: the program started again
+// with [ExecutorEnv] set, which must call [ServeExecutor] with the same
+// processors before anything else (pkg/server does). A processor that
+// crashes its process takes down its executor and its own job, not the
+// worker nor the jobs beside it: the job runs again at once, and one whose
+// executor exits in Config.MaxDeliveries further runs becomes a FAILED
+// result (docs/ARCHITECTURE.md §6.3).
 package worker

@@ -16,16 +16,16 @@ import (
 )
 
 // Process isolation (docs/ARCHITECTURE.md §6.3). With Config.Isolation
-// [IsolationProcess] the worker does not run processors itself: it starts a
-// child process, the executor, that runs them, and keeps everything else
-// (the READY messages, claims, results, acknowledgements) in the worker. A
-// processor that crashes its process then takes down the executor and the
-// jobs running in it, not the worker: the worker sees at once which jobs
-// were running there and runs each of them again alone, in an executor of
-// its own, counting those solo runs toward the job's poison budget
-// (Config.MaxDeliveries) as usual. The shared executor is started again for
-// the jobs that follow. No READY message waits for AckWait or for a
-// restarted worker.
+// [IsolationProcess] the worker does not run processors itself: it keeps a
+// pool of child processes, executors, each running one job at a time (up to
+// Config.Concurrency of them), and keeps everything else (the READY
+// messages, claims, results, acknowledgements) in the worker. A processor
+// that crashes its process then takes down its executor and its own job,
+// not the worker nor the jobs beside it: the worker sees it at once and
+// runs the job again, alone as always, counting those runs toward the
+// job's poison budget (Config.MaxDeliveries) as it does for suspects. A new
+// executor replaces the one that exited, and one spare is kept started. No
+// READY message waits for AckWait or for a restarted worker.
 //
 // The executor is the worker's own program started again (Config.
 // ExecutorCommand, by default the running executable with the same
@@ -303,30 +303,36 @@ func (e *executor) close(wait time.Duration) {
 	}
 }
 
-// executors runs jobs in executor processes: a shared one for ordinary
-// runs, and solo ones that run one job at a time. An executor that exited
-// is replaced; one spare is kept started, so that the jobs after a crash
-// do not wait for a process to start, and solo executors whose job ended
-// are kept (up to maxIdle) for the next solo runs.
+// executors runs jobs in executor processes, one job at a time in each (a
+// pool of up to size of them, as many as the worker runs jobs at once), so
+// that a processor that crashes its process takes down only its own job.
+// An executor that exited is replaced; one spare is kept started, so that
+// the jobs after a crash do not wait for a process to start.
 type executors struct {
-	argv    []string
-	maxIdle int
+	argv []string
+	size int
 
-	mu    sync.Mutex
-	cur   *executor
-	spare *executor
-	idle  []*executor // solo executors between runs
-	solo  sync.WaitGroup
-	spawn sync.WaitGroup
-	done  bool
-	// starting is set while the spare is being started.
-	starting bool
+	mu       sync.Mutex
+	idle     []*executor // started, running nothing
+	spare    *executor
+	starting bool // the spare is being started
+	done     bool
+	runs     sync.WaitGroup
+	spawn    sync.WaitGroup
 }
 
-// take returns a started executor other than the shared one: the spare,
-// else a new one; a new spare is started in the background.
-func (x *executors) take() (*executor, error) {
+// get returns an executor running nothing: an idle one, else the spare
+// (and a new spare is started), else a new one.
+func (x *executors) get() (*executor, error) {
 	x.mu.Lock()
+	for len(x.idle) > 0 {
+		e := x.idle[len(x.idle)-1]
+		x.idle = x.idle[:len(x.idle)-1]
+		if e.alive() {
+			x.mu.Unlock()
+			return e, nil
+		}
+	}
 	e := x.spare
 	x.spare = nil
 	if !x.done {
@@ -337,6 +343,19 @@ func (x *executors) take() (*executor, error) {
 		return e, nil
 	}
 	return startExecutor(x.argv)
+}
+
+// put takes back an executor whose run ended.
+func (x *executors) put(e *executor) {
+	x.mu.Lock()
+	keep := e.alive() && !x.done && len(x.idle) < x.size
+	if keep {
+		x.idle = append(x.idle, e)
+	}
+	x.mu.Unlock()
+	if !keep {
+		e.close(abandonWait)
+	}
 }
 
 // prepareSpare starts the spare executor if there is none.
@@ -362,87 +381,50 @@ func (x *executors) prepareSpare() {
 	x.spare = e
 }
 
-// shared returns the running shared executor, starting one if needed.
-func (x *executors) shared() (*executor, error) {
-	x.mu.Lock()
-	cur := x.cur
-	x.mu.Unlock()
-	if cur != nil && cur.alive() {
-		return cur, nil
-	}
-	// One caller replaces it; the others wait for that.
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.cur != nil && x.cur.alive() {
-		return x.cur, nil
-	}
-	e := x.spare
-	x.spare = nil
-	if e == nil || !e.alive() {
-		var err error
-		if e, err = startExecutor(x.argv); err != nil {
-			return nil, err
-		}
-	}
-	x.cur = e
-	if !x.done {
-		x.spawn.Go(x.prepareSpare)
-	}
-	return e, nil
-}
-
-// run runs job in the shared executor.
+// run runs job alone in an executor; err is errExecutorDied when the
+// executor exited before answering (it is not used again).
 func (x *executors) run(ctx context.Context, job *processor.Job, timeout time.Duration) (perr, err error) {
-	e, err := x.shared()
+	x.runs.Add(1)
+	defer x.runs.Done()
+	e, err := x.get()
 	if err != nil {
 		return nil, err
 	}
-	return e.run(ctx, job, timeout)
-}
-
-// runSolo runs job alone in an executor that runs nothing else meanwhile.
-func (x *executors) runSolo(ctx context.Context, job *processor.Job, timeout time.Duration) (perr, err error) {
-	x.solo.Add(1)
-	defer x.solo.Done()
-	var e *executor
-	x.mu.Lock()
-	for len(x.idle) > 0 && e == nil {
-		last := x.idle[len(x.idle)-1]
-		x.idle = x.idle[:len(x.idle)-1]
-		if last.alive() {
-			e = last
-		}
-	}
-	x.mu.Unlock()
-	if e == nil {
-		if e, err = x.take(); err != nil {
-			return nil, err
-		}
-	}
 	perr, err = e.run(ctx, job, timeout)
-	x.mu.Lock()
-	keep := err == nil && !x.done && len(x.idle) < x.maxIdle
-	if keep {
-		x.idle = append(x.idle, e)
-	}
-	x.mu.Unlock()
-	if !keep {
-		e.close(abandonWait)
-	}
+	x.put(e)
 	return perr, err
 }
 
-// close ends every executor once its runs returned (after wait, it is
-// killed).
+// start starts the pool's size executors at once, so that the first jobs
+// do not wait for processes to start; an executor that cannot be started
+// is an error (the program cannot serve as its own executor).
+func (x *executors) start() error {
+	es := make([]*executor, x.size)
+	errs := make([]error, x.size)
+	var wg sync.WaitGroup
+	for i := range es {
+		wg.Go(func() { es[i], errs[i] = startExecutor(x.argv) })
+	}
+	wg.Wait()
+	for _, e := range es {
+		if e != nil {
+			x.put(e)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close ends every executor once the runs under way returned (after wait,
+// an executor still running is killed).
 func (x *executors) close(wait time.Duration) {
 	x.mu.Lock()
 	x.done = true
 	x.mu.Unlock()
-	x.solo.Wait()
+	x.runs.Wait()
 	x.spawn.Wait()
 	x.mu.Lock()
-	all := append([]*executor{x.cur, x.spare}, x.idle...)
-	x.cur, x.spare, x.idle = nil, nil, nil
+	all := append([]*executor{x.spare}, x.idle...)
+	x.spare, x.idle = nil, nil
 	x.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, e := range all {

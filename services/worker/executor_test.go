@@ -25,9 +25,18 @@ func serveTestExecutor() int {
 	mux := processor.NewMux()
 	mux.HandleFunc("crash", func(ctx context.Context, job *processor.Job) error {
 		var p struct {
-			Poison bool `json:"poison"`
+			Poison bool   `json:"poison"`
+			Runs   string `json:"runs"` // a directory where each run leaves a file
 		}
-		if json.Unmarshal(job.Payload, &p) == nil && p.Poison {
+		_ = json.Unmarshal(job.Payload, &p)
+		if p.Runs != "" {
+			f, err := os.CreateTemp(p.Runs, job.JobID+"-*")
+			if err != nil {
+				return err
+			}
+			f.Close()
+		}
+		if p.Poison {
 			os.Exit(2)
 		}
 		select {
@@ -62,19 +71,20 @@ func serveTestExecutor() int {
 
 // TestIsolatedPoisonTakesOnlyItsExecutor runs a worker with
 // IsolationProcess over 40 jobs, one of which crashes the process that runs
-// it: the worker keeps running, the jobs that ran beside the crash run
-// again alone and succeed once each, the crashing job is FAILED as poison
-// after MaxDeliveries solo runs, and no READY message waits for AckWait.
+// it: the worker keeps running, every other job runs once and succeeds, the
+// crashing job is FAILED as poison after its first crash and MaxDeliveries
+// counted runs, and no READY message waits for AckWait.
 func TestIsolatedPoisonTakesOnlyItsExecutor(t *testing.T) {
 	t.Parallel()
 	b := setup(t, redisq.Config{Mode: redisq.ModeFair})
 	ctx := context.Background()
 	g := grp("iso")
+	runs := t.TempDir()
 	jobs := make([]redisq.Job, 40)
 	for i := range jobs {
-		p := fmt.Sprintf(`{"n":%d}`, i)
+		p := fmt.Sprintf(`{"n":%d,"runs":%q}`, i, runs)
 		if i == 7 {
-			p = `{"poison":true}`
+			p = fmt.Sprintf(`{"poison":true,"runs":%q}`, runs)
 		}
 		jobs[i] = redisq.Job{Group: g, ID: fmt.Sprintf("j%d", i), Type: "crash", Payload: []byte(p)}
 	}
@@ -97,21 +107,38 @@ func TestIsolatedPoisonTakesOnlyItsExecutor(t *testing.T) {
 	if info.Succeeded != 39 || info.Failed != 1 {
 		t.Fatalf("succeeded %d failed %d, want 39 and 1", info.Succeeded, info.Failed)
 	}
-	poison := b.results.of("iso", "j7")
-	if len(poison) != 1 || poison[0].Status != contracts.ResultFailed || !strings.Contains(poison[0].Error, "poison") {
-		t.Fatalf("j7's results %+v, want one FAILED poison", poison)
+	for i := range 40 {
+		id := fmt.Sprintf("j%d", i)
+		b.results.wait(t, "iso", id) // recorded before the collector keeps it
+		rs := b.results.of("iso", id)
+		switch {
+		case i == 7 && (len(rs) != 1 || rs[0].Status != contracts.ResultFailed || !strings.Contains(rs[0].Error, "poison")):
+			t.Fatalf("j7's results %+v, want one FAILED poison", rs)
+		case i != 7 && (len(rs) != 1 || rs[0].Status != contracts.ResultSuccess):
+			t.Fatalf("%s's results %+v, want one SUCCESS", id, rs)
+		}
+	}
+	// The first crash, then MaxDeliveries counted runs of j7 that crash
+	// too; no other job ran twice (each ran alone in its executor).
+	if n := testkit.Value(t, b.metrics.ExecutorExits); n != 3 {
+		t.Errorf("%v executor exits counted, want 3", n)
+	}
+	files, err := os.ReadDir(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := map[string]int{}
+	for _, f := range files {
+		ran[strings.Split(f.Name(), "-")[0]]++
 	}
 	for i := range 40 {
+		want := 1
 		if i == 7 {
-			continue
+			want = 3
 		}
-		if rs := b.results.of("iso", fmt.Sprintf("j%d", i)); len(rs) != 1 || rs[0].Status != contracts.ResultSuccess {
-			t.Fatalf("j%d's results %+v, want one SUCCESS", i, rs)
+		if got := ran[fmt.Sprintf("j%d", i)]; got != want {
+			t.Errorf("j%d ran %d times, want %d", i, got, want)
 		}
-	}
-	// The first crash, then MaxDeliveries solo runs of j7 that crash too.
-	if n := testkit.Value(t, b.metrics.ExecutorExits); n < 3 {
-		t.Errorf("%v executor exits counted, want at least 3", n)
 	}
 	if took > 30*time.Second {
 		t.Errorf("took %s: a message waited for AckWait (1 min)?", took)
@@ -151,6 +178,7 @@ func TestIsolatedOutcomes(t *testing.T) {
 		"panic":   {contracts.ResultFailed, "boom"},
 	}
 	for _, o := range outcomes {
+		b.results.wait(t, "verdicts", o)
 		rs := b.results.of("verdicts", o)
 		if len(rs) != 1 || rs[0].Status != want[o].status || !strings.Contains(rs[0].Error, want[o].err) {
 			t.Errorf("%s: results %+v, want %s %q", o, rs, want[o].status, want[o].err)

@@ -335,13 +335,14 @@ type isolatedRun struct {
 	poison int
 }
 
-// runIsolated runs job in the shared executor, or alone in one of its own
-// when it is a suspect: its worker stopped while it ran, or the executor
-// it ran in exited (a processor crashed it, or the executor was killed).
-// A solo run counts toward the job's poison budget first, as in the worker
-// process ([redisq.Queue.SoloRun]); whose executors exited in more than
-// Config.MaxDeliveries of them is a poison job. Ending base cancels the
-// processor's context.
+// runIsolated runs job in an executor of the pool, which runs nothing else
+// meanwhile. When the job is a suspect (its worker stopped while it ran)
+// or its executor exited while it ran (a processor crashed it, or the
+// executor was killed), each further run counts toward the job's poison
+// budget first, as a solo run in the worker process does
+// ([redisq.Queue.SoloRun]); a job whose executors exited in more than
+// Config.MaxDeliveries of those runs is a poison job. Ending base cancels
+// the processor's context.
 func (w *Worker) runIsolated(c claimed, base context.Context, pj *processor.Job) isolatedRun {
 	for solo := c.suspect; ; solo = true {
 		if solo {
@@ -357,13 +358,7 @@ func (w *Worker) runIsolated(c claimed, base context.Context, pj *processor.Job)
 				return isolatedRun{poison: n - 1}
 			}
 		}
-		ctx := trace.ContextWithSpan(base, c.Span)
-		var perr, err error
-		if solo {
-			perr, err = w.exec.runSolo(ctx, pj, w.cfg.JobTimeout)
-		} else {
-			perr, err = w.exec.run(ctx, pj, w.cfg.JobTimeout)
-		}
+		perr, err := w.exec.run(trace.ContextWithSpan(base, c.Span), pj, w.cfg.JobTimeout)
 		switch {
 		case err == nil:
 			return isolatedRun{perr: perr}
@@ -373,8 +368,8 @@ func (w *Worker) runIsolated(c claimed, base context.Context, pj *processor.Job)
 			return isolatedRun{err: err} // stopping: handed back
 		}
 		w.d.Metrics.ExecutorExits.Inc()
-		w.log.Warn("the executor process exited while the job ran: it runs again alone", "tenant", pj.Tenant,
-			"group", pj.GroupID, "job", pj.JobID, "attempt", pj.Attempt, "solo", solo)
+		w.log.Warn("the executor process exited while it ran the job: the job runs again, counted toward its poison budget",
+			"tenant", pj.Tenant, "group", pj.GroupID, "job", pj.JobID, "attempt", pj.Attempt, "counted", solo)
 	}
 }
 

@@ -124,10 +124,11 @@ type Config struct {
 	// emptyDir in Kubernetes. "" means none.
 	StateDir string
 	// Isolation is where processors run: [IsolationNone] (or "") in the
-	// worker process, [IsolationProcess] in an executor child process, so
-	// that a processor that crashes its process takes down neither the
-	// worker nor the READY messages it holds (executor.go). The program
-	// must then call [ServeExecutor] when [IsExecutor] (pkg/server does).
+	// worker process, [IsolationProcess] in executor child processes that
+	// run one job at a time (up to Concurrency of them), so that a
+	// processor that crashes its process takes down only its own job
+	// (executor.go). The program must then call [ServeExecutor] when
+	// [IsExecutor] (pkg/server does).
 	Isolation string
 	// ExecutorCommand is the command that starts an executor with
 	// [IsolationProcess]; nil means this program again, with the same
@@ -256,7 +257,7 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 	log := d.Log.With(telemetry.LogComponent, "worker")
 	var x *executors
 	if cfg.Isolation == IsolationProcess {
-		x = &executors{argv: cfg.ExecutorCommand, maxIdle: cfg.Concurrency}
+		x = &executors{argv: cfg.ExecutorCommand, size: cfg.Concurrency}
 	}
 	return &Worker{
 		exec:      x,
@@ -298,7 +299,8 @@ func (w *Worker) consumerConfig(jobType string) jetstream.ConsumerConfig {
 // Run creates or updates the READY consumers and runs jobs until ctx ends.
 // Then it stops pulling, lets running jobs finish within the shutdown grace,
 // cancels and hands back the rest, and returns nil. It returns an error only
-// when a consumer cannot be set up before ctx ends.
+// when a consumer cannot be set up before ctx ends, or, with
+// IsolationProcess, when its executors cannot be started.
 func (w *Worker) Run(ctx context.Context) error {
 	consumers := make([]jetstream.Consumer, len(w.cfg.Types))
 	for i, t := range w.cfg.Types {
@@ -326,6 +328,14 @@ func (w *Worker) Run(ctx context.Context) error {
 					w.log.Warn("handed back the messages the worker before held (it stopped without settling them)", "messages", len(left))
 				}
 			}
+		}
+	}
+	if w.exec != nil {
+		// The executors are started before any job is taken: a job does
+		// not wait for a process to start.
+		if err := w.exec.start(); err != nil {
+			w.exec.close(abandonWait)
+			return fmt.Errorf("worker: executors (%s): %w", IsolationProcess, err)
 		}
 	}
 	jobs := newTracker(ctx)
