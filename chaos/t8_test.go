@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,16 @@ import (
 // exact: succeeded = the jobs that ran, cancelled = the rest.
 func t8(t *testing.T, p profile) row {
 	start := time.Now()
-	e := newEnv(t, "T8", envOptions{})
+	// SLOWLOG is wall time, and the two shared cores also run every service
+	// of the suite: redis-server runs ahead of them here (as it would have
+	// cores of its own in production), so that the times below are its
+	// scripts' work rather than its waits for a CPU: under the FIFO
+	// real-time policy where that is allowed, else at nice -10.
+	prio := []string{"nice", "-n", "-10"}
+	if exec.Command("chrt", "-f", "1", "true").Run() == nil {
+		prio = []string{"chrt", "-f", "1"}
+	}
+	e := newEnv(t, "T8", envOptions{RedisWrap: prio})
 	ctx := context.Background()
 	const real = 10 // jobs per group submitted normally
 	big := contracts.Group("tenant-0", "t8-big")
