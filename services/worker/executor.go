@@ -116,9 +116,12 @@ func serveExecutor(ctx context.Context, in io.Reader, out io.Writer, p processor
 		if req.Job == nil {
 			continue
 		}
-		jctx, cancel := context.WithCancel(ctx)
+		var jctx context.Context
+		var cancel context.CancelFunc
 		if req.TimeoutMs > 0 {
 			jctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
+		} else {
+			jctx, cancel = context.WithCancel(ctx)
 		}
 		mu.Lock()
 		running[req.ID] = cancel

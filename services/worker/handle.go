@@ -235,20 +235,7 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 			return
 		}
 		defer release()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), settleTimeout)
-		n, current, err := w.d.Queue.SoloRun(sctx, job.Ref(), job.JobID, job.Attempt)
-		cancel()
-		switch {
-		case err != nil:
-			w.handBack(c, "solo run", err)
-			return
-		case !current:
-			w.count(c, telemetry.StatusDropped)
-			w.settle(c, consume.Ack())
-			return
-		case n > w.cfg.MaxDeliveries:
-			w.publishResult(c, contracts.ResultFailed,
-				fmt.Sprintf("poison: its worker stopped %d times while it ran alone", n-1), 0)
+		if w.refused(c, w.soloRun(c), "its worker stopped") {
 			return
 		}
 	}
@@ -279,17 +266,7 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 		w.abandoned(c)
 		return
 	}
-	switch {
-	case iso.err != nil:
-		w.handBack(c, "executor", iso.err)
-		return
-	case iso.stale:
-		w.count(c, telemetry.StatusDropped)
-		w.settle(c, consume.Ack())
-		return
-	case iso.poison > 0:
-		w.publishResult(c, contracts.ResultFailed,
-			fmt.Sprintf("poison: its executor process exited %d times while it ran alone", iso.poison), 0)
+	if w.refused(c, iso.soloCheck, "its executor process exited") {
 		return
 	}
 	w.d.Metrics.ObserveProcessing(job.Type, elapsed)
@@ -324,15 +301,58 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 	}
 }
 
-// isolatedRun is how a run in executor processes ended: with the
-// processor's outcome (perr), or, before one, with a storage or executor
-// error (err), a stale claim, or as a poison job (poison: the solo runs its
-// executors exited in).
-type isolatedRun struct {
-	perr   error
+// soloCheck says whether a suspect job may run alone once more: the zero
+// value lets it run; otherwise a storage or executor error (err, in step),
+// a stale claim, or a poison job (poison: the solo runs it was stopped in).
+type soloCheck struct {
+	step   string
 	err    error
 	stale  bool
 	poison int
+}
+
+// soloRun counts a run of a suspect job alone ([redisq.Queue.SoloRun]): a
+// job whose runs alone were stopped more than Config.MaxDeliveries times
+// is a poison job.
+func (w *Worker) soloRun(c claimed) soloCheck {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), settleTimeout)
+	defer cancel()
+	n, current, err := w.d.Queue.SoloRun(sctx, c.job.Ref(), c.job.JobID, c.job.Attempt)
+	switch {
+	case err != nil:
+		return soloCheck{step: "solo run", err: err}
+	case !current:
+		return soloCheck{stale: true}
+	case n > w.cfg.MaxDeliveries:
+		return soloCheck{poison: n - 1}
+	}
+	return soloCheck{}
+}
+
+// refused settles the delivery of a job s does not let run (a hand-back,
+// an acknowledgement, or a poison job's FAILED result, whose error says
+// what stopped its runs) and reports whether it did.
+func (w *Worker) refused(c claimed, s soloCheck, stopped string) bool {
+	switch {
+	case s.err != nil:
+		w.handBack(c, s.step, s.err)
+	case s.stale:
+		w.count(c, telemetry.StatusDropped)
+		w.settle(c, consume.Ack())
+	case s.poison > 0:
+		w.publishResult(c, contracts.ResultFailed,
+			fmt.Sprintf("poison: %s %d times while it ran alone", stopped, s.poison), 0)
+	default:
+		return false
+	}
+	return true
+}
+
+// isolatedRun is how a run in executor processes ended: with the
+// processor's outcome (perr), or before one (soloCheck).
+type isolatedRun struct {
+	soloCheck
+	perr error
 }
 
 // runIsolated runs job in an executor of the pool, which runs nothing else
@@ -346,26 +366,16 @@ type isolatedRun struct {
 func (w *Worker) runIsolated(c claimed, base context.Context, pj *processor.Job) isolatedRun {
 	for solo := c.suspect; ; solo = true {
 		if solo {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), settleTimeout)
-			n, current, err := w.d.Queue.SoloRun(sctx, c.job.Ref(), c.job.JobID, c.job.Attempt)
-			cancel()
-			switch {
-			case err != nil:
-				return isolatedRun{err: fmt.Errorf("solo run: %w", err)}
-			case !current:
-				return isolatedRun{stale: true}
-			case n > w.cfg.MaxDeliveries:
-				return isolatedRun{poison: n - 1}
+			if s := w.soloRun(c); s != (soloCheck{}) {
+				return isolatedRun{soloCheck: s}
 			}
 		}
 		perr, err := w.exec.run(trace.ContextWithSpan(base, c.Span), pj, w.cfg.JobTimeout)
 		switch {
 		case err == nil:
 			return isolatedRun{perr: perr}
-		case !errors.Is(err, errExecutorDied):
-			return isolatedRun{err: err}
-		case base.Err() != nil:
-			return isolatedRun{err: err} // stopping: handed back
+		case !errors.Is(err, errExecutorDied), base.Err() != nil: // base ended: stopping, handed back
+			return isolatedRun{soloCheck: soloCheck{step: "executor", err: err}}
 		}
 		w.d.Metrics.ExecutorExits.Inc()
 		w.log.Warn("the executor process exited while it ran the job: the job runs again, counted toward its poison budget",
