@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -100,7 +100,7 @@ func Stats(ctx context.Context, c *Conn) (*SystemStats, error) {
 	}
 	s.Congestion.Groups = nil
 	if c.JS != nil {
-		n, err := natsutil.StreamMsgs(ctx, c.JS, c.Names.StreamReady())
+		n, err := handoff.ReadyJobs(ctx, c.JS, c.Names)
 		if err != nil {
 			return nil, err
 		}

@@ -50,7 +50,8 @@ type Config struct {
 	PacingBurstMs      int     `envconfig:"PACING_BURST_MS" default:"0" desc:"paced mode: how far ahead of the even pace admissions may run (0 = window/25)"`
 	TypeRateLimits     string  `envconfig:"TYPE_RATE_LIMITS" default:"" desc:"per-job-type rate limits beside GLOBAL_RPS, comma-separated <type>=<n>/s in jobs per second, e.g. sms=20/s,email=500/s (empty = none); a type's rate is shared by the tenants and groups using it in fair order, and jobs over it wait queued, their groups keeping their place; n x RATE_LIMIT_WINDOW_MS must be a multiple of 1000"`
 	ActiveGroupStaleMs int     `envconfig:"ACTIVE_GROUP_STALE_MS" default:"30000" desc:"a group that has not asked for capacity this long leaves the active set"`
-	ReadyQueueMaxSize  int     `envconfig:"READY_QUEUE_MAX_SIZE" default:"0" desc:"READY room of each job type: admit jobs of a type only while READY holds fewer of them (0 = 4 x WORKER_COUNT x WORKER_INSTANCES)"`
+	ReadyQueueMaxSize  int     `envconfig:"READY_QUEUE_MAX_SIZE" default:"0" desc:"READY room of each job type: admit jobs of a type only while READY holds fewer of them (0 = 16 x WORKER_COUNT x WORKER_INSTANCES)"`
+	ReadyPackJobs      int     `envconfig:"READY_PACK_JOBS" default:"16" desc:"most jobs of one type the fetcher and dispatcher pack into one READY message (1 = one job per message: lowest latency, most messages); a pack waits for nothing, it takes the jobs of one admission or release round"`
 	UnservedTypes      string  `envconfig:"UNSERVED_TYPES" default:"hold" desc:"jobs of a type no live worker serves: hold (keep them queued and report them) or admit (into their type's own READY room)"`
 	WorkerInstances    int     `envconfig:"WORKER_INSTANCES" default:"1" desc:"expected worker instances, for the READY capacity default"`
 	AdmitBatchSize     int     `envconfig:"ADMIT_BATCH_SIZE" default:"256" desc:"most jobs one admission call takes"`
@@ -129,7 +130,7 @@ func (c *Config) Validate() error {
 	}
 	for _, r := range []rng{
 		{"GLOBAL_RPS", c.GlobalRps, 1}, {"RATE_LIMIT_WINDOW_MS", c.RateLimitWindowMs, 1}, {"PACING_BURST_MS", c.PacingBurstMs, 0},
-		{"ACTIVE_GROUP_STALE_MS", c.ActiveGroupStaleMs, 1}, {"READY_QUEUE_MAX_SIZE", c.ReadyQueueMaxSize, 0},
+		{"ACTIVE_GROUP_STALE_MS", c.ActiveGroupStaleMs, 1}, {"READY_QUEUE_MAX_SIZE", c.ReadyQueueMaxSize, 0}, {"READY_PACK_JOBS", c.ReadyPackJobs, 1},
 		{"WORKER_INSTANCES", c.WorkerInstances, 1}, {"ADMIT_BATCH_SIZE", c.AdmitBatchSize, 1}, {"INGEST_BATCH_SIZE", c.IngestBatchSize, 1},
 		{"LEASE_MS", c.LeaseMs, 100}, {"BASE_BACKOFF_MS", c.BaseBackoffMs, 1}, {"MAX_BACKOFF_MS", c.MaxBackoffMs, 1},
 		{"DISPATCH_INTERVAL_MS", c.DispatchIntervalMs, 1}, {"DISPATCH_BATCH_SIZE", c.DispatchBatchSize, 1},
@@ -228,15 +229,21 @@ func (c *Config) Validate() error {
 // max_payload (64 MiB), well inside the int32 JetStream stores it in.
 const MaxMsgSizeLimit = 64 << 20
 
-// ReadyCapacity is READY_QUEUE_MAX_SIZE, or its default: four jobs per
-// worker slot. A newly arriving small group waits behind at most this many
+// ReadyCapacity is READY_QUEUE_MAX_SIZE, or its default: sixteen jobs per
+// worker slot (handoff.ReadyPerWorkerSlot). A newly arriving small group waits behind at most this many
 // jobs of other groups, so it stays small relative to worker throughput.
 func (c *Config) ReadyCapacity() int {
 	if c.ReadyQueueMaxSize > 0 {
 		return c.ReadyQueueMaxSize
 	}
-	return readyPerWorkerSlot * c.WorkerCount * c.WorkerInstances
+	return readyPerWorkerSlot * c.WorkerSlots()
 }
+
+// WorkerSlots is the worker slots of every worker instance:
+// WORKER_COUNT × WORKER_INSTANCES. Admission and release spread the jobs
+// of a round over at least that many READY messages before they pack
+// more jobs into one.
+func (c *Config) WorkerSlots() int { return c.WorkerCount * c.WorkerInstances }
 
 // ReplayWindow is SUBMIT_REPLAY_WINDOW as the fetcher takes it: 0 (none)
 // becomes a negative window.
@@ -333,4 +340,4 @@ func Ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 
 // readyPerWorkerSlot is the READY capacity per worker slot of the default
 // capacity; the services' default uses the same (a test checks it).
-const readyPerWorkerSlot = 4
+const readyPerWorkerSlot = 16

@@ -17,7 +17,7 @@ func TestDefaults(t *testing.T) {
 		c.TenantMaxQueuedJobs != 0 || c.TenantMaxActiveGroups != 0 {
 		t.Fatalf("defaults %+v", c)
 	}
-	if c.ReadyCapacity() != 40 {
+	if c.ReadyCapacity() != 160 || c.ReadyPackJobs != 16 || c.WorkerSlots() != 10 {
 		t.Fatalf("ready capacity %d", c.ReadyCapacity())
 	}
 }

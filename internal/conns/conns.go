@@ -174,7 +174,7 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	for l, n := range sum.GroupsPerLevel {
 		s.CongestionLevels[string(l)] = n
 	}
-	ready, err := natsutil.StreamMsgs(ctx, c.JS, c.Names.StreamReady())
+	ready, err := handoff.ReadyJobs(ctx, c.JS, c.Names)
 	if err != nil {
 		return s, err
 	}

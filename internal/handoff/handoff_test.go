@@ -25,6 +25,10 @@ func TestMain(m *testing.M) { pipelinetest.Main(m) }
 // tenant is the tenant of the tests' groups.
 const tenant = "t1"
 
+// pack is the pack size of the tests of packs (the fetcher's and
+// dispatcher's ReadyPackJobs; the default is 1).
+const pack = 8
+
 // lease enqueues n jobs per group (of tenant) and admits them all.
 func lease(t *testing.T, e *pipelinetest.Env, groups []string, n int, trace string) []redisq.LeasedJob {
 	t.Helper()
@@ -51,7 +55,7 @@ func TestPublishPublishesAndConfirms(t *testing.T) {
 	if got := e.Inflight(t); got != 50 {
 		t.Fatalf("inflight %d before publish, want 50", got)
 	}
-	ok, err := handoff.Publish(context.Background(), e.Deps(), jobs, handoff.SpanAdmit)
+	ok, err := handoff.PublishPacks(context.Background(), e.Deps(), jobs, pack, handoff.SpanAdmit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,41 +65,78 @@ func TestPublishPublishesAndConfirms(t *testing.T) {
 	if got := e.Inflight(t); got != 0 {
 		t.Fatalf("inflight %d after publish, want 0 (all confirmed)", got)
 	}
+	// Each type's 25 jobs go in packs of at most pack, of even
+	// sizes (7, 6, 6, 6), in order of tenant, group and id.
 	msgs := stored(t, e)
-	if len(msgs) != len(jobs) {
-		t.Fatalf("READY holds %d messages, want %d", len(msgs), len(jobs))
+	perType := (25 + pack - 1) / pack
+	if len(msgs) != 2*perType {
+		t.Fatalf("READY holds %d messages, want %d", len(msgs), 2*perType)
 	}
+	byID := map[string]redisq.LeasedJob{}
+	for _, j := range jobs {
+		byID[j.Type+"/"+j.ID] = j
+	}
+	seen := map[string]bool{}
 	for i, m := range msgs {
-		j := jobs[i]
-		if m.Subject != e.Names.Ready(j.Type) {
-			t.Errorf("message %d on %s, want %s", i, m.Subject, e.Names.Ready(j.Type))
-		}
-		if got, want := m.Header.Get(jetstream.MsgIDHeader), contracts.ReadyMsgID(j.Group, j.ID, 1); got != want {
-			t.Errorf("message %d: Nats-Msg-Id %q, want %q", i, got, want)
-		}
 		rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
-		if len(rb.Jobs) != 1 {
-			t.Fatalf("message %d carries %d jobs, want 1", i, len(rb.Jobs))
+		if n := len(rb.Jobs); n < 25/perType || n > (25+perType-1)/perType {
+			t.Errorf("message %d carries %d jobs, want 25 split evenly in %d", i, n, perType)
 		}
-		rj := rb.Jobs[0]
-		var n int
-		fmt.Sscanf(j.ID, "j%d", &n)
-		want := fmt.Sprintf(`{"g":%q,"i":%d}`, j.Group.ID, n)
-		if rj.Ref() != j.Group || rj.Tenant != tenant || rj.JobID != j.ID || rj.Type != j.Type || rj.Attempt != 1 || string(rj.Payload) != want {
-			t.Errorf("message %d = %+v payload %s, want %s/%s %s attempt 1 payload %s", i, rj, rj.Payload, j.Group, j.ID, j.Type, want)
+		if got, want := m.Header.Get(jetstream.MsgIDHeader), rb.MsgID(); got != want {
+			t.Errorf("message %d: Nats-Msg-Id %q, want %q", i, got, want)
+		}
+		if tps := m.Header.Values(handoff.HeaderJobTraceparent); len(tps) != len(rb.Jobs) {
+			t.Errorf("message %d: %d job traceparents for %d jobs", i, len(tps), len(rb.Jobs))
+		}
+		for k, rj := range rb.Jobs {
+			j, ok := byID[rj.Type+"/"+rj.JobID]
+			if !ok || seen[rj.Type+"/"+rj.JobID] {
+				t.Fatalf("message %d: job %s/%s unknown or twice", i, rj.Type, rj.JobID)
+			}
+			seen[rj.Type+"/"+rj.JobID] = true
+			if k > 0 && rb.Jobs[k-1].JobID >= rj.JobID {
+				t.Errorf("message %d: %s after %s, want id order", i, rj.JobID, rb.Jobs[k-1].JobID)
+			}
+			if want := e.Names.ReadyPack(j.Type, len(rb.Jobs)); m.Subject != want {
+				t.Errorf("message %d on %s, want %s", i, m.Subject, want)
+			}
+			var n int
+			fmt.Sscanf(j.ID, "j%d", &n)
+			want := fmt.Sprintf(`{"g":%q,"i":%d}`, j.Group.ID, n)
+			if rj.Ref() != j.Group || rj.Tenant != tenant || rj.JobID != j.ID || rj.Type != j.Type || rj.Attempt != 1 || string(rj.Payload) != want {
+				t.Errorf("message %d = %+v payload %s, want %s/%s %s attempt 1 payload %s", i, rj, rj.Payload, j.Group, j.ID, j.Type, want)
+			}
+		}
+	}
+	if len(seen) != len(jobs) {
+		t.Fatalf("READY holds %d jobs, want %d", len(seen), len(jobs))
+	}
+	// Each job was confirmed with its pack's READY sequence.
+	for _, j := range ok {
+		if j.ReadySeq < msgs[0].Sequence || j.ReadySeq > msgs[len(msgs)-1].Sequence {
+			t.Errorf("%s confirmed with READY sequence %d, not one of its packs'", j.ID, j.ReadySeq)
 		}
 	}
 
-	// Publishing the same attempts again (an expired lease re-published) is
-	// dropped by JetStream's duplicate window.
-	if _, err := handoff.Publish(context.Background(), e.Deps(), jobs, handoff.SpanReclaim); err != nil {
-		t.Fatal(err)
+	// Publishing the same attempts again (an expired lease re-published), in
+	// another order, makes the same packs: JetStream's duplicate window drops
+	// them.
+	again := slices.Clone(jobs)
+	slices.Reverse(again)
+	ok2, err := handoff.PublishPacks(context.Background(), e.Deps(), again, pack, handoff.SpanReclaim)
+	if err != nil || len(ok2) != len(jobs) {
+		t.Fatalf("re-publish: %d confirmed, %v", len(ok2), err)
 	}
-	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != uint64(len(jobs)) {
-		t.Fatalf("READY holds %d messages after a re-publish, want %d", got, len(jobs))
+	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != uint64(len(msgs)) {
+		t.Fatalf("READY holds %d messages after a re-publish, want %d", got, len(msgs))
+	}
+	for _, j := range ok2 {
+		if j.ReadySeq == 0 || j.ReadySeq > msgs[len(msgs)-1].Sequence {
+			t.Errorf("%s re-confirmed with READY sequence %d, want its stored pack's", j.ID, j.ReadySeq)
+		}
 	}
 }
 
@@ -103,27 +144,27 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{Lease: 200 * time.Millisecond})
 	ctx := context.Background()
-	// READY refuses messages beyond the sixth.
+	// READY refuses messages beyond the first: 10 jobs make two packs of 5.
 	st, err := e.JS.Stream(ctx, e.Names.StreamReady())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
 	full := cfg
-	full.MaxMsgs, full.Discard = 6, jetstream.DiscardNew
+	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
 	if _, err := e.JS.UpdateStream(ctx, full); err != nil {
 		t.Fatal(err)
 	}
 	jobs := lease(t, e, []string{"g"}, 10, "")
-	ok, err := handoff.Publish(ctx, e.Deps(), jobs, handoff.SpanAdmit)
-	if err == nil || !strings.Contains(err.Error(), "4 of 10") {
-		t.Fatalf("err = %v, want 4 of 10 jobs not published", err)
+	ok, err := handoff.PublishPacks(ctx, e.Deps(), jobs, pack, handoff.SpanAdmit)
+	if err == nil || !strings.Contains(err.Error(), "5 of 10") {
+		t.Fatalf("err = %v, want 5 of 10 jobs not published", err)
 	}
-	if len(ok) != 6 {
-		t.Fatalf("confirmed %d jobs, want the 6 stored", len(ok))
+	if len(ok) != 5 {
+		t.Fatalf("confirmed %d jobs, want the 5 stored", len(ok))
 	}
-	if got := e.Inflight(t); got != 4 {
-		t.Fatalf("inflight %d, want the 4 unpublished jobs still leased", got)
+	if got := e.Inflight(t); got != 5 {
+		t.Fatalf("inflight %d, want the 5 unpublished jobs still leased", got)
 	}
 
 	// The failed jobs come back once their lease expires, with the same
@@ -138,7 +179,7 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 			t.Fatal(err)
 		}
 		again = append(again, r.Jobs...)
-		return len(again) >= 4
+		return len(again) >= 5
 	})
 	okIDs := map[string]bool{}
 	for _, j := range ok {
@@ -149,7 +190,7 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 			t.Fatalf("reclaimed %s attempt %d: want only unpublished jobs, attempt 1", j.ID, j.Attempt)
 		}
 	}
-	if ok2, err := handoff.Publish(ctx, e.Deps(), again, handoff.SpanReclaim); err != nil || len(ok2) != 4 {
+	if ok2, err := handoff.PublishPacks(ctx, e.Deps(), again, pack, handoff.SpanReclaim); err != nil || len(ok2) != 5 {
 		t.Fatalf("re-publish: %d confirmed, %v", len(ok2), err)
 	}
 	var ids []string
@@ -180,7 +221,7 @@ func TestPublishContinuesStoredTrace(t *testing.T) {
 	jobs := lease(t, e, []string{"g"}, 3, "00-"+traceID+"-"+parentID+"-01")
 	d := e.Deps()
 	d.TracerProvider = tp
-	if _, err := handoff.Publish(context.Background(), d, jobs, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady)); err != nil {
+	if _, err := handoff.PublishPacks(context.Background(), d, jobs, pack, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady)); err != nil {
 		t.Fatal(err)
 	}
 	spans := rec.Ended()
@@ -211,15 +252,44 @@ func TestPublishContinuesStoredTrace(t *testing.T) {
 			t.Errorf("span %d: job id %v", i, v.Emit())
 		}
 	}
-	// Each READY message carries its own admit span as the parent.
-	for _, m := range stored(t, e) {
-		tpHdr := m.Header.Get("Traceparent")
+	// The pack's traceparent is its first job's admit span; the job
+	// traceparents name each job's own.
+	msgs := stored(t, e)
+	if len(msgs) != 1 {
+		t.Fatalf("%d READY messages, want one pack of 3", len(msgs))
+	}
+	m := msgs[0]
+	rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spanOf := func(tpHdr string) sdktrace.ReadOnlySpan {
+		t.Helper()
 		parts := strings.Split(tpHdr, "-")
 		if len(parts) != 4 || parts[1] != traceID {
 			t.Fatalf("traceparent %q, want trace %s", tpHdr, traceID)
 		}
-		if _, ok := bySpanID[parts[2]]; !ok {
+		s, ok := bySpanID[parts[2]]
+		if !ok {
 			t.Fatalf("traceparent %q does not name an admit span", tpHdr)
+		}
+		return s
+	}
+	jobOf := func(s sdktrace.ReadOnlySpan) string {
+		set := attribute.NewSet(s.Attributes()...)
+		v, _ := set.Value(handoff.AttrJobID)
+		return v.AsString()
+	}
+	if got := jobOf(spanOf(m.Header.Get("Traceparent"))); got != rb.Jobs[0].JobID {
+		t.Errorf("traceparent names the span of %s, want the first job's, %s", got, rb.Jobs[0].JobID)
+	}
+	tps := m.Header.Values(handoff.HeaderJobTraceparent)
+	if len(tps) != len(rb.Jobs) {
+		t.Fatalf("%d job traceparents for %d jobs", len(tps), len(rb.Jobs))
+	}
+	for k, tpHdr := range tps {
+		if got := jobOf(spanOf(tpHdr)); got != rb.Jobs[k].JobID {
+			t.Errorf("job traceparent %d names the span of %s, want %s's", k, got, rb.Jobs[k].JobID)
 		}
 	}
 }
@@ -236,7 +306,7 @@ func TestTraceparent(t *testing.T) {
 }
 
 func TestPublishNothing(t *testing.T) {
-	ok, err := handoff.Publish(context.Background(), pipelinetest.NewEnv(t, redisq.Config{}).Deps(), nil, handoff.SpanAdmit)
+	ok, err := handoff.PublishPacks(context.Background(), pipelinetest.NewEnv(t, redisq.Config{}).Deps(), nil, pack, handoff.SpanAdmit)
 	if ok != nil || err != nil {
 		t.Fatalf("Publish(nil) = %v, %v", ok, err)
 	}
@@ -244,7 +314,7 @@ func TestPublishNothing(t *testing.T) {
 
 // Two tenants' groups of the same id, with the same job ids, are different
 // jobs: their READY messages carry their tenant, and the duplicate window
-// (message ids name the tenant) keeps both.
+// (message ids name the tenant, or digest ids that do) keeps both.
 func TestPublishKeepsTenantsApart(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
@@ -255,7 +325,7 @@ func TestPublishKeepsTenantsApart(t *testing.T) {
 		}
 	}
 	leased := e.Lease(t, jobs)
-	ok, err := handoff.Publish(context.Background(), e.Deps(), leased, handoff.SpanAdmit)
+	ok, err := handoff.PublishPacks(context.Background(), e.Deps(), leased, pack, handoff.SpanAdmit)
 	if err != nil || len(ok) != len(jobs) {
 		t.Fatalf("published %d of %d: %v", len(ok), len(jobs), err)
 	}
@@ -271,8 +341,8 @@ func TestPublishKeepsTenantsApart(t *testing.T) {
 				t.Errorf("%s published twice", key)
 			}
 			seen[key] = true
-			if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, rj.Tenant+":g:") {
-				t.Errorf("%s: Nats-Msg-Id %q does not name the tenant", key, id)
+			if id := m.Header.Get(jetstream.MsgIDHeader); id != rb.MsgID() {
+				t.Errorf("%s: Nats-Msg-Id %q, want %q", key, id, rb.MsgID())
 			}
 		}
 	}

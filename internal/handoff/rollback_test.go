@@ -57,8 +57,8 @@ func rollBack(t *testing.T, e *pipelinetest.Env, s snapshot) {
 	}
 }
 
-// consumeReady takes every message off READY as a worker does: it claims
-// the job in Redis, then acknowledges the message.
+// consumeReady takes READY's messages, n jobs in all, as a worker does: it
+// claims their jobs in Redis, then acknowledges each message.
 func consumeReady(t *testing.T, e *pipelinetest.Env, n int) {
 	t.Helper()
 	ctx := context.Background()
@@ -67,7 +67,7 @@ func consumeReady(t *testing.T, e *pipelinetest.Env, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +77,18 @@ func consumeReady(t *testing.T, e *pipelinetest.Env, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := rb.Jobs[0]
-		if out, err := e.Queue.Claim(ctx, j.Ref(), j.JobID, j.Attempt); err != nil || out != redisq.ClaimRun {
-			t.Fatalf("claim %s attempt %d: %s %v", j.JobID, j.Attempt, out, err)
+		for _, j := range rb.Jobs {
+			if out, err := e.Queue.Claim(ctx, j.Ref(), j.JobID, j.Attempt); err != nil || out != redisq.ClaimRun {
+				t.Fatalf("claim %s attempt %d: %s %v", j.JobID, j.Attempt, out, err)
+			}
+			got++
 		}
 		if err := m.DoubleAck(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got++
 	}
 	if got != n {
-		t.Fatalf("consumed %d READY messages, want %d", got, n)
+		t.Fatalf("consumed %d jobs from READY, want %d", got, n)
 	}
 }
 
@@ -103,9 +104,9 @@ func rollbackJobs(n int) []redisq.Job {
 // jobs were leased as attempt 1, published, confirmed, and their READY
 // messages consumed (claimed and acknowledged by a worker); then Redis
 // rolled back to before the admission, so the jobs are queued again with
-// attempt 0. Admitting them again leases attempt 1 again: its message id
-// is a JetStream duplicate (within the duplicate window) of a message no
-// longer on READY. The hand-off must not take that PubAck as a publish —
+// attempt 0. Admitting them again leases attempt 1 again: the same jobs
+// make the same pack, whose message id is a JetStream duplicate (within the
+// duplicate window) of a message no longer on READY. The hand-off must not take that PubAck as a publish —
 // the jobs would stay leased with no READY message, forever — but lease
 // them as attempt 2 and publish that.
 func TestReadmissionAfterRollbackIsPublished(t *testing.T) {
@@ -122,7 +123,7 @@ func TestReadmissionAfterRollbackIsPublished(t *testing.T) {
 	if err != nil || len(res.Jobs) != n {
 		t.Fatalf("admit: %+v %v", res, err)
 	}
-	if ok, err := handoff.Publish(ctx, e.Deps(), res.Jobs, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit); err != nil || len(ok) != n {
 		t.Fatalf("publish: %d %v", len(ok), err)
 	}
 	consumeReady(t, e, n)
@@ -137,26 +138,30 @@ func TestReadmissionAfterRollbackIsPublished(t *testing.T) {
 			t.Fatalf("%s re-admitted as attempt %d, want 1 (the lost one again)", j.ID, j.Attempt)
 		}
 	}
-	ok, err := handoff.Publish(ctx, e.Deps(), res.Jobs, handoff.SpanAdmit)
+	ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit)
 	if err != nil || len(ok) != n {
 		t.Fatalf("publish after the rollback: %d %v", len(ok), err)
 	}
 	msgs := stored(t, e)
-	if len(msgs) != n {
-		t.Fatalf("READY holds %d messages after the re-admission, want %d (one per job)", len(msgs), n)
+	if len(msgs) != 1 {
+		t.Fatalf("READY holds %d messages after the re-admission, want 1 (the %d jobs' pack)", len(msgs), n)
 	}
 	for _, m := range msgs {
 		rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := rb.Jobs[0]
-		if j.Attempt != 2 || m.Header.Get(jetstream.MsgIDHeader) != contracts.ReadyMsgID(j.Ref(), j.JobID, 2) {
-			t.Errorf("%s: attempt %d, id %s, want attempt 2", j.JobID, j.Attempt, m.Header.Get(jetstream.MsgIDHeader))
+		if len(rb.Jobs) != n || m.Header.Get(jetstream.MsgIDHeader) != rb.MsgID() {
+			t.Errorf("pack of %d jobs, id %s, want %d jobs and id %s", len(rb.Jobs), m.Header.Get(jetstream.MsgIDHeader), n, rb.MsgID())
 		}
-		// the job is leased as the attempt its message carries, and runs
-		if out, err := e.Queue.Claim(ctx, j.Ref(), j.JobID, j.Attempt); err != nil || out != redisq.ClaimRun {
-			t.Errorf("claim %s attempt %d: %s %v", j.JobID, j.Attempt, out, err)
+		for _, j := range rb.Jobs {
+			if j.Attempt != 2 {
+				t.Errorf("%s: attempt %d, want attempt 2", j.JobID, j.Attempt)
+			}
+			// the job is leased as the attempt its message carries, and runs
+			if out, err := e.Queue.Claim(ctx, j.Ref(), j.JobID, j.Attempt); err != nil || out != redisq.ClaimRun {
+				t.Errorf("claim %s attempt %d: %s %v", j.JobID, j.Attempt, out, err)
+			}
 		}
 	}
 	for _, j := range ok {
@@ -195,7 +200,7 @@ func TestReadmissionAfterRollbackKeepsUnconsumedMessage(t *testing.T) {
 	if err != nil || len(res.Jobs) != n {
 		t.Fatalf("admit: %+v %v", res, err)
 	}
-	if ok, err := handoff.Publish(ctx, e.Deps(), res.Jobs, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit); err != nil || len(ok) != n {
 		t.Fatalf("publish: %d %v", len(ok), err)
 	}
 	rollBack(t, e, before)
@@ -203,12 +208,12 @@ func TestReadmissionAfterRollbackKeepsUnconsumedMessage(t *testing.T) {
 	if err != nil || len(res.Jobs) != n {
 		t.Fatalf("admit after the rollback: %+v %v", res, err)
 	}
-	ok, err := handoff.Publish(ctx, e.Deps(), res.Jobs, handoff.SpanAdmit)
+	ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit)
 	if err != nil || len(ok) != n {
 		t.Fatalf("publish after the rollback: %d %v", len(ok), err)
 	}
-	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != n {
-		t.Fatalf("READY holds %d messages, want %d", got, n)
+	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != 1 {
+		t.Fatalf("READY holds %d messages, want 1 (the pack of %d jobs)", got, n)
 	}
 	consumeReady(t, e, n) // each claims attempt 1, which runs
 	if got := e.Inflight(t); got != 0 {

@@ -2,6 +2,7 @@ package pipelinetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -146,6 +147,37 @@ func (e *Env) SubmitLeft(t testing.TB) uint64 {
 	n, err := natsutil.Unsettled(context.Background(), e.JS, e.Names.StreamSubmit())
 	if err != nil {
 		t.Fatal(err)
+	}
+	return n
+}
+
+// ReadyJobs returns the number of jobs the READY stream holds (a message
+// may carry several), failing t on error.
+func (e *Env) ReadyJobs(t testing.TB) int {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.JS.Stream(ctx, e.Names.StreamReady())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // consumed meanwhile, or a gap
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := contracts.DecodeReadyBatch(m.Data, contracts.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(rb.Jobs)
 	}
 	return n
 }

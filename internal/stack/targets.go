@@ -21,7 +21,7 @@ import (
 func initFetcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
 	return fetcher.New(fetcher.Config{
-		ReadyCapacity: cfg.ReadyCapacity(), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
+		ReadyCapacity: cfg.ReadyCapacity(), ReadyPackJobs: cfg.ReadyPackJobs, WorkerSlots: cfg.WorkerSlots(), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
 		UnservedTypes: cfg.UnservedTypes, ReplayWindow: cfg.ReplayWindow(),
 	}, s.Deps)
 }
@@ -29,7 +29,7 @@ func initFetcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 func initDispatcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
 	return dispatcher.New(dispatcher.Config{
-		ReadyCapacity: cfg.ReadyCapacity(), BatchSize: cfg.DispatchBatchSize, Interval: config.Ms(cfg.DispatchIntervalMs),
+		ReadyCapacity: cfg.ReadyCapacity(), ReadyPackJobs: cfg.ReadyPackJobs, WorkerSlots: cfg.WorkerSlots(), BatchSize: cfg.DispatchBatchSize, Interval: config.Ms(cfg.DispatchIntervalMs),
 	}, s.Deps)
 }
 

@@ -28,7 +28,7 @@ type QueueState struct {
 	// GroupsPerLevel is bulk_action_queue_groups{priority}: groups waiting in each fair-queue level
 	// (high, normal, low). Levels missing from the map are reported as 0; other keys are reported too.
 	GroupsPerLevel map[string]int64
-	// ReadySize is bulk_action_ready_queue_size: messages in the READY stream.
+	// ReadySize is bulk_action_ready_queue_size: jobs in the READY stream (a pack counts as its jobs).
 	ReadySize int64
 	// NonReadySize is bulk_action_non_ready_queue_size: jobs parked in the non-ready (backoff) queue.
 	NonReadySize int64
@@ -73,7 +73,7 @@ func NewStateCollector(fn func(ctx context.Context) (QueueState, error), timeout
 		timeout:     timeout,
 		up:          gauge("state_up", "1 if the last read of the queue state succeeded, else 0."),
 		groups:      gauge("queue_groups", "Groups waiting in the fair queue, by priority level.", "priority"),
-		ready:       gauge("ready_queue_size", "Messages in the READY stream."),
+		ready:       gauge("ready_queue_size", "Jobs in the READY stream (waiting or being worked on)."),
 		nonReady:    gauge("non_ready_queue_size", "Jobs parked in the non-ready (backoff) queue."),
 		inflight:    gauge("inflight_size", "Admitted jobs not yet confirmed on the READY stream."),
 		active:      gauge("active_tenants", "Tenants sharing the global rate limit."),

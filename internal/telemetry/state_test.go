@@ -63,7 +63,7 @@ bulk_action_queue_groups{priority="urgent"} 1
 # HELP bulk_action_rate_limit_global Configured global rate limit, in jobs per second.
 # TYPE bulk_action_rate_limit_global gauge
 bulk_action_rate_limit_global 10000
-# HELP bulk_action_ready_queue_size Messages in the READY stream.
+# HELP bulk_action_ready_queue_size Jobs in the READY stream (waiting or being worked on).
 # TYPE bulk_action_ready_queue_size gauge
 bulk_action_ready_queue_size 120
 # HELP bulk_action_state_up 1 if the last read of the queue state succeeded, else 0.

@@ -59,6 +59,45 @@ func (n Names) SubmitAll() string { return n.subject("submit", ">") }
 // Ready returns the subject of ready jobs of one type, <prefix>.ready.<type>.
 func (n Names) Ready(jobType string) string { return n.subject("ready", jobType) }
 
+// ReadyPack returns the subject of a READY message of jobs jobs of one type: [Names.Ready] for one
+// job (or fewer), <prefix>.ready.<type>.<jobs> for more. The job count in the subject lets READY's
+// per-subject message counts tell how many jobs it holds (the fetchers' and dispatchers' room is
+// counted in jobs) without reading a message.
+func (n Names) ReadyPack(jobType string, jobs int) string {
+	if jobs <= 1 {
+		return n.Ready(jobType)
+	}
+	return n.Ready(jobType) + "." + strconv.Itoa(jobs)
+}
+
+// ReadyFilters returns the subjects of every READY message of one type, packs included: the filter
+// subjects of that type's consumer.
+func (n Names) ReadyFilters(jobType string) []string {
+	return []string{n.Ready(jobType), n.Ready(jobType) + ".*"}
+}
+
+// ReadyFromSubject returns the job type and the number of jobs of a READY message's subject (see
+// [Names.ReadyPack]). ok is false for any other subject, a type that is not valid (see
+// [ValidateType]), and a job count that is not a number above 1.
+func (n Names) ReadyFromSubject(subject string) (jobType string, jobs int, ok bool) {
+	kind, rest, ok := n.split(subject)
+	if !ok || kind != "ready" {
+		return "", 0, false
+	}
+	jobType, count, packed := strings.Cut(rest, ".")
+	if ValidateType(jobType) != nil {
+		return "", 0, false
+	}
+	if !packed {
+		return jobType, 1, true
+	}
+	jobs, err := strconv.Atoi(count)
+	if err != nil || jobs < 2 || strconv.Itoa(jobs) != count {
+		return "", 0, false
+	}
+	return jobType, jobs, true
+}
+
 // ReadyAll returns the wildcard of ready jobs of every type, <prefix>.ready.>.
 func (n Names) ReadyAll() string { return n.subject("ready", ">") }
 
@@ -119,14 +158,12 @@ func groupTokens(rest string) (GroupRef, bool) {
 	return g, true
 }
 
-// TypeFromSubject returns the <type> token of a ready subject of n's prefix. ok is false for any
-// other subject, and when the token is not a valid type (see [ValidateType]).
+// TypeFromSubject returns the <type> token of a ready subject of n's prefix, a pack's
+// (<prefix>.ready.<type>.<jobs>) included. ok is false for any other subject, and when the token
+// is not a valid type (see [ValidateType]).
 func (n Names) TypeFromSubject(subject string) (jobType string, ok bool) {
-	kind, tok, ok := n.split(subject)
-	if !ok || kind != "ready" || ValidateType(tok) != nil {
-		return "", false
-	}
-	return tok, true
+	jobType, _, ok = n.ReadyFromSubject(subject)
+	return jobType, ok
 }
 
 // split cuts <prefix>.<kind>.<rest> into kind and rest.

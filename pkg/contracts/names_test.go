@@ -1,6 +1,7 @@
 package contracts_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -167,6 +168,8 @@ func TestTypeFromSubject(t *testing.T) {
 		{def, def.Ready(strings.Repeat("t", 65)), "", false},
 		{def, "bulkaction.ready.>", "", false},
 		{def, "bulkaction.ready.a.b", "", false},
+		{def, "bulkaction.ready.email.8", "email", true},
+		{def, "bulkaction.ready.email.*", "", false},
 		{def, "bulkaction.submit.email", "", false},
 		{def, "bulkaction.submit.acme.email", "", false},
 		{contracts.Names{Prefix: "p"}, "p.ready.sms", "sms", true},
@@ -176,6 +179,32 @@ func TestTypeFromSubject(t *testing.T) {
 		got, ok := tt.n.TypeFromSubject(tt.subject)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("TypeFromSubject(%q) = %q, %v; want %q, %v", tt.subject, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestReadyPackSubjects(t *testing.T) {
+	t.Parallel()
+	n := contracts.Names{Prefix: "p"}
+	for _, jobs := range []int{1, 2, 8, 100} {
+		subj := n.ReadyPack("sms", jobs)
+		typ, got, ok := n.ReadyFromSubject(subj)
+		if !ok || typ != "sms" || got != jobs {
+			t.Errorf("ReadyFromSubject(%q) = %q, %d, %v; want sms, %d, true", subj, typ, got, ok, jobs)
+		}
+	}
+	if got := n.ReadyPack("sms", 1); got != "p.ready.sms" {
+		t.Errorf("ReadyPack(sms, 1) = %q: a job alone keeps the type's subject", got)
+	}
+	if got := n.ReadyPack("sms", 8); got != "p.ready.sms.8" {
+		t.Errorf("ReadyPack(sms, 8) = %q", got)
+	}
+	if got := n.ReadyFilters("sms"); !slices.Equal(got, []string{"p.ready.sms", "p.ready.sms.*"}) {
+		t.Errorf("ReadyFilters(sms) = %q", got)
+	}
+	for _, subj := range []string{"p.ready.sms.1", "p.ready.sms.0", "p.ready.sms.-3", "p.ready.sms.08", "p.ready.sms.x", "p.ready.sms.2.3", "p.result.sms.2"} {
+		if typ, jobs, ok := n.ReadyFromSubject(subj); ok {
+			t.Errorf("ReadyFromSubject(%q) = %q, %d, true; want not ok", subj, typ, jobs)
 		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 const (
 	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
 	DefaultReadyCapacity = handoff.DefaultReadyCapacity
+	// DefaultReadyPackJobs is the default of [Config.ReadyPackJobs].
+	DefaultReadyPackJobs = handoff.DefaultPackJobs
 	// DefaultBatchSize is the default of [Config.BatchSize].
 	DefaultBatchSize = 500
 	// DefaultInterval is the default of [Config.Interval].
@@ -51,9 +53,18 @@ const (
 // field means its documented default.
 type Config struct {
 	// ReadyCapacity: jobs are released (and reclaimed jobs re-published)
-	// only while the READY stream holds fewer messages; default
-	// [DefaultReadyCapacity] (40).
+	// only while the READY stream holds fewer jobs of their type; default
+	// [DefaultReadyCapacity] (160).
 	ReadyCapacity int
+	// ReadyPackJobs is the most jobs of one type a release or reclaim packs
+	// into one READY message ([handoff.PublishPacks]); default
+	// [DefaultReadyPackJobs] (16; 1: one job per message).
+	ReadyPackJobs int
+	// WorkerSlots is the worker slots of every worker instance: the jobs
+	// of one type are spread over at least that many READY messages before
+	// packs grow ([handoff.Packing]); default ReadyCapacity /
+	// [handoff.ReadyPerWorkerSlot], at least 1.
+	WorkerSlots int
 	// BatchSize is the most jobs one release or reclaim call moves;
 	// default 500.
 	BatchSize int
@@ -74,6 +85,12 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.ReadyCapacity == 0 {
 		c.ReadyCapacity = DefaultReadyCapacity
+	}
+	if c.ReadyPackJobs == 0 {
+		c.ReadyPackJobs = DefaultReadyPackJobs
+	}
+	if c.WorkerSlots == 0 {
+		c.WorkerSlots = max(c.ReadyCapacity/handoff.ReadyPerWorkerSlot, 1)
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
@@ -97,7 +114,7 @@ func (c *Config) validate() error {
 		name string
 		val  int64
 	}{
-		{"ReadyCapacity", int64(c.ReadyCapacity)}, {"BatchSize", int64(c.BatchSize)},
+		{"ReadyCapacity", int64(c.ReadyCapacity)}, {"ReadyPackJobs", int64(c.ReadyPackJobs)}, {"WorkerSlots", int64(c.WorkerSlots)}, {"BatchSize", int64(c.BatchSize)},
 		{"Interval", int64(c.Interval)}, {"ReclaimInterval", int64(c.ReclaimInterval)},
 		{"CorrectInterval", int64(c.CorrectInterval)}, {"SnapshotInterval", int64(c.SnapshotInterval)},
 	} {
@@ -243,7 +260,7 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		return p.cfg.Interval, stateNormal
 	}
 	if len(res.Jobs) > 0 {
-		ok, err := handoff.Publish(ctx, p.d, res.Jobs, handoff.SpanRelease)
+		ok, err := handoff.PublishPacked(ctx, p.d, res.Jobs, p.packing(), handoff.SpanRelease)
 		p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
 		if err != nil {
 			p.log.Warn("publish of released jobs failed; the rest is re-published when the leases expire",
@@ -319,7 +336,7 @@ func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	if len(res.Jobs) == 0 {
 		return false
 	}
-	ok, err := handoff.Publish(ctx, p.d, res.Jobs, handoff.SpanReclaim)
+	ok, err := handoff.PublishPacked(ctx, p.d, res.Jobs, p.packing(), handoff.SpanReclaim)
 	p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
 	if err != nil {
 		p.log.Warn("re-publish of reclaimed jobs failed", "jobs", len(res.Jobs), "published", len(ok), "err", err)
@@ -359,4 +376,10 @@ func (p *Dispatcher) every(interval time.Duration, what string, fn func(context.
 			}
 		}
 	}
+}
+
+// packing is how released and reclaimed jobs are packed into READY
+// messages.
+func (p *Dispatcher) packing() handoff.Packing {
+	return handoff.Packing{Jobs: p.cfg.ReadyPackJobs, Spread: p.cfg.WorkerSlots}
 }

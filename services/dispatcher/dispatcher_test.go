@@ -188,14 +188,15 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 	const capacity = 10
 	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}))
 
-	ready := e.Names.StreamReady()
-	testkit.WaitFor(t, "READY filled", 10*time.Second, func() bool { return e.StreamMsgs(t, ready) >= capacity })
+	// The capacity counts jobs; a READY message may carry several.
+	readyJobs := func() int { return e.ReadyJobs(t) }
+	testkit.WaitFor(t, "READY filled", 10*time.Second, func() bool { return readyJobs() >= capacity })
 	// Let the dispatcher run many more cycles against a full READY.
 	cycles := func() float64 { return testkit.Value(t, e.Metrics.DispatchCycleDuration) }
 	base := cycles()
 	testkit.WaitFor(t, "20 more dispatch cycles", 10*time.Second, func() bool { return cycles() >= base+20 })
-	if got := e.StreamMsgs(t, ready); got != capacity {
-		t.Fatalf("READY holds %d messages, want %d (the capacity)", got, capacity)
+	if got := readyJobs(); got != capacity {
+		t.Fatalf("READY holds %d jobs, want %d (the capacity)", got, capacity)
 	}
 	if n, _ := e.Redis.ZCard(context.Background(), e.Queue.Keys().NonReadyQueue()).Result(); n != int64(len(jobs)-capacity) {
 		t.Fatalf("non-ready queue holds %d, want %d still waiting", n, len(jobs)-capacity)
@@ -203,13 +204,13 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 
 	// A slow reader drains it; READY stays within the capacity throughout.
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{Delay: 5 * time.Millisecond})
-	var most uint64
+	var most int
 	testkit.WaitFor(t, "every job read", 20*time.Second, func() bool {
-		most = max(most, e.StreamMsgs(t, ready))
+		most = max(most, readyJobs())
 		return len(r.Jobs()) >= len(jobs)
 	})
 	if most > capacity {
-		t.Fatalf("READY held %d messages, more than the capacity %d", most, capacity)
+		t.Fatalf("READY held %d jobs, more than the capacity %d", most, capacity)
 	}
 }
 

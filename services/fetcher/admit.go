@@ -152,7 +152,7 @@ func (f *Fetcher) reportHeld(held map[string]int, live []string) {
 // publish hands admitted jobs to READY. Jobs that are not published stay
 // leased until the dispatcher re-publishes them.
 func (f *Fetcher) publish(ctx context.Context, jobs []redisq.LeasedJob) {
-	ok, err := handoff.Publish(ctx, f.d, jobs, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady))
+	ok, err := handoff.PublishPacked(ctx, f.d, jobs, f.packing(), handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady))
 	if err != nil {
 		f.log.Warn("publish to READY failed; the rest is re-published when the leases expire",
 			"jobs", len(jobs), "published", len(ok), "err", err)
@@ -178,4 +178,9 @@ func (f *Fetcher) transitions(ctx context.Context, groups []contracts.GroupRef, 
 		c.State = state
 		f.publishEvent(ctx, events.Change{Group: g, Counts: c})
 	}
+}
+
+// packing is how admitted jobs are packed into READY messages.
+func (f *Fetcher) packing() handoff.Packing {
+	return handoff.Packing{Jobs: f.cfg.ReadyPackJobs, Spread: f.cfg.WorkerSlots}
 }

@@ -26,6 +26,8 @@ const TracerName = "github.com/bulkaction/bulkaction/services/fetcher"
 const (
 	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
 	DefaultReadyCapacity = handoff.DefaultReadyCapacity
+	// DefaultReadyPackJobs is the default of [Config.ReadyPackJobs].
+	DefaultReadyPackJobs = handoff.DefaultPackJobs
 	// DefaultAdmitBatchSize is the default of [Config.AdmitBatchSize].
 	DefaultAdmitBatchSize = 256
 	// DefaultIngestBatchSize is the default of [Config.IngestBatchSize].
@@ -80,10 +82,18 @@ const (
 // means its documented default.
 type Config struct {
 	// ReadyCapacity: the fetcher admits jobs of a type only while the READY
-	// stream holds fewer messages of that type (waiting plus
-	// unacknowledged); default
-	// [DefaultReadyCapacity] (40).
+	// stream holds fewer jobs of that type (waiting plus unacknowledged);
+	// default [DefaultReadyCapacity] (160).
 	ReadyCapacity int
+	// ReadyPackJobs is the most jobs of one type an admission round packs
+	// into one READY message ([handoff.PublishPacks]); default
+	// [DefaultReadyPackJobs] (16; 1: one job per message).
+	ReadyPackJobs int
+	// WorkerSlots is the worker slots of every worker instance: the jobs
+	// of one type are spread over at least that many READY messages before
+	// packs grow ([handoff.Packing]); default ReadyCapacity /
+	// [handoff.ReadyPerWorkerSlot], at least 1.
+	WorkerSlots int
 	// AdmitBatchSize is the most jobs one admission round takes; default 256.
 	AdmitBatchSize int
 	// IngestBatchSize is the most submit messages handled in one batch;
@@ -121,6 +131,12 @@ func (c *Config) setDefaults() {
 	if c.ReadyCapacity == 0 {
 		c.ReadyCapacity = DefaultReadyCapacity
 	}
+	if c.ReadyPackJobs == 0 {
+		c.ReadyPackJobs = DefaultReadyPackJobs
+	}
+	if c.WorkerSlots == 0 {
+		c.WorkerSlots = max(c.ReadyCapacity/handoff.ReadyPerWorkerSlot, 1)
+	}
 	if c.AdmitBatchSize == 0 {
 		c.AdmitBatchSize = DefaultAdmitBatchSize
 	}
@@ -145,6 +161,10 @@ func (c *Config) validate() error {
 	switch {
 	case c.ReadyCapacity < 0:
 		return fmt.Errorf("fetcher: ReadyCapacity %d: must be >= 0", c.ReadyCapacity)
+	case c.WorkerSlots < 0:
+		return fmt.Errorf("fetcher: WorkerSlots %d: must be >= 0", c.WorkerSlots)
+	case c.ReadyPackJobs < 0:
+		return fmt.Errorf("fetcher: ReadyPackJobs %d: must be >= 0", c.ReadyPackJobs)
 	case c.AdmitBatchSize < 0:
 		return fmt.Errorf("fetcher: AdmitBatchSize %d: must be >= 0", c.AdmitBatchSize)
 	case c.IngestBatchSize < 0:

@@ -149,7 +149,7 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, ReadyPackJobs: 1}, e.Deps()))
 	testkit.WaitFor(t, "every job queued", 60*time.Second, func() bool {
 		for _, gid := range groups {
 			if info := groupInfo(t, e, grp(gid)); info.Jobs != perGroup || info.Pending != perGroup {
@@ -172,7 +172,9 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 	}
 
 	// Fairness, in READY order, over the stretch where every group still
-	// had jobs: no group has more than 2 of any 20 consecutive messages.
+	// had jobs: no group has more than 2 of any 20 consecutive jobs (one
+	// job per message, ReadyPackJobs 1; packs order their jobs by group,
+	// so with packs of p this would hold per message, not per job).
 	sort.Slice(got, func(i, j int) bool { return got[i].Seq < got[j].Seq })
 	last := map[string]int{}
 	for i, m := range got {
@@ -395,8 +397,21 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	}
 }
 
+// TestReadyNeverExceedsCapacity: READY's room counts jobs, with one job
+// per message and with packs of several
+// (Config.ReadyPackJobs): the fetcher never puts more jobs of a type on
+// READY than its capacity.
 func TestReadyNeverExceedsCapacity(t *testing.T) {
 	t.Parallel()
+	for _, pack := range []int{1, 8} {
+		t.Run(fmt.Sprintf("pack=%d", pack), func(t *testing.T) {
+			t.Parallel()
+			readyNeverExceedsCapacity(t, pack)
+		})
+	}
+}
+
+func readyNeverExceedsCapacity(t *testing.T, pack int) {
 	const capacity, nGroups, perGroup = 20, 4, 100
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
@@ -408,23 +423,36 @@ func TestReadyNeverExceedsCapacity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, ReadyPackJobs: pack}, e.Deps()))
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{Delay: 2 * time.Millisecond})
-	var most uint64
+	// The capacity counts jobs; a READY message may carry several.
+	var most int
 	testkit.WaitFor(t, "every job read", 60*time.Second, func() bool {
-		most = max(most, e.StreamMsgs(t, e.Names.StreamReady()))
+		most = max(most, e.ReadyJobs(t))
 		return len(r.Jobs()) >= nGroups*perGroup
 	})
 	if most > capacity {
-		t.Fatalf("READY held %d messages, more than the capacity %d", most, capacity)
+		t.Fatalf("READY held %d jobs, more than the capacity %d", most, capacity)
 	}
 	if most < capacity/2 {
-		t.Fatalf("READY never held more than %d messages: the slow reader was not the bottleneck", most)
+		t.Fatalf("READY never held more than %d jobs: the slow reader was not the bottleneck", most)
 	}
 	if testkit.Value(t, e.Metrics.BackpressureRejected) == 0 {
 		t.Fatal("no admission round was held back by a full READY")
 	}
 	checkOnce(t, r.Jobs(), grps(groups...), perGroup)
+	msgs := map[uint64]int{}
+	for _, m := range r.Jobs() {
+		msgs[m.Seq]++
+	}
+	for seq, n := range msgs {
+		if n > max(pack, 1) {
+			t.Fatalf("READY message %d carried %d jobs, more than %d", seq, n, max(pack, 1))
+		}
+	}
+	if pack > 1 && len(msgs) == len(r.Jobs()) {
+		t.Fatalf("%d jobs in as many messages: no pack of several", len(msgs))
+	}
 }
 
 func TestKilledFetcherLosesNothing(t *testing.T) {

@@ -3,7 +3,6 @@ package fetcher_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,8 +23,11 @@ import (
 // type. Each measures READY and then admits; without the reservations in
 // Redis they would each fill the room they measured, together several
 // times the capacity. A slow consumer keeps room freeing while a sampler
-// reads READY's messages per type: no sample may exceed the capacity (no
-// slack: reservations are taken in the admission script itself).
+// reads READY's jobs per type: no sample may exceed the capacity (no
+// slack: reservations are taken in the admission script itself). The
+// admitters pack jobs (up to 4 a message, spread over 2 slots); a pack's
+// subject names its jobs, so the sampler counts jobs from READY's
+// messages per subject, and the consumer counts jobs.
 func TestReadyCapacityHoldsWithSeveralAdmitters(t *testing.T) {
 	t.Parallel()
 	const capacity, perType = 15, 240
@@ -79,8 +81,13 @@ func TestReadyCapacityHoldsWithSeveralAdmitters(t *testing.T) {
 			if err != nil {
 				continue
 			}
+			jobsOf := map[string]uint64{}
 			for subj, n := range info.State.Subjects {
-				ty := strings.TrimPrefix(subj, e.Names.Ready(""))
+				if ty, per, ok := e.Names.ReadyFromSubject(subj); ok {
+					jobsOf[ty] += n * uint64(per)
+				}
+			}
+			for ty, n := range jobsOf {
 				for {
 					old, _ := peak.LoadOrStore(ty, n)
 					if old.(uint64) >= n || peak.CompareAndSwap(ty, old, n) {
@@ -93,10 +100,10 @@ func TestReadyCapacityHoldsWithSeveralAdmitters(t *testing.T) {
 
 	for range 3 {
 		nc, js := e.Connect(t)
-		testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, AdmitBatchSize: 64}, e.DepsWith(nc, js)))
+		testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, AdmitBatchSize: 64, ReadyPackJobs: 4, WorkerSlots: 2}, e.DepsWith(nc, js)))
 	}
 	nc, js := e.Connect(t)
-	d, err := dispatcher.New(dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}, e.DepsWith(nc, js))
+	d, err := dispatcher.New(dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond, ReadyPackJobs: 4, WorkerSlots: 2}, e.DepsWith(nc, js))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +124,14 @@ func TestReadyCapacityHoldsWithSeveralAdmitters(t *testing.T) {
 		}
 		for m := range batch.Messages() {
 			time.Sleep(2 * time.Millisecond)
+			rb, err := contracts.DecodeReadyBatch(m.Data(), contracts.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := m.DoubleAck(ctx); err != nil {
 				t.Fatal(err)
 			}
-			consumed.Add(1)
+			consumed.Add(int64(len(rb.Jobs)))
 		}
 	}
 	close(stopSampling)
@@ -131,12 +142,12 @@ func TestReadyCapacityHoldsWithSeveralAdmitters(t *testing.T) {
 	for _, ty := range types {
 		p, _ := peak.Load(ty)
 		n, _ := p.(uint64)
-		t.Logf("type %s: at most %d messages on READY (capacity %d)", ty, n, capacity)
+		t.Logf("type %s: at most %d jobs on READY (capacity %d)", ty, n, capacity)
 		if n > capacity {
-			t.Errorf("type %s: READY held %d messages, capacity %d", ty, n, capacity)
+			t.Errorf("type %s: READY held %d jobs, capacity %d", ty, n, capacity)
 		}
 		if n < capacity/2 {
-			t.Errorf("type %s: READY held at most %d messages: the admitters did not fill it", ty, n)
+			t.Errorf("type %s: READY held at most %d jobs: the admitters did not fill it", ty, n)
 		}
 	}
 }

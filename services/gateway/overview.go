@@ -231,7 +231,7 @@ type RateHistory struct {
 	Backoff []*int64 `json:"backoff"`
 }
 
-// ReadyView is READY's depth (messages waiting or being worked on) per type.
+// ReadyView is READY's depth (jobs waiting or being worked on; a pack counts as its jobs) per type.
 type ReadyView struct {
 	// Capacity is each type's room on READY (0 = not configured).
 	Capacity int          `json:"capacity"`
@@ -240,7 +240,7 @@ type ReadyView struct {
 	Error    string       `json:"error,omitempty"`
 }
 
-// ReadyDepth is one job type's messages on READY.
+// ReadyDepth is one job type's jobs on READY.
 type ReadyDepth struct {
 	Type  string `json:"type"`
 	Depth int64  `json:"depth"`
@@ -587,11 +587,15 @@ func (u *uiAPI) ready(ctx context.Context) *ReadyView {
 		v.Error = "READY not read: " + err.Error()
 		return v
 	}
+	depth := map[string]int64{} // jobs: a pack's subject names its job count
 	for subj, n := range counts {
-		if t, ok := u.g.deps.Names.TypeFromSubject(subj); ok {
-			v.Types = append(v.Types, ReadyDepth{Type: t, Depth: int64(n)})
-			v.Total += int64(n)
+		if t, jobs, ok := u.g.deps.Names.ReadyFromSubject(subj); ok {
+			depth[t] += int64(n) * int64(jobs)
 		}
+	}
+	for t, n := range depth {
+		v.Types = append(v.Types, ReadyDepth{Type: t, Depth: n})
+		v.Total += n
 	}
 	slices.SortFunc(v.Types, func(a, b ReadyDepth) int { return strings.Compare(a.Type, b.Type) })
 	return v

@@ -126,8 +126,9 @@ func TestReadyBatchRunsEveryJobOnce(t *testing.T) {
 			if res.Status != contracts.ResultSuccess || res.Attempt != 1 || res.Outcome != redisq.Recorded {
 				t.Fatalf("%s/%s: result %+v (%s)", g, jid, res.JobResult, res.Outcome)
 			}
-			if id := res.Header.Get(jetstream.MsgIDHeader); id != contracts.ResultMsgID(g, jid, 1) {
-				t.Fatalf("%s/%s: result Nats-Msg-Id %q", g, jid, id)
+			// one result alone, or a batch of the group's results
+			if id := res.Header.Get(jetstream.MsgIDHeader); id != res.BatchID || (res.Size == 1 && id != contracts.ResultMsgID(g, jid, 1)) {
+				t.Fatalf("%s/%s: result Nats-Msg-Id %q, want %q", g, jid, id, res.BatchID)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,18 +10,18 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
-	"github.com/bulkaction/bulkaction/pkg/jspub"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -84,6 +83,10 @@ type claimed struct {
 	// stop is closed when the shutdown grace is over: a result waiting
 	// for room on RESULT is given up then (handed back).
 	stop <-chan struct{}
+	// free gives back the job's slot, once (later calls do nothing): when
+	// its processor has returned, so that the job's result, gathered for
+	// a RESULT message, does not keep another job from running.
+	free func()
 }
 
 // message is a delivery and what its jobs came to.
@@ -92,6 +95,13 @@ type message struct {
 	left atomic.Int32 // jobs not settled yet
 	mu   sync.Mutex
 	back *consume.Decision // the first hand-back among its jobs; nil = ack
+	// held is the tracker that keeps the message in progress while any of
+	// its jobs is claimed and not settled (running, waiting for a slot or
+	// for the lane, or for its result's PubAck); nil before the claim.
+	held *tracker
+	// gone: the shutdown handed the message back while a job of it ran;
+	// it is not settled again.
+	gone atomic.Bool
 }
 
 // handle runs the deliveries of one pull (docs/ARCHITECTURE.md §6.3):
@@ -123,6 +133,15 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	cctx, cancel := context.WithTimeout(base, settleTimeout)
 	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds)
 	cancel()
+	if err == nil {
+		// Every message with a job to run is kept in progress until all
+		// its jobs are settled, those waiting for a slot included.
+		for i, c := range cs {
+			if outcomes[i].Outcome == redisq.ClaimRun {
+				jobs.hold(c.msg)
+			}
+		}
+	}
 	var cancelled []contracts.GroupRef // groups whose jobs the claim counted as cancelled
 	for i, c := range cs {
 		switch {
@@ -140,7 +159,9 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 					w.settle(c, consume.Retry(0, nil)) // the shutdown grace is over
 					return
 				}
-				defer w.slots.Release(1)
+				var once sync.Once
+				c.free = func() { once.Do(func() { w.slots.Release(1) }) }
+				defer c.free()
 				w.run(c, jobs)
 			}()
 			continue
@@ -202,11 +223,28 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 	m := &message{Delivery: d}
 	m.left.Store(int32(len(batch.Jobs)))
 	cs = make([]claimed, len(batch.Jobs))
+	// A pack of jobs names each job's trace context (the handoff's job
+	// traceparents): each job's span continues its own trace, linked to
+	// the delivery's span; without them it is a child of the delivery's.
+	var tps []string
+	if len(batch.Jobs) > 1 {
+		if tps = msg.Headers().Values(handoff.HeaderJobTraceparent); len(tps) != len(batch.Jobs) {
+			tps = nil
+		}
+	}
 	for i := range batch.Jobs {
 		job := &batch.Jobs[i]
 		c := claimed{msg: m, job: job, Ctx: d.Ctx, Span: d.Span, delivered: delivered, extra: i > 0}
 		if len(batch.Jobs) > 1 {
-			c.Ctx, c.Span = w.tracer.Start(d.Ctx, SpanProcess)
+			parent := d.Ctx
+			var opts []trace.SpanStartOption
+			if tps != nil {
+				if p := (propagation.TraceContext{}).Extract(base, propagation.MapCarrier{"traceparent": tps[i]}); trace.SpanContextFromContext(p).IsValid() {
+					parent = p
+					opts = append(opts, trace.WithLinks(trace.LinkFromContext(d.Ctx)), trace.WithSpanKind(trace.SpanKindConsumer))
+				}
+			}
+			c.Ctx, c.Span = w.tracer.Start(parent, SpanProcess, opts...)
 			c.ownSpan = true
 		}
 		if c.Span.IsRecording() {
@@ -223,7 +261,7 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 // run runs a claimed job's processor and settles the delivery: result,
 // back-off, or hand-back.
 func (w *Worker) run(c claimed, jobs *tracker) {
-	msg, span, job := c.msg.Msg, c.Span, c.job
+	span, job := c.Span, c.job
 	if c.suspect && w.exec == nil {
 		// Its last holder stopped while it ran: it runs alone, so that if
 		// this worker stops now, the job is the cause (a poison job), and
@@ -240,7 +278,7 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 		}
 	}
 
-	d, ok := jobs.begin(msg)
+	d, ok := jobs.begin(c.msg)
 	if !ok { // the shutdown grace is over
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
 		w.settle(c, consume.Retry(0, nil))
@@ -261,6 +299,9 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 		jcancel()
 	}
 	elapsed := time.Since(start)
+	if c.free != nil && !c.suspect {
+		c.free() // the processor is done; a suspect job keeps its slot, running alone
+	}
 	if !jobs.finish(d) { // handed back by the shutdown while it ran
 		span.SetAttributes(AttrOutcome.String(outcomeHandedBack))
 		w.abandoned(c)
@@ -384,40 +425,35 @@ func (w *Worker) runIsolated(c claimed, base context.Context, pj *processor.Job)
 }
 
 // publishResult publishes the attempt's result, waits for the PubAck and
-// then acknowledges the READY message. A failed publish hands the message
-// back: the same attempt runs again, and the aggregator counts it once.
+// then acknowledges the READY message. Results of one group are gathered
+// for up to [ResultLinger] and published together in one RESULT message
+// ([results]); the message is acknowledged only after that message's
+// PubAck. A failed publish hands the message back: the same attempt runs
+// again, and the aggregator counts it once.
 //
 // A publish refused because RESULT is at its byte limit is not handed back
 // (a re-run would spend a claim of the poison limit, and find RESULT just
 // as full): the worker keeps the job, its READY message marked in
 // progress, and publishes the result again after a wait that doubles from
 // [minResultFullWait] to [maxResultFullWait] (at most a third of AckWait),
-// until it is stored or the shutdown grace is over. The job holds its slot
-// meanwhile, so a full RESULT stops the worker from taking more work.
+// until it is stored or the shutdown grace is over. The job takes a slot
+// back meanwhile (when one is free), so a full RESULT stops the worker
+// from taking more work.
 func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText string, elapsed time.Duration) {
 	job := c.job
-	rb := contracts.ResultBatch{V: contracts.Version, Results: []contracts.JobResult{{
-		JobID: job.JobID, Attempt: job.Attempt,
+	res := contracts.JobResult{
+		Tenant: job.Tenant, GroupID: job.GroupID, JobID: job.JobID, Attempt: job.Attempt,
 		Status: status, Error: truncate(errText, maxErrorLen), DurationMs: elapsed.Milliseconds(),
-	}}}
-	data, err := json.Marshal(&rb)
-	if err != nil {
-		w.handBack(c, "encode result", err)
-		return
 	}
-	res := &rb.Results[0]
-	res.Tenant, res.GroupID = job.Tenant, job.GroupID // the subject names the group; the id needs it
-	m := nats.NewMsg(w.d.Names.Result(job.Ref()))
-	m.Data = data
-	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
-	telemetry.InjectHeader(c.Ctx, m.Header)
 	wait := minResultFullWait
+	held := false // a slot taken back while RESULT is full
+	defer func() {
+		if held {
+			w.slots.Release(1)
+		}
+	}()
 	for {
-		// An asynchronous publish awaited here costs less than a synchronous
-		// request, and the publishes of concurrent jobs share their writes.
-		ctx, cancel := context.WithTimeout(c.Ctx, settleTimeout)
-		err := jspub.PublishWindow(ctx, w.d.JS, []*nats.Msg{m}, 0)[0]
-		cancel()
+		err := w.results.publish(c.Ctx, job.Ref(), res)
 		if err == nil {
 			break
 		}
@@ -429,6 +465,9 @@ func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText
 			"tenant", job.Tenant, "group", job.GroupID, "job", job.JobID, "attempt", job.Attempt, "retryIn", wait)
 		if wait == minResultFullWait {
 			c.Span.AddEvent("RESULT full: result held")
+		}
+		if !held {
+			held = w.slots.TryAcquire(1) == 1
 		}
 		_ = c.msg.Msg.InProgress()
 		t := time.NewTimer(wait)
@@ -536,6 +575,13 @@ func (w *Worker) settle(c claimed, dec consume.Decision) {
 	if m.left.Add(-1) > 0 {
 		return
 	}
+	if m.held != nil {
+		m.held.unhold(m)
+	}
+	if m.gone.Load() { // the shutdown handed it back already
+		m.Span.End()
+		return
+	}
 	if m.back != nil {
 		m.Decide(*m.back)
 	} else {
@@ -551,6 +597,9 @@ func (w *Worker) abandoned(c claimed) {
 		c.Span.End()
 	}
 	if c.msg.left.Add(-1) == 0 {
+		if c.msg.held != nil {
+			c.msg.held.unhold(c.msg)
+		}
 		c.msg.Span.End()
 	}
 }

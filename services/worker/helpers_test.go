@@ -189,6 +189,10 @@ type result struct {
 	contracts.JobResult
 	Header  nats.Header
 	Outcome redisq.RecordOutcome
+	// BatchID is the message id of the RESULT message's batch
+	// ([contracts.ResultBatch.MsgID]); Size its number of results.
+	BatchID string
+	Size    int
 }
 
 // collector reads RESULT like the aggregator: it records every result in
@@ -222,7 +226,8 @@ func startCollector(t *testing.T, b *testBundle) *collector {
 		}
 		c.mu.Lock()
 		for i, r := range rb.Results {
-			c.msgs = append(c.msgs, result{JobResult: r, Header: m.Headers(), Outcome: recs[i].Outcome})
+			c.msgs = append(c.msgs, result{JobResult: r, Header: m.Headers(), Outcome: recs[i].Outcome, BatchID: rb.MsgID(),
+				Size: len(rb.Results)})
 		}
 		c.mu.Unlock()
 		_ = m.Ack()

@@ -58,7 +58,7 @@ func TestResultFullHoldsFinishedJobs(t *testing.T) {
 	if _, err := e.Queue.Seal(ctx, grp("g"), n); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := handoff.Publish(ctx, e.Deps(), leased, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := handoff.PublishPacks(ctx, e.Deps(), leased, n, handoff.SpanAdmit); err != nil || len(ok) != n { // one pack
 		t.Fatalf("publish to READY: %d %v", len(ok), err)
 	}
 
@@ -89,8 +89,8 @@ func TestResultFullHoldsFinishedJobs(t *testing.T) {
 			t.Fatalf("job %s ran %d times while RESULT was full, want once", j.ID, c)
 		}
 	}
-	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != n {
-		t.Fatalf("READY holds %d messages while their results wait, want %d (not acknowledged)", got, n)
+	if got := e.StreamMsgs(t, e.Names.StreamReady()); got != 1 {
+		t.Fatalf("READY holds %d messages while their results wait, want the pack of %d (not acknowledged)", got, n)
 	}
 	if info := e.Group(t, grp("g")); info.Done != 0 {
 		t.Fatalf("results recorded while RESULT was full: %+v", info.GroupCounts)

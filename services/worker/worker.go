@@ -232,6 +232,7 @@ type Worker struct {
 	tracer  trace.Tracer
 	slots   *consume.Slots // one per running (or being pulled) job
 	lane    chan struct{}  // held by the one suspect job that runs alone
+	results *results       // gathers results into RESULT messages per group
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
 	warnLimit telemetry.WarnLimiter
@@ -269,6 +270,7 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 		tracer:    d.TracerProvider.Tracer(TracerName),
 		slots:     consume.NewSlots(cfg.Concurrency),
 		lane:      make(chan struct{}, 1),
+		results:   newResults(d, ResultLinger),
 		warnLimit: telemetry.WarnLimiter{Interval: time.Second},
 	}, nil
 }
@@ -286,13 +288,14 @@ func (w *Worker) ConsumerName(jobType string) string { return w.cfg.Durable + "-
 
 func (w *Worker) consumerConfig(jobType string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       w.ConsumerName(jobType),
-		Description:   "bulkaction workers of job type " + jobType,
-		FilterSubject: w.d.Names.Ready(jobType),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.AckWait,
-		MaxDeliver:    -1, // deliveries are counted by the worker (MaxDeliveries)
-		MaxAckPending: max(w.cfg.Concurrency, ConsumerMaxAckPending),
+		Durable:     w.ConsumerName(jobType),
+		Description: "bulkaction workers of job type " + jobType,
+		// its jobs alone and in packs (contracts.Names.ReadyPack)
+		FilterSubjects: w.d.Names.ReadyFilters(jobType),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        w.cfg.AckWait,
+		MaxDeliver:     -1, // deliveries are counted by the worker (MaxDeliveries)
+		MaxAckPending:  max(w.cfg.Concurrency, ConsumerMaxAckPending),
 	}
 }
 
@@ -371,6 +374,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started", "types", w.cfg.Types, "concurrency", w.cfg.Concurrency)
 	w.Signal()
 	<-ctx.Done()
+	w.results.flushAll() // results gathering now need not wait for their linger
 	loops.Wait()
 
 	if !jobs.wait(w.cfg.ShutdownGrace) {
@@ -447,12 +451,13 @@ type tracker struct {
 	mu       sync.Mutex
 	closed   bool
 	running  map[*delivery]struct{}
+	held     map[*message]struct{} // messages with claimed jobs not settled yet
 }
 
-// delivery is one message whose processor runs. Exactly one of finish and
+// delivery is one job whose processor runs. Exactly one of finish and
 // the shutdown's abandon settles it.
 type delivery struct {
-	msg     jetstream.Msg
+	msg     *message
 	settled bool // guarded by tracker.mu
 }
 
@@ -467,8 +472,9 @@ func (t *tracker) done() {
 	t.wg.Done()
 }
 
-// beat marks the message of every running job in progress each interval,
-// until stop is closed, so that long jobs are not delivered again.
+// beat marks every held message in progress each interval, until stop is
+// closed, so that long jobs are not delivered again, nor the jobs of a
+// pack waiting for a slot while others of it run.
 func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -481,9 +487,9 @@ func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
 		}
 		msgs = msgs[:0]
 		t.mu.Lock()
-		for d := range t.running {
-			if !d.settled { // not handed back by the shutdown
-				msgs = append(msgs, d.msg)
+		for m := range t.held {
+			if !m.gone.Load() { // not handed back by the shutdown
+				msgs = append(msgs, m.Msg)
 			}
 		}
 		t.mu.Unlock()
@@ -497,13 +503,29 @@ func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
 // only when the shutdown grace is over.
 func newTracker(ctx context.Context) *tracker {
 	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	return &tracker{base: base, cancel: cancel, running: map[*delivery]struct{}{}}
+	return &tracker{base: base, cancel: cancel, running: map[*delivery]struct{}{}, held: map[*message]struct{}{}}
+}
+
+// hold keeps m in progress (beat) until unhold: from the claim of its jobs
+// until the last of them is settled.
+func (t *tracker) hold(m *message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m.held = t
+	t.held[m] = struct{}{}
+}
+
+// unhold ends hold.
+func (t *tracker) unhold(m *message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.held, m)
 }
 
 // begin registers a delivery about to run its processor; ok is false when
 // the worker has already handed back its running jobs, and the caller must
 // hand msg back itself.
-func (t *tracker) begin(msg jetstream.Msg) (d *delivery, ok bool) {
+func (t *tracker) begin(msg *message) (d *delivery, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -528,22 +550,27 @@ func (t *tracker) finish(d *delivery) bool {
 }
 
 // abandon cancels the contexts of every job and hands the messages of
-// those still running back to JetStream for immediate redelivery. It
-// returns how many it handed back.
+// those still running back to JetStream for immediate redelivery, once
+// each (a pack's other jobs are then not settled again). It returns how
+// many jobs it handed back.
 func (t *tracker) abandon() int {
 	t.mu.Lock()
 	t.closed = true
-	var msgs []jetstream.Msg
+	var msgs []*message
+	n := 0
 	for d := range t.running {
 		d.settled = true
-		msgs = append(msgs, d.msg)
+		n++
+		if !d.msg.gone.Swap(true) {
+			msgs = append(msgs, d.msg)
+		}
 	}
 	t.mu.Unlock()
 	t.cancel(errShutdown)
 	for _, m := range msgs {
-		_ = m.Nak()
+		_ = m.Msg.Nak()
 	}
-	return len(msgs)
+	return n
 }
 
 // wait waits up to d for every delivery to be handled; true if they were.

@@ -1,0 +1,221 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/jspub"
+)
+
+// Batching of results (docs/ARCHITECTURE.md §6.3).
+const (
+	// ResultLinger is how long the first result of a batch waits for
+	// others of its group to share its RESULT message: the latency a
+	// finished job pays, at most, for fewer messages. (Proposed setting:
+	// RESULT_LINGER_MS, default 2; 0 = publish each result at once.)
+	ResultLinger = 2 * time.Millisecond
+	// MaxResultBatch is the most results one RESULT message carries; a
+	// batch that reaches it is published at once. (Proposed setting:
+	// RESULT_BATCH_SIZE, default 64.)
+	MaxResultBatch = 64
+	// resultHeadroom is the room left under the message limit for a
+	// batch's headers.
+	resultHeadroom = 4 << 10
+)
+
+// results gathers the results of finished jobs into one [contracts.ResultBatch]
+// per group: a result waits at most [ResultLinger] (or until its batch holds
+// [MaxResultBatch] results, or as many bytes as a message takes) and is then
+// published with the others, under the batch's deterministic message id
+// ([contracts.ResultBatch.MsgID]). Every caller waits for its batch's
+// PubAck, so a job's READY message is acknowledged only once its result is
+// stored; a failed publish fails every result of the batch, and each job
+// is then handled as if it had published alone.
+type results struct {
+	d      deps.Deps
+	limit  int // largest body of a batch
+	linger time.Duration
+	mu     sync.Mutex
+	open   map[contracts.GroupRef]*resultBatch
+}
+
+// resultBatch is one RESULT message being gathered, then published.
+type resultBatch struct {
+	group   contracts.GroupRef
+	results []contracts.JobResult
+	ctx     context.Context // the first result's span context, for the headers
+	size    int             // bytes of the body so far
+	timer   *time.Timer
+	done    chan struct{} // closed once errs is set
+	errs    []error       // one per result
+}
+
+// newResults returns the result batcher of a worker.
+func newResults(d deps.Deps, linger time.Duration) *results {
+	limit := d.Limits.MessageLimit()
+	if d.NC != nil {
+		if mp := int(d.NC.MaxPayload()); mp > 0 && mp < limit {
+			limit = mp
+		}
+	}
+	return &results{d: d, limit: max(limit-resultHeadroom, 1), linger: linger, open: map[contracts.GroupRef]*resultBatch{}}
+}
+
+// batchFrame is the size of a results body without its items.
+var batchFrame = len(`{"v":2,"results":[]}`)
+
+// publish adds r (of group g, its trace context in ctx) to its group's
+// batch and waits until the batch was published: nil once RESULT stored
+// it. The publish has its own timeout (settleTimeout).
+func (rs *results) publish(ctx context.Context, g contracts.GroupRef, r contracts.JobResult) error {
+	r.Tenant, r.GroupID = "", "" // the subject names the group
+	item, err := json.Marshal(&r)
+	if err != nil {
+		return err
+	}
+	r.Tenant, r.GroupID = g.Tenant, g.ID
+	var flush *resultBatch // a full batch this call publishes
+	rs.mu.Lock()
+	b := rs.open[g]
+	if b != nil && b.size+1+len(item) > rs.limit {
+		flush = rs.detach(b)
+		b = nil
+	}
+	if b == nil {
+		b = &resultBatch{group: g, ctx: ctx, size: batchFrame, done: make(chan struct{})}
+		rs.open[g] = b
+		if rs.linger > 0 {
+			b.timer = time.AfterFunc(rs.linger, func() { rs.flushOpen(b) })
+		}
+	} else {
+		b.size++ // the comma
+	}
+	k := len(b.results)
+	b.results = append(b.results, r)
+	b.size += len(item)
+	var full *resultBatch
+	if rs.linger <= 0 || len(b.results) >= MaxResultBatch {
+		full = rs.detach(b)
+	}
+	rs.mu.Unlock()
+	if flush != nil {
+		go rs.send(flush)
+	}
+	if full != nil {
+		rs.send(full)
+	}
+	<-b.done
+	return b.errs[k]
+}
+
+// detach takes b out of the open batches and stops its timer; rs.mu held.
+func (rs *results) detach(b *resultBatch) *resultBatch {
+	if rs.open[b.group] == b {
+		delete(rs.open, b.group)
+	}
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	return b
+}
+
+// flushOpen publishes b when its linger is over, unless it left already.
+func (rs *results) flushOpen(b *resultBatch) {
+	rs.mu.Lock()
+	if rs.open[b.group] != b {
+		rs.mu.Unlock()
+		return
+	}
+	rs.detach(b)
+	rs.mu.Unlock()
+	rs.send(b)
+}
+
+// flushAll publishes every open batch now (the worker is stopping).
+func (rs *results) flushAll() {
+	rs.mu.Lock()
+	var bs []*resultBatch
+	for _, b := range rs.open {
+		bs = append(bs, rs.detach(b))
+	}
+	rs.mu.Unlock()
+	for _, b := range bs {
+		go rs.send(b)
+	}
+}
+
+// send publishes b and tells its callers. A batch the stream refuses as
+// too large (its message limit below the worker's) is published again one
+// result per message.
+func (rs *results) send(b *resultBatch) {
+	b.errs = make([]error, len(b.results))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), settleTimeout)
+	defer cancel()
+	m, err := rs.message(b.ctx, b.group, b.results)
+	if err == nil {
+		err = jspub.PublishWindow(ctx, rs.d.JS, []*nats.Msg{m}, 0)[0]
+	}
+	if err != nil && len(b.results) > 1 && tooLarge(err) {
+		msgs := make([]*nats.Msg, 0, len(b.results))
+		for i := range b.results {
+			m, err := rs.message(b.ctx, b.group, b.results[i:i+1])
+			if err != nil {
+				b.errs[i] = err
+				continue
+			}
+			msgs = append(msgs, m)
+		}
+		errs := jspub.PublishWindow(ctx, rs.d.JS, msgs, 0)
+		k := 0
+		for i := range b.errs {
+			if b.errs[i] == nil {
+				b.errs[i] = errs[k]
+				k++
+			}
+		}
+	} else {
+		for i := range b.errs {
+			b.errs[i] = err
+		}
+	}
+	close(b.done)
+}
+
+// message is the RESULT message of results of group g, with the trace
+// context of ctx.
+func (rs *results) message(ctx context.Context, g contracts.GroupRef, results []contracts.JobResult) (*nats.Msg, error) {
+	rb := contracts.ResultBatch{V: contracts.Version, Results: make([]contracts.JobResult, len(results))}
+	copy(rb.Results, results)
+	for i := range rb.Results {
+		rb.Results[i].Tenant, rb.Results[i].GroupID = "", "" // the subject names the group
+	}
+	data, err := json.Marshal(&rb)
+	if err != nil {
+		return nil, err
+	}
+	copy(rb.Results, results) // the message id names the group
+	m := nats.NewMsg(rs.d.Names.Result(g))
+	m.Data = data
+	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
+	telemetry.InjectHeader(ctx, m.Header)
+	return m, nil
+}
+
+// tooLarge reports whether a publish was refused because the message
+// exceeds the stream's or the server's size limit.
+func tooLarge(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return true
+	}
+	return errors.Is(err, nats.ErrMaxPayload)
+}
