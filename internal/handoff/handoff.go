@@ -293,7 +293,7 @@ var errConsumed = errors.New("duplicate of a message no longer on READY")
 // message stays on READY (and in its type's room, see [Room]) until its
 // last job is settled; [Packing.Spread] keeps a round of few jobs from
 // going to fewer workers than it could. The trade-off was measured with
-// the end-to-end benchmark (docs/performance.md): 16 against 1 more than
+// the end-to-end benchmark (docs/ARCHITECTURE.md §6.2): 16 against 1 more than
 // doubles the throughput of noop jobs, and halves the CPU per job; 32
 // adds nothing measurable. 1 gives the lowest latency to one job.
 const DefaultPackJobs = 16
@@ -561,7 +561,7 @@ func endAll(spans []trace.Span) {
 // per worker slot: enough to keep every slot busy between admission
 // rounds with packs of [DefaultPackJobs] (a slot holds a pack until its
 // last job is settled), few enough that a newly arriving small group waits
-// behind little (docs/performance.md).
+// behind little (docs/ARCHITECTURE.md §6.2).
 const ReadyPerWorkerSlot = 16
 
 // DefaultReadyCapacity is the READY capacity of fetchers and dispatchers

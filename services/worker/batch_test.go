@@ -51,7 +51,7 @@ func (b *testBundle) publishReady(t *testing.T, jobType string, jobs []redisq.Le
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(b.names.Ready(jobType))
+	m := nats.NewMsg(b.names.ReadyPack(jobType, len(jobs)))
 	m.Data = data
 	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
 	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {

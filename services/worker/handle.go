@@ -211,6 +211,12 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 			Problem: fmt.Sprintf("%q differs from subject token %q", batch.Jobs[0].Type, jobType),
 			Limit:   "must equal the <type> token of the subject"}
 	}
+	if _, n, ok := w.d.Names.ReadyFromSubject(msg.Subject()); err == nil && ok && n != len(batch.Jobs) {
+		// READY's room counts a message as the jobs its subject names
+		err = &contracts.ValidationError{Reason: contracts.ReasonSubjectMismatch, Field: "jobs",
+			Problem: fmt.Sprintf("%d jobs on a subject of %d", len(batch.Jobs), n),
+			Limit:   "must be as many as the subject's job count (<type>.<n>; 1 without)"}
+	}
 	if err != nil {
 		d.Decide(consume.DeadLetter(err))
 		w.settleWithin(d)

@@ -20,12 +20,10 @@ import (
 const (
 	// ResultLinger is how long the first result of a batch waits for
 	// others of its group to share its RESULT message: the latency a
-	// finished job pays, at most, for fewer messages. (Proposed setting:
-	// RESULT_LINGER_MS, default 2; 0 = publish each result at once.)
+	// finished job pays, at most, for fewer messages.
 	ResultLinger = 2 * time.Millisecond
 	// MaxResultBatch is the most results one RESULT message carries; a
-	// batch that reaches it is published at once. (Proposed setting:
-	// RESULT_BATCH_SIZE, default 64.)
+	// batch that reaches it is published at once.
 	MaxResultBatch = 64
 	// resultHeadroom is the room left under the message limit for a
 	// batch's headers.

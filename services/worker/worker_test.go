@@ -718,8 +718,10 @@ func TestConcurrencyBound(t *testing.T) {
 // TestInvalidReadyMessageIsDeadLettered: a READY message that is not a
 // valid v2 batch of its subject's type is dead-lettered with its reason and
 // none of its jobs runs: not JSON (bad_json), a v1 body (bad_version), a
-// batch of another type than the subject's (subject_mismatch), and a batch
-// whose jobs[1] has another type than jobs[0] (invalid_field: one type per
+// batch of another type than the subject's (subject_mismatch), a batch of
+// another job count than the subject's (subject_mismatch: READY's room
+// counts a message as the jobs its subject names), and a batch whose
+// jobs[1] has another type than jobs[0] (invalid_field: one type per
 // message).
 func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
@@ -743,18 +745,24 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 		return data
 	}
 	v1 := []byte(`{"v":1,"groupId":"g","jobId":"j0","type":"t","attempt":1}`)
+	one, three := b.names.Ready("t"), b.names.ReadyPack("t", 3)
 	cases := []struct {
-		body   []byte
-		reason string
-		field  string // named in the dead letter's error, "" = not checked
+		subject string
+		body    []byte
+		reason  string
+		field   string // named in the dead letter's error, "" = not checked
 	}{
-		{[]byte("not json"), contracts.ReasonBadJSON, ""},
-		{v1, contracts.ReasonBadVersion, ""},
-		{batch("u"), contracts.ReasonSubjectMismatch, "jobs[0].type"},
-		{batch("t", "u", "t"), contracts.ReasonInvalidField, "jobs[1].type"},
+		{one, []byte("not json"), contracts.ReasonBadJSON, ""},
+		{one, v1, contracts.ReasonBadVersion, ""},
+		{one, batch("u"), contracts.ReasonSubjectMismatch, "jobs[0].type"},
+		{one, batch("t", "u", "t"), contracts.ReasonInvalidField, "jobs[1].type"},
+		{one, batch("t", "t"), contracts.ReasonSubjectMismatch, "2 jobs on a subject of 1"},
+		{three, batch("t"), contracts.ReasonSubjectMismatch, "1 jobs on a subject of 3"},
 	}
+	subjects := map[string]string{} // by body
 	for _, tc := range cases {
-		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.names.Ready("t"), Data: tc.body}); err != nil {
+		subjects[string(tc.body)] = tc.subject
+		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: tc.subject, Data: tc.body}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -767,12 +775,12 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &dl); err != nil {
 			t.Fatal(err)
 		}
-		if dl.Subject != b.names.Ready("t") || m.Subject != b.names.DLQ(dl.Reason) {
-			t.Fatalf("dead letter %+v on %s", dl, m.Subject)
-		}
 		body := dl.Raw
 		if dl.Message != nil {
 			body = string(dl.Message)
+		}
+		if dl.Subject != subjects[body] || m.Subject != b.names.DLQ(dl.Reason) {
+			t.Fatalf("dead letter %+v on %s", dl, m.Subject)
 		}
 		got[body] = dl
 	}
