@@ -62,7 +62,11 @@
 //     latency_p99_ratio_vs_* divide the pipeline's by the peer's; the
 //     pipeline's latency runs until the result is recorded, the peers' only
 //     until the processor starts. Jobs submitted in the first second are
-//     left out as warm-up.
+//     left out as warm-up. Since each system runs at a fraction of its own
+//     throughput, the pipeline runs once more at each peer's measured rate:
+//     latency_p50_ms_at_rate_asynq, latency_p99_ms_at_rate_asynq (and
+//     _bullmq), and latency_p99_same_rate_ratio_vs_* divides that p99 by
+//     the peer's, the two at the same offered load.
 //   - Costs of the throughput runs (suffix _asynq, _bullmq for the peers):
 //     redis_calls_per_job (commands, those run by scripts included),
 //     redis_scripts_per_job (EVALSHA calls), redis_cpu_ms_per_1k_jobs (INFO

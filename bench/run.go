@@ -349,9 +349,28 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 		rep.Add("latency_rate_jobs_per_s"+p.suffix, float64(l.Sent)/l.Duration.Seconds())
 		rep.Add(FigLatencyP50+p.suffix, Ms(Percentile(l.Total, 50)))
 		rep.Add(FigLatencyP99+p.suffix, Ms(Percentile(l.Total, 99)))
-		if pl != nil {
-			addRatio(rep, "latency_p50_ratio_vs_"+p.name, FigLatencyP50, p.suffix)
-			addRatio(rep, "latency_p99_ratio_vs_"+p.name, FigLatencyP99, p.suffix)
+		if pl == nil {
+			continue
+		}
+		addRatio(rep, "latency_p50_ratio_vs_"+p.name, FigLatencyP50, p.suffix)
+		addRatio(rep, "latency_p99_ratio_vs_"+p.name, FigLatencyP99, p.suffix)
+		// The pipeline again at the peer's offered rate: the latencies
+		// compared at the same load.
+		peerRate := float64(l.Sent) / l.Duration.Seconds()
+		o.Progress(fmt.Sprintf("pipeline: latency at %s's rate, %.0f jobs/s for %s", p.name, peerRate, o.LatencyDuration))
+		ol, err := pl.Latency(ctx, peerRate, o.LatencyDuration, o.Warmup, o.Groups)
+		if err != nil {
+			return fmt.Errorf("pipeline latency at %s's rate: %w", p.name, err)
+		}
+		if len(ol.Total) == 0 {
+			return fmt.Errorf("pipeline latency at %s's rate: no job after the warm-up", p.name)
+		}
+		rep.Add(FigLatencyP50+"_at_rate"+p.suffix, Ms(Percentile(ol.Total, 50)))
+		rep.Add(FigLatencyP99+"_at_rate"+p.suffix, Ms(Percentile(ol.Total, 99)))
+		if ours, ok := rep.Get(FigLatencyP99 + "_at_rate" + p.suffix); ok {
+			if theirs, ok := rep.Get(FigLatencyP99 + p.suffix); ok && theirs > 0 {
+				rep.Add("latency_p99_same_rate_ratio_vs_"+p.name, ours/theirs)
+			}
 		}
 	}
 	return nil
