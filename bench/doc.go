@@ -136,7 +136,11 @@
 // The throughput run also logs the Redis commands per job (calls and µs).
 // The -e2e.scripts flag logs the time spent in each redisq script per job
 // (it turns on the redis-server's slow log for every command, which slows
-// it down: use it to compare scripts, not for the figures).
+// it down: use it to compare scripts, not for the figures). The
+// -e2e.cpuprofile flag writes a CPU profile of the pipeline's throughput run
+// alone (the services, the embedded NATS server and the producer; not the
+// redis-server), e.g. make bench-e2e E2E_FLAGS="-e2e.only pipeline
+// -e2e.million 0 -e2e.cpuprofile /tmp/cpu.prof".
 //
 // Every system runs the same number of concurrent jobs (the pipeline's
 // worker count equals asynq's Concurrency and the concurrency of BullMQ's

@@ -20,6 +20,7 @@ var (
 	flagLoad    = flag.Float64("e2e.load", 0.5, "latency run: submit rate as a fraction of the measured throughput")
 	flagOnly    = flag.String("e2e.only", "", "measure only these systems, comma-separated: pipeline, asynq, bullmq (default all)")
 	flagLogs    = flag.Bool("e2e.logs", false, "print the services' warnings and errors on stderr")
+	flagProfile = flag.String("e2e.cpuprofile", "", "write a CPU profile of the pipeline's throughput run (that phase only) to this file")
 	flagScripts = flag.Bool("e2e.scripts", false, "diagnostic: time every redisq script of the pipeline's throughput run (slows Redis down)")
 )
 
@@ -28,7 +29,7 @@ var (
 func BenchmarkE2E(b *testing.B) {
 	o := Options{
 		Jobs: *flagJobs, Groups: *flagGroups, Workers: *flagWorkers, Backlog: *flagBacklog, Small: *flagSmall,
-		Million: *flagMillion, LatencyDuration: *flagLatency, Load: *flagLoad, Only: *flagOnly, ScriptLog: *flagScripts,
+		Million: *flagMillion, LatencyDuration: *flagLatency, Load: *flagLoad, Only: *flagOnly, ScriptLog: *flagScripts, CPUProfile: *flagProfile,
 		Progress: func(s string) { b.Log(s) },
 	}
 	if *flagLogs {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -95,6 +97,9 @@ type Options struct {
 	Log *slog.Logger
 	// Progress, when set, is called with a line before each phase.
 	Progress func(string)
+	// CPUProfile, when set, is the file a CPU profile of the pipeline's
+	// throughput run (only that phase) is written to.
+	CPUProfile string
 	// ScriptLog logs every Redis command during the pipeline's throughput
 	// run and reports, through Progress, the time spent in each redisq
 	// script per job. A diagnostic: it slows the server down.
@@ -234,7 +239,14 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 				return err
 			}
 		}
+		stopProfile, err := startCPUProfile(o.CPUProfile)
+		if err != nil {
+			return err
+		}
 		r, st, err := measure(ctx, env, thisProcessCPU, true, func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Jobs, o.Groups) })
+		if perr := stopProfile(); perr != nil && err == nil {
+			err = perr
+		}
 		if err != nil {
 			return fmt.Errorf("pipeline throughput: %w", err)
 		}
@@ -466,4 +478,24 @@ func addCost(rep *Reporter, suffix string, c cost, jobs int) {
 		rep.Add("go_allocs_per_job"+suffix, float64(c.allocs)/float64(jobs))
 		rep.Add("go_alloc_bytes_per_job"+suffix, float64(c.allocBytes)/float64(jobs))
 	}
+}
+
+// startCPUProfile starts a CPU profile into path ("" means none) and
+// returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
