@@ -20,15 +20,29 @@ func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
 		return nil
 	}
 	members := make([]any, len(jobs))
-	pipe := q.rdb.TxPipeline()
+	published := map[string][]redis.Z{} // by type: one ZADD each
+	unpublished := map[string][]any{}
+	var types []string // in the order first seen
 	for i, j := range jobs {
 		m := member(j.Group, j.ID)
 		members[i] = m
+		if published[j.Type] == nil && unpublished[j.Type] == nil {
+			types = append(types, j.Type)
+		}
 		if j.ReadySeq > 0 {
-			// XX: a reservation that lapsed, or was never made, stays gone
-			pipe.ZAddXX(ctx, q.keys.ReadyReserved(j.Type), redis.Z{Score: float64(j.ReadySeq), Member: m})
+			published[j.Type] = append(published[j.Type], redis.Z{Score: float64(j.ReadySeq), Member: m})
 		} else {
-			pipe.ZRem(ctx, q.keys.ReadyReserved(j.Type), m)
+			unpublished[j.Type] = append(unpublished[j.Type], m)
+		}
+	}
+	pipe := q.rdb.TxPipeline()
+	for _, t := range types {
+		if zs := published[t]; len(zs) > 0 {
+			// XX: a reservation that lapsed, or was never made, stays gone
+			pipe.ZAddXX(ctx, q.keys.ReadyReserved(t), zs...)
+		}
+		if ms := unpublished[t]; len(ms) > 0 {
+			pipe.ZRem(ctx, q.keys.ReadyReserved(t), ms...)
 		}
 	}
 	pipe.ZRem(ctx, q.keys.Inflight(), members...)

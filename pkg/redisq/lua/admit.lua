@@ -421,6 +421,7 @@ local function next_group()
   return nil
 end
 
+local reserved = {} -- READY reservations, added once the loop is done
 -- Parked jobs count toward N too, so that a seed-mode call with the limit
 -- used up moves at most N jobs, never the whole queue.
 while admitted + parked < want do
@@ -520,7 +521,7 @@ while admitted + parked < want do
           redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
           inflight[#inflight + 1] = now + lease_ms
           inflight[#inflight + 1] = gk .. ':' .. jid
-          if ready_seq and ty then ready_reserve(prefix, ty, gk .. ':' .. jid, now, lease_ms) end
+          if ready_seq and ty then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end
         else
           redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
         end
@@ -606,6 +607,7 @@ elseif wake == -1 and type_wake then
   wake = type_wake -- jobs wait, held only by their types' rate limits
 end
 
+ready_reserve_flush(prefix, reserved)
 redis.call('SET', KEYS[4], fmt(vt))
 for li, v in pairs(tclock) do
   redis.call('HSET', KEYS[10], LEVELS[li], fmt(v))

@@ -30,7 +30,7 @@ for i = 1, n do
   local a = 3 + 3 * (i - 1)
   local gk, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local job_key = prefix .. 'job:' .. gk .. ':' .. jid
-  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles', 'released')
+  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles', 'released', 'claims')
   if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING')
       or seen[job_key] then
     -- a second delivery of the same job in this call is a duplicate
@@ -50,7 +50,7 @@ for i = 1, n do
       out[i] = 'cancelled'
     else
       local claims = 1
-      local c = redis.call('HGET', job_key, 'claims')
+      local c = d[5]
       if c then
         local a, k = string.match(c, '^(%d+):(%d+)$')
         if tonumber(a) == attempt then

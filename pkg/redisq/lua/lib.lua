@@ -586,6 +586,30 @@ local function ready_reserve(prefix, ty, member, now, lease_ms)
   redis.call('ZADD', reserved_key(prefix, ty), RESERVED_UNPUBLISHED + now + 2 * lease_ms, member)
 end
 
+-- ready_reserve_later is ready_reserve for a script that reserves many
+-- jobs: it gathers them by type in pending, and ready_reserve_flush adds
+-- them with one ZADD per type (and 2,000 jobs) before the script returns.
+-- A script checks a type's room (ready_pending) before it reserves any job
+-- of that type, so the reservations of the same call need not be in the
+-- set yet.
+local function ready_reserve_later(pending, ty, member, now, lease_ms)
+  local l = pending[ty]
+  if l == nil then
+    l = {}
+    pending[ty] = l
+  end
+  l[#l + 1] = RESERVED_UNPUBLISHED + now + 2 * lease_ms
+  l[#l + 1] = member
+end
+
+local function ready_reserve_flush(prefix, pending)
+  for ty, l in pairs(pending) do
+    for i = 1, #l, 4000 do
+      redis.call('ZADD', reserved_key(prefix, ty), unpack(l, i, math.min(i + 3999, #l)))
+    end
+  end
+end
+
 -- ready_pending returns how many of type ty's messages a measurement at
 -- sequence seq does not show (see above), or false when the measurement is
 -- older than the pruned entries. It prunes the entries the measurement

@@ -61,6 +61,7 @@ if (ARGV[12] or '') ~= '' then
   rooms['*'] = nil
 end
 local room_checked = {}
+local reserved = {} -- READY reservations, added before the script returns
 -- room_for says whether a job of type ty may go to READY now, taking its room.
 local function room_for(ty)
   if rooms == nil then return true end
@@ -150,7 +151,7 @@ for i, mem in ipairs(due) do
         ready_held[ty] = (ready_held[ty] or 0) + 1
       else
         if tg then type_take(tg) end
-        if ready_seq and ty then ready_reserve(prefix, ty, mem, now, lease_ms) end
+        if ready_seq and ty then ready_reserve_later(reserved, ty, mem, now, lease_ms) end
         lease(out, KEYS[2], job_key, gk, jid, now + lease_ms)
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1
@@ -202,6 +203,7 @@ if mode == 'paced' and released > 0 then
   redis.call('SET', KEYS[3], fmt(tat + released * window_ms / limit), 'PX', ttl + math.ceil(burst_ms))
 end
 if tlimits then type_save(tstate, window_ms, burst_ms) end
+ready_reserve_flush(prefix, reserved)
 
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
