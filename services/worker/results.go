@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,6 +51,7 @@ type results struct {
 type resultBatch struct {
 	group   contracts.GroupRef
 	results []contracts.JobResult
+	items   [][]byte        // each result's JSON, as the body carries it
 	ctx     context.Context // the first result's span context, for the headers
 	size    int             // bytes of the body so far
 	timer   *time.Timer
@@ -68,8 +70,12 @@ func newResults(d deps.Deps, linger time.Duration) *results {
 	return &results{d: d, limit: max(limit-resultHeadroom, 1), linger: linger, open: map[contracts.GroupRef]*resultBatch{}}
 }
 
-// batchFrame is the size of a results body without its items.
-var batchFrame = len(`{"v":2,"results":[]}`)
+// Framing of a results body around its items: {"v":2,"results":[…]}.
+var (
+	resultsHead = []byte(`{"v":` + strconv.Itoa(contracts.Version) + `,"results":[`)
+	resultsTail = []byte(`]}`)
+	batchFrame  = string(resultsHead) + string(resultsTail)
+)
 
 // publish adds r (of group g, its trace context in ctx) to its group's
 // batch and waits until the batch was published: nil once RESULT stored
@@ -89,7 +95,7 @@ func (rs *results) publish(ctx context.Context, g contracts.GroupRef, r contract
 		b = nil
 	}
 	if b == nil {
-		b = &resultBatch{group: g, ctx: ctx, size: batchFrame, done: make(chan struct{})}
+		b = &resultBatch{group: g, ctx: ctx, size: len(batchFrame), done: make(chan struct{})}
 		rs.open[g] = b
 		if rs.linger > 0 {
 			b.timer = time.AfterFunc(rs.linger, func() { rs.flushOpen(b) })
@@ -99,6 +105,7 @@ func (rs *results) publish(ctx context.Context, g contracts.GroupRef, r contract
 	}
 	k := len(b.results)
 	b.results = append(b.results, r)
+	b.items = append(b.items, item)
 	b.size += len(item)
 	var full *resultBatch
 	if rs.linger <= 0 || len(b.results) >= MaxResultBatch {
@@ -158,28 +165,14 @@ func (rs *results) send(b *resultBatch) {
 	b.errs = make([]error, len(b.results))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), settleTimeout)
 	defer cancel()
-	m, err := rs.message(b.ctx, b.group, b.results)
-	if err == nil {
-		err = jspub.PublishWindow(ctx, rs.d.JS, []*nats.Msg{m}, 0)[0]
-	}
+	m := rs.message(b.ctx, b.group, b.results, b.items)
+	err := jspub.PublishWindow(ctx, rs.d.JS, []*nats.Msg{m}, 0)[0]
 	if err != nil && len(b.results) > 1 && tooLarge(err) {
-		msgs := make([]*nats.Msg, 0, len(b.results))
+		msgs := make([]*nats.Msg, len(b.results))
 		for i := range b.results {
-			m, err := rs.message(b.ctx, b.group, b.results[i:i+1])
-			if err != nil {
-				b.errs[i] = err
-				continue
-			}
-			msgs = append(msgs, m)
+			msgs[i] = rs.message(b.ctx, b.group, b.results[i:i+1], b.items[i:i+1])
 		}
-		errs := jspub.PublishWindow(ctx, rs.d.JS, msgs, 0)
-		k := 0
-		for i := range b.errs {
-			if b.errs[i] == nil {
-				b.errs[i] = errs[k]
-				k++
-			}
-		}
+		copy(b.errs, jspub.PublishWindow(ctx, rs.d.JS, msgs, 0))
 	} else {
 		for i := range b.errs {
 			b.errs[i] = err
@@ -188,24 +181,29 @@ func (rs *results) send(b *resultBatch) {
 	close(b.done)
 }
 
-// message is the RESULT message of results of group g, with the trace
-// context of ctx.
-func (rs *results) message(ctx context.Context, g contracts.GroupRef, results []contracts.JobResult) (*nats.Msg, error) {
-	rb := contracts.ResultBatch{V: contracts.Version, Results: make([]contracts.JobResult, len(results))}
-	copy(rb.Results, results)
-	for i := range rb.Results {
-		rb.Results[i].Tenant, rb.Results[i].GroupID = "", "" // the subject names the group
+// message is the RESULT message of results of group g (items: their JSON,
+// encoded by publish without the group, which the subject names), with
+// the trace context of ctx.
+func (rs *results) message(ctx context.Context, g contracts.GroupRef, results []contracts.JobResult, items [][]byte) *nats.Msg {
+	size := len(batchFrame) + len(items)
+	for _, it := range items {
+		size += len(it)
 	}
-	data, err := json.Marshal(&rb)
-	if err != nil {
-		return nil, err
+	data := make([]byte, 0, size)
+	data = append(data, resultsHead...)
+	for i, it := range items {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		data = append(data, it...)
 	}
-	copy(rb.Results, results) // the message id names the group
+	data = append(data, resultsTail...)
+	rb := contracts.ResultBatch{V: contracts.Version, Results: results} // the message id names the group
 	m := nats.NewMsg(rs.d.Names.Result(g))
 	m.Data = data
 	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
 	telemetry.InjectHeader(ctx, m.Header)
-	return m, nil
+	return m
 }
 
 // tooLarge reports whether a publish was refused because the message
