@@ -302,10 +302,28 @@ local function zq_first(t, tq)
   return nil
 end
 
--- zq_flush writes the copies' changes back to their ZSETs.
+-- zq_flush writes the copies' changes back to their ZSETs. A ZSET of which
+-- many members changed is written anew, in descending order: a small ZSET
+-- is a listpack, where changing a member's score finds it and moves it one
+-- by one (parsing the scores it passes), while each member added in
+-- descending order goes in at the head. The order and scores are the same.
 local function zq_flush()
   for tq, z in pairs(zqs) do
-    if z and next(z.dirty) ~= nil then
+    local ndirty = 0
+    if z then
+      for _ in pairs(z.dirty) do ndirty = ndirty + 1 end
+    end
+    if ndirty >= 8 and ndirty * 4 >= z.hi - z.lo + 1 then
+      redis.call('DEL', tq)
+      local add = {}
+      for i = z.hi, z.lo, -1 do
+        add[#add + 1] = fmt(z.e[i].s)
+        add[#add + 1] = z.e[i].m
+      end
+      for i = 1, #add, 4000 do
+        redis.call('ZADD', tq, unpack(add, i, math.min(i + 3999, #add)))
+      end
+    elseif ndirty > 0 then
       local score = {}
       for i = z.lo, z.hi do score[z.e[i].m] = z.e[i].s end
       local add, rem = {}, {}
