@@ -66,7 +66,12 @@
 //     throughput, the pipeline runs once more at each peer's measured rate:
 //     latency_p50_ms_at_rate_asynq, latency_p99_ms_at_rate_asynq (and
 //     _bullmq), and latency_p99_same_rate_ratio_vs_* divides that p99 by
-//     the peer's, the two at the same offered load.
+//     the peer's, the two at the same offered load. Like for like, the
+//     pipeline's processor also times each job from submit to its start:
+//     latency_start_p50_ms and latency_start_p99_ms (at half load), the
+//     same with _at_rate_asynq and _at_rate_bullmq, and
+//     latency_start_p99_same_rate_ratio_vs_* divides that p99 by the
+//     peer's, which ends at the same point.
 //   - Costs of the throughput runs (suffix _asynq, _bullmq for the peers):
 //     redis_calls_per_job (commands, those run by scripts included),
 //     redis_scripts_per_job (EVALSHA calls), redis_cpu_ms_per_1k_jobs (INFO
@@ -91,9 +96,11 @@
 //     fewer messages than there are workers: the workers were starved).
 //   - floor_nats_jobs_per_s and floor_nats_cpu_us_per_job: [NatsFloor], the
 //     three stored JetStream hops of a job (SUBMIT, READY, RESULT, configured
-//     as the pipeline's) relayed alone in batches of 256, with no Redis and
-//     no service logic: the most any design with those hops can carry on
-//     this machine. ceiling_jobs_per_s: the cores of the machine divided by
+//     as the pipeline's) relayed alone in batches of 256, one message per
+//     job, with no Redis and no service logic: the most a design with one
+//     message per job on those hops can carry on this machine (READY packs
+//     and RESULT batches carry several jobs per message, so the pipeline
+//     can go past it). ceiling_jobs_per_s: the cores of the machine divided by
 //     floor_nats_cpu_us_per_job plus the pipeline's Redis CPU per job
 //     (redis_cpu_ms_per_1k_jobs), that is the throughput if every core did
 //     nothing but that NATS and Redis work. floor_nats_ratio_vs_asynq,

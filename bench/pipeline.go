@@ -62,9 +62,10 @@ type Pipeline struct {
 	client *client.Client
 	batch  int
 
-	gate atomic.Pointer[chan struct{}] // nil = processors run at once
-	runs atomic.Int64                  // processor calls
-	seq  atomic.Int64                  // group id sequence
+	gate   atomic.Pointer[chan struct{}] // nil = processors run at once
+	starts atomic.Pointer[startLog]      // nil = processor starts are not timed
+	runs   atomic.Int64                  // processor calls
+	seq    atomic.Int64                  // group id sequence
 
 	lastDepths Depths // of the last throughput run
 
@@ -141,7 +142,10 @@ func (p *Pipeline) LastDepths() Depths { return p.lastDepths }
 // counts again).
 func (p *Pipeline) Runs() int64 { return p.runs.Load() }
 
-func (p *Pipeline) process(ctx context.Context, _ *processor.Job) error {
+func (p *Pipeline) process(ctx context.Context, j *processor.Job) error {
+	if l := p.starts.Load(); l != nil {
+		l.add(j)
+	}
 	if g := p.gate.Load(); g != nil {
 		select {
 		case <-*g:
@@ -326,6 +330,28 @@ type latencyPayload struct {
 	T int64 `json:"t"` // Unix µs
 }
 
+// startLog times, for each latency job's first run, submit to processor
+// start: where asynq's and BullMQ's latency runs stop their clocks.
+type startLog struct {
+	fromUs int64 // jobs submitted before are the warm-up's
+	mu     sync.Mutex
+	d      []time.Duration
+}
+
+func (l *startLog) add(j *processor.Job) {
+	now := time.Now().UnixMicro()
+	if j.Attempt > 1 {
+		return
+	}
+	var lp latencyPayload
+	if json.Unmarshal(j.Payload, &lp) != nil || lp.T < l.fromUs {
+		return
+	}
+	l.mu.Lock()
+	l.d = append(l.d, time.Duration(now-lp.T)*time.Microsecond)
+	l.mu.Unlock()
+}
+
 // Latency submits noop jobs at rate jobs per second for d, one Submit call
 // per due batch, rotating over groups groups, then seals the groups, waits
 // until they complete and reads every job's enqueue and record times from
@@ -341,6 +367,9 @@ func (p *Pipeline) Latency(ctx context.Context, rate float64, d, warmup time.Dur
 	}
 	next := 0
 	start := time.Now()
+	starts := &startLog{fromUs: start.Add(warmup).UnixMicro()}
+	p.starts.Store(starts)
+	defer p.starts.Store(nil)
 	sent, err := pace(ctx, rate, d, 5*time.Millisecond, func(n int) error {
 		g := next % groups
 		next++
@@ -374,7 +403,12 @@ func (p *Pipeline) Latency(ctx context.Context, rate float64, d, warmup time.Dur
 			return LatencyResult{}, err
 		}
 	}
+	p.starts.Store(nil)
+	starts.mu.Lock()
+	res.ToStart = starts.d
+	starts.mu.Unlock()
 	sorted(res.Total)
+	sorted(res.ToStart)
 	sorted(res.SubmitToEnqueue)
 	sorted(res.EnqueueToRecord)
 	return res, nil

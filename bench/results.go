@@ -71,6 +71,9 @@ type LatencyResult struct {
 	Duration time.Duration
 	// Total holds one submit-to-done latency per job after the warm-up.
 	Total []time.Duration
+	// ToStart holds one submit-to-processor-start latency per job after the
+	// warm-up (pipeline only: the peers' Total ends there).
+	ToStart []time.Duration
 	// SubmitToEnqueue and EnqueueToRecord split Total (pipeline only).
 	SubmitToEnqueue, EnqueueToRecord []time.Duration
 }

@@ -30,6 +30,10 @@ const (
 	FigHoLBullMQ             = "hol_small_group_ms_bullmq"
 	FigLatencyP50            = "latency_p50_ms"
 	FigLatencyP99            = "latency_p99_ms"
+	// FigLatencyStartP50 and FigLatencyStartP99 time the pipeline's jobs
+	// from submit to processor start, where the peers' latencies end.
+	FigLatencyStartP50 = "latency_start_p50_ms"
+	FigLatencyStartP99 = "latency_start_p99_ms"
 	// FigCPU is the CPU time per job of a throughput run: the process's
 	// plus the redis-server's.
 	FigCPU = "cpu_us_per_job"
@@ -343,6 +347,7 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 		rep.Add("latency_rate_jobs_per_s", float64(l.Sent)/l.Duration.Seconds())
 		rep.Add(FigLatencyP50, Ms(Percentile(l.Total, 50)))
 		rep.Add(FigLatencyP99, Ms(Percentile(l.Total, 99)))
+		addStart(rep, "", l)
 		rep.Add("latency_submit_to_enqueue_p50_ms", Ms(Percentile(l.SubmitToEnqueue, 50)))
 		rep.Add("latency_submit_to_enqueue_p99_ms", Ms(Percentile(l.SubmitToEnqueue, 99)))
 		rep.Add("latency_enqueue_to_record_p50_ms", Ms(Percentile(l.EnqueueToRecord, 50)))
@@ -379,13 +384,27 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 		}
 		rep.Add(FigLatencyP50+"_at_rate"+p.suffix, Ms(Percentile(ol.Total, 50)))
 		rep.Add(FigLatencyP99+"_at_rate"+p.suffix, Ms(Percentile(ol.Total, 99)))
-		if ours, ok := rep.Get(FigLatencyP99 + "_at_rate" + p.suffix); ok {
-			if theirs, ok := rep.Get(FigLatencyP99 + p.suffix); ok && theirs > 0 {
-				rep.Add("latency_p99_same_rate_ratio_vs_"+p.name, ours/theirs)
-			}
+		addStart(rep, "_at_rate"+p.suffix, ol)
+		theirs, _ := rep.Get(FigLatencyP99 + p.suffix)
+		if ours, ok := rep.Get(FigLatencyP99 + "_at_rate" + p.suffix); ok && theirs > 0 {
+			rep.Add("latency_p99_same_rate_ratio_vs_"+p.name, ours/theirs)
+		}
+		// Like for like: the peers' clocks stop when the processor starts.
+		if ours, ok := rep.Get(FigLatencyStartP99 + "_at_rate" + p.suffix); ok && theirs > 0 {
+			rep.Add("latency_start_p99_same_rate_ratio_vs_"+p.name, ours/theirs)
 		}
 	}
 	return nil
+}
+
+// addStart adds the pipeline's submit-to-processor-start percentiles of l,
+// the figures named with suffix.
+func addStart(rep *Reporter, suffix string, l LatencyResult) {
+	if len(l.ToStart) == 0 {
+		return
+	}
+	rep.Add(FigLatencyStartP50+suffix, Ms(Percentile(l.ToStart, 50)))
+	rep.Add(FigLatencyStartP99+suffix, Ms(Percentile(l.ToStart, 99)))
 }
 
 // addRatio adds name: the pipeline's figure fig divided by the peer's
