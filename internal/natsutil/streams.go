@@ -288,6 +288,12 @@ func StreamsUsage(ctx context.Context, js jetstream.JetStream, n contracts.Names
 // one is removed); for a retained log (SUBMIT), what its durable consumers
 // have not delivered or have not had acknowledged, the most of any of them
 // (all its messages while it has none).
+//
+// It is a gauge, not a proof that the consumers are done: the server counts
+// a new message into its consumers' NumPending asynchronously, after it has
+// acknowledged the publish, so just after a publish Unsettled can read 0
+// while no consumer has seen the message yet. To wait for consumers to
+// finish what was published, use [SettledThrough].
 func Unsettled(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -314,6 +320,33 @@ func Unsettled(ctx context.Context, js jetstream.JetStream, stream string) (uint
 		return info.State.Msgs, nil
 	}
 	return most, nil
+}
+
+// SettledThrough reports whether every durable consumer of stream has
+// settled (acknowledged or terminated) every message up to sequence seq
+// that its filter takes: whether each one's ack floor has reached seq. It
+// is false while stream has no durable consumer. Unlike [Unsettled], it
+// does not depend on the consumers' pending counts, which lag the publishes
+// (see there): a message at or below a consumer's ack floor was delivered to
+// it and settled.
+func SettledThrough(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (bool, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false, fmt.Errorf("natsutil: stream %s: %w", stream, err)
+	}
+	durable, settled := false, true
+	cl := st.ListConsumers(ctx)
+	for ci := range cl.Info() {
+		if ci.Config.Durable == "" {
+			continue
+		}
+		durable = true
+		settled = settled && ci.AckFloor.Stream >= seq
+	}
+	if err := cl.Err(); err != nil {
+		return false, fmt.Errorf("natsutil: consumers of %s: %w", stream, err)
+	}
+	return durable && settled, nil
 }
 
 // StreamMsgs returns the number of messages stream currently holds.

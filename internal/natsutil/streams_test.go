@@ -227,6 +227,79 @@ func TestStreamMsgs(t *testing.T) {
 	}
 }
 
+// TestSettledThrough: SUBMIT's messages are settled through a sequence
+// once every durable consumer has acknowledged or terminated each message
+// up to it; not while there is no durable consumer, nor while one has the
+// message unacknowledged or not yet delivered.
+func TestSettledThrough(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	n := contracts.Names{}
+	if err := natsutil.EnsureStreams(ctx, js, n, natsutil.StreamSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	settled := func(seq uint64) bool {
+		t.Helper()
+		ok, err := natsutil.SettledThrough(ctx, js, n.StreamSubmit(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	var last uint64
+	for i := range 3 {
+		ack, err := js.Publish(ctx, n.Submit(contracts.Group("t", "g")), []byte{byte('0' + i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+	}
+	if settled(0) {
+		t.Fatal("settled with no durable consumer")
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, n.StreamSubmit(), jetstream.ConsumerConfig{
+		Durable: "d", FilterSubject: n.SubmitAll(), AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settled(1) {
+		t.Fatal("settled through 1 before any delivery")
+	}
+	b, err := cons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for m := range b.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != 3 {
+		t.Fatalf("fetched %d messages, want 3 (%v)", len(msgs), b.Error())
+	}
+	// The first terminated, the last acknowledged (the server has handled
+	// the termination when it confirms the later acknowledgement): the
+	// floor stays below the second, which is still unacknowledged.
+	if err := msgs[0].TermWithReason("test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := msgs[2].DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !settled(1) || settled(2) || settled(last) {
+		t.Fatalf("settled through 1, 2, %d: %v %v %v; want true false false", last, settled(1), settled(2), settled(last))
+	}
+	if err := msgs[1].DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !settled(last) {
+		t.Fatalf("not settled through %d with every message settled", last)
+	}
+	if _, err := natsutil.SettledThrough(ctx, js, "MISSING", 1); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("missing stream: err = %v", err)
+	}
+}
+
 // TestEnsureStreamsRefusesAWorkQueueSubmit: a SUBMIT created as a work queue
 // (by an older version) cannot become a retained log in place; EnsureStreams
 // says so and what to do, and changes nothing.
