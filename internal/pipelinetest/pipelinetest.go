@@ -141,7 +141,10 @@ func (e *Env) StreamMsgs(t testing.TB, stream string) uint64 {
 
 // SubmitLeft returns the number of SUBMIT messages the fetchers have not
 // settled yet ([natsutil.Unsettled]): SUBMIT keeps applied messages for
-// the replay window, so its message count is not what is left.
+// the replay window, so its message count is not what is left. It lags the
+// publishes: right after one it can read 0 before any fetcher has seen the
+// message. To wait until the fetchers have handled what was submitted, use
+// [Env.WaitSubmitSettled].
 func (e *Env) SubmitLeft(t testing.TB) uint64 {
 	t.Helper()
 	n, err := natsutil.Unsettled(context.Background(), e.JS, e.Names.StreamSubmit())
@@ -149,6 +152,28 @@ func (e *Env) SubmitLeft(t testing.TB) uint64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// WaitSubmitSettled waits until SUBMIT's durable consumer (the fetchers')
+// has settled every message SUBMIT held when it was called, failing t
+// after testkit.DefaultTimeout. A fetcher settles a message only after it
+// applied it to Redis or dead-lettered it, so what every submission made
+// so far did is visible when it returns.
+func (e *Env) WaitSubmitSettled(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.JS.Stream(ctx, e.Names.StreamSubmit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	testkit.WaitFor(t, fmt.Sprintf("SUBMIT settled through sequence %d", last), 0, func() bool {
+		ok, err := natsutil.SettledThrough(ctx, e.JS, e.Names.StreamSubmit(), last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 }
 
 // ReadyJobs returns the number of jobs the READY stream holds (a message
