@@ -253,7 +253,7 @@ func TestDuplicateSubmissionsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "group sealed", 0, func() bool { return groupInfo(t, e, grp("g")).Declared == n })
-	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.SubmitLeft(t) == 0 })
+	waitSubmitDrained(t, e)
 
 	info := groupInfo(t, e, grp("g"))
 	if info.Jobs != n || info.Pending != 0 {
@@ -342,7 +342,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	testkit.WaitFor(t, "every invalid message dead-lettered", 0, func() bool {
 		return e.StreamMsgs(t, e.Names.StreamDLQ()) >= uint64(total)
 	})
-	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.SubmitLeft(t) == 0 })
+	waitSubmitDrained(t, e)
 	e.WaitReadyDrained(t)
 	checkOnce(t, r.Jobs(), grps("g"), valid)
 	if info := groupInfo(t, e, grp("g")); info.Jobs != valid {
@@ -605,7 +605,7 @@ func TestSealCancelAndGroupEvents(t *testing.T) {
 	}
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
-	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.SubmitLeft(t) == 0 })
+	waitSubmitDrained(t, e)
 	testkit.WaitFor(t, "sealed groups drained", 0, func() bool {
 		return groupInfo(t, e, grp("sealed")).State == contracts.StateAggregating &&
 			groupInfo(t, e, grp("early")).State == contracts.StateAggregating
@@ -762,7 +762,7 @@ func TestRedisOutageRedeliversUntilStored(t *testing.T) {
 	}
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	r.WaitJobs(t, n, 0)
-	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.SubmitLeft(t) == 0 })
+	waitSubmitDrained(t, e)
 	testkit.WaitFor(t, "nothing leased", 0, func() bool { return e.Inflight(t) == 0 })
 	e.WaitReadyDrained(t)
 	checkOnce(t, r.Jobs(), grps("g"), n)

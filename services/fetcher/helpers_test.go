@@ -11,7 +11,6 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
-	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -44,10 +43,14 @@ func publishRaw(t *testing.T, e *pipelinetest.Env, subject, body string) {
 	}
 }
 
-// waitSubmitDrained waits until the fetcher has settled every submission.
+// waitSubmitDrained waits until the fetcher has settled every submission
+// published so far, and so applied it to Redis or dead-lettered it. It
+// waits on SUBMIT's ack floor ([pipelinetest.Env.WaitSubmitSettled]), not
+// on the consumer's pending count, which can read 0 just after a publish,
+// before the fetcher has seen the message.
 func waitSubmitDrained(t *testing.T, e *pipelinetest.Env) {
 	t.Helper()
-	testkit.WaitFor(t, "SUBMIT drained", 0, func() bool { return e.SubmitLeft(t) == 0 })
+	e.WaitSubmitSettled(t)
 }
 
 // deadLetter is a dead letter and the subject it was published on.
