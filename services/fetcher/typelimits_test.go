@@ -47,6 +47,15 @@ func maxPerSpan(ts []time.Time, span time.Duration) int {
 // of them; a third tenant's jobs of an unlimited type are not slowed down
 // to the sms pace; and the fetcher reports the held groups in
 // bulk_action_admission_held_total{reason="type_rate"}.
+//
+// That the limit is used, not only kept, is measured by READY's timestamps
+// of the admissions, not by when a reader got them, with room for a
+// loaded machine: a fetcher starved of the CPU for a while loses that
+// while's pace (the pacer lets it catch up by the burst only, by design),
+// so the busiest second must reach 80 % of the limit and the run, from the
+// first admission to the last, 60 %. A limit not applied fails the strict
+// upper bound; one applied at half its value or less fails both lower
+// bounds.
 func TestTypeRateLimitPacesReady(t *testing.T) {
 	t.Parallel()
 	const (
@@ -98,9 +107,14 @@ func TestTypeRateLimitPacesReady(t *testing.T) {
 	var at, stored []time.Time
 	first := map[string]time.Time{}
 	for _, m := range r.Jobs() {
-		if m.Job.Type == "sms" && m.At.Before(end) {
+		if m.Job.Type != "sms" {
+			continue
+		}
+		// Every admission, also one read after the end, is under the
+		// limit: the upper bound and the pace take them all.
+		stored = append(stored, m.Stored)
+		if m.At.Before(end) {
 			at = append(at, m.At)
-			stored = append(stored, m.Stored)
 			if _, ok := first[m.Job.Tenant]; !ok {
 				first[m.Job.Tenant] = m.At
 			}
@@ -124,17 +138,31 @@ func TestTypeRateLimitPacesReady(t *testing.T) {
 	// and delivery, which can move an arrival by a millisecond or more.
 	most := int(math.Ceil(rate*1.04)) + 1
 	gotAt, gotStored := maxPerSpan(at, time.Second), maxPerSpan(stored, time.Second)
+	// maxPerSpan sorted stored: the admissions' span, first to last, and
+	// their pace over it.
+	span := stored[len(stored)-1].Sub(stored[0]).Seconds()
+	pace := float64(len(stored)-1) / span
 	secs := end.Sub(t0).Seconds()
-	t.Logf("%d sms in %.2fs (%.1f/s, limit %d/s), per tenant once both were queued %v; busiest second: %d as read, %d as stored (most %d)",
-		len(at), secs, float64(len(at))/secs, rate, per, gotAt, gotStored, most)
+	t.Logf("%d sms read in %.2fs (%.1f/s, limit %d/s), per tenant once both were queued %v; "+
+		"%d admitted in %.2fs (%.1f/s) by READY's timestamps; busiest second: %d as read, %d as stored (most %d)",
+		len(at), secs, float64(len(at))/secs, rate, per, len(stored), span, pace, gotAt, gotStored, most)
 	// Only the stream's timestamps are checked: the time a consumer reads
 	// a message adds the consumer's own delays (a busy machine delivers a
 	// late second's messages together), which say nothing of admission.
 	if gotStored > most {
 		t.Errorf("a second of READY (stream timestamps) holds %d sms, most %d (limit %d/s × 1.04, and 1 for jitter)", gotStored, most, rate)
 	}
-	if min := int(0.9 * rate * secs); len(at) < min {
-		t.Errorf("%d sms in %.2fs: the limit was not used (want at least %d)", len(at), secs, min)
+	// The limit is used: some second gets nearly all of it, and the run as
+	// a whole most of it. The bounds leave room for a loaded machine (an
+	// idle one measures 52 and 50/s; -cpu 1 beside eight busy loops, 46
+	// and 36/s), the run's more than a second's: any starved moment lowers
+	// the run's pace, while one good second is enough for the busiest.
+	if least := int(math.Ceil(0.8 * rate)); gotStored < least {
+		t.Errorf("the busiest second of READY holds %d sms, want at least %d (80%% of the limit %d/s): the limit was not used", gotStored, least, rate)
+	}
+	if least := 0.6 * rate; span < 2 || pace < least {
+		t.Errorf("%d sms admitted in %.2fs: %.1f/s, want at least %.1f/s (60%% of the limit %d/s) over 2s or more: the limit was not used",
+			len(stored), span, pace, least, rate)
 	}
 	if d := per["A"] - per["B"]; d > 2 || d < -2 {
 		t.Errorf("sms per tenant since both were queued %v: not shared equally", per)
