@@ -597,6 +597,9 @@ type Room struct {
 	capacity int
 	live     []string
 	liveAt   time.Time
+	// last is the last measurement, taken at lastAt (zero: none to reuse).
+	last   Rooms
+	lastAt time.Time
 }
 
 // fullLog limits the warning that READY is at its byte limit to one a
@@ -629,12 +632,16 @@ type Rooms struct {
 	// Full: READY is at its byte (or message) limit, so every room,
 	// Capacity included, is 0.
 	Full bool
+	// roomy: READY used at most half of its byte and message limits.
+	roomy bool
 }
 
 // Measure reads READY's job count per job type (one stream info request
 // for the message count of each subject; the stream is looked up once) and
 // the live job types (from Redis, at most once a second).
 func (r *Room) Measure(ctx context.Context) (Rooms, error) {
+	r.lastAt = time.Time{}
+	at := time.Now()
 	if r.stream == nil {
 		st, err := r.d.JS.Stream(ctx, r.d.Names.StreamReady())
 		if err != nil {
@@ -657,7 +664,7 @@ func (r *Room) Measure(ctx context.Context) (Rooms, error) {
 	// counts: a message published in between is counted in both, never in
 	// neither, so the room is never overstated.
 	out := Rooms{ByType: make(map[string]int, len(info.State.Subjects)+len(r.live)), Live: r.live, Capacity: r.capacity,
-		Seq: info.State.LastSeq}
+		Seq: info.State.LastSeq, roomy: belowHalf(info)}
 	for _, t := range r.live {
 		out.ByType[t] = r.capacity
 	}
@@ -675,7 +682,34 @@ func (r *Room) Measure(ctx context.Context) (Rooms, error) {
 				"bytes", info.State.Bytes, "limit", info.Config.MaxBytes, "messages", info.State.Msgs)
 		}
 	}
+	r.last, r.lastAt = out, at
 	return out, nil
+}
+
+// Recent returns the last measurement again while it is younger than
+// maxAge and READY then used at most half of its byte and message limits;
+// ok is false otherwise (measure). Admitting against an older measurement
+// never overfills a type's room, it only holds more jobs: the admission
+// takes from its rooms everything any admitter handed to READY since its
+// sequence (ours of earlier rounds included), and a measurement older than
+// another admitter's gives no room at all; what workers took since is not
+// counted back. The caller measures again when the reused rooms held jobs.
+// The maps of the Rooms returned are shared: callers only read them.
+func (r *Room) Recent(maxAge time.Duration) (Rooms, bool) {
+	if r.lastAt.IsZero() || time.Since(r.lastAt) >= maxAge || !r.last.roomy {
+		return Rooms{}, false
+	}
+	return r.last, true
+}
+
+// belowHalf reports whether a stream uses at most half of its byte and
+// message limits.
+func belowHalf(info *jetstream.StreamInfo) bool {
+	c, st := info.Config, info.State
+	if c.MaxMsgs > 0 && st.Msgs > uint64(c.MaxMsgs)/2 {
+		return false
+	}
+	return c.MaxBytes <= 0 || int64(st.Bytes) <= c.MaxBytes/2
 }
 
 // jobsByType turns READY's message count per subject into its job count

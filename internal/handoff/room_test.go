@@ -134,3 +134,65 @@ func TestRoomCountsJobsOfPacks(t *testing.T) {
 		t.Fatalf("another room: %+v %v, want type-a %d", rs, err, capacity-5)
 	}
 }
+
+// A measurement reused by Recent only understates the room: an admission
+// against it takes off every job handed to READY since (the earlier rounds'
+// own included), and it is not reused once older than its age limit or
+// after a failed measurement.
+func TestRecentRoomOnlyUnderstates(t *testing.T) {
+	t.Parallel()
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	const capacity = 6
+	room := handoff.NewRoom(e.Deps(), capacity)
+	if _, ok := room.Recent(time.Minute); ok {
+		t.Fatal("Recent before any measurement")
+	}
+	var jobs []redisq.Job
+	for i := range 10 {
+		jobs = append(jobs, redisq.Job{Group: contracts.Group(tenant, "r"), ID: fmt.Sprintf("j%03d", i), Type: "type-r"})
+	}
+	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	admit := func(rs handoff.Rooms, n int) []redisq.LeasedJob {
+		t.Helper()
+		res, err := e.Queue.Admit(ctx, n, redisq.WithTypeRooms(rs.ByType, rs.Capacity), redisq.WithReadySeq(rs.Seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Jobs
+	}
+	m, err := room.Measure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := admit(m, 3)
+	if ok, err := handoff.Publish(ctx, e.Deps(), first, handoff.SpanAdmit); err != nil || len(ok) != 3 {
+		t.Fatalf("publish: %d confirmed, %v", len(ok), err)
+	}
+	again, ok := room.Recent(time.Minute)
+	if !ok || again.Seq != m.Seq {
+		t.Fatalf("Recent: %+v %v, want the measurement at sequence %d", again, ok, m.Seq)
+	}
+	// The reused rooms still say 6 free; the 3 published since are taken off.
+	if got := len(admit(again, 10)); got != capacity-3 {
+		t.Fatalf("admitted %d jobs against the reused measurement, want %d", got, capacity-3)
+	}
+	if got := e.ReadyJobs(t); got != 3 {
+		t.Fatalf("READY holds %d jobs, want 3 (the rest are leased, not published)", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, ok := room.Recent(10 * time.Millisecond); ok {
+		t.Fatal("Recent returned a measurement older than its age limit")
+	}
+	// A failed measurement leaves nothing to reuse.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := room.Measure(cctx); err == nil {
+		t.Fatal("Measure with a cancelled context succeeded")
+	}
+	if _, ok := room.Recent(time.Minute); ok {
+		t.Fatal("Recent after a failed measurement")
+	}
+}

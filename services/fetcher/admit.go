@@ -63,16 +63,34 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 	}
 }
 
+// roomReuseFor is how long after a round that found nothing more to admit
+// the next round may admit against that round's measurement of READY
+// instead of measuring again (handoff.Room.Recent): new work after a quiet
+// spell is handed on one request sooner.
+const roomReuseFor = 100 * time.Millisecond
+
 // admit runs one round: measure READY's free room, admit up to that many
 // jobs, publish and confirm them, and publish the group transitions seen.
 // A round that has started is finished even if ctx is cancelled meanwhile.
 func (f *Fetcher) admit(parent context.Context) next {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	rooms, err := f.room.Measure(ctx)
-	if err != nil {
-		f.log.Warn("READY size", "err", err)
-		return next{wait: errorWait}
+	// After a round that left nothing waiting, the next round may reuse
+	// its measurement: an older measurement only understates the room.
+	// Should the reused rooms hold any job, the round after measures again
+	// at once.
+	var rooms handoff.Rooms
+	reused := false
+	if f.roomQuiet {
+		rooms, reused = f.room.Recent(roomReuseFor)
+	}
+	f.roomQuiet = false
+	if !reused {
+		var err error
+		if rooms, err = f.room.Measure(ctx); err != nil {
+			f.log.Warn("READY size", "err", err)
+			return next{wait: errorWait}
+		}
 	}
 	// Each job type gets its own room; with UnservedTypes "hold" only the
 	// types a live worker serves get any.
@@ -82,6 +100,9 @@ func (f *Fetcher) admit(parent context.Context) next {
 		free, opt = handoff.Sum(live), redisq.WithTypeRooms(live, 0)
 	}
 	if free == 0 {
+		if reused {
+			return next{} // measure again
+		}
 		f.d.Metrics.BackpressureRejected.Inc()
 		return next{full: true}
 	}
@@ -93,7 +114,11 @@ func (f *Fetcher) admit(parent context.Context) next {
 		f.log.Warn("admission failed", "err", err)
 		return next{wait: errorWait}
 	}
-	f.reportHeld(res.Held, rooms.Live)
+	if !reused {
+		// (a reused measurement may hold jobs a fresh one would not: the
+		// next round measures and reports)
+		f.reportHeld(res.Held, rooms.Live)
+	}
 	for _, n := range res.RateHeld {
 		f.d.Metrics.AdmissionHeld.WithLabelValues(telemetry.HeldTypeRate).Add(float64(n))
 	}
@@ -116,6 +141,8 @@ func (f *Fetcher) admit(parent context.Context) next {
 	f.transitions(ctx, res.Drained, contracts.StateAggregating)
 
 	switch {
+	case res.WakeMs == redisq.WakeHeld && reused:
+		return next{} // measure again
 	case res.WakeMs == redisq.WakeHeld:
 		// cut short: READY is full for the types of the jobs still waiting
 		f.d.Metrics.BackpressureRejected.Inc()
@@ -127,6 +154,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 		// jobs of rate-limited types wait, the first of those types'
 		return next{wait: time.Duration(res.WakeMs) * time.Millisecond, notify: len(res.RateHeld) > 0}
 	}
+	f.roomQuiet = true
 	return next{idle: true}
 }
 

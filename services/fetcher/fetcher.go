@@ -188,8 +188,11 @@ type Fetcher struct {
 	tracer  trace.Tracer
 	settler *consume.Settler
 	room    *handoff.Room
-	heldLog telemetry.WarnLimiter
-	replay  replayState
+	// roomQuiet: the last admission round left nothing waiting, so the next
+	// may reuse its measurement of READY (admit).
+	roomQuiet bool
+	heldLog   telemetry.WarnLimiter
+	replay    replayState
 }
 
 // New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
