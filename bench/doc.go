@@ -20,6 +20,9 @@
 // is better for the pipeline, for delays, latencies and CPU below 1. The
 // -e2e.only flag names the systems to measure, comma-separated (pipeline,
 // asynq, bullmq; default all); the ratios need the pipeline and the peer.
+// -e2e.rate sets the pipeline's half-load latency run's rate in jobs/s
+// instead of the fraction -e2e.load of its throughput, to compare two
+// builds at the same offered load.
 //
 // The figures, and what exactly each one measures:
 //

@@ -18,6 +18,7 @@ var (
 	flagLatency = flag.Duration("e2e.latency", 10*time.Second, "latency run: how long to submit")
 	flagMillion = flag.Int("e2e.million", DefaultMillion, "million run: jobs through each system on servers of its own, with peak Redis memory (0 skips it)")
 	flagLoad    = flag.Float64("e2e.load", 0.5, "latency run: submit rate as a fraction of the measured throughput")
+	flagRate    = flag.Float64("e2e.rate", 0, "pipeline's latency run: submit rate in jobs/s instead of -e2e.load's (0 = use -e2e.load)")
 	flagOnly    = flag.String("e2e.only", "", "measure only these systems, comma-separated: pipeline, asynq, bullmq (default all)")
 	flagLogs    = flag.Bool("e2e.logs", false, "print the services' warnings and errors on stderr")
 	flagProfile = flag.String("e2e.cpuprofile", "", "write a CPU profile of the pipeline's throughput run (that phase only) to this file")
@@ -29,7 +30,7 @@ var (
 func BenchmarkE2E(b *testing.B) {
 	o := Options{
 		Jobs: *flagJobs, Groups: *flagGroups, Workers: *flagWorkers, Backlog: *flagBacklog, Small: *flagSmall,
-		Million: *flagMillion, LatencyDuration: *flagLatency, Load: *flagLoad, Only: *flagOnly, ScriptLog: *flagScripts, CPUProfile: *flagProfile,
+		Million: *flagMillion, LatencyDuration: *flagLatency, Load: *flagLoad, Rate: *flagRate, Only: *flagOnly, ScriptLog: *flagScripts, CPUProfile: *flagProfile,
 		Progress: func(s string) { b.Log(s) },
 	}
 	if *flagLogs {

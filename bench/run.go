@@ -88,6 +88,9 @@ type Options struct {
 	// Load is the latency run's submit rate as a fraction of the measured
 	// throughput; 0 means 0.5.
 	Load float64
+	// Rate, when set, is the pipeline's latency run's submit rate in jobs
+	// per second instead (to compare builds at one offered load).
+	Rate float64
 	// Warmup is how much of the latency run's start is left out; 0 means
 	// [DefaultWarmup].
 	Warmup time.Duration
@@ -336,6 +339,9 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 	// Latency at a fraction of the measured throughput.
 	if pl != nil {
 		rate := o.Load * tp
+		if o.Rate > 0 {
+			rate = o.Rate
+		}
 		o.Progress(fmt.Sprintf("pipeline: latency at %.0f jobs/s for %s", rate, o.LatencyDuration))
 		l, err := pl.Latency(ctx, rate, o.LatencyDuration, o.Warmup, o.Groups)
 		if err != nil {
