@@ -65,16 +65,22 @@
 //     latency_p99_ratio_vs_* divide the pipeline's by the peer's; the
 //     pipeline's latency runs until the result is recorded, the peers' only
 //     until the processor starts. Jobs submitted in the first second are
-//     left out as warm-up. Since each system runs at a fraction of its own
-//     throughput, the pipeline runs once more at each peer's measured rate:
-//     latency_p50_ms_at_rate_asynq, latency_p99_ms_at_rate_asynq (and
-//     _bullmq), and latency_p99_same_rate_ratio_vs_* divides that p99 by
-//     the peer's, the two at the same offered load. Like for like, the
-//     pipeline's processor also times each job from submit to its start:
-//     latency_start_p50_ms and latency_start_p99_ms (at half load), the
-//     same with _at_rate_asynq and _at_rate_bullmq, and
-//     latency_start_p99_same_rate_ratio_vs_* divides that p99 by the
-//     peer's, which ends at the same point.
+//     left out as warm-up. Like for like, the pipeline's processor also
+//     times each job from submit to its start: latency_start_p50_ms and
+//     latency_start_p99_ms.
+//   - Latency at the same offered rate. Since each system above runs at a
+//     fraction of its own throughput, after the shared phase each peer runs
+//     its latency run again alone on fresh servers (at the same fraction of
+//     the throughput it showed): latency_same_rate_jobs_per_s_asynq,
+//     latency_same_rate_p50_ms_asynq, latency_same_rate_p99_ms_asynq (and
+//     _bullmq); then the pipeline, alone on fresh servers too, at the rate
+//     that peer was offered: latency_rate_jobs_per_s_at_rate_asynq,
+//     latency_p50_ms_at_rate_asynq,
+//     latency_p99_ms_at_rate_asynq, latency_start_p50_ms_at_rate_asynq,
+//     latency_start_p99_ms_at_rate_asynq (and _bullmq).
+//     latency_p99_same_rate_ratio_vs_* divides the pipeline's p99 to the
+//     result recorded by the peer's, latency_start_p99_same_rate_ratio_vs_*
+//     the pipeline's p99 to the processor's start, where the peer's ends.
 //   - Costs of the throughput runs (suffix _asynq, _bullmq for the peers):
 //     redis_calls_per_job (commands, those run by scripts included),
 //     redis_scripts_per_job (EVALSHA calls), redis_cpu_ms_per_1k_jobs (INFO

@@ -174,8 +174,9 @@ type peer struct {
 // Run starts the servers and measures the pipeline and its peers (asynq,
 // BullMQ): throughput, head-of-line delay, then latency at o.Load of each
 // one's measured throughput, adding every figure to rep. Once those servers
-// are stopped, the million run ([Options.Million]) starts each system on
-// servers of its own.
+// are stopped, each peer and then the pipeline run latency again at the
+// peer's rate, each alone on servers of its own (runSameRate), and so does
+// the million run ([Options.Million]).
 func Run(ctx context.Context, o Options, rep *Reporter) error {
 	o.setDefaults()
 	sys, err := o.systems()
@@ -186,6 +187,11 @@ func Run(ctx context.Context, o Options, rep *Reporter) error {
 	rep.Add("host_load_1m", loadAvg())
 	if err := runShared(ctx, o, sys, rep); err != nil {
 		return err
+	}
+	if sys[SystemPipeline] {
+		if err := runSameRate(ctx, o, sys, rep); err != nil {
+			return err
+		}
 	}
 	if o.Million > 0 {
 		if err := runMillion(ctx, o, sys, rep); err != nil {
@@ -377,28 +383,6 @@ func runShared(ctx context.Context, o Options, sys map[string]bool, rep *Reporte
 		}
 		addRatio(rep, "latency_p50_ratio_vs_"+p.name, FigLatencyP50, p.suffix)
 		addRatio(rep, "latency_p99_ratio_vs_"+p.name, FigLatencyP99, p.suffix)
-		// The pipeline again at the peer's offered rate: the latencies
-		// compared at the same load.
-		peerRate := float64(l.Sent) / l.Duration.Seconds()
-		o.Progress(fmt.Sprintf("pipeline: latency at %s's rate, %.0f jobs/s for %s", p.name, peerRate, o.LatencyDuration))
-		ol, err := pl.Latency(ctx, peerRate, o.LatencyDuration, o.Warmup, o.Groups)
-		if err != nil {
-			return fmt.Errorf("pipeline latency at %s's rate: %w", p.name, err)
-		}
-		if len(ol.Total) == 0 {
-			return fmt.Errorf("pipeline latency at %s's rate: no job after the warm-up", p.name)
-		}
-		rep.Add(FigLatencyP50+"_at_rate"+p.suffix, Ms(Percentile(ol.Total, 50)))
-		rep.Add(FigLatencyP99+"_at_rate"+p.suffix, Ms(Percentile(ol.Total, 99)))
-		addStart(rep, "_at_rate"+p.suffix, ol)
-		theirs, _ := rep.Get(FigLatencyP99 + p.suffix)
-		if ours, ok := rep.Get(FigLatencyP99 + "_at_rate" + p.suffix); ok && theirs > 0 {
-			rep.Add("latency_p99_same_rate_ratio_vs_"+p.name, ours/theirs)
-		}
-		// Like for like: the peers' clocks stop when the processor starts.
-		if ours, ok := rep.Get(FigLatencyStartP99 + "_at_rate" + p.suffix); ok && theirs > 0 {
-			rep.Add("latency_start_p99_same_rate_ratio_vs_"+p.name, ours/theirs)
-		}
 	}
 	return nil
 }

@@ -91,8 +91,15 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("%s = %v, want in (0, %s = %v]", FigLatencyStartP99, start, FigLatencyP99, total)
 	}
 	for _, p := range []string{"asynq", "bullmq"} {
-		if v := get("latency_start_p99_same_rate_ratio_vs_" + p); v <= 0 {
-			t.Errorf("latency_start_p99_same_rate_ratio_vs_%s = %v", p, v)
+		for _, name := range []string{"latency_same_rate_p99_ms_" + p, "latency_start_p99_ms_at_rate_" + p,
+			"latency_p99_same_rate_ratio_vs_" + p, "latency_start_p99_same_rate_ratio_vs_" + p} {
+			if v := get(name); v <= 0 {
+				t.Errorf("%s = %v", name, v)
+			}
+		}
+		// The pipeline ran at the rate the peer was offered (within 10 %).
+		if r, pr := get("latency_rate_jobs_per_s_at_rate_"+p), get("latency_same_rate_jobs_per_s_"+p); r < pr*0.9 || r > pr*1.1 {
+			t.Errorf("pipeline at %s's rate: %v jobs/s, the peer's %v", p, r, pr)
 		}
 	}
 	if v := get("processor_runs_per_job"); v < 1 {
