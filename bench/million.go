@@ -23,9 +23,7 @@ func runMillion(ctx context.Context, o Options, sys map[string]bool, rep *Report
 	var all []millionSystem
 	if sys[SystemPipeline] {
 		all = append(all, millionSystem{name: SystemPipeline, start: func(ctx context.Context, env *Env) (func() (ThroughputResult, error), func(), error) {
-			pl, err := StartPipeline(ctx, PipelineOptions{
-				RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log,
-			})
+			pl, err := startPipelineOn(ctx, o, env)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -76,6 +74,14 @@ func runMillion(ctx context.Context, o Options, sys map[string]bool, rep *Report
 		}
 	}
 	return nil
+}
+
+// startPipelineOn starts the pipeline on env's servers, as the runs on
+// servers of their own (million, same rate) do.
+func startPipelineOn(ctx context.Context, o Options, env *Env) (*Pipeline, error) {
+	return StartPipeline(ctx, PipelineOptions{
+		RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log,
+	})
 }
 
 // millionOn starts fresh servers and the system on them, runs it while

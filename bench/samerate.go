@@ -21,9 +21,7 @@ type latencySystem func(ctx context.Context, env *Env) (run func(rate float64) (
 // ratios.
 func runSameRate(ctx context.Context, o Options, sys map[string]bool, rep *Reporter) error {
 	pipeline := func(ctx context.Context, env *Env) (func(float64) (LatencyResult, error), func(), error) {
-		pl, err := StartPipeline(ctx, PipelineOptions{
-			RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log,
-		})
+		pl, err := startPipelineOn(ctx, o, env)
 		if err != nil {
 			return nil, nil, err
 		}
