@@ -2,9 +2,13 @@ package redisq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/redis/go-redis/v9"
@@ -152,6 +156,30 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome,
 // keys expire), even after the job's own hash expired (Config.JobTTL).
 // Groups and job ids must be valid tokens (contracts.GroupRef.Validate).
 func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, error) {
+	return q.enqueueJobs(ctx, jobs, "")
+}
+
+// ErrNotCurrent is returned by [Queue.EnqueueJobsIfCurrent] when the log's
+// position is not current: nothing was applied.
+var ErrNotCurrent = errors.New("redisq: the log's position is not current")
+
+// EnqueueJobsIfCurrent is EnqueueJobs applied only while log's position is
+// current ([Position.Current]), checked in the same round trip: a guard
+// script reads the position first and the enqueue calls that follow it on
+// the same connection apply only if it found the position current
+// (docs/ARCHITECTURE.md §6.7). A server that restarts between them closes
+// the connection, so they never apply to another server than the one that
+// was checked. When the position is not current it returns ErrNotCurrent
+// and nothing was applied.
+func (q *Queue) EnqueueJobsIfCurrent(ctx context.Context, log string, jobs []Job) (*EnqueueResult, error) {
+	if log == "" {
+		return nil, errors.New("redisq: enqueue: no log named")
+	}
+	return q.enqueueJobs(ctx, jobs, log)
+}
+
+// enqueueJobs is EnqueueJobs, guarded by log's position when log is set.
+func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string) (*EnqueueResult, error) {
 	if len(jobs) == 0 {
 		return &EnqueueResult{}, nil
 	}
@@ -202,16 +230,22 @@ func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, er
 		cur.keys = append(cur.keys, q.keys.Job(j.Group, j.ID))
 		cur.jobs = append(cur.jobs, j.ID, j.Type, j.Payload, j.Trace)
 	}
-	replies, err := q.pipelineScripts(ctx, "enqueue", enqueueScript, len(calls), func(i int) ([]string, []any) {
+	var g *guard
+	guardKey := ""
+	if log != "" {
+		g = q.newGuard(log)
+		guardKey = g.key
+	}
+	replies, err := q.runPipeline(ctx, "enqueue", enqueueScript, len(calls), g, func(i int) ([]string, []any) {
 		c := calls[i]
 		units := make([]string, len(c.units))
 		for k, n := range c.units {
 			units[k] = strconv.Itoa(n)
 		}
-		args := make([]any, 0, 11+len(c.jobs))
+		args := make([]any, 0, 12+len(c.jobs))
 		args = append(args, q.keys.Prefix(), c.g.Tenant, c.g.ID, string(c.want.Priority), c.want.BasePriority,
 			c.want.MaxInFlight, q.cfg.Alpha, q.now(), q.cfg.TenantMaxQueuedJobs, q.cfg.TenantMaxActiveGroups,
-			strings.Join(units, ","))
+			strings.Join(units, ","), guardKey)
 		return c.keys, append(args, c.jobs...)
 	})
 	if err != nil {
@@ -291,17 +325,55 @@ func (r *EnqueueResult) addRefusals(g contracts.GroupRef, idx, units []int, l []
 
 // pipelineScripts runs n calls of one script in a single round trip.
 func (q *Queue) pipelineScripts(ctx context.Context, name string, s *redis.Script, n int, call func(i int) ([]string, []any)) ([]any, error) {
-	if n == 1 {
+	return q.runPipeline(ctx, name, s, n, nil, call)
+}
+
+// guard is a check of a log's position at the head of a pipeline
+// (position.lua's guard): the script calls after it apply only if it found
+// the position current, and the pipeline's last command deletes its key.
+type guard struct {
+	log, key string
+}
+
+// guardSeq numbers the guards of this process; guardRun tells processes
+// apart.
+var (
+	guardSeq atomic.Uint64
+	guardRun = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+)
+
+// newGuard returns a guard of log's position with a key of its own.
+func (q *Queue) newGuard(log string) *guard {
+	return &guard{log: log, key: q.keys.Guard(guardRun + "-" + strconv.FormatUint(guardSeq.Add(1), 10))}
+}
+
+// runPipeline is pipelineScripts, after the position check g when g is not
+// nil: when g finds the position not current it returns ErrNotCurrent (the
+// calls changed nothing).
+func (q *Queue) runPipeline(ctx context.Context, name string, s *redis.Script, n int, g *guard,
+	call func(i int) ([]string, []any)) ([]any, error) {
+	if n == 1 && g == nil {
 		keys, args := call(0)
 		v, err := q.run(ctx, name, s, keys, args...)
 		return []any{v}, err
 	}
 	for attempt := 0; ; attempt++ {
 		cmds := make([]*redis.Cmd, n)
+		var check *redis.Cmd
 		_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if g != nil {
+				check = positionScript.EvalSha(ctx, p, []string{q.keys.Positions()}, g.log, "guard", g.key)
+			}
 			for i := 0; i < n; i++ {
 				keys, args := call(i)
 				cmds[i] = s.EvalSha(ctx, p, keys, args...)
+			}
+			if g != nil {
+				p.Del(ctx, g.key)
 			}
 			return nil
 		})
@@ -310,6 +382,11 @@ func (q *Queue) pipelineScripts(ctx context.Context, name string, s *redis.Scrip
 				return nil, err
 			}
 			continue
+		}
+		if check != nil && check.Err() == nil {
+			if a, ok := check.Val().([]any); ok && len(a) >= 2 && toInt(a[1]) != 1 {
+				return nil, ErrNotCurrent
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("redisq: %s script: %w", name, err)

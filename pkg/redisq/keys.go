@@ -230,6 +230,11 @@ func (k Keys) WorkerTypes() string { return k.prefix + "worker-types" }
 // Redis server that stored it.
 func (k Keys) Positions() string { return k.prefix + "positions" }
 
+// Guard is the short-lived key of one position check at the head of a
+// pipeline (position.lua's guard, [Queue.EnqueueJobsIfCurrent]); token is
+// unique to the check.
+func (k Keys) Guard(token string) string { return k.prefix + "guard:" + token }
+
 // CongestionHistory is the capped LIST of system congestion snapshots.
 func (k Keys) CongestionHistory() string { return k.prefix + "congestion:history" }
 

@@ -21,7 +21,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory", k.WorkerTypes(): "WorkerTypes",
 		k.TenantClock(): "TenantClock", k.TenantWeights(): "TenantWeights", k.StuckWatch(): "StuckWatch",
 		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants", k.GroupIndex(): "GroupIndex",
-		k.Positions(): "Positions",
+		k.Positions(): "Positions", k.Guard("0123456789abcdef-1"): "Guard",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
@@ -31,7 +31,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		"active-tenants", "tenant-weights", "tenant-clock", "stuck-watch", "worker-types", "congestion",
 		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p",
 		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas", "group-index", "index",
-		"retry-of", "retries", "idempotency", "admin", "positions"}
+		"retry-of", "retries", "idempotency", "admin", "positions", "guard"}
 	owner := map[string]string{} // user key -> what built it
 	add := func(key, what string) {
 		if sys, ok := system[key]; ok {

@@ -247,7 +247,7 @@ var allScripts = map[string]*redis.Script{
 	"seal": sealScript, "cancel": cancelScript, "release": releaseScript,
 	"reclaim": reclaimScript, "claim": claimScript, "retry": retryScript, "correct": correctScript,
 	"pause": pauseScript, "resume": resumeScript, "progress": progressScript,
-	"correct_quotas": quotasScript,
+	"correct_quotas": quotasScript, "position": positionScript,
 }
 
 func (q *Queue) loadScripts(ctx context.Context) error {

@@ -49,23 +49,51 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 		valid = valid || it.sub != nil
 	}
 	// Nothing is applied to a Redis whose SUBMIT position is not current
-	// (it restarted, maybe older): the replay comes first (§6.7).
+	// (it restarted, maybe older): the replay comes first (§6.7). A batch
+	// of jobs alone is stored with the position check in the same round
+	// trip, and only if the server it reaches is the one checked; a batch
+	// with other kinds (seals, cancels, pauses) checks first. A batch found
+	// not current waits for the replay and is stored after it.
 	if valid {
-		current, err := f.awaitCurrent(ctx)
-		if err == nil && !current {
-			err = errReplaying
+		guarded := jobsOnly(items)
+		added, err := 0, redisq.ErrNotCurrent
+		if guarded {
+			added, err = f.store(ctx, items, true)
 		}
-		if err != nil {
-			for _, it := range items {
-				if it.sub != nil {
-					it.Decide(consume.Retry(retryDelay, err))
+		if errors.Is(err, redisq.ErrNotCurrent) {
+			current, cerr := f.awaitCurrent(ctx)
+			if cerr == nil && !current {
+				cerr = errReplaying
+			}
+			if cerr == nil {
+				added, err = f.store(ctx, items, guarded)
+				if errors.Is(err, redisq.ErrNotCurrent) {
+					cerr = errReplaying // it restarted again meanwhile
 				}
 			}
-		} else if f.store(ctx, items) > 0 {
+			if cerr != nil {
+				for _, it := range items {
+					if it.sub != nil {
+						it.Decide(consume.Retry(retryDelay, cerr))
+					}
+				}
+			}
+		}
+		if added > 0 {
 			f.notifyWork()
 		}
 	}
 	f.settler.Settle(ctx, ds...)
+}
+
+// jobsOnly reports whether every valid submission of items is of kind jobs.
+func jobsOnly(items []*item) bool {
+	for _, it := range items {
+		if it.sub != nil && it.sub.Kind != contracts.KindJobs {
+			return false
+		}
+	}
+	return true
 }
 
 // errReplaying is the retry reason of messages received while SUBMIT is
@@ -110,14 +138,18 @@ func (f *Fetcher) notifyWork() {
 // applied after the jobs before it. After a Redis error the remaining
 // messages are not applied (they are redelivered, keeping their order
 // behind the failed one). It returns the number of jobs newly enqueued.
-func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
+// guarded (items hold jobs only) stores them only while SUBMIT's position
+// is current (redisq.Queue.EnqueueJobsIfCurrent): when it is not, nothing
+// is applied or decided, and the error is redisq.ErrNotCurrent.
+func (f *Fetcher) store(ctx context.Context, items []*item, guarded bool) (int, error) {
+	added := 0
 	var pending []*item
 	var failed error
 	flush := func() {
-		if len(pending) == 0 {
+		if len(pending) == 0 || errors.Is(failed, redisq.ErrNotCurrent) {
 			return
 		}
-		n, err := f.enqueue(ctx, pending)
+		n, err := f.enqueue(ctx, pending, guarded)
 		added += n
 		if err != nil {
 			failed = err
@@ -152,10 +184,13 @@ func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
 		}
 	}
 	flush()
+	if errors.Is(failed, redisq.ErrNotCurrent) {
+		return 0, failed
+	}
 	if failed != nil {
 		f.log.Warn("storing submissions failed; they will be redelivered", "err", failed, "delay", retryDelay)
 	}
-	return added
+	return added, failed
 }
 
 // enqueue stores the jobs of items in one call and decides their fates: a
@@ -165,8 +200,9 @@ func (f *Fetcher) store(ctx context.Context, items []*item) (added int) {
 // new jobs a tenant quota refused (each message is one unit: all its new
 // jobs or none) is dead-lettered as over_quota, naming the quota, its limit
 // and the tenant's count. On a Redis error every item is negatively
-// acknowledged.
-func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err error) {
+// acknowledged. guarded: see store (on redisq.ErrNotCurrent nothing is
+// decided).
+func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (added int, err error) {
 	var jobs []redisq.Job
 	for m, it := range items {
 		s := it.sub
@@ -179,7 +215,15 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item) (added int, err er
 			})
 		}
 	}
-	res, err := f.d.Queue.EnqueueJobs(ctx, jobs)
+	var res *redisq.EnqueueResult
+	if guarded {
+		res, err = f.d.Queue.EnqueueJobsIfCurrent(ctx, submitLog, jobs)
+	} else {
+		res, err = f.d.Queue.EnqueueJobs(ctx, jobs)
+	}
+	if errors.Is(err, redisq.ErrNotCurrent) {
+		return 0, err
+	}
 	if err != nil {
 		for _, it := range items {
 			it.Decide(consume.Retry(retryDelay, err))

@@ -199,7 +199,7 @@ func (f *Fetcher) applyRange(ctx context.Context, from, last uint64) (int, error
 // dead-letter is dropped (it was dead-lettered when first received).
 func (f *Fetcher) reapply(ctx context.Context, msgs []jetstream.Msg) error {
 	items := f.decode(ctx, msgs)
-	added := f.store(ctx, items)
+	added, _ := f.store(ctx, items, false) // its errors are the items' decisions
 	if added > 0 {
 		f.notifyWork()
 	}

@@ -20,7 +20,10 @@
 -- ARGV[11]: sizes of the call's units, comma-separated, in order ('' = one
 --           unit of all the jobs): the quotas accept or refuse a unit's new
 --           jobs together (a unit is a jobs message)
--- ARGV[11+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- ARGV[12]: the key of a guard set by position.lua ('' = none): when it
+--           is given and does not exist, the call changes nothing and
+--           fails with an error starting 'NOTCURRENT'
+-- ARGV[12+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
 -- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
@@ -40,13 +43,16 @@
 -- that receives jobs, even duplicates or refused ones, is revived first
 -- (lib.lua group_revive). Duplicates, jobs of an ended group and
 -- jobs beyond the sealed total are judged before the quotas and never count.
+if ARGV[12] ~= '' and redis.call('EXISTS', ARGV[12]) == 0 then
+  return redis.error_reply('NOTCURRENT the log position is not current')
+end
 local prefix, tenant, gid = ARGV[1], ARGV[2], ARGV[3]
 local gk = tenant .. ':' .. gid
 local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local n = #KEYS - 3
-local FIRST = 11
+local FIRST = 12
 
 local units = {}
 if ARGV[11] == '' then

@@ -1,7 +1,13 @@
 -- position.lua: a consumer's position in a retained log (docs/ARCHITECTURE.md §6.7).
 -- KEYS[1] positions HASH
--- ARGV[1] log name, ARGV[2] op: read | advance | reset
--- ARGV[3] seq (advance: the new position; reset: the position a replay reached)
+-- ARGV[1] log name, ARGV[2] op: read | advance | reset | guard
+-- ARGV[3] seq (advance: the new position; reset: the position a replay
+--         reached); guard: the key of the guard to set
+-- guard sets the key ARGV[3] (with a TTL of a minute) when the position is
+-- current and deletes it when it is not: the calls that follow on the same
+-- connection, in the same pipeline, apply only while the key exists
+-- (enqueue.lua), so they apply only to the server that found the position
+-- current (a restart between them closes the connection).
 -- ARGV[4], ARGV[5] (reset) the seq and run id the replay started from
 -- Returns {seq, current (1|0), run id of this server}. current says the
 -- position was stored by this very server process: a restart (clean, or from
@@ -26,6 +32,13 @@ if op == 'advance' then
     seq = n
   end
   return {seq, 1, rid}
+elseif op == 'guard' then
+  if stored == rid then
+    redis.call('SET', ARGV[3], '1', 'PX', 60000)
+    return {seq, 1, rid, stored}
+  end
+  redis.call('DEL', ARGV[3])
+  return {seq, 0, rid, stored}
 elseif op == 'reset' then
   if seq ~= tonumber(ARGV[4]) or stored ~= ARGV[5] then
     return {seq, stored == rid and 1 or 0, rid}
