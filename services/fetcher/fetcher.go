@@ -1,6 +1,7 @@
 package fetcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -193,6 +194,11 @@ type Fetcher struct {
 	roomQuiet bool
 	heldLog   telemetry.WarnLimiter
 	replay    replayState
+	// wake wakes the admission loop: jobs were enqueued, by this fetcher
+	// (notifyWork) or by another process (the work notification). origin
+	// marks this fetcher's own notifications, which it does not need back.
+	wake   chan struct{}
+	origin []byte
 }
 
 // New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
@@ -218,6 +224,8 @@ func New(cfg Config, d deps.Deps) (*Fetcher, error) {
 		settler: consume.NewSettler(d, log, retryDelay),
 		room:    handoff.NewRoom(d, cfg.ReadyCapacity),
 		heldLog: telemetry.WarnLimiter{Interval: time.Minute},
+		wake:    make(chan struct{}, 1),
+		origin:  []byte(nats.NewInbox()), // unique to this fetcher
 	}, nil
 }
 
@@ -242,11 +250,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("fetcher: submit consumer %s: %w", f.cfg.Durable, err)
 	}
-	wake := make(chan struct{}, 1)
-	sub, err := f.d.NC.Subscribe(f.d.Names.Notify("work"), func(*nats.Msg) {
-		select {
-		case wake <- struct{}{}:
-		default:
+	sub, err := f.d.NC.Subscribe(f.d.Names.Notify("work"), func(m *nats.Msg) {
+		if !bytes.Equal(m.Data, f.origin) {
+			f.wakeAdmission()
 		}
 	})
 	if err != nil {
@@ -262,7 +268,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	ingest := consume.Loop{Consumer: cons, Batch: f.cfg.IngestBatchSize, Handle: f.ingest, Log: f.log, Name: f.cfg.Durable}
 	var wg sync.WaitGroup
 	wg.Go(func() { ingest.Run(ctx) })
-	wg.Go(func() { f.admitLoop(ctx, wake) })
+	wg.Go(func() { f.admitLoop(ctx, f.wake) })
 	wg.Go(func() { f.checkpointLoop(ctx, cons) })
 	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.ReadyCapacity,
 		"admitBatch", f.cfg.AdmitBatchSize, "ingestBatch", f.cfg.IngestBatchSize)

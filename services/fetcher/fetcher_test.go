@@ -929,3 +929,41 @@ func TestOversizeDeadLettersDoNotStopIngestion(t *testing.T) {
 		t.Fatalf("dead_letter_failures_total = %v", n)
 	}
 }
+
+// TestNewWorkWakesAdmissionAtOnce: with MaxIdle far away, jobs this
+// fetcher ingests are admitted at once (it wakes its own admission, and
+// ignores its own notification), and so are jobs another process enqueued
+// and announced with the work notification.
+func TestNewWorkWakesAdmissionAtOnce(t *testing.T) {
+	t.Parallel()
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	testkit.Start(t, newFetcher(t, fetcher.Config{MaxIdle: time.Hour}, e.Deps()))
+	c := client.New(e.JS, client.Options{})
+
+	if err := c.Submit(ctx, "a", clientJobs("a", 0, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitJobs(t, 1, 20*time.Second)
+	time.Sleep(300 * time.Millisecond) // its admission is idle again
+	if err := c.Submit(ctx, "a", clientJobs("a", 1, 5)...); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitJobs(t, 5, 20*time.Second)
+
+	// Enqueued by another process, which announces them.
+	time.Sleep(300 * time.Millisecond)
+	var jobs []redisq.Job
+	for i := range 3 {
+		jobs = append(jobs, redisq.Job{Group: grp("b"), ID: jobID(i), Type: "t", Payload: []byte(payload("b", i))})
+	}
+	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.NC.Publish(e.Names.Notify("work"), nil); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitJobs(t, 8, 20*time.Second)
+	checkOnce(t, r.Jobs()[:5], grps("a"), 5)
+}

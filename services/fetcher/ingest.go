@@ -126,10 +126,21 @@ func (f *Fetcher) decode(ctx context.Context, msgs []jetstream.Msg) []*item {
 	return items
 }
 
-// notifyWork wakes the fetchers' admission: jobs were queued.
+// notifyWork wakes the fetchers' admission: jobs were queued. This
+// fetcher's own is woken at once, the others by the work notification.
 func (f *Fetcher) notifyWork() {
-	if err := f.d.NC.Publish(f.d.Names.Notify("work"), nil); err != nil {
+	f.wakeAdmission()
+	if err := f.d.NC.Publish(f.d.Names.Notify("work"), f.origin); err != nil {
 		f.log.Debug("notify", "err", err)
+	}
+}
+
+// wakeAdmission wakes this fetcher's admission loop (a wake-up already
+// pending is enough).
+func (f *Fetcher) wakeAdmission() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
 	}
 }
 
