@@ -87,6 +87,9 @@ type claimed struct {
 	// its processor has returned, so that the job's result, gathered for
 	// a RESULT message, does not keep another job from running.
 	free func()
+	// runner counts the job among its group's jobs running here, which
+	// a result batch of the group may wait for (results.begin).
+	runner *runner
 }
 
 // message is a delivery and what its jobs came to.
@@ -152,9 +155,11 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 		case outcomes[i].Outcome == redisq.ClaimRun:
 			c.claims, c.throttles, c.suspect = outcomes[i].Claims, outcomes[i].Throttles, outcomes[i].Suspect
 			c.stop = jobs.base.Done()
+			c.runner = w.results.begin(c.job.Ref())
 			jobs.add(1)
 			go func() {
 				defer jobs.done()
+				defer w.results.leave(c.runner)
 				if c.extra && !w.slots.Acquire(jobs.base) {
 					w.settle(c, consume.Retry(0, nil)) // the shutdown grace is over
 					return
@@ -459,7 +464,7 @@ func (w *Worker) publishResult(c claimed, status contracts.ResultStatus, errText
 		}
 	}()
 	for {
-		err := w.results.publish(c.Ctx, job.Ref(), res)
+		err := w.results.publish(c.Ctx, job.Ref(), res, c.runner)
 		if err == nil {
 			break
 		}

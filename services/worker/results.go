@@ -35,7 +35,9 @@ const (
 // per group: a result waits at most [ResultLinger] (or until its batch holds
 // [MaxResultBatch] results, or as many bytes as a message takes) and is then
 // published with the others, under the batch's deterministic message id
-// ([contracts.ResultBatch.MsgID]). Every caller waits for its batch's
+// ([contracts.ResultBatch.MsgID]). A batch no job of its group still
+// running in this worker can join is published at once: waiting would only
+// delay it. Every caller waits for its batch's
 // PubAck, so a job's READY message is acknowledged only once its result is
 // stored; a failed publish fails every result of the batch, and each job
 // is then handled as if it had published alone.
@@ -45,6 +47,16 @@ type results struct {
 	linger time.Duration
 	mu     sync.Mutex
 	open   map[contracts.GroupRef]*resultBatch
+	// running counts, per group, the jobs begun (begin) that have neither
+	// published a result nor left.
+	running map[contracts.GroupRef]int
+}
+
+// runner is a job of a group that may publish a result: counted in
+// results.running from begin until it publishes or leaves, once.
+type runner struct {
+	group contracts.GroupRef
+	gone  bool // rs.mu
 }
 
 // resultBatch is one RESULT message being gathered, then published.
@@ -67,7 +79,45 @@ func newResults(d deps.Deps, linger time.Duration) *results {
 			limit = mp
 		}
 	}
-	return &results{d: d, limit: max(limit-resultHeadroom, 1), linger: linger, open: map[contracts.GroupRef]*resultBatch{}}
+	return &results{d: d, limit: max(limit-resultHeadroom, 1), linger: linger, open: map[contracts.GroupRef]*resultBatch{},
+		running: map[contracts.GroupRef]int{}}
+}
+
+// begin counts a job of group g that may publish a result (a claimed job
+// about to run); its runner must leave once it is over.
+func (rs *results) begin(g contracts.GroupRef) *runner {
+	rs.mu.Lock()
+	rs.running[g]++
+	rs.mu.Unlock()
+	return &runner{group: g}
+}
+
+// leave ends r's count (nothing if it published already). When no job of
+// its group is left running, the group's open batch is published now.
+func (rs *results) leave(r *runner) {
+	rs.mu.Lock()
+	b := rs.stop(r)
+	rs.mu.Unlock()
+	if b != nil {
+		go rs.send(b)
+	}
+}
+
+// stop ends r's count, once, and returns the open batch of its group,
+// detached, when no job of the group is left running; rs.mu held.
+func (rs *results) stop(r *runner) *resultBatch {
+	if r == nil || r.gone {
+		return nil
+	}
+	r.gone = true
+	if rs.running[r.group]--; rs.running[r.group] > 0 {
+		return nil
+	}
+	delete(rs.running, r.group)
+	if b := rs.open[r.group]; b != nil {
+		return rs.detach(b)
+	}
+	return nil
 }
 
 // Framing of a results body around its items: {"v":2,"results":[…]}.
@@ -79,8 +129,9 @@ var (
 
 // publish adds r (of group g, its trace context in ctx) to its group's
 // batch and waits until the batch was published: nil once RESULT stored
-// it. The publish has its own timeout (settleTimeout).
-func (rs *results) publish(ctx context.Context, g contracts.GroupRef, r contracts.JobResult) error {
+// it. The publish has its own timeout (settleTimeout). run is the job's
+// runner (nil: none), which stops counting.
+func (rs *results) publish(ctx context.Context, g contracts.GroupRef, r contracts.JobResult, run *runner) error {
 	r.Tenant, r.GroupID = "", "" // the subject names the group
 	item, err := json.Marshal(&r)
 	if err != nil {
@@ -110,6 +161,9 @@ func (rs *results) publish(ctx context.Context, g contracts.GroupRef, r contract
 	var full *resultBatch
 	if rs.linger <= 0 || len(b.results) >= MaxResultBatch {
 		full = rs.detach(b)
+	}
+	if last := rs.stop(run); last != nil {
+		full = last // no job of g left running here: nothing else would join
 	}
 	rs.mu.Unlock()
 	if flush != nil {
