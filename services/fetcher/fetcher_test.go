@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -930,40 +931,50 @@ func TestOversizeDeadLettersDoNotStopIngestion(t *testing.T) {
 	}
 }
 
-// TestNewWorkWakesAdmissionAtOnce: with MaxIdle far away, jobs this
-// fetcher ingests are admitted at once (it wakes its own admission, and
-// ignores its own notification), and so are jobs another process enqueued
-// and announced with the work notification.
+// admitCalls counts the calls of the admission script (a redisq.Observer).
+type admitCalls struct{ n atomic.Int64 }
+
+func (a *admitCalls) ObserveLua(script string, _ time.Duration) {
+	if script == "admit" {
+		a.n.Add(1)
+	}
+}
+
+// TestNewWorkWakesAdmissionAtOnce: with MaxIdle far away, an idle
+// admission (its first round found nothing queued) is woken at once by jobs
+// its own fetcher ingests (it ignores its own notification) and by jobs
+// another process enqueued and announced with the work notification.
 func TestNewWorkWakesAdmissionAtOnce(t *testing.T) {
 	t.Parallel()
-	e := pipelinetest.NewEnv(t, redisq.Config{})
-	ctx := context.Background()
-	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	testkit.Start(t, newFetcher(t, fetcher.Config{MaxIdle: time.Hour}, e.Deps()))
-	c := client.New(e.JS, client.Options{})
-
-	if err := c.Submit(ctx, "a", clientJobs("a", 0, 1)...); err != nil {
-		t.Fatal(err)
+	for _, by := range []string{"ingested", "announced"} {
+		t.Run(by, func(t *testing.T) {
+			t.Parallel()
+			calls := &admitCalls{}
+			e := pipelinetest.NewEnv(t, redisq.Config{Observer: calls})
+			ctx := context.Background()
+			r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+			testkit.Start(t, newFetcher(t, fetcher.Config{MaxIdle: time.Hour}, e.Deps()))
+			// Nothing is queued yet: after its first round the admission
+			// waits for a wake-up or MaxIdle.
+			testkit.WaitFor(t, "the first admission round", 0, func() bool { return calls.n.Load() >= 1 })
+			if by == "ingested" {
+				if err := client.New(e.JS, client.Options{}).Submit(ctx, "a", clientJobs("a", 0, 5)...); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				var jobs []redisq.Job
+				for i := range 5 {
+					jobs = append(jobs, redisq.Job{Group: grp("a"), ID: jobID(i), Type: "t", Payload: []byte(payload("a", i))})
+				}
+				if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.NC.Publish(e.Names.Notify("work"), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.WaitJobs(t, 5, 20*time.Second)
+			checkOnce(t, r.Jobs(), grps("a"), 5)
+		})
 	}
-	r.WaitJobs(t, 1, 20*time.Second)
-	time.Sleep(300 * time.Millisecond) // its admission is idle again
-	if err := c.Submit(ctx, "a", clientJobs("a", 1, 5)...); err != nil {
-		t.Fatal(err)
-	}
-	r.WaitJobs(t, 5, 20*time.Second)
-
-	// Enqueued by another process, which announces them.
-	time.Sleep(300 * time.Millisecond)
-	var jobs []redisq.Job
-	for i := range 3 {
-		jobs = append(jobs, redisq.Job{Group: grp("b"), ID: jobID(i), Type: "t", Payload: []byte(payload("b", i))})
-	}
-	if _, err := e.Queue.EnqueueJobs(ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.NC.Publish(e.Names.Notify("work"), nil); err != nil {
-		t.Fatal(err)
-	}
-	r.WaitJobs(t, 8, 20*time.Second)
-	checkOnce(t, r.Jobs()[:5], grps("a"), 5)
 }

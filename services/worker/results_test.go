@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -55,6 +56,17 @@ func TestResultBatchWaitsOnlyForJobsStillRunning(t *testing.T) {
 		return info.State.Msgs
 	}
 
+	// waitGathered waits until g's open batch holds n results.
+	waitGathered := func(n int) {
+		t.Helper()
+		testkit.WaitFor(t, "results gathered", 0, func() bool {
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			b := rs.open[g]
+			return b != nil && len(b.results) == n
+		})
+	}
+
 	// The group's only running job: published at once.
 	waitFor("a lone job's result", publishAsync("a", rs.begin(g)))
 	if n := messages(); n != 1 {
@@ -64,10 +76,14 @@ func TestResultBatchWaitsOnlyForJobsStillRunning(t *testing.T) {
 	// Two running together: the first waits for the second's result.
 	r1, r2 := rs.begin(g), rs.begin(g)
 	first := publishAsync("b1", r1)
+	waitGathered(1)
 	select {
 	case err := <-first:
 		t.Fatalf("the first result of two running jobs was published (%v) while the other ran", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
+	}
+	if n := messages(); n != 1 {
+		t.Fatalf("%d RESULT messages while the other job ran, want 1", n)
 	}
 	waitFor("the second result", publishAsync("b2", r2))
 	waitFor("the first result", first)
@@ -79,7 +95,7 @@ func TestResultBatchWaitsOnlyForJobsStillRunning(t *testing.T) {
 	// waiting result goes at once; leaving twice changes nothing.
 	r1, r2 = rs.begin(g), rs.begin(g)
 	first = publishAsync("c1", r1)
-	time.Sleep(50 * time.Millisecond)
+	waitGathered(1)
 	rs.leave(r2)
 	rs.leave(r2)
 	rs.leave(r1) // it published: nothing to end
