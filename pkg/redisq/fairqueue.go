@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/redis/go-redis/v9"
@@ -364,6 +365,7 @@ func (q *Queue) runPipeline(ctx context.Context, name string, s *redis.Script, n
 	for attempt := 0; ; attempt++ {
 		cmds := make([]*redis.Cmd, n)
 		var check *redis.Cmd
+		start := time.Now()
 		_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if g != nil {
 				check = positionScript.EvalSha(ctx, p, []string{q.keys.Positions()}, g.log, "guard", g.key)
@@ -382,6 +384,10 @@ func (q *Queue) runPipeline(ctx context.Context, name string, s *redis.Script, n
 				return nil, err
 			}
 			continue
+		}
+		if q.obs != nil && n == 1 {
+			// one call of the script, as run observes it
+			q.obs.ObserveLua(name, time.Since(start))
 		}
 		if check != nil && check.Err() == nil {
 			if a, ok := check.Val().([]any); ok && len(a) >= 2 && toInt(a[1]) != 1 {

@@ -48,34 +48,12 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 		ds[i] = it.Delivery
 		valid = valid || it.sub != nil
 	}
-	// Nothing is applied to a Redis whose SUBMIT position is not current
-	// (it restarted, maybe older): the replay comes first (§6.7). A batch
-	// of jobs alone is stored with the position check in the same round
-	// trip, and only if the server it reaches is the one checked; a batch
-	// with other kinds (seals, cancels, pauses) checks first. A batch found
-	// not current waits for the replay and is stored after it.
 	if valid {
-		guarded := jobsOnly(items)
-		added, err := 0, redisq.ErrNotCurrent
-		if guarded {
-			added, err = f.store(ctx, items, true)
-		}
-		if errors.Is(err, redisq.ErrNotCurrent) {
-			current, cerr := f.awaitCurrent(ctx)
-			if cerr == nil && !current {
-				cerr = errReplaying
-			}
-			if cerr == nil {
-				added, err = f.store(ctx, items, guarded)
-				if errors.Is(err, redisq.ErrNotCurrent) {
-					cerr = errReplaying // it restarted again meanwhile
-				}
-			}
-			if cerr != nil {
-				for _, it := range items {
-					if it.sub != nil {
-						it.Decide(consume.Retry(retryDelay, cerr))
-					}
+		added, err := f.storeWhenCurrent(ctx, items)
+		if err != nil {
+			for _, it := range items {
+				if it.sub != nil {
+					it.Decide(consume.Retry(retryDelay, err))
 				}
 			}
 		}
@@ -84,6 +62,35 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 		}
 	}
 	f.settler.Settle(ctx, ds...)
+}
+
+// storeWhenCurrent stores items (store) once SUBMIT's position is current:
+// nothing is applied to a Redis whose position is not (it restarted, maybe
+// older), the replay comes first (§6.7). A batch of jobs alone is stored
+// with the position check in the same round trip, and only if the server it
+// reaches is the one checked; a batch with other kinds (seals, cancels,
+// pauses) checks first. A batch found not current waits for the replay and
+// is stored after it. It returns the jobs newly enqueued, or, when nothing
+// was stored, the reason to retry every valid item.
+func (f *Fetcher) storeWhenCurrent(ctx context.Context, items []*item) (int, error) {
+	guarded := jobsOnly(items)
+	if guarded {
+		if added, err := f.store(ctx, items, true); !errors.Is(err, redisq.ErrNotCurrent) {
+			return added, nil // a Redis error decided the items already
+		}
+	}
+	current, err := f.awaitCurrent(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !current {
+		return 0, errReplaying
+	}
+	added, err := f.store(ctx, items, guarded)
+	if errors.Is(err, redisq.ErrNotCurrent) {
+		return 0, errReplaying // it restarted again meanwhile
+	}
+	return added, nil
 }
 
 // jobsOnly reports whether every valid submission of items is of kind jobs.
@@ -157,7 +164,7 @@ func (f *Fetcher) store(ctx context.Context, items []*item, guarded bool) (int, 
 	var pending []*item
 	var failed error
 	flush := func() {
-		if len(pending) == 0 || errors.Is(failed, redisq.ErrNotCurrent) {
+		if len(pending) == 0 {
 			return
 		}
 		n, err := f.enqueue(ctx, pending, guarded)
