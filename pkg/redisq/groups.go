@@ -187,7 +187,11 @@ type SealResult struct {
 }
 
 // Seal declares that the group has exactly total distinct jobs. It may come
-// before, during or after the jobs and their results.
+// before, during or after the jobs and their results. A seal brings an
+// abandoned group back to life ([Queue.AbandonIdle]); a sealed group is never
+// abandoned. Seals are not ordered by [SubmitSeq]: a seal only moves a group
+// forward, and applied before or after a pause or resume it leaves the same
+// state.
 func (q *Queue) Seal(ctx context.Context, g contracts.GroupRef, total int64) (*SealResult, error) {
 	if total < 0 {
 		return nil, fmt.Errorf("redisq: seal: total %d: must be >= 0", total)
@@ -288,7 +292,38 @@ const (
 	ControlEnded ControlOutcome = "ended"
 	// ControlUnknown: a resume of a group that does not exist; nothing changed.
 	ControlUnknown ControlOutcome = "unknown"
+	// ControlSuperseded: the message is older (its SUBMIT sequence,
+	// [SubmitSeq]) than the last pause or resume the group took; nothing
+	// changed. In publish order it came before that one, whose effect
+	// stands: acknowledge it and drop it.
+	ControlSuperseded ControlOutcome = "superseded"
 )
+
+// ControlOption sets an option of Pause or Resume.
+type ControlOption func(*controlOptions)
+
+type controlOptions struct{ seq uint64 }
+
+// SubmitSeq orders a pause or resume by the SUBMIT stream sequence of the
+// message that carried it (docs/ARCHITECTURE.md §6.1): it is applied only
+// if seq is above the sequence of the last pause or resume the group took
+// (its meta's ctlSeq), which it then becomes; an older one changes nothing
+// and reports [ControlSuperseded]. So two fetchers, or a redelivery, that
+// apply a pause and a resume out of their publish order leave the group in
+// the state the later one published asks for. seq 0 (and no option) is
+// unordered: the call applies whatever came before and leaves ctlSeq as it
+// is.
+func SubmitSeq(seq uint64) ControlOption {
+	return func(o *controlOptions) { o.seq = seq }
+}
+
+func controlSeq(opts []ControlOption) uint64 {
+	var o controlOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o.seq
+}
 
 // ControlResult is what Pause or Resume did and the group's counters after it.
 type ControlResult struct {
@@ -304,13 +339,16 @@ type ControlResult struct {
 // into its queue only; jobs already admitted run and are recorded as usual
 // (a sealed paused group whose jobs all end completes). A pause before the
 // group's first job creates the group PAUSED. The state the group had is
-// kept and restored by Resume.
-func (q *Queue) Pause(ctx context.Context, g contracts.GroupRef) (*ControlResult, error) {
+// kept and restored by Resume. With [SubmitSeq], an older pause than the
+// last pause or resume applied changes nothing ([ControlSuperseded]). A
+// pause is activity: a paused group is never abandoned ([Queue.AbandonIdle]),
+// and an abandoned one is brought back to life.
+func (q *Queue) Pause(ctx context.Context, g contracts.GroupRef, opts ...ControlOption) (*ControlResult, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: pause %s: %w", g, err)
 	}
 	v, err := q.run(ctx, "pause", pauseScript, []string{q.keys.GroupMeta(g)},
-		q.keys.Prefix(), g.Tenant, g.ID, q.now())
+		q.keys.Prefix(), g.Tenant, g.ID, q.now(), controlSeq(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -319,13 +357,16 @@ func (q *Queue) Pause(ctx context.Context, g contracts.GroupRef) (*ControlResult
 
 // Resume lets a paused group be admitted again: it gets back the state it
 // had (RUNNING becomes AGGREGATING when the group was sealed and has no job
-// queued any more) and the place it kept in its tenant's queue.
-func (q *Queue) Resume(ctx context.Context, g contracts.GroupRef) (*ControlResult, error) {
+// queued any more) and the place it kept in its tenant's queue. With
+// [SubmitSeq], an older resume than the last pause or resume applied
+// changes nothing ([ControlSuperseded]). A resume is activity
+// ([Queue.AbandonIdle]) and brings an abandoned group back to life.
+func (q *Queue) Resume(ctx context.Context, g contracts.GroupRef, opts ...ControlOption) (*ControlResult, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: resume %s: %w", g, err)
 	}
 	v, err := q.run(ctx, "resume", resumeScript, []string{q.keys.GroupMeta(g), q.keys.GroupJobs(g)},
-		q.keys.Prefix(), groupKey(g), q.now(), q.cfg.Alpha)
+		q.keys.Prefix(), groupKey(g), q.now(), q.cfg.Alpha, controlSeq(opts))
 	if err != nil {
 		return nil, err
 	}

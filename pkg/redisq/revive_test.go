@@ -11,29 +11,32 @@ import (
 )
 
 // TestEnqueueRevivesAbandonedGroup: jobs arriving for an abandoned group
-// (its keys under the group TTL) bring it back to life: its keys and its
-// unfinished jobs' hashes lose their TTLs, abandonedAt is cleared, it is
-// watched again, and it is not abandoned again before it idles once more.
-// A finished job keeps its TTL.
+// (its keys under the group TTL) bring it back to life: its keys lose their
+// TTLs, abandonedAt is cleared, it is watched again, and it is not
+// abandoned again before it has no work and idles once more. A finished
+// job keeps its TTL.
 func TestEnqueueRevivesAbandonedGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour, JobTTL: time.Minute}, true)
-	enqueueN(t, q, "idle", 4, "", 0)
-	r := admit(t, q, 2) // two jobs leased, the group RUNNING and watched
-	done := r.Jobs[0]
-	if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "idle", JobID: done.ID, Attempt: done.Attempt,
-		Status: contracts.ResultSuccess}); err != nil {
-		t.Fatal(err)
+	enqueueN(t, q, "idle", 2, "", 0)
+	g := G("idle")
+	recordAll := func(jobs []redisq.LeasedJob) {
+		t.Helper()
+		for _, j := range jobs {
+			if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "idle", JobID: j.ID, Attempt: j.Attempt,
+				Status: contracts.ResultSuccess}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+	recordAll(admit(t, q, 2).Jobs) // the group RUNNING and watched, with nothing left to do
 	b.clock.advance(25 * time.Hour)
-	if got, err := q.AbandonIdle(ctx, 24*time.Hour); err != nil || !slices.Equal(got, []contracts.GroupRef{G("idle")}) {
+	if got, err := q.AbandonIdle(ctx, 24*time.Hour); err != nil || !slices.Equal(got, []contracts.GroupRef{g}) {
 		t.Fatalf("abandoned %v (%v), want the idle group", got, err)
 	}
 	k := q.Keys()
-	g := G("idle")
-	groupKeys := []string{k.GroupMeta(g), k.GroupJobs(g), k.GroupIDs(g)}
-	for _, key := range append(groupKeys, k.Job(g, "j00003")) {
+	for _, key := range []string{k.GroupMeta(g), k.GroupIDs(g)} {
 		if ttl := b.rdb.TTL(ctx, key).Val(); ttl <= 0 {
 			t.Fatalf("abandoned: %s has no TTL (%v)", key, ttl)
 		}
@@ -47,12 +50,12 @@ func TestEnqueueRevivesAbandonedGroup(t *testing.T) {
 	if err != nil || out[0] != redisq.Duplicate || out[1] != redisq.Added {
 		t.Fatalf("enqueue into the abandoned group: %v %v", out, err)
 	}
-	for _, key := range append(groupKeys, k.Job(g, "j00002"), k.Job(g, "j00003"), k.Job(g, r.Jobs[1].ID), k.Job(g, "new")) {
+	for _, key := range []string{k.GroupMeta(g), k.GroupJobs(g), k.GroupIDs(g), k.Job(g, "new")} {
 		if ttl := b.rdb.TTL(ctx, key).Val(); ttl != -1 {
 			t.Errorf("revived: %s has TTL %v, want none", key, ttl)
 		}
 	}
-	if ttl := b.rdb.TTL(ctx, k.Job(g, done.ID)).Val(); ttl <= 0 {
+	if ttl := b.rdb.TTL(ctx, k.Job(g, "j00000")).Val(); ttl <= 0 {
 		t.Errorf("revived: the finished job's hash lost its TTL (%v)", ttl)
 	}
 	meta := b.rdb.HGetAll(ctx, k.GroupMeta(g)).Val()
@@ -65,17 +68,22 @@ func TestEnqueueRevivesAbandonedGroup(t *testing.T) {
 	if watched := b.rdb.ZRange(ctx, k.StuckWatch(), 0, -1).Val(); !slices.Contains(watched, "t:idle") {
 		t.Errorf("revived group not watched: %v", watched)
 	}
-	// The revival is activity: not abandoned again at once, but after
-	// another idle period.
+	// Its new job is work: not abandoned however long it waits; once it
+	// ran, after another idle period.
+	b.clock.advance(25 * time.Hour)
 	if got, err := q.AbandonIdle(ctx, 24*time.Hour); err != nil || len(got) != 0 {
-		t.Fatalf("abandoned again right after the revival: %v %v", got, err)
+		t.Fatalf("abandoned with a job queued: %v %v", got, err)
+	}
+	recordAll(admit(t, q, 1).Jobs)
+	if got, err := q.AbandonIdle(ctx, 24*time.Hour); err != nil || len(got) != 0 {
+		t.Fatalf("abandoned right after its last result: %v %v", got, err)
 	}
 	b.clock.advance(25 * time.Hour)
 	if got, err := q.AbandonIdle(ctx, 24*time.Hour); err != nil || len(got) != 1 {
 		t.Fatalf("not abandoned after idling again: %v %v", got, err)
 	}
-	if ttl := b.rdb.TTL(ctx, k.Job(g, "new")).Val(); ttl <= 0 {
-		t.Errorf("abandoned again: the new job has no TTL (%v)", ttl)
+	if ttl := b.rdb.TTL(ctx, k.GroupMeta(g)).Val(); ttl <= 0 {
+		t.Errorf("abandoned again: its meta has no TTL (%v)", ttl)
 	}
 }
 

@@ -15,13 +15,14 @@
 --   group is not moved to AGGREGATING (resume does it); it may complete. A
 --   seal before the first job creates the group: it counts among its
 --   tenant's active groups (the tenant quotas) until it ends; a seal is never
---   refused by a quota.
+--   refused by a quota. A seal brings an abandoned group back to life
+--   (lib.lua group_revive): a sealed group is never abandoned again.
 local prefix, gk = ARGV[1], ARGV[2]
 local total = tonumber(ARGV[3])
 local now = now_ms(ARGV[4])
 local group_ttl = tonumber(ARGV[5])
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'declaredTotal', 'totalJobs')
+local m = redis.call('HMGET', KEYS[1], 'status', 'declaredTotal', 'totalJobs', 'abandonedAt')
 local status = m[1]
 if status and TERMINAL_GROUP[status] then
   return reply(KEYS[1], 'ended', '')
@@ -40,8 +41,10 @@ if not status then
   redis.call('HSET', KEYS[1], 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
     'cancelledCount', 0, 'status', status, 'createdAt', now)
   quota_open(prefix, group_parts(gk))
+elseif m[4] then
+  group_revive(prefix, gk, KEYS[1], now)
 end
-redis.call('HSET', KEYS[1], 'declaredTotal', total, 'sealedAt', now)
+redis.call('HSET', KEYS[1], 'declaredTotal', total, 'sealedAt', now, 'activeAt', now)
 
 local transition = maybe_complete(prefix, gk, KEYS[1], now, group_ttl)
 if transition then
