@@ -147,6 +147,12 @@ type Metrics struct {
 	// replay needed but SUBMIT no longer held (Redis came back older than SUBMIT_REPLAY_WINDOW).
 	// Alert on any "purged".
 	SubmitReplayed *prometheus.CounterVec
+	// ControlMessages is bulk_action_control_messages_total{kind,outcome}: pause and resume
+	// messages the fetchers applied, by kind (pause, resume) and outcome (paused, resumed,
+	// unchanged, ended, unknown, superseded). "superseded" counts messages older (SUBMIT
+	// sequence) than the last pause or resume their group took: delivered out of their publish
+	// order (two fetchers, a redelivery), acknowledged without effect.
+	ControlMessages *prometheus.CounterVec
 	// ExecutorExits is bulk_action_executor_exits_total: executor processes (worker isolation
 	// "process") that exited while they ran jobs; each of those jobs runs again alone. A poison
 	// job makes a few; a steady rate means processors that crash.
@@ -264,6 +270,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("submit_replayed_total"),
 			Help: "SUBMIT messages applied again after a Redis restart (replayed), or needed but no longer held (purged).",
 		}, []string{"outcome"}),
+		ControlMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: fqName("control_messages_total"),
+			Help: "Pause and resume messages applied, by kind and outcome (superseded: older than the last one its group took).",
+		}, []string{"kind", "outcome"}),
 		ExecutorExits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: fqName("executor_exits_total"),
 			Help: "Worker executor processes that exited while they ran jobs (each job then runs again alone).",
@@ -279,8 +289,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
 		m.BackpressureAdmitted, m.BackpressureRejected, m.AdmissionHeld, m.CongestionBackoff,
 		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.ResultsFenced, m.GroupCompletions,
-		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.ExecutorExits, m.SubmitLatency,
+		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.ControlMessages, m.ExecutorExits, m.SubmitLatency,
 	)
+	for _, k := range []string{"pause", "resume"} {
+		m.ControlMessages.WithLabelValues(k, "superseded")
+	}
 	for _, o := range []string{"replayed", "purged"} {
 		m.SubmitReplayed.WithLabelValues(o)
 	}

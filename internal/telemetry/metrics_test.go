@@ -101,6 +101,7 @@ var wantMetricTypes = map[string]dto.MetricType{
 	"bulk_action_dead_letter_total":           dto.MetricType_COUNTER,
 	"bulk_action_dead_letter_failures_total":  dto.MetricType_COUNTER,
 	"bulk_action_submit_replayed_total":       dto.MetricType_COUNTER,
+	"bulk_action_control_messages_total":      dto.MetricType_COUNTER,
 	"bulk_action_executor_exits_total":        dto.MetricType_COUNTER,
 	"bulk_action_admission_held_total":        dto.MetricType_COUNTER,
 	"bulk_action_job_latency_ms":              dto.MetricType_HISTOGRAM,

@@ -422,19 +422,28 @@ func (f *Fetcher) cancel(ctx context.Context, it *item) error {
 }
 
 // control applies a pause or resume message; a non-nil error is a storage
-// error. A change of state is published; one that changed nothing (the
-// group was already in that state, or ended) is published as a notice; a
-// resume of a group that does not exist publishes nothing.
+// error. Pauses and resumes apply in publish order: the message's SUBMIT
+// sequence goes with it (redisq.SubmitSeq), and one older than the last
+// pause or resume its group took is superseded (acknowledged, counted,
+// nothing changed). A change of state is published; one that changed
+// nothing (the group was already in that state, or ended, or the message was
+// superseded) is published as a notice; a resume of a group that does not
+// exist publishes nothing.
 func (f *Fetcher) control(ctx context.Context, it *item) error {
 	op := f.d.Queue.Pause
 	if it.sub.Kind == contracts.KindResume {
 		op = f.d.Queue.Resume
 	}
-	res, err := op(ctx, it.sub.Ref())
+	var seq uint64
+	if md, err := it.Msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	res, err := op(ctx, it.sub.Ref(), redisq.SubmitSeq(seq))
 	if err != nil {
 		return err
 	}
 	it.Span.SetAttributes(attribute.String("bulkaction.control.outcome", string(res.Outcome)))
+	f.d.Metrics.ControlMessages.WithLabelValues(string(it.sub.Kind), string(res.Outcome)).Inc()
 	if res.Outcome == redisq.ControlUnknown {
 		// No group: nothing to publish (an event needs a state).
 		f.log.Debug("resume of an unknown group", "tenant", it.sub.Tenant, "group", it.sub.GroupID)
