@@ -320,8 +320,8 @@ local function zq_flush()
         add[#add + 1] = fmt(z.e[i].s)
         add[#add + 1] = z.e[i].m
       end
-      for i = 1, #add, 4000 do
-        redis.call('ZADD', tq, unpack(add, i, math.min(i + 3999, #add)))
+      for i = 1, #add, BULK do
+        redis.call('ZADD', tq, unpack(add, i, math.min(i + BULK - 1, #add)))
       end
     elseif ndirty > 0 then
       local score = {}
@@ -335,11 +335,11 @@ local function zq_flush()
           rem[#rem + 1] = m
         end
       end
-      for i = 1, #rem, 4000 do
-        redis.call('ZREM', tq, unpack(rem, i, math.min(i + 3999, #rem)))
+      for i = 1, #rem, BULK do
+        redis.call('ZREM', tq, unpack(rem, i, math.min(i + BULK - 1, #rem)))
       end
-      for i = 1, #add, 4000 do
-        redis.call('ZADD', tq, unpack(add, i, math.min(i + 3999, #add)))
+      for i = 1, #add, BULK do
+        redis.call('ZADD', tq, unpack(add, i, math.min(i + BULK - 1, #add)))
       end
     end
   end
@@ -630,8 +630,8 @@ redis.call('SET', KEYS[4], fmt(vt))
 for li, v in pairs(tclock) do
   redis.call('HSET', KEYS[10], LEVELS[li], fmt(v))
 end
-for i = 1, #inflight, 2000 do
-  redis.call('ZADD', KEYS[5], unpack(inflight, i, math.min(i + 1999, #inflight)))
+for i = 1, #inflight, BULK do
+  redis.call('ZADD', KEYS[5], unpack(inflight, i, math.min(i + BULK - 1, #inflight)))
 end
 for _, g in pairs(groups) do
   if g.leased > 0 and g.max > 0 then -- counted only for a group with a limit

@@ -116,8 +116,8 @@ if n > 0 then
   local jids = {}
   for k = 1, n do jids[k] = ARGV[FIRST + 4 * (k - 1) + 1] end
   local has_ids = redis.call('EXISTS', ids_key) == 1
-  for k = 1, n, 4000 do
-    local hi = math.min(k + 3999, n)
+  for k = 1, n, BULK do
+    local hi = math.min(k + BULK - 1, n)
     if has_ids then
       local r = redis.call('SMISMEMBER', ids_key, unpack(jids, k, hi))
       for i = 1, #r do in_ids[k + i - 1] = r[i] == 1 end
@@ -205,8 +205,8 @@ if adopt then
   quota_count(prefix, tenant, adopted)
 end
 if added > 0 then
-  for k = 1, added, 4000 do
-    jobs_len = redis.call('RPUSH', jobs_key, unpack(new_ids, k, math.min(k + 3999, added)))
+  for k = 1, added, BULK do
+    jobs_len = redis.call('RPUSH', jobs_key, unpack(new_ids, k, math.min(k + BULK - 1, added)))
   end
   if not status then
     status = 'CREATED'
@@ -231,4 +231,4 @@ if added > 0 then
     { status, level, base, total + added, m[7], m[11], maxinf, m[12] }, jobs_len)
 end
 
-return reply(meta_key, table.concat(out), created, level, base, maxinf, refusals)
+return reply(meta_key, concat_all(out), created, level, base, maxinf, refusals)

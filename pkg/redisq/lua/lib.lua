@@ -16,6 +16,24 @@ local function now_ms(override)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Values passed to one command or joined at once are at most BULK: Redis's
+-- Lua takes 8,000 on the stack of a C call (LUAI_MAXCSTACK), and the
+-- in-process miniredis of `bulkaction dev` (gopher-lua) about 5,000 for the
+-- whole call, frames included; table.concat and unpack put every value
+-- there.
+local BULK = 1000
+
+-- concat_all joins the strings of t (table.concat(t)) BULK at a time.
+local function concat_all(t)
+  local n = #t
+  if n <= BULK then return table.concat(t) end
+  local parts = {}
+  for i = 1, n, BULK do
+    parts[#parts + 1] = table.concat(t, '', i, math.min(i + BULK - 1, n))
+  end
+  return concat_all(parts)
+end
+
 -- Scripts that go through a number of jobs (cancel.lua, release.lua) also
 -- stop at a time budget (docs/ARCHITECTURE.md §6.5, bounded scripts): their
 -- work per job is small, but while a fork of Redis is alive (an AOF
@@ -205,8 +223,8 @@ end
 -- (enqueue.lua), and the set does from then on, whether or not the hash
 -- has expired since.
 local function ids_add(ids_key, ids)
-  for i = 1, #ids, 4000 do
-    redis.call('SADD', ids_key, unpack(ids, i, math.min(i + 3999, #ids)))
+  for i = 1, #ids, BULK do
+    redis.call('SADD', ids_key, unpack(ids, i, math.min(i + BULK - 1, #ids)))
   end
 end
 
@@ -604,8 +622,8 @@ end
 
 local function ready_reserve_flush(prefix, pending)
   for ty, l in pairs(pending) do
-    for i = 1, #l, 4000 do
-      redis.call('ZADD', reserved_key(prefix, ty), unpack(l, i, math.min(i + 3999, #l)))
+    for i = 1, #l, BULK do
+      redis.call('ZADD', reserved_key(prefix, ty), unpack(l, i, math.min(i + BULK - 1, #l)))
     end
   end
 end

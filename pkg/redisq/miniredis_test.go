@@ -1,0 +1,96 @@
+package redisq_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts run on miniredis, the in-process fallback of `bulkaction dev`
+// (internal/devenv): its Lua (gopher-lua) holds about 5,000 values on the
+// stack of a whole call, where Redis allows 8,000 per C call, so large
+// batches are passed to commands and joined a bounded number at a time.
+// One group's batch of 10,000 jobs goes through enqueue, admission, claim
+// and record, every job once.
+func TestScriptsRunOnMiniredisWithLargeBatches(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	q, err := redisq.New(ctx, rdb, redisq.Config{Prefix: "mini:", GlobalLimit: 1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10_000
+	g := contracts.GroupRef{Tenant: "t", ID: "big"}
+	jobs := make([]redisq.Job, n)
+	for i := range jobs {
+		jobs[i] = redisq.Job{Group: g, ID: fmt.Sprintf("j%05d", i), Type: "t", Payload: []byte(`{}`)}
+	}
+	out, err := q.EnqueueBatch(ctx, jobs)
+	if err != nil {
+		t.Fatalf("enqueue of %d jobs: %v", n, err)
+	}
+	for i, o := range out {
+		if o != redisq.Added {
+			t.Fatalf("job %d: %v", i, o)
+		}
+	}
+	// the same batch again: every job a duplicate
+	if out, err = q.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatalf("second enqueue: %v", err)
+	}
+	for i, o := range out {
+		if o != redisq.Duplicate {
+			t.Fatalf("job %d enqueued twice: %v", i, o)
+		}
+	}
+	if _, err := q.Seal(ctx, g, n); err != nil {
+		t.Fatal(err)
+	}
+	var leased []redisq.LeasedJob
+	for len(leased) < n {
+		r, err := q.Admit(ctx, n)
+		if err != nil {
+			t.Fatalf("admission after %d jobs: %v", len(leased), err)
+		}
+		js := r.Jobs
+		if len(js) == 0 {
+			t.Fatalf("admission stopped after %d of %d jobs", len(leased), n)
+		}
+		leased = append(leased, js...)
+	}
+	if err := q.Confirm(ctx, leased...); err != nil {
+		t.Fatalf("confirm of %d leases: %v", len(leased), err)
+	}
+	ds := make([]redisq.Delivery, len(leased))
+	for i, j := range leased {
+		ds[i] = redisq.Delivery{Group: j.Group, JobID: j.ID, Attempt: j.Attempt}
+	}
+	cs, err := q.ClaimBatch(ctx, ds)
+	if err != nil {
+		t.Fatalf("claim of %d jobs: %v", len(ds), err)
+	}
+	rs := make([]contracts.JobResult, 0, len(cs))
+	for i, c := range cs {
+		if c.Outcome != redisq.ClaimRun {
+			t.Fatalf("claim %d: %v", i, c.Outcome)
+		}
+		rs = append(rs, contracts.JobResult{Tenant: g.Tenant, GroupID: g.ID, JobID: ds[i].JobID, Attempt: ds[i].Attempt, Status: contracts.ResultSuccess})
+	}
+	if _, err := q.RecordBatch(ctx, rs); err != nil {
+		t.Fatalf("record of %d results: %v", len(rs), err)
+	}
+	st, err := q.GroupState(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != contracts.StateCompleted {
+		t.Fatalf("group %s after every result, want COMPLETED", st)
+	}
+}
