@@ -581,6 +581,7 @@ func (e *env) serviceEnv(nodes int) []string {
 		"MAX_BACKOFF_MS":           "2000",
 		"JOB_TIMEOUT_MS":           "2000",
 		"STUCK_AFTER":              "20s",
+		"CLAIM_TTL":                "6s",
 		"WORKER_COUNT":             "10",
 		"WORKER_INSTANCES":         "3",
 		"SHUTDOWN_GRACE_PERIOD_MS": "2000",

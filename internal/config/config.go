@@ -82,7 +82,8 @@ type Config struct {
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
 	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
-	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, jobs still RUNNING taken as lost and re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck; keep it well above JOB_TIMEOUT_MS"`
+	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, jobs whose claims expired re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck; above CLAIM_TTL"`
+	ClaimTTL        time.Duration `envconfig:"CLAIM_TTL" default:"30s" desc:"a worker's claim of a job lasts this long unless renewed (every third of it, while the job runs, waits for a slot or its result is held); only a job whose claim expired (its worker stopped, or lost Redis this long) runs again; at least 1s"`
 	GroupIdleTTL    time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without activity (creation, start, result, pause) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
 
 	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`
@@ -215,6 +216,12 @@ func (c *Config) Validate() error {
 		if d.v < time.Second {
 			return bad(d.name, d.v, "must be at least 1s (Redis expiries are whole seconds)")
 		}
+	}
+	if c.ClaimTTL < time.Second {
+		return bad("CLAIM_TTL", c.ClaimTTL, "must be at least 1s")
+	}
+	if c.StuckAfter <= c.ClaimTTL {
+		return bad("STUCK_AFTER", c.StuckAfter, fmt.Sprintf("must be above CLAIM_TTL (%s): the repair re-publishes a job whose claim expired only after seeing it expired for a claim TTL", c.ClaimTTL))
 	}
 	if c.SubmitReplayWindow < 0 {
 		return bad("SUBMIT_REPLAY_WINDOW", c.SubmitReplayWindow, "must not be negative (0 = none)")

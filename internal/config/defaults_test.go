@@ -47,6 +47,7 @@ func TestDefaultTagsEqualTheConstants(t *testing.T) {
 		"SHUTDOWN_GRACE_PERIOD_MS": ms(worker.DefaultShutdownGrace),
 		"RESULT_BATCH_SIZE":        strconv.Itoa(aggregator.DefaultBatchSize),
 		"STUCK_AFTER":              aggregator.DefaultStuckAfter.String(),
+		"CLAIM_TTL":                redisq.DefaultClaimTTL.String(),
 		"STREAM_MAX_AGE":           natsutil.DefaultMaxAge.String(),
 		"DUPLICATE_WINDOW":         natsutil.DefaultDuplicateWindow.String(),
 		"MAX_PAYLOAD_BYTES":        strconv.Itoa(contracts.DefaultMaxPayloadBytes),

@@ -64,6 +64,7 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 		TypeLimits:        typeLimits,
 		ActiveStaleAfter:  config.Ms(cfg.ActiveGroupStaleMs),
 		Lease:             config.Ms(cfg.LeaseMs),
+		ClaimTTL:          cfg.ClaimTTL,
 		BaseBackoff:       config.Ms(cfg.BaseBackoffMs),
 		MaxBackoff:        config.Ms(cfg.MaxBackoffMs),
 		DisableCongestion: !cfg.CongestionEnabled,

@@ -357,3 +357,38 @@ func StreamMsgs(ctx context.Context, js jetstream.JetStream, stream string) (uin
 	}
 	return st.CachedInfo().State.Msgs, nil
 }
+
+// AckFloor returns the lowest ack floor (stream sequence) of stream's
+// durable consumers: every message up to it that their filters take has
+// been settled by each of them. ok is false while stream has no durable
+// consumer.
+func AckFloor(ctx context.Context, js jetstream.JetStream, stream string) (floor uint64, ok bool, err error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, false, fmt.Errorf("natsutil: stream %s: %w", stream, err)
+	}
+	cl := st.ListConsumers(ctx)
+	for ci := range cl.Info() {
+		if ci.Config.Durable == "" {
+			continue
+		}
+		if !ok || ci.AckFloor.Stream < floor {
+			floor = ci.AckFloor.Stream
+		}
+		ok = true
+	}
+	if err := cl.Err(); err != nil {
+		return 0, false, fmt.Errorf("natsutil: consumers of %s: %w", stream, err)
+	}
+	return floor, ok, nil
+}
+
+// LastSeq returns the sequence of the last message published on stream (0
+// when none was).
+func LastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("natsutil: stream %s: %w", stream, err)
+	}
+	return st.CachedInfo().State.LastSeq, nil
+}

@@ -162,6 +162,10 @@ func (k Keys) NonReadyQueue() string { return k.prefix + "non-ready-queue" }
 // Inflight is the ZSET of leased jobs, scored by lease deadline (ms).
 func (k Keys) Inflight() string { return k.prefix + "inflight" }
 
+// Claims is the ZSET of the claims of running jobs: member "<tenant>:<gid>:<jid>",
+// score the time (ms) the claim expires unless its worker renews it.
+func (k Keys) Claims() string { return k.prefix + "claims" }
+
 // RateLimitTenant is a tenant's fixed-window counter. Its "tenant:" segment
 // keeps it apart from the system's rate keys whatever the tenant is named.
 func (k Keys) RateLimitTenant(tenant string, window int64) string {

@@ -251,12 +251,12 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error
 		return nil, nil
 	}
 	replies, err := pipelineChunks(ctx, q, "claim", claimScript, ds, func(part []Delivery) ([]string, []any) {
-		args := make([]any, 0, 3+3*len(part))
-		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL))
+		args := make([]any, 0, 4+3*len(part))
+		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), ms(q.cfg.ClaimTTL))
 		for _, d := range part {
 			args = append(args, groupKey(d.Group), d.JobID, d.Attempt)
 		}
-		return []string{q.keys.Inflight()}, args
+		return []string{q.keys.Inflight(), q.keys.Claims()}, args
 	})
 	if err != nil {
 		return nil, err
@@ -301,11 +301,41 @@ func parseJobs(flat []any) []LeasedJob {
 var (
 	soloScript     = loadScript("solo")
 	handBackScript = loadScript("handback")
+	renewScript    = loadScript("renew")
 )
 
 func init() {
 	allScripts["solo"] = soloScript
 	allScripts["handback"] = handBackScript
+	allScripts["renew"] = renewScript
+}
+
+// RenewClaims extends the claims of jobs a worker holds (claimed, running
+// or waiting for a slot, or with a result not yet accepted by RESULT) by
+// [Config.ClaimTTL] from now, and returns how many it extended: a job that
+// is no longer RUNNING as the delivery's attempt is left alone. A worker
+// calls it every third of ClaimTTL; the repair takes a run as lost only
+// once its claim has expired (docs/ARCHITECTURE.md §6.5).
+func (q *Queue) RenewClaims(ctx context.Context, ds []Delivery) (int, error) {
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	replies, err := pipelineChunks(ctx, q, "renew", renewScript, ds, func(part []Delivery) ([]string, []any) {
+		args := make([]any, 0, 3+3*len(part))
+		args = append(args, q.keys.Prefix(), q.now(), ms(q.cfg.ClaimTTL))
+		for _, d := range part {
+			args = append(args, groupKey(d.Group), d.JobID, d.Attempt)
+		}
+		return []string{q.keys.Claims()}, args
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range replies {
+		n += int(toInt(v))
+	}
+	return n, nil
 }
 
 // SoloRun counts a run of a suspect job ([Claimed.Suspect]) alone in its
@@ -335,4 +365,21 @@ func (q *Queue) HandBack(ctx context.Context, ds ...Delivery) error {
 	}
 	_, err := q.run(ctx, "handback", handBackScript, keys, args...)
 	return err
+}
+
+// PruneClaims removes the claims that expired more than [Config.ClaimTTL]
+// ago (runs that ended without their claim being removed: a cancel, a
+// hand-back) and returns how many it removed. An expired claim and a
+// missing one mean the same to the repair, so nothing else changes.
+func (q *Queue) PruneClaims(ctx context.Context) (int64, error) {
+	now, err := q.Now(ctx)
+	if err != nil {
+		return 0, err
+	}
+	max := strconv.FormatInt(now.Add(-q.cfg.ClaimTTL).UnixMilli(), 10)
+	n, err := q.rdb.ZRemRangeByScore(ctx, q.keys.Claims(), "-inf", "("+max).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redisq: prune claims: %w", err)
+	}
+	return n, nil
 }

@@ -34,6 +34,7 @@ const (
 	DefaultWindow           = time.Second
 	DefaultActiveStaleAfter = 30 * time.Second
 	DefaultLease            = 30 * time.Second
+	DefaultClaimTTL         = 30 * time.Second
 	DefaultBaseBackoff      = time.Second
 	DefaultMaxBackoff       = 120 * time.Second
 	DefaultJobTTL           = 24 * time.Hour
@@ -74,6 +75,12 @@ type Config struct {
 	// Lease is how long an admitted job may stay unconfirmed before it can
 	// be re-claimed; default 30s.
 	Lease time.Duration
+	// ClaimTTL is how long a worker's claim of a job lasts without renewal
+	// ([Queue.RenewClaims]); default 30s. Only a run whose claim expired
+	// (its worker stopped, or lost Redis for this long) may be taken as
+	// lost and run again (docs/ARCHITECTURE.md §6.5). Workers renew their
+	// claims every third of it.
+	ClaimTTL time.Duration
 	// BaseBackoff is the backoff of an uncongested group; default 1s.
 	BaseBackoff time.Duration
 	// MaxBackoff caps any backoff; default 120s.
@@ -129,6 +136,9 @@ func (c *Config) setDefaults() {
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
+	if c.ClaimTTL == 0 {
+		c.ClaimTTL = DefaultClaimTTL
+	}
 	if c.ScriptTimeBudget == 0 {
 		c.ScriptTimeBudget = DefaultScriptTimeBudget
 	}
@@ -173,6 +183,9 @@ func (c *Config) validate() error {
 	}
 	if c.Lease < time.Millisecond {
 		return fmt.Errorf("redisq: lease %s: must be at least 1ms", c.Lease)
+	}
+	if c.ClaimTTL < time.Second {
+		return fmt.Errorf("redisq: claim TTL %s: must be at least 1s", c.ClaimTTL)
 	}
 	for t, n := range c.TypeLimits {
 		if err := contracts.ValidateType(t); err != nil {

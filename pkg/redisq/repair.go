@@ -40,6 +40,11 @@ type Repair struct {
 	Group contracts.GroupRef
 	// Leases counts the leased jobs handed to the reclaim.
 	Leases int64
+	// Suspected counts the running jobs first seen without a live claim:
+	// a later repair re-leases each of them once [Config.ClaimTTL] has
+	// passed without a renewal and the results published before are
+	// recorded ([ResultsSettledThrough]).
+	Suspected int64
 	// Requeued: the group was queued again.
 	Requeued bool
 	// FreedSlots counts the in-flight slots that had leaked.
@@ -91,12 +96,12 @@ func (q *Queue) RepairGroup(ctx context.Context, g contracts.GroupRef, opts ...S
 		return nil, fmt.Errorf("redisq: repair %s: %w", g, err)
 	}
 	o := sweepOptionsOf(opts)
-	keys := []string{q.keys.GroupMeta(g), q.keys.GroupJobs(g), q.keys.Inflight(), q.keys.GroupIDs(g)}
+	keys := []string{q.keys.GroupMeta(g), q.keys.GroupJobs(g), q.keys.Inflight(), q.keys.GroupIDs(g), q.keys.Claims()}
 	r := &Repair{Group: g}
 	cursor, counted, v0 := "0", int64(0), ""
 	for {
 		v, err := q.run(ctx, "repair", repairScript, keys, q.keys.Prefix(), g.Tenant, g.ID, q.now(),
-			secs(q.cfg.GroupTTL), q.cfg.Alpha, o.chunk, cursor, counted, v0)
+			secs(q.cfg.GroupTTL), q.cfg.Alpha, o.chunk, cursor, counted, v0, o.settled, ms(q.cfg.ClaimTTL))
 		if err != nil {
 			return nil, err
 		}
@@ -106,6 +111,7 @@ func (q *Queue) RepairGroup(ctx context.Context, g contracts.GroupRef, opts ...S
 		r.Requeued = r.Requeued || toInt(l[4]) == 1
 		r.FreedSlots += toInt(l[5])
 		r.Completed = r.Completed || toInt(l[6]) == 1
+		r.Suspected += toInt(l[7])
 		if cursor == "0" {
 			break
 		}

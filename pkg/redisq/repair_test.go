@@ -73,6 +73,15 @@ func TestRepairStuckGroups(t *testing.T) {
 					t.Fatalf("claim %s: %v %v", j.ID, o, err)
 				}
 			}
+			// their claims expire (nobody renews them); a first repair
+			// only notes that, and the next one, a claim TTL later,
+			// re-leases them
+			b.clock.advance(time.Minute)
+			r, err := q.RepairGroup(ctx, g)
+			if err != nil || r.Suspected != 3 || r.Leases != 0 {
+				t.Fatalf("first repair: %+v %v, want 3 suspected and no lease", r, err)
+			}
+			b.clock.advance(time.Minute)
 		}, redisq.RepairLease},
 		{"out of the fair queue", 0, func(t *testing.T, q *redisq.Queue, b *testBundle, g contracts.GroupRef) {
 			b.rdb.ZRem(context.Background(), q.Keys().TenantGroups(g.Tenant, contracts.PriorityNormal), g.ID)
@@ -151,6 +160,93 @@ func TestRepairStuckGroups(t *testing.T) {
 	}
 }
 
+// A running job is never run again while its worker renews its claim, however
+// long its group records nothing; once the claim expires it is re-leased only
+// a claim TTL after the repair first saw it expired, and only when every
+// result published before that is recorded (docs/ARCHITECTURE.md §6.5).
+func TestRepairTakesRunsAsLostByLivenessAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
+	g := G("long")
+	enqueueJobs(t, q, "long", "t", 3, 0)
+	if _, err := q.Seal(ctx, g, 3); err != nil {
+		t.Fatal(err)
+	}
+	var ds []redisq.Delivery
+	for _, j := range admit(t, q, 100).Jobs {
+		if err := q.Confirm(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, redisq.Delivery{Group: j.Group, JobID: j.ID, Attempt: j.Attempt})
+	}
+	cs, err := q.ClaimBatch(ctx, ds)
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("claim: %v %v", cs, err)
+	}
+	repair := func(settled time.Time) *redisq.Repair {
+		t.Helper()
+		r, err := q.RepairGroup(ctx, g, redisq.ResultsSettledThrough(settled))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// An hour of jobs running, their worker renewing every 10 s: no
+	// repair takes them, whatever their group's silence.
+	for i := 0; i < 360; i++ {
+		b.clock.advance(10 * time.Second)
+		if n, err := q.RenewClaims(ctx, ds); err != nil || n != 3 {
+			t.Fatalf("renew: %d %v", n, err)
+		}
+		if i%60 == 59 {
+			if r := repair(b.clock.now()); r.Leases != 0 || r.Suspected != 0 {
+				t.Fatalf("after %s of renewed claims: %+v", time.Duration(i+1)*10*time.Second, r)
+			}
+		}
+	}
+	// The worker stops: the claims expire, the first repair only notes it.
+	b.clock.advance(31 * time.Second)
+	if r := repair(b.clock.now()); r.Leases != 0 || r.Suspected != 3 {
+		t.Fatalf("first repair after the claims expired: %+v, want 3 suspected", r)
+	}
+	seen := b.clock.now()
+	// A worker that renews again (it was alive: a Redis that came back
+	// older showed its claim expired) keeps its job.
+	if n, err := q.RenewClaims(ctx, ds[:1]); err != nil || n != 1 {
+		t.Fatalf("renew: %d %v", n, err)
+	}
+	b.clock.advance(20 * time.Second)
+	// Results published before the sighting are still on RESULT: nothing
+	// is re-leased, whatever the time.
+	b.clock.advance(20 * time.Second)
+	// (The renewed job's claim has expired since: it is noted.)
+	if r := repair(seen.Add(-time.Millisecond)); r.Leases != 0 || r.Suspected != 1 {
+		t.Fatalf("re-leased with results still on RESULT: %+v, want no lease and 1 suspected", r)
+	}
+	// RESULT is settled: the two jobs nobody renewed are re-leased; the
+	// renewed one waits a claim TTL from its new sighting.
+	r := repair(b.clock.now())
+	if r.Leases != 2 || r.Suspected != 0 {
+		t.Fatalf("repair with RESULT settled: %+v, want 2 leases", r)
+	}
+	rc, err := q.Reclaim(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again []string
+	for _, j := range rc.Jobs {
+		if j.Attempt != ds[0].Attempt {
+			t.Errorf("re-published %s as attempt %d, want %d", j.ID, j.Attempt, ds[0].Attempt)
+		}
+		again = append(again, j.ID)
+	}
+	slices.Sort(again)
+	if want := []string{ds[1].JobID, ds[2].JobID}; !slices.Equal(again, want) {
+		t.Fatalf("re-published %v, want %v", again, want)
+	}
+}
+
 func TestAbandonIdleUnsealedGroups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -161,7 +257,7 @@ func TestAbandonIdleUnsealedGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := admit(t, q, 100)
-	for _, j := range r.Jobs[:3] {
+	for _, j := range r.Jobs { // every job of idle ends: a group with work is never abandoned
 		if j.Group == G("idle") {
 			if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "idle", JobID: j.ID, Attempt: j.Attempt, Status: contracts.ResultSuccess}); err != nil {
 				t.Fatal(err)

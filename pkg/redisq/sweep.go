@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -33,7 +34,18 @@ func (k Keys) CancelSweep() string { return k.prefix + "cancel-sweep" }
 // SweepOption configures one call that works in bounded steps.
 type SweepOption func(*sweepOptions)
 
-type sweepOptions struct{ chunk int }
+type sweepOptions struct {
+	chunk   int
+	settled string // ResultsSettledThrough, in ms ("" = not given)
+}
+
+// ResultsSettledThrough tells [Queue.RepairGroup] that every result
+// published on RESULT before t has been taken from it (recorded), so that
+// a job still RUNNING whose claim expired before t has no result on the
+// way. Without it the repair judges runs by their claims alone.
+func ResultsSettledThrough(t time.Time) SweepOption {
+	return func(o *sweepOptions) { o.settled = strconv.FormatInt(t.UnixMilli(), 10) }
+}
 
 // SweepChunk sets the most jobs one step goes through (default
 // [DefaultSweepChunk]; values below 1 mean 1).

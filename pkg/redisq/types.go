@@ -55,3 +55,17 @@ func (q *Queue) clockNow() time.Time {
 	}
 	return time.Now()
 }
+
+// Now returns the time of the scripts' clock: Redis TIME, or Config.Clock
+// when it is set. Times compared with the ones scripts write (claims, for
+// [ResultsSettledThrough]) must be read from it.
+func (q *Queue) Now(ctx context.Context) (time.Time, error) {
+	if q.cfg.Clock != nil {
+		return q.cfg.Clock(), nil
+	}
+	t, err := q.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redisq: time: %w", err)
+	}
+	return t, nil
+}

@@ -101,7 +101,8 @@ type Config struct {
 	// is reported stuck; 0 means [DefaultStuckAfter] (5 min).
 	StuckAfter time.Duration
 	// StuckCheckEvery is the interval of the stuck check; 0 means
-	// [DefaultStuckCheckEvery] (30 s).
+	// [DefaultStuckCheckEvery] (30 s), or a fifth of StuckAfter when that
+	// is shorter.
 	StuckCheckEvery time.Duration
 	// GroupIdleTTL is how long an unsealed group may go without activity
 	// before the stuck check abandons it ([redisq.Queue.AbandonIdle]: it
@@ -125,7 +126,7 @@ func (c *Config) setDefaults() {
 		c.StuckAfter = DefaultStuckAfter
 	}
 	if c.StuckCheckEvery == 0 {
-		c.StuckCheckEvery = DefaultStuckCheckEvery
+		c.StuckCheckEvery = min(DefaultStuckCheckEvery, max(c.StuckAfter/5, time.Millisecond))
 	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait

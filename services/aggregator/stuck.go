@@ -38,6 +38,7 @@ func (a *Aggregator) Stuck(ctx context.Context) ([]redisq.GroupInfo, error) {
 // ends, logging a warning per stuck group at most once per StuckAfter.
 func (a *Aggregator) watchStuck(ctx context.Context) {
 	warned := map[contracts.GroupRef]time.Time{}
+	var settled resultsSettled
 	t := time.NewTimer(a.cfg.StuckCheckEvery)
 	defer t.Stop()
 	for {
@@ -46,12 +47,13 @@ func (a *Aggregator) watchStuck(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		a.checkStuck(ctx, warned)
+		a.checkStuck(ctx, warned, settled.update(ctx, a))
 		t.Reset(a.cfg.StuckCheckEvery)
 	}
 }
 
-func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupRef]time.Time) {
+// settled is the time through which RESULT is settled (resultsSettled).
+func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupRef]time.Time, settled time.Time) {
 	a.maintain(ctx)
 	groups, err := a.Stuck(ctx)
 	if err != nil {
@@ -70,7 +72,7 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupR
 		warned[g.Group] = now
 		// Repair first (docs/ARCHITECTURE.md §6.5), at most once per
 		// StuckAfter per group, like the warning.
-		if a.repair(ctx, g.Group) {
+		if a.repair(ctx, g.Group, settled) {
 			continue
 		}
 		if !g.Sealed() && g.Pending == 0 && g.NonReady == 0 && g.Jobs == g.Done+g.Cancelled {
@@ -96,14 +98,19 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupR
 
 // repair repairs one stuck group ([redisq.Queue.RepairGroup]), counts and
 // logs what it repaired, and publishes the event of a group it completed.
-// It reports whether anything was repaired.
-func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef) bool {
-	r, err := a.d.Queue.RepairGroup(ctx, g)
+// Running jobs are re-leased only when their claims expired before settled
+// (resultsSettled). It reports whether anything was repaired.
+func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef, settled time.Time) bool {
+	r, err := a.d.Queue.RepairGroup(ctx, g, redisq.ResultsSettledThrough(settled))
 	if err != nil {
 		if ctx.Err() == nil {
 			a.log.Warn("repair of a stuck group failed", "tenant", g.Tenant, "group", g.ID, "err", err)
 		}
 		return false
+	}
+	if r.Suspected > 0 {
+		a.log.Info("running jobs without a live claim: re-published once their claims stay expired for a claim TTL and RESULT is settled",
+			"tenant", g.Tenant, "group", g.ID, "jobs", r.Suspected)
 	}
 	reasons := r.Reasons()
 	if len(reasons) == 0 {
@@ -131,6 +138,9 @@ func (a *Aggregator) maintain(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		a.log.Warn("finishing cancels failed", "err", err)
+	}
+	if _, err := a.d.Queue.PruneClaims(ctx); err != nil && ctx.Err() == nil {
+		a.log.Warn("pruning expired claims failed", "err", err)
 	}
 	gone, err := a.d.Queue.AbandonIdle(ctx, a.cfg.GroupIdleTTL)
 	for _, g := range gone {

@@ -102,6 +102,9 @@ type message struct {
 	// its jobs is claimed and not settled (running, waiting for a slot or
 	// for the lane, or for its result's PubAck); nil before the claim.
 	held *tracker
+	// claimed are its jobs claimed to run, whose claims the worker renews
+	// while the message is held (tracker.claims); set before the hold.
+	claimed []redisq.Delivery
 	// gone: the shutdown handed the message back while a job of it ran;
 	// it is not settled again.
 	gone atomic.Bool
@@ -139,6 +142,11 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	if err == nil {
 		// Every message with a job to run is kept in progress until all
 		// its jobs are settled, those waiting for a slot included.
+		for i, c := range cs {
+			if outcomes[i].Outcome == redisq.ClaimRun {
+				c.msg.claimed = append(c.msg.claimed, ds[i])
+			}
+		}
 		for i, c := range cs {
 			if outcomes[i].Outcome == redisq.ClaimRun {
 				jobs.hold(c.msg)

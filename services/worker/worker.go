@@ -20,6 +20,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // TracerName is the name of the tracer the worker's spans come from.
@@ -355,6 +356,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopBeat := make(chan struct{})
 	var beat sync.WaitGroup
 	beat.Go(func() { jobs.beat(w.cfg.AckWait/3, stopBeat) })
+	beat.Go(func() { w.renewClaims(ctx, jobs, stopBeat) })
 	beat.Go(func() {
 		t := time.NewTicker(AnnounceEvery)
 		defer t.Stop()
@@ -495,6 +497,48 @@ func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
 		t.mu.Unlock()
 		for _, m := range msgs {
 			_ = m.InProgress()
+		}
+	}
+}
+
+// claims returns the claimed jobs of every message held and not handed
+// back: jobs running, waiting for a slot, or whose results wait for their
+// PubAck.
+func (t *tracker) claims() []redisq.Delivery {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ds []redisq.Delivery
+	for m := range t.held {
+		if !m.gone.Load() {
+			ds = append(ds, m.claimed...)
+		}
+	}
+	return ds
+}
+
+// renewClaims extends the claims of the jobs in the worker's hands every
+// third of the queue's claim TTL until stop is closed, so that no repair
+// takes a job that is still running, or whose result is still held, as
+// lost (docs/ARCHITECTURE.md §6.5). A failure is logged; the next round
+// retries, and a claim lasts three rounds.
+func (w *Worker) renewClaims(ctx context.Context, jobs *tracker, stop <-chan struct{}) {
+	tick := time.NewTicker(w.d.Queue.Config().ClaimTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		ds := jobs.claims()
+		if len(ds) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		_, err := w.d.Queue.RenewClaims(rctx, ds)
+		cancel()
+		if err != nil {
+			w.warn("renewing the claims of running jobs failed", "jobs", len(ds), "err", err)
 		}
 	}
 }

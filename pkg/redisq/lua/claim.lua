@@ -1,10 +1,15 @@
 -- claim.lua: a worker claims delivered jobs before running them. A delivery
 -- must carry its job's current attempt; otherwise it is stale.
 -- KEYS[1]: inflight
+-- KEYS[2]: claims
 -- ARGV[1]: key prefix (job and group keys are built from it)
 -- ARGV[2]: now override in ms ('' = Redis TIME)
 -- ARGV[3]: job TTL in seconds
--- ARGV[3+3(i-1)+1..3]: group key "<tenant>:<gid>"_i, jobId_i, attempt_i
+-- ARGV[4]: claim TTL in ms: a job claimed to run gets an entry in the claims
+--   ZSET (member "<gk>:<jid>") scored by now + this, which its worker
+--   extends (renew.lua) while the job, or its result, is in its hands
+--   (docs/ARCHITECTURE.md §6.5: liveness decides that a run is lost)
+-- ARGV[4+3(i-1)+1..3]: group key "<tenant>:<gid>"_i, jobId_i, attempt_i
 --   carried by delivery i
 -- Returns: one outcome per delivery, in order: 'run:<n>:<t>:<s>' (run it;
 --   this is the n-th claim of this attempt, t of the job's earlier attempts
@@ -23,14 +28,15 @@
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local job_ttl = tonumber(ARGV[3])
-local n = (#ARGV - 3) / 3
+local claim_until = now + tonumber(ARGV[4])
+local n = (#ARGV - 4) / 3
 
-local out, seen, members, group_status = {}, {}, {}, {}
+local out, seen, members, group_status, held = {}, {}, {}, {}, {}
 for i = 1, n do
-  local a = 3 + 3 * (i - 1)
+  local a = 4 + 3 * (i - 1)
   local gk, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local job_key = prefix .. 'job:' .. gk .. ':' .. jid
-  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles', 'released', 'claims')
+  local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles', 'released', 'claims', 'lost')
   if d[1] == false or num(d[2]) ~= attempt or (d[1] ~= 'LEASED' and d[1] ~= 'RUNNING')
       or seen[job_key] then
     -- a second delivery of the same job in this call is a duplicate
@@ -65,11 +71,19 @@ for i = 1, n do
       if d[4] then
         redis.call('HDEL', job_key, 'released')
       end
+      if d[6] then
+        redis.call('HDEL', job_key, 'lost')
+      end
+      held[#held + 1] = claim_until
+      held[#held + 1] = gk .. ':' .. jid
       out[i] = 'run:' .. claims .. ':' .. num(d[3]) .. ':' .. suspect
     end
   end
 end
-for i = 1, #members, 4000 do
-  redis.call('ZREM', KEYS[1], unpack(members, i, math.min(i + 3999, #members)))
+for i = 1, #members, BULK do
+  redis.call('ZREM', KEYS[1], unpack(members, i, math.min(i + BULK - 1, #members)))
+end
+for i = 1, #held, BULK do
+  redis.call('ZADD', KEYS[2], unpack(held, i, math.min(i + BULK - 1, #held)))
 end
 return out

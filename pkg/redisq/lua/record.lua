@@ -36,6 +36,8 @@
 -- adds its job to the group's failures index (group:<gk>:failures, a ZSET
 -- of jobIds scored by finish time in ms), trimmed to the newest ARGV[6]
 -- entries; it expires with the group's other keys (group_cleanup).
+-- A recorded or duplicate result ends its run's claim (the claims ZSET,
+-- claim.lua); a fenced one leaves it to the attempt in flight.
 -- Every read comes before the first write, so a call that fails on a read
 -- (a key of the wrong type) changes nothing.
 local prefix = ARGV[1]
@@ -60,7 +62,11 @@ for g = 1, ngroups do
 end
 
 local out = {}
-local function emit(outcome, completed, created, s)
+local ended = {} -- claims ZSET members of the runs whose claim ends here
+local function emit(outcome, completed, created, s, jid)
+  if jid and (outcome == 'recorded' or outcome == 'duplicate') then
+    ended[#ended + 1] = s.gk .. ':' .. jid
+  end
   local n = #out
   out[n + 1], out[n + 2], out[n + 3] = outcome, completed, created
   out[n + 4], out[n + 5], out[n + 6] = s.status or 'NONE', s.declared or -1, s.jobs
@@ -77,7 +83,7 @@ for i = 7 + ngroups, #ARGV, 5 do
   local job_key = prefix .. 'job:' .. s.gk .. ':' .. ARGV[i + 1]
   local created = terminal[job_key]
   if created then
-    emit('duplicate', 0, created, s)
+    emit('duplicate', 0, created, s, ARGV[i + 1])
   else
     local j = redis.call('HMGET', job_key, 'status', 'createdAt', 'attempt')
     created = num(j[2])
@@ -85,7 +91,7 @@ for i = 7 + ngroups, #ARGV, 5 do
       emit('unknown', 0, 0, s)
     elseif TERMINAL_JOB[j[1]] then
       terminal[job_key] = created
-      emit('duplicate', 0, created, s)
+      emit('duplicate', 0, created, s, ARGV[i + 1])
     elseif not IN_FLIGHT[j[1]] or num(j[3]) ~= tonumber(ARGV[i + 4]) then
       -- not handed out (QUEUED, BACKOFF), or handed out as another attempt
       emit('fenced', 0, created, s)
@@ -107,7 +113,7 @@ for i = 7 + ngroups, #ARGV, 5 do
       if completion_due(s.status, s.declared, s.done, s.cancelled) then
         s.status, s.completed, completed = 'COMPLETED', true, 1
       end
-      emit('recorded', completed, created, s)
+      emit('recorded', completed, created, s, ARGV[i + 1])
     end
   end
 end
@@ -139,6 +145,9 @@ for _, r in ipairs(recorded) do
   if job_ttl > 0 then
     redis.call('EXPIRE', job_key, job_ttl)
   end
+end
+for i = 1, #ended, BULK do
+  redis.call('ZREM', prefix .. 'claims', unpack(ended, i, math.min(i + BULK - 1, #ended)))
 end
 -- the failures index, before group_cleanup gives an ended group's keys their TTL
 for g = 1, ngroups do

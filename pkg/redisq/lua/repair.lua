@@ -11,10 +11,17 @@
 --   lease:    a LEASED job without an entry in the inflight ZSET (nobody
 --             would re-publish it) gets one, already expired, so the
 --             dispatcher's reclaim re-publishes it (same attempt); so does
---             a RUNNING job, made LEASED again: a group without progress
---             for STUCK_AFTER has no run under way (JOB_TIMEOUT_MS bounds
---             one), so its result was lost (a Redis that came back older)
---             and nothing would run it again;
+--             a RUNNING job whose run is lost, made LEASED again. A run is
+--             taken as lost by liveness alone, never because its group
+--             recorded nothing for a while (docs/ARCHITECTURE.md §6.5):
+--             its claim (the claims ZSET, extended by its worker while the
+--             job or its result is in its hands) has expired, it was seen
+--             so by an earlier step at least ARGV[12] ms ago (its 'lost'
+--             field; a renewal or a new claim clears it, so a claim that a
+--             Redis that came back older shows expired is given the time
+--             to be renewed), and every result published before that
+--             sighting has been taken from RESULT (ARGV[11]), so a result
+--             backed up there is never mistaken for a lost one;
 -- and counts the jobs in flight (LEASED, RUNNING, DEQUEUED). The last step:
 --   inflight: a group with an in-flight limit whose inFlight is above the
 --             jobs really in flight gets the real count, and is queued again
@@ -26,6 +33,7 @@
 -- KEYS[2]: group:<gk>:jobs
 -- KEYS[3]: inflight
 -- KEYS[4]: group:<gk>:ids
+-- KEYS[5]: claims
 -- ARGV[1]: key prefix
 -- ARGV[2]: tenant
 -- ARGV[3]: groupId
@@ -36,8 +44,12 @@
 -- ARGV[8]: SSCAN cursor ('0' = the first step)
 -- ARGV[9]: jobs in flight counted by the earlier steps
 -- ARGV[10]: inFlight read by the first step ('' in the first step)
+-- ARGV[11]: RESULT is settled through this time in ms: every result
+--   published before it was recorded ('' = not checked: liveness alone)
+-- ARGV[12]: claim TTL in ms: how long a run seen lost waits to be re-leased
 -- Returns: { cursor, counted, inFlightAtStart, leases, queued, inflight,
---   completed } where cursor is '0' once the repair is finished; leases
+--   completed, suspected } where suspected counts the runs this step first
+--   saw without a live claim, and cursor is '0' once the repair is finished; leases
 --   counts the leases restored by this step; queued, inflight and completed
 --   are 1 when that repair was made by this step (inflight: the number of
 --   slots freed).
@@ -49,12 +61,14 @@ local budget = tonumber(ARGV[7])
 if budget < 1 then budget = 1 end
 local cursor, counted = ARGV[8], tonumber(ARGV[9])
 local first = ARGV[10] == ''
+local settled = tonumber(ARGV[11])
+local grace = tonumber(ARGV[12])
 
 local m = redis.call('HMGET', KEYS[1], 'status', 'declaredTotal', 'doneJobs', 'cancelledCount', 'priorityLevel',
   'inFlight', 'maxInFlight')
 local status = m[1]
 if not status or TERMINAL_GROUP[status] then
-  return { '0', 0, '', 0, 0, 0, 0 }
+  return { '0', 0, '', 0, 0, 0, 0, 0 }
 end
 local v0 = ARGV[10]
 local queued, completed = 0, 0
@@ -66,7 +80,7 @@ if first then
     for _, level in ipairs(LEVELS) do
       unqueue_group(prefix, tenant, gid, level)
     end
-    return { '0', 0, v0, 0, 0, 0, 1 }
+    return { '0', 0, v0, 0, 0, 0, 1, 0 }
   end
   if status ~= 'PAUSED' and redis.call('LLEN', KEYS[2]) > 0 then
     local level = m[5] or 'normal'
@@ -80,25 +94,39 @@ if first then
   end
 end
 
-local leases = 0
+local leases, suspected = 0, 0
 repeat
   local r = redis.call('SSCAN', KEYS[4], cursor, 'COUNT', budget)
   cursor = r[1]
   local page = r[2]
   for _, jid in ipairs(page) do
-    local st = redis.call('HGET', job_key_of(prefix, gk, jid), 'status')
+    local job_key = job_key_of(prefix, gk, jid)
+    local st = redis.call('HGET', job_key, 'status')
     if st == 'LEASED' or st == 'RUNNING' or st == 'DEQUEUED' then
       counted = counted + 1
-      if st ~= 'DEQUEUED' and not redis.call('ZSCORE', KEYS[3], gk .. ':' .. jid) then
-        if st == 'RUNNING' then
-          -- claimed, and no progress of its group since: its run ended
-          -- long ago and its result is not coming (a Redis that came back
-          -- older lost it, after RESULT and READY were acknowledged);
-          -- leased again, it is re-published as the same attempt
-          redis.call('HSET', job_key_of(prefix, gk, jid), 'status', 'LEASED')
+      local member = gk .. ':' .. jid
+      if st ~= 'DEQUEUED' and not redis.call('ZSCORE', KEYS[3], member) then
+        local lease = st == 'LEASED'
+        if st == 'RUNNING' and num(redis.call('ZSCORE', KEYS[5], member)) < now then
+          -- no live claim: its worker stopped, or its run ended and the
+          -- result was lost (a Redis that came back older, after RESULT
+          -- and READY were acknowledged), or it is still on RESULT
+          local lost = tonumber(redis.call('HGET', job_key, 'lost') or '')
+          if not lost then
+            redis.call('HSET', job_key, 'lost', now)
+            suspected = suspected + 1
+          elseif now - lost >= grace and (not settled or lost < settled) then
+            -- leased again, it is re-published as the same attempt
+            redis.call('HSET', job_key, 'status', 'LEASED')
+            redis.call('HDEL', job_key, 'lost')
+            redis.call('ZREM', KEYS[5], member)
+            lease = true
+          end
         end
-        redis.call('ZADD', KEYS[3], now, gk .. ':' .. jid)
-        leases = leases + 1
+        if lease then
+          redis.call('ZADD', KEYS[3], now, member)
+          leases = leases + 1
+        end
       end
     end
   end
@@ -115,4 +143,4 @@ if cursor == '0' then
     if requeue_group(prefix, gk, now, alpha) then queued = 1 end
   end
 end
-return { cursor, counted, v0, leases, queued, freed, completed }
+return { cursor, counted, v0, leases, queued, freed, completed, suspected }

@@ -50,4 +50,5 @@ if retry_after < 0 then retry_after = nil end
 local delay, count = park(prefix, gk, jid, KEYS[1], now, rate, tonumber(ARGV[9]), tonumber(ARGV[10]),
   ARGV[11] == '1', retry_after)
 inflight_release(prefix, gk, 1, now, alpha)
+redis.call('ZREM', prefix .. 'claims', gk .. ':' .. jid) -- its run is over
 return { 'parked', delay, count }
