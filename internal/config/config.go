@@ -84,7 +84,7 @@ type Config struct {
 	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
 	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, jobs whose claims expired re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck; above CLAIM_TTL"`
 	ClaimTTL        time.Duration `envconfig:"CLAIM_TTL" default:"30s" desc:"a worker's claim of a job lasts this long unless renewed (every third of it, while the job runs, waits for a slot or its result is held); only a job whose claim expired (its worker stopped, or lost Redis this long) runs again; at least 1s"`
-	GroupIdleTTL    time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without activity (creation, start, result, pause) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
+	GroupIdleTTL    time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without work (paused, or jobs queued, backing off, leased or running) and without activity (creation, start, result, pause, resume, seal) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
 
 	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`
 	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas per stream"`

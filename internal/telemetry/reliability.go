@@ -15,7 +15,7 @@ const (
 	RepairComplete = "complete"
 	// RepairCancel: a cancel cut short (a process died between its steps) was finished.
 	RepairCancel = "cancel"
-	// RepairAbandoned: an unsealed group idle for GROUP_IDLE_TTL was abandoned (its keys expire).
+	// RepairAbandoned: an unsealed group without work, idle for GROUP_IDLE_TTL, was abandoned (its keys expire).
 	RepairAbandoned = "abandoned"
 )
 

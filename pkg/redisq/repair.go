@@ -127,11 +127,14 @@ func (q *Queue) RepairGroup(ctx context.Context, g contracts.GroupRef, opts ...S
 }
 
 // AbandonIdle abandons the unsealed groups on the stuck watch list
-// ([Keys.StuckWatch]) without activity (creation, start, recorded result,
-// pause) for longer than idle (lua/abandon.lua): such a group leaves the
-// watch list and every key of it, its job hashes included, gets the group
-// TTL (Config.GroupTTL), so Redis does not keep a group nobody will seal.
-// idle <= 0 abandons nothing. It returns the groups abandoned; the job
+// ([Keys.StuckWatch]) that are really idle for longer than idle
+// (lua/abandon.lua): such a group leaves the watch list and every key of
+// it, its job hashes included, gets the group TTL (Config.GroupTTL), so
+// Redis does not keep a group nobody will seal. Really idle means no work
+// and no activity: a group that is paused, or has jobs queued, backing off,
+// leased or running, is never abandoned, however long it waits; activity is
+// its creation, start, a recorded result, and a pause, resume or seal it
+// took. idle <= 0 abandons nothing. It returns the groups abandoned; the job
 // hashes are given their TTLs in bounded steps ([SweepChunk]).
 func (q *Queue) AbandonIdle(ctx context.Context, idle time.Duration, opts ...SweepOption) ([]contracts.GroupRef, error) {
 	if idle <= 0 {
@@ -149,7 +152,7 @@ func (q *Queue) AbandonIdle(ctx context.Context, idle time.Duration, opts ...Swe
 	metas := make([]*redis.SliceCmd, len(watched))
 	for i, gk := range watched {
 		metas[i] = pipe.HMGet(ctx, q.keys.GroupMeta(parseGroupKey(gk)), "status", "declaredTotal",
-			"createdAt", "startedAt", "lastProgressAt", "pausedAt")
+			"createdAt", "startedAt", "lastProgressAt", "pausedAt", "activeAt")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: abandon idle groups: %w", err)
@@ -158,8 +161,8 @@ func (q *Queue) AbandonIdle(ctx context.Context, idle time.Duration, opts ...Swe
 	var out []contracts.GroupRef
 	for i, gk := range watched {
 		v := metas[i].Val()
-		if v[0] == nil || v[1] != nil {
-			continue // gone, or sealed: StuckGroups and the stuck check deal with it
+		if v[0] == nil || v[1] != nil || v[0] == string(contracts.StatePaused) {
+			continue // gone, or sealed (StuckGroups and the stuck check deal with it), or paused
 		}
 		var last int64
 		for _, x := range v[2:] {
