@@ -157,7 +157,18 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueOutcome,
 // keys expire), even after the job's own hash expired (Config.JobTTL).
 // Groups and job ids must be valid tokens (contracts.GroupRef.Validate).
 func (q *Queue) EnqueueJobs(ctx context.Context, jobs []Job) (*EnqueueResult, error) {
-	return q.enqueueJobs(ctx, jobs, "")
+	return q.enqueueJobs(ctx, jobs, "", false)
+}
+
+// RestoreJobs is EnqueueJobs for jobs that were accepted before and that a
+// Redis which came back older may have lost: a replay of SUBMIT
+// (docs/ARCHITECTURE.md §6.7). The tenant quotas refuse none of them (they
+// were admitted once; a tenant whose finished jobs were rolled back looks
+// fuller than it was), but the jobs still count toward them. Everything else
+// is as EnqueueJobs: known jobs are duplicates, and a group that ended or
+// reached its sealed total still refuses new ones.
+func (q *Queue) RestoreJobs(ctx context.Context, jobs []Job) (*EnqueueResult, error) {
+	return q.enqueueJobs(ctx, jobs, "", true)
 }
 
 // ErrNotCurrent is returned by [Queue.EnqueueJobsIfCurrent] when the log's
@@ -176,11 +187,12 @@ func (q *Queue) EnqueueJobsIfCurrent(ctx context.Context, log string, jobs []Job
 	if log == "" {
 		return nil, errors.New("redisq: enqueue: no log named")
 	}
-	return q.enqueueJobs(ctx, jobs, log)
+	return q.enqueueJobs(ctx, jobs, log, false)
 }
 
-// enqueueJobs is EnqueueJobs, guarded by log's position when log is set.
-func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string) (*EnqueueResult, error) {
+// enqueueJobs is EnqueueJobs, guarded by log's position when log is set,
+// and RestoreJobs when restore is set.
+func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore bool) (*EnqueueResult, error) {
 	if len(jobs) == 0 {
 		return &EnqueueResult{}, nil
 	}
@@ -237,16 +249,20 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string) (*Enque
 		g = q.newGuard(log)
 		guardKey = g.key
 	}
+	mode := ""
+	if restore {
+		mode = "1"
+	}
 	replies, err := q.runPipeline(ctx, "enqueue", enqueueScript, len(calls), g, func(i int) ([]string, []any) {
 		c := calls[i]
 		units := make([]string, len(c.units))
 		for k, n := range c.units {
 			units[k] = strconv.Itoa(n)
 		}
-		args := make([]any, 0, 12+len(c.jobs))
+		args := make([]any, 0, 13+len(c.jobs))
 		args = append(args, q.keys.Prefix(), c.g.Tenant, c.g.ID, string(c.want.Priority), c.want.BasePriority,
 			c.want.MaxInFlight, q.cfg.Alpha, q.now(), q.cfg.TenantMaxQueuedJobs, q.cfg.TenantMaxActiveGroups,
-			strings.Join(units, ","), guardKey)
+			strings.Join(units, ","), guardKey, mode)
 		return c.keys, append(args, c.jobs...)
 	})
 	if err != nil {

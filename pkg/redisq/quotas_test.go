@@ -449,3 +449,60 @@ func countOf(jobs []redisq.LeasedJob, gid string) int64 {
 	}
 	return n
 }
+
+// TestRestoreJobsIgnoresTheQuotas: jobs restored by a replay (they were
+// accepted before) are stored beyond both quotas and counted; a group that
+// ended and a sealed total still refuse them, known jobs stay duplicates,
+// and new submissions are refused by the quotas as before.
+func TestRestoreJobsIgnoresTheQuotas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{TenantMaxQueuedJobs: 4, TenantMaxActiveGroups: 1}, false)
+	restore := func(jobs []redisq.Job) string {
+		t.Helper()
+		r, err := q.RestoreJobs(ctx, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Refusals != nil {
+			t.Errorf("restore: refusals %v", r.Refusals)
+		}
+		var b strings.Builder
+		for _, o := range r.Outcomes {
+			b.WriteByte(byte(o))
+		}
+		return b.String()
+	}
+	if got, _ := enqueueUnits(t, q, unit("a/g", 0, 0, 4)); got != "AAAA" {
+		t.Fatalf("4 jobs: %s", got)
+	}
+	if got, _ := enqueueUnits(t, q, unit("a/g", 0, 4, 6)); got != "QQ" {
+		t.Fatalf("over the queued jobs: %s, want QQ", got)
+	}
+	if got := restore(unit("a/g", 0, 2, 6)); got != "DDAA" {
+		t.Fatalf("restored over the queued jobs: %s, want DDAA", got)
+	}
+	if got, _ := enqueueUnits(t, q, unit("a/h", 0, 0, 1)); got != "G" {
+		t.Fatalf("a new group over both quotas: %s, want G", got)
+	}
+	if got := restore(unit("a/h", 0, 0, 2)); got != "AA" {
+		t.Fatalf("restored group over the active groups: %s, want AA", got)
+	}
+	wantCounts(t, q, "a", 8, 2)
+	consistent(t, q)
+
+	if _, err := q.Seal(ctx, G("a/h"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := restore(unit("a/h", 0, 1, 3)); got != "DS" {
+		t.Fatalf("restored beyond the sealed total: %s, want DS", got)
+	}
+	if _, err := q.Cancel(ctx, G("a/g")); err != nil {
+		t.Fatal(err)
+	}
+	if got := restore(unit("a/g", 0, 5, 7)); got != "DC" {
+		t.Fatalf("restored into a cancelled group: %s, want DC", got)
+	}
+	wantCounts(t, q, "a", 2, 1)
+	consistent(t, q)
+}

@@ -23,14 +23,18 @@
 -- ARGV[12]: the key of a guard set by position.lua ('' = none): when it
 --           is given and does not exist, the call changes nothing and
 --           fails with an error starting 'NOTCURRENT'
--- ARGV[12+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- ARGV[13]: '1' restores jobs accepted before (a replay of SUBMIT,
+--           docs/ARCHITECTURE.md §6.7): the tenant quotas refuse nothing
+--           (the jobs still count), '' = a new submission
+-- ARGV[13+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
 -- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
 --   'S' rejected (beyond the sealed total), 'C' rejected (group cancelled or
 --   completed), 'G' rejected (its unit would create the group and the tenant
 --   has its most active groups), 'Q' rejected (its unit's new jobs would take
---   the tenant beyond its most queued jobs).
+--   the tenant beyond its most queued jobs); never 'G' or 'Q' when
+--   ARGV[13] is '1'.
 --   created: 1 when this call created the group, else 0.
 --   level, basePriority, maxInFlight: the group's settings after the call (a
 --   group keeps those of the job that created it; the requested ones while
@@ -52,7 +56,7 @@ local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local n = #KEYS - 3
-local FIRST = 12
+local FIRST = 13
 
 local units = {}
 if ARGV[11] == '' then
@@ -87,8 +91,12 @@ end
 
 -- Tenant quotas. A live group the quotas do not count yet (created before
 -- they existed) is adopted: its jobs not terminal yet count from now on.
--- (The tenant's counts are read only for a quota that has a limit.)
-local qlimit, glimit = quota_limits(prefix, tenant, tonumber(ARGV[9]), tonumber(ARGV[10]))
+-- (The tenant's counts are read only for a quota that has a limit.) Jobs
+-- restored by a replay were admitted once: no quota refuses them.
+local qlimit, glimit = 0, 0
+if ARGV[13] == '' then
+  qlimit, glimit = quota_limits(prefix, tenant, tonumber(ARGV[9]), tonumber(ARGV[10]))
+end
 local queued, active = 0, 0
 if qlimit > 0 then queued = num(redis.call('GET', quota_jobs_key(prefix, tenant))) end
 if glimit > 0 and not status then active = redis.call('SCARD', quota_groups_key(prefix, tenant)) end
