@@ -172,6 +172,13 @@ func (s *Settler) Settle(ctx context.Context, ds ...*Delivery) {
 	}
 }
 
+// PublishDeadLetters publishes the dead letters of the rejected deliveries
+// of ds and waits for their PubAcks, as Settle does, but settles no message
+// and ends no span: for messages read without a consumer of their own to
+// settle them with (the fetcher's replay of SUBMIT). A delivery whose dead
+// letter was not stored is decided Retry instead.
+func (s *Settler) PublishDeadLetters(ctx context.Context, ds ...*Delivery) { s.deadLetter(ctx, ds) }
+
 // deadLetter publishes the dead letters of the rejected deliveries and
 // waits for their PubAcks; a delivery whose dead letter was not stored is
 // retried instead.

@@ -143,9 +143,11 @@ type Metrics struct {
 	// delay. Alert on any increase.
 	DeadLetterFailures prometheus.Counter
 	// SubmitReplayed is bulk_action_submit_replayed_total{outcome}: SUBMIT messages applied again
-	// after Redis restarted (docs/ARCHITECTURE.md §6.7): "replayed", or "purged" for messages the
-	// replay needed but SUBMIT no longer held (Redis came back older than SUBMIT_REPLAY_WINDOW).
-	// Alert on any "purged".
+	// after Redis restarted (docs/ARCHITECTURE.md §6.7): "replayed" (stored again),
+	// "dead_lettered" for accepted messages the replay could not store again (dead-lettered with
+	// their reason), "rejected_before" for messages dead-lettered when first received (not
+	// dead-lettered again), or "purged" for messages the replay needed but SUBMIT no longer held
+	// (Redis came back older than SUBMIT_REPLAY_WINDOW). Alert on any "purged" or "dead_lettered".
 	SubmitReplayed *prometheus.CounterVec
 	// ControlMessages is bulk_action_control_messages_total{kind,outcome}: pause and resume
 	// messages the fetchers applied, by kind (pause, resume) and outcome (paused, resumed,
@@ -268,7 +270,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		SubmitReplayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: fqName("submit_replayed_total"),
-			Help: "SUBMIT messages applied again after a Redis restart (replayed), or needed but no longer held (purged).",
+			Help: "SUBMIT messages applied again after a Redis restart (replayed), accepted but not storable again and dead-lettered (dead_lettered), dead-lettered when first received (rejected_before), or needed but no longer held (purged).",
 		}, []string{"outcome"}),
 		ControlMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: fqName("control_messages_total"),
@@ -294,7 +296,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, k := range []string{"pause", "resume"} {
 		m.ControlMessages.WithLabelValues(k, "superseded")
 	}
-	for _, o := range []string{"replayed", "purged"} {
+	for _, o := range []string{"replayed", "dead_lettered", "rejected_before", "purged"} {
 		m.SubmitReplayed.WithLabelValues(o)
 	}
 	for _, r := range []string{DenyReasonGlobal, DenyReasonGroup, DenyReasonPacing} {

@@ -33,6 +33,10 @@ type item struct {
 	*consume.Delivery
 	sub   *contracts.Submission // nil when the message is invalid
 	trace string                // traceparent stored with the job
+	// restore: a replay restores the message's jobs, which were accepted
+	// before (§6.7): no tenant quota refuses them (a store call's items
+	// all have the same restore).
+	restore bool
 }
 
 // ingest handles one batch (docs/ARCHITECTURE.md §6.1): decode, store in
@@ -234,9 +238,12 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 		}
 	}
 	var res *redisq.EnqueueResult
-	if guarded {
+	switch {
+	case guarded:
 		res, err = f.d.Queue.EnqueueJobsIfCurrent(ctx, submitLog, jobs)
-	} else {
+	case items[0].restore:
+		res, err = f.d.Queue.RestoreJobs(ctx, jobs)
+	default:
 		res, err = f.d.Queue.EnqueueJobs(ctx, jobs)
 	}
 	if errors.Is(err, redisq.ErrNotCurrent) {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 )
@@ -99,9 +102,11 @@ func (f *Fetcher) startReplay() {
 }
 
 // replaySubmit applies SUBMIT again from the stored position to the stream's
-// last message, then makes the position current. Messages that would be
-// dead-lettered are not dead-lettered again (they were when first
-// received); a Redis error stops the replay, leaving the position as it was.
+// last message, then makes the position current. Accepted messages are
+// restored whatever the tenant quotas say; what cannot be stored of them is
+// dead-lettered now; messages dead-lettered when first received are not
+// dead-lettered again (reapply). A Redis error, or a dead letter that could
+// not be stored, stops the replay, leaving the position as it was.
 func (f *Fetcher) replaySubmit(ctx context.Context) error {
 	p, err := f.d.Queue.Position(ctx, submitLog)
 	if err != nil || p.Current {
@@ -134,9 +139,9 @@ func (f *Fetcher) replaySubmit(ctx context.Context) error {
 		from = first
 	}
 	start := time.Now()
-	applied := 0
+	var n replayCount
 	if from <= last {
-		applied, err = f.applyRange(ctx, from, last)
+		n, err = f.applyRange(ctx, from, last)
 		if err != nil {
 			return err
 		}
@@ -149,68 +154,223 @@ func (f *Fetcher) replaySubmit(ctx context.Context) error {
 		return fmt.Errorf("position not reset (now %d, current %v): Redis restarted again during the replay", np.Seq, np.Current)
 	}
 	f.log.Warn("Redis restarted: SUBMIT replayed from its stored position", "from", from, "to", last,
-		"messages", applied, "took", time.Since(start).Round(time.Millisecond))
+		"replayed", n.replayed, "dead_lettered", n.deadLettered, "rejected_before", n.rejectedBefore,
+		"took", time.Since(start).Round(time.Millisecond))
+	if n.deadLettered > 0 {
+		f.log.Error("SUBMIT replay: accepted messages could not be stored again and were dead-lettered",
+			"messages", n.deadLettered)
+	}
 	return nil
+}
+
+// replayCount counts the messages of a replay by outcome (the outcomes of
+// bulk_action_submit_replayed_total).
+type replayCount struct {
+	replayed       int // stored again (their jobs added or already there)
+	deadLettered   int // accepted, but not storable again: dead-lettered now
+	rejectedBefore int // dead-lettered when first received
 }
 
 // applyRange reads SUBMIT from sequence from to last with an ordered
 // consumer and stores the valid messages as the ingest does, in order.
-func (f *Fetcher) applyRange(ctx context.Context, from, last uint64) (int, error) {
+func (f *Fetcher) applyRange(ctx context.Context, from, last uint64) (replayCount, error) {
+	var n replayCount
 	cons, err := f.d.JS.OrderedConsumer(ctx, f.d.Names.StreamSubmit(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{f.d.Names.SubmitAll()},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    from,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("replay consumer: %w", err)
+		return n, fmt.Errorf("replay consumer: %w", err)
 	}
-	applied, next := 0, from
+	var rejected map[uint64]string // read once the first message's time is known
+	next := from
 	for next <= last {
 		// Asking for no more than the range holds returns as soon as it
 		// arrived; fewer arrive only when some were deleted meanwhile.
 		batch, err := cons.Fetch(int(min(replayBatch, last-next+1)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return applied, fmt.Errorf("replay fetch: %w", err)
+			return n, fmt.Errorf("replay fetch: %w", err)
 		}
 		var msgs []jetstream.Msg
+		var since time.Time
 		for m := range batch.Messages() {
 			md, err := m.Metadata()
 			if err != nil || md.Sequence.Stream > last {
 				continue
 			}
+			if since.IsZero() {
+				since = md.Timestamp
+			}
 			next = md.Sequence.Stream + 1
 			msgs = append(msgs, m)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return applied, fmt.Errorf("replay fetch: %w", err)
+			return n, fmt.Errorf("replay fetch: %w", err)
 		}
 		if len(msgs) == 0 {
-			return applied, ctx.Err() // the rest was deleted meanwhile
+			return n, ctx.Err() // the rest was deleted meanwhile
 		}
-		if err := f.reapply(ctx, msgs); err != nil {
-			return applied, err
+		if rejected == nil {
+			if rejected, err = f.rejectedBefore(ctx, since, from, last); err != nil {
+				return n, err
+			}
 		}
-		applied += len(msgs)
+		c, err := f.reapply(ctx, msgs, rejected)
+		if err != nil {
+			return n, err
+		}
+		n.replayed += c.replayed
+		n.deadLettered += c.deadLettered
+		n.rejectedBefore += c.rejectedBefore
 	}
-	return applied, nil
+	return n, nil
 }
 
-// reapply stores msgs as the ingest would; a message the ingest would
-// dead-letter is dropped (it was dead-lettered when first received).
-func (f *Fetcher) reapply(ctx context.Context, msgs []jetstream.Msg) error {
+// dlqClockSkew is how much earlier than the first replayed message the
+// replay reads the DLQ from: the two streams' servers may not agree on the
+// time.
+const dlqClockSkew = time.Minute
+
+// rejectedBefore returns the reason of each message of SUBMIT from..last
+// that was dead-lettered when first received, by sequence: a dead letter's
+// Nats-Msg-Id names the stream and sequence of its message
+// (deadletter.Message). It reads the headers of the DLQ stream's messages
+// stored since since (the time of the first message of the range, less a
+// margin): a message is dead-lettered after it was stored.
+func (f *Fetcher) rejectedBefore(ctx context.Context, since time.Time, from, last uint64) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	stream, err := f.d.JS.Stream(ctx, f.d.Names.StreamDLQ())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", f.d.Names.StreamDLQ(), err)
+	}
+	st := stream.CachedInfo().State // read just now by Stream
+	since = since.Add(-dlqClockSkew)
+	if st.Msgs == 0 || st.LastTime.Before(since) {
+		return out, nil
+	}
+	cons, err := f.d.JS.OrderedConsumer(ctx, f.d.Names.StreamDLQ(), jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime:  &since,
+		HeadersOnly:   true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("DLQ consumer: %w", err)
+	}
+	prefix := "dlq:" + f.d.Names.StreamSubmit() + ":"
+	for {
+		batch, err := cons.Fetch(replayBatch, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("DLQ fetch: %w", err)
+		}
+		got, done := 0, false
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if id, ok := strings.CutPrefix(m.Headers().Get(jetstream.MsgIDHeader), prefix); ok {
+				if seq, err := strconv.ParseUint(id, 10, 64); err == nil && seq >= from && seq <= last {
+					out[seq] = m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
+				}
+			}
+			done = done || md.NumPending == 0 || md.Sequence.Stream >= st.LastSeq
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("DLQ fetch: %w", err)
+		}
+		if done || got == 0 {
+			return out, nil
+		}
+	}
+}
+
+// reapply stores msgs as the ingest does, in order (docs/ARCHITECTURE.md
+// §6.7), rejected naming the messages dead-lettered when first received
+// (rejectedBefore). Those are not dead-lettered again: one a tenant quota
+// refused is left out (nothing of it was stored), any other is applied as
+// the ingest would (the part of it that was stored then). Every other
+// message was accepted, and its jobs are restored whatever the tenant
+// quotas say (they were admitted once; redisq.Queue.RestoreJobs); what
+// cannot be stored of it (its group ended, or reached its sealed total, in
+// the Redis that came back) is dead-lettered now with its reason. A Redis
+// error or a dead letter not stored fails the call, before anything is
+// counted: the replay starts again (applying is idempotent).
+func (f *Fetcher) reapply(ctx context.Context, msgs []jetstream.Msg, rejected map[uint64]string) (replayCount, error) {
+	var n replayCount
 	items := f.decode(ctx, msgs)
-	added, _ := f.store(ctx, items, false) // its errors are the items' decisions
+	defer func() {
+		for _, it := range items {
+			it.Span.End()
+		}
+	}()
+	apply := make([]*item, 0, len(items))
+	before := make([]bool, len(items))
+	for i, it := range items {
+		var reason string
+		reason, before[i] = rejected[streamSeq(it.Msg)]
+		if reason == ReasonOverQuota {
+			continue
+		}
+		it.restore = !before[i]
+		apply = append(apply, it)
+	}
+	// A store call's items are all restored or all not.
+	added := 0
+	for i := 0; i < len(apply); {
+		j := i + 1
+		for j < len(apply) && apply[j].restore == apply[i].restore {
+			j++
+		}
+		a, err := f.store(ctx, apply[i:j], false)
+		added += a
+		if err != nil {
+			return n, fmt.Errorf("replay: %w", err)
+		}
+		i = j
+	}
 	if added > 0 {
 		f.notifyWork()
 	}
-	f.d.Metrics.SubmitReplayed.WithLabelValues("replayed").Add(float64(len(msgs)))
-	for _, it := range items {
-		it.Span.End()
-		if err := it.Decision().Err(); err != nil && !it.Decision().IsDeadLetter() {
-			return fmt.Errorf("replay: %w", err)
+	var dead []*consume.Delivery
+	for i, it := range items {
+		switch dec := it.Decision(); {
+		case before[i]:
+			n.rejectedBefore++
+		case dec.IsDeadLetter():
+			dead = append(dead, it.Delivery)
+		case !dec.IsAck():
+			return n, fmt.Errorf("replay: message %d not stored (%s): %v", streamSeq(it.Msg), dec, dec.Err())
+		default:
+			n.replayed++
 		}
 	}
-	return nil
+	f.settler.PublishDeadLetters(ctx, dead...)
+	for _, d := range dead {
+		if !d.Decision().IsDeadLetter() {
+			return n, fmt.Errorf("replay: %w", d.Decision().Err())
+		}
+	}
+	n.deadLettered = len(dead)
+	m := f.d.Metrics.SubmitReplayed
+	m.WithLabelValues("replayed").Add(float64(n.replayed))
+	m.WithLabelValues("dead_lettered").Add(float64(n.deadLettered))
+	m.WithLabelValues("rejected_before").Add(float64(n.rejectedBefore))
+	return n, nil
+}
+
+// streamSeq returns m's stream sequence (0 when its metadata cannot be
+// read).
+func streamSeq(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
 }
 
 // checkpointLoop stores the SUBMIT consumer's ack floor as the position

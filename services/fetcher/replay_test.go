@@ -164,3 +164,167 @@ func TestSubmitKeepsAppliedMessagesForTheReplayWindow(t *testing.T) {
 		})
 	}
 }
+
+// completeReady records a SUCCESS result for each job of jobs, as the
+// aggregator would: they leave their tenant's queued jobs.
+func completeReady(t *testing.T, e *pipelinetest.Env, jobs []pipelinetest.Msg) {
+	t.Helper()
+	rs := make([]contracts.JobResult, len(jobs))
+	for i, m := range jobs {
+		rs[i] = contracts.JobResult{Tenant: m.Job.Tenant, GroupID: m.Job.GroupID, JobID: m.Job.JobID,
+			Attempt: m.Job.Attempt, Status: contracts.ResultSuccess}
+	}
+	if _, err := e.Queue.RecordBatch(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreSnapshot restarts the Redis server and restores snap into it:
+// Redis comes back older.
+func restoreSnapshot(t *testing.T, srv *testenv.RedisServer, rdb *redis.Client, snap map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	srv.Stop()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for k, d := range snap {
+		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReplayRestoresAcceptedSubmissionsOverQuota: jobs finished after the
+// snapshot leave their tenants below their quotas, so later submissions are
+// accepted; the restore brings the finished jobs back and the tenants look
+// fuller than they were. The replay stores every accepted submission all
+// the same (a queued-jobs quota and an active-groups quota), while a
+// submission the quota refused when it was first received stays refused
+// and is not dead-lettered again. A submission the replay cannot store (its
+// group ended in the restored Redis: the keys of a cancelled group expired
+// and the name was used again) is dead-lettered with its reason and counted,
+// and only what was stored counts as replayed.
+func TestReplayRestoresAcceptedSubmissionsOverQuota(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "rq:"})
+	ctx := context.Background()
+	if err := e.Queue.SetTenantQuota(ctx, "tq", redisq.QuotaQueuedJobs, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Queue.SetTenantQuota(ctx, "tg", redisq.QuotaActiveGroups, 1); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	reader := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	cq := client.New(e.JS, client.Options{Tenant: "tq"})
+	cg := client.New(e.JS, client.Options{Tenant: "tg"})
+	cx := client.New(e.JS, client.Options{Tenant: "tx"})
+	q1, q2, q3 := contracts.Group("tq", "q1"), contracts.Group("tq", "q2"), contracts.Group("tq", "q3")
+	g1, g2 := contracts.Group("tg", "g1"), contracts.Group("tg", "g2")
+	x := contracts.Group("tx", "x")
+
+	// Before the snapshot: tq at its 10 queued jobs, tg at its one active
+	// group (sealed, its job not finished yet), tx's group x cancelled.
+	if err := cq.Submit(ctx, "q1", clientJobs("q1", 0, 10)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.Submit(ctx, "g1", clientJobs("g1", 0, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.Seal(ctx, "g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cx.Submit(ctx, "x", clientJobs("x", 0, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cx.Cancel(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	running := reader.WaitJobs(t, 11, 0)
+	waitPosition(t, e)
+	snap := dumpKeys(t, rdb, "rq:")
+
+	// After it: the jobs finish, the tenants have room again and their new
+	// submissions are accepted; x's keys expire and x is used again.
+	completeReady(t, e, running)
+	testkit.WaitFor(t, "g1 completed", 0, func() bool { return groupInfo(t, e, g1).State == contracts.StateCompleted })
+	if err := cq.Submit(ctx, "q2", clientJobs("q2", 0, 10)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.Submit(ctx, "g2", clientJobs("g2", 0, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Submit(ctx, "q3", clientJobs("q3", 0, 1)...); err != nil { // over tq's quota: refused
+		t.Fatal(err)
+	}
+	keys, err := rdb.Keys(ctx, "rq:*:tx:x:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys of x: %v %v", keys, err)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cx.Submit(ctx, "x", clientJobs("x", 1, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	if a, b, c, d := groupInfo(t, e, q2).Jobs, groupInfo(t, e, g2).Jobs, groupInfo(t, e, q3).State, groupInfo(t, e, x).Jobs; a != 10 || b != 3 || c != "" || d != 2 {
+		t.Fatalf("before the restore: q2 %d jobs, g2 %d, q3 %q, x %d; want 10, 3, no group, 2", a, b, c, d)
+	}
+	dls := deadLetters(t, e)
+	if len(dls) != 1 || dls[0].Reason != fetcher.ReasonOverQuota {
+		t.Fatalf("dead letters before the restore %+v, want q3's over_quota", dls)
+	}
+
+	// The next checkpoint finds the position not current and replays.
+	restoreSnapshot(t, srv, rdb, snap)
+	testkit.WaitFor(t, "the replay done", 0, func() bool {
+		p, err := e.Queue.Position(ctx, "submit")
+		return err == nil && p.Current
+	})
+
+	// Every accepted job is back.
+	if n := groupInfo(t, e, q1).Jobs; n != 10 {
+		t.Errorf("q1 has %d jobs after the replay, want the snapshot's 10", n)
+	}
+	if n := groupInfo(t, e, q2).Jobs; n != 10 {
+		t.Errorf("q2 has %d jobs after the replay, want the 10 accepted", n)
+	}
+	if n := groupInfo(t, e, g2).Jobs; n != 3 {
+		t.Errorf("g2 has %d jobs after the replay, want the 3 accepted", n)
+	}
+	for _, g := range []contracts.GroupRef{q2, g2} {
+		if n, _ := rdb.Exists(ctx, e.Queue.Keys().Job(g, jobID(0))).Result(); n != 1 {
+			t.Errorf("job %s of %s not stored", jobID(0), g)
+		}
+	}
+	// The refused one stays refused, and is not dead-lettered twice.
+	if st := groupInfo(t, e, q3).State; st != "" {
+		t.Errorf("q3, refused when received, exists after the replay (%s)", st)
+	}
+	dls = deadLetters(t, e)
+	var reasons []string
+	for _, dl := range dls {
+		reasons = append(reasons, dl.Reason+" "+dl.Subject)
+	}
+	// What the replay could not store is dead-lettered with its reason.
+	if len(dls) != 2 || dls[1].Reason != fetcher.ReasonGroupEnded || dls[1].Subject != e.Names.Submit(x) {
+		t.Errorf("dead letters %v, want q3's over_quota and x's group_ended", reasons)
+	}
+	for o, want := range map[string]float64{"replayed": 2, "dead_lettered": 1, "rejected_before": 1, "purged": 0} {
+		if n := testkit.Value(t, e.Metrics.SubmitReplayed.WithLabelValues(o)); n != want {
+			t.Errorf("replay outcome %s counted %v, want %v", o, n, want)
+		}
+	}
+	for tenant, want := range map[string][2]int64{"tq": {20, 2}, "tg": {4, 2}} {
+		tq, err := e.Queue.TenantQuota(ctx, tenant)
+		if err != nil || tq.QueuedJobs != want[0] || tq.ActiveGroups != want[1] {
+			t.Errorf("tenant %s: %+v %v, want %d queued jobs and %d active groups counted", tenant, tq, err, want[0], want[1])
+		}
+	}
+}
