@@ -52,10 +52,12 @@ func TestReliabilityAlerts(t *testing.T) {
 		}
 	}
 	for alert, metrics := range map[string][]string{
-		"BulkactionStreamNearlyFull":  {"bulk_action_stream_bytes", "bulk_action_stream_limit_bytes", "> 0.8"},
-		"BulkactionStreamFull":        {"bulk_action_stream_bytes", "bulk_action_stream_limit_bytes"},
-		"BulkactionStateLostRepaired": {`bulk_action_groups_repaired_total{reason=~"lease|queue|inflight"}`},
-		"BulkactionResultsFenced":     {"bulk_action_results_fenced_total"},
+		"BulkactionStreamNearlyFull":         {"bulk_action_stream_bytes", "bulk_action_stream_limit_bytes", "> 0.8"},
+		"BulkactionStreamFull":               {"bulk_action_stream_bytes", "bulk_action_stream_limit_bytes"},
+		"BulkactionStateLostRepaired":        {`bulk_action_groups_repaired_total{reason=~"lease|queue|inflight"}`},
+		"BulkactionResultsFenced":            {"bulk_action_results_fenced_total"},
+		"BulkactionSubmitReplayIncomplete":   {`bulk_action_submit_replayed_total{outcome="purged"}`},
+		"BulkactionSubmitReplayDeadLettered": {`bulk_action_submit_replayed_total{outcome="dead_lettered"}`},
 	} {
 		e, ok := exprs[alert]
 		if !ok {
