@@ -27,7 +27,9 @@ const (
 	// DefaultRetryAfter is the delay before the next attempt when an endpoint answers 429 without a
 	// usable Retry-After header, and when a "sleep" payload injects a rate limit without retryAfterMs.
 	DefaultRetryAfter = time.Second
-	// DefaultHTTPTimeout is the timeout of the HTTP client used when Options.HTTPClient is nil.
+	// DefaultHTTPTimeout bounds a request of the "http" processor whose job's context has no
+	// deadline, when Options.HTTPClient is nil. A deadline of the context (the stock worker's
+	// BULKACTION_JOB_TIMEOUT_MS) bounds it instead, longer or shorter.
 	DefaultHTTPTimeout = 10 * time.Second
 )
 
@@ -35,9 +37,10 @@ const (
 // default. Note that the default of the "http" processor is to refuse every URL: list the hosts
 // it may call in AllowedHosts.
 type Options struct {
-	// HTTPClient sends the requests of the "http" processor. Nil means a client with a
-	// [DefaultHTTPTimeout] (10 s) timeout and the default transport. The job's context also bounds
-	// every request.
+	// HTTPClient sends the requests of the "http" processor. Nil means a client with the default
+	// transport and no timeout of its own: the job's context bounds every request, and
+	// [DefaultHTTPTimeout] (10 s) a request whose context has no deadline. A client's own Timeout
+	// bounds its requests as well as the context does.
 	HTTPClient *http.Client
 	// DefaultURL is the endpoint of "http" jobs whose payload has no "url". Empty means such jobs
 	// fail permanently. It must be an absolute http or https URL (see [Options.Validate]). Its

@@ -119,6 +119,10 @@ type httpPayload struct {
 // Options.HTTPClient, whose own CheckRedirect (if any) is asked after them; the processor uses a
 // copy of that client and does not modify it.
 //
+// The job's context bounds every request: under the stock worker a request may take as long as
+// the job's timeout (BULKACTION_JOB_TIMEOUT_MS). Without Options.HTTPClient, a context without a
+// deadline gets [DefaultHTTPTimeout] (10 s); an Options.HTTPClient's own Timeout applies as well.
+//
 // The response decides the outcome: 2xx succeeds; 429 is [processor.RateLimited] with the delay of
 // its Retry-After header (delta-seconds or HTTP-date; a past date means the worker's own backoff;
 // absent or unparsable means Options.DefaultRetryAfter, 1 s by default; capped at 24 h); 503 with a
@@ -132,10 +136,14 @@ func HTTP(opts Options) processor.Processor {
 		retryAfter: opts.retryAfter(),
 		now:        time.Now,
 	}
-	// A copy: the redirect policy must not change the caller's client.
-	client := http.Client{Timeout: DefaultHTTPTimeout}
+	// A copy: the redirect policy must not change the caller's client. The
+	// default client has no timeout of its own: the job's deadline bounds
+	// each request (DefaultHTTPTimeout when the context has none).
+	var client http.Client
 	if opts.HTTPClient != nil {
 		client = *opts.HTTPClient
+	} else {
+		h.ownTimeout = DefaultHTTPTimeout
 	}
 	client.CheckRedirect = checkRedirect(client.CheckRedirect)
 	h.client = &client
@@ -152,6 +160,9 @@ type httpProcessor struct {
 	defaultURLErr error
 	retryAfter    time.Duration
 	now           func() time.Time
+	// ownTimeout bounds a request whose context has no deadline (0 = the
+	// client's own timeout, if any).
+	ownTimeout time.Duration
 }
 
 // request is a validated "http" job.
@@ -223,6 +234,11 @@ func (h *httpProcessor) Process(ctx context.Context, job *processor.Job) error {
 	r, err := h.parse(job.Payload)
 	if err != nil {
 		return err
+	}
+	if _, ok := ctx.Deadline(); !ok && h.ownTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.ownTimeout)
+		defer cancel()
 	}
 	var body io.Reader
 	if r.body != nil {

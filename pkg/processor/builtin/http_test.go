@@ -307,6 +307,48 @@ func TestHTTPTimeouts(t *testing.T) {
 	})
 }
 
+// A job whose timeout is longer than DefaultHTTPTimeout may wait that long for its endpoint: the
+// job's deadline bounds the request, not a fixed client timeout.
+func TestHTTPFollowsJobDeadline(t *testing.T) {
+	t.Parallel()
+	answerAfter := builtin.DefaultHTTPTimeout + 500*time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(answerAfter):
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	opts := builtin.Options{AllowedHosts: []string{strings.TrimPrefix(srv.URL, "http://")}}
+	pl := payload(t, map[string]any{"url": srv.URL})
+
+	ctx, cancel := context.WithTimeout(context.Background(), answerAfter+10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := builtin.HTTP(opts).Process(ctx, job(pl)); err != nil {
+		t.Fatalf("with a job deadline of %s, an answer after %s: %v (after %s)",
+			answerAfter+10*time.Second, answerAfter, err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// Without a deadline in the job's context, DefaultHTTPTimeout bounds the request.
+func TestHTTPDefaultTimeoutWithoutDeadline(t *testing.T) {
+	t.Parallel()
+	srv := blockingServer(t)
+	opts := builtin.Options{AllowedHosts: []string{strings.TrimPrefix(srv.URL, "http://")}}
+	pl := payload(t, map[string]any{"url": srv.URL})
+	start := time.Now()
+	err := builtin.HTTP(opts).Process(context.Background(), job(pl))
+	took := time.Since(start)
+	if err == nil || took < builtin.DefaultHTTPTimeout || took > builtin.DefaultHTTPTimeout+5*time.Second {
+		t.Fatalf("%v after %s, want a timeout after %s", err, took, builtin.DefaultHTTPTimeout)
+	}
+	if o, _ := processor.Classify(err); o != processor.OutcomeRetry {
+		t.Fatalf("outcome %v, want retry", o)
+	}
+}
+
 func TestHTTPNetworkError(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.NotFoundHandler())

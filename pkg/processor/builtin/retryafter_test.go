@@ -40,7 +40,7 @@ func TestParseRetryAfter(t *testing.T) {
 func TestHTTPDefaults(t *testing.T) {
 	t.Parallel()
 	h := HTTP(Options{}).(*httpProcessor)
-	if h.now == nil || h.client == nil || h.client.Timeout != DefaultHTTPTimeout || h.retryAfter != DefaultRetryAfter {
+	if h.now == nil || h.client == nil || h.client.Timeout != 0 || h.ownTimeout != DefaultHTTPTimeout || h.retryAfter != DefaultRetryAfter {
 		t.Fatalf("defaults not applied: %+v", h)
 	}
 }
