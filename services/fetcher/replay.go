@@ -153,7 +153,11 @@ func (f *Fetcher) replaySubmit(ctx context.Context) error {
 	if !np.Current || np.Seq < last {
 		return fmt.Errorf("position not reset (now %d, current %v): Redis restarted again during the replay", np.Seq, np.Current)
 	}
-	f.log.Warn("Redis restarted: SUBMIT replayed from its stored position", "from", from, "to", last,
+	logf := f.log.Warn
+	if from > last {
+		logf = f.log.Info // Redis came back with all SUBMIT had applied: nothing to replay
+	}
+	logf("Redis restarted: SUBMIT replayed from its stored position", "from", from, "to", last,
 		"replayed", n.replayed, "dead_lettered", n.deadLettered, "rejected_before", n.rejectedBefore,
 		"took", time.Since(start).Round(time.Millisecond))
 	if n.deadLettered > 0 {
