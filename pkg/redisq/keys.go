@@ -166,6 +166,10 @@ func (k Keys) Inflight() string { return k.prefix + "inflight" }
 // score the time (ms) the claim expires unless its worker renews it.
 func (k Keys) Claims() string { return k.prefix + "claims" }
 
+// HoldersGone is the ZSET of the holders (worker processes) declared
+// stopped, scored by the time (ms) of the declaration.
+func (k Keys) HoldersGone() string { return k.prefix + "holders-gone" }
+
 // RateLimitTenant is a tenant's fixed-window counter. Its "tenant:" segment
 // keeps it apart from the system's rate keys whatever the tenant is named.
 func (k Keys) RateLimitTenant(tenant string, window int64) string {

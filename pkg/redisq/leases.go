@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/redis/go-redis/v9"
@@ -202,7 +203,23 @@ const (
 	// ClaimCancelled: the group was cancelled; the job was counted as
 	// cancelled and must not run.
 	ClaimCancelled ClaimOutcome = "cancelled"
+	// ClaimBusy: another holder's live claim has the job (it runs, or its
+	// result is on the way): this is a second delivery of the same attempt
+	// and must not run. Hand it back for [Claimed.RetryIn]; by then the job
+	// has ended (the delivery is then stale) or its claim has expired.
+	ClaimBusy ClaimOutcome = "busy"
 )
+
+// ClaimOption sets an option of [Queue.ClaimBatch].
+type ClaimOption func(*claimOptions)
+
+type claimOptions struct{ holder string }
+
+// ClaimHolder names the holder (a worker process) claiming the jobs: a
+// second delivery of a job it holds is stale for it, and busy for any other
+// holder while its claim lives ([ClaimBusy]), unless the holder is declared
+// gone ([Queue.HolderGone]).
+func ClaimHolder(id string) ClaimOption { return func(o *claimOptions) { o.holder = id } }
 
 // Claim marks a delivered job RUNNING if the delivery's attempt is the
 // job's current one (docs/ARCHITECTURE.md §6.3). A redelivery of the same attempt (the
@@ -232,6 +249,9 @@ type Claimed struct {
 	// ran or waited to run, and the job may have stopped it. A suspect runs
 	// alone ([Queue.SoloRun]).
 	Suspect bool
+	// RetryIn is, when Outcome is ClaimBusy, how long until the live claim
+	// on the job expires unless renewed.
+	RetryIn time.Duration
 }
 
 // Delivery identifies one delivered attempt of a job, as a READY message
@@ -246,17 +266,21 @@ type Delivery struct {
 // outcome per delivery, in order; each is claimed as [Queue.Claim] would.
 // The same job twice in one batch runs at most once: the second delivery
 // is stale.
-func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error) {
+func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery, opts ...ClaimOption) ([]Claimed, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
+	var o claimOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	replies, err := pipelineChunks(ctx, q, "claim", claimScript, ds, func(part []Delivery) ([]string, []any) {
-		args := make([]any, 0, 4+3*len(part))
-		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), ms(q.cfg.ClaimTTL))
+		args := make([]any, 0, 5+3*len(part))
+		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), ms(q.cfg.ClaimTTL), o.holder)
 		for _, d := range part {
 			args = append(args, groupKey(d.Group), d.JobID, d.Attempt)
 		}
-		return []string{q.keys.Inflight(), q.keys.Claims()}, args
+		return []string{q.keys.Inflight(), q.keys.Claims(), q.keys.HoldersGone()}, args
 	})
 	if err != nil {
 		return nil, err
@@ -276,6 +300,14 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery) ([]Claimed, error
 					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
 				}
 				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims, Throttles: throttles, Suspect: parts[2] == "1"})
+				continue
+			}
+			if n, ok := strings.CutPrefix(s, string(ClaimBusy)+":"); ok {
+				ms, err := strconv.ParseInt(n, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
+				}
+				out = append(out, Claimed{Outcome: ClaimBusy, RetryIn: time.Duration(ms) * time.Millisecond})
 				continue
 			}
 			out = append(out, Claimed{Outcome: ClaimOutcome(s)})
@@ -358,13 +390,34 @@ func (q *Queue) HandBack(ctx context.Context, ds ...Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	keys := make([]string, len(ds))
-	args := make([]any, len(ds))
-	for i, d := range ds {
-		keys[i], args[i] = q.keys.Job(d.Group, d.JobID), d.Attempt
+	keys := make([]string, 1, 1+len(ds))
+	keys[0] = q.keys.Claims()
+	args := make([]any, 0, 2*len(ds))
+	for _, d := range ds {
+		keys = append(keys, q.keys.Job(d.Group, d.JobID))
+		args = append(args, d.Attempt, groupKey(d.Group)+":"+d.JobID)
 	}
 	_, err := q.run(ctx, "handback", handBackScript, keys, args...)
 	return err
+}
+
+// HolderGone declares that a holder (a worker process) has stopped, so that
+// the claims it left no longer keep its jobs from running again before they
+// expire: a worker restarted in the same place declares its predecessor
+// gone when it hands back what the predecessor held (docs/ARCHITECTURE.md
+// §6.3). Declarations are kept a day.
+func (q *Queue) HolderGone(ctx context.Context, id string) error {
+	if id == "" {
+		return nil
+	}
+	now, err := q.Now(ctx)
+	if err != nil {
+		return err
+	}
+	if err := q.rdb.ZAdd(ctx, q.keys.HoldersGone(), redis.Z{Score: float64(now.UnixMilli()), Member: id}).Err(); err != nil {
+		return fmt.Errorf("redisq: holder gone: %w", err)
+	}
+	return nil
 }
 
 // PruneClaims removes the claims that expired more than [Config.ClaimTTL]
@@ -380,6 +433,10 @@ func (q *Queue) PruneClaims(ctx context.Context) (int64, error) {
 	n, err := q.rdb.ZRemRangeByScore(ctx, q.keys.Claims(), "-inf", "("+max).Result()
 	if err != nil {
 		return 0, fmt.Errorf("redisq: prune claims: %w", err)
+	}
+	day := strconv.FormatInt(now.Add(-24*time.Hour).UnixMilli(), 10)
+	if err := q.rdb.ZRemRangeByScore(ctx, q.keys.HoldersGone(), "-inf", "("+day).Err(); err != nil {
+		return n, fmt.Errorf("redisq: prune holders: %w", err)
 	}
 	return n, nil
 }

@@ -288,3 +288,72 @@ func TestAbandonIdleUnsealedGroups(t *testing.T) {
 		}
 	}
 }
+
+// A second delivery of a running job's attempt does not run it again while
+// its holder's claim lives: the holder itself drops it, any other holder is
+// told to come back when the claim expires. A hand-back ends the claim, as
+// does the holder's being declared gone; an expired claim lets the delivery
+// run (the holder stopped).
+func TestSecondDeliveryOfAHeldJobDoesNotRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
+	enqueueJobs(t, q, "dup", "t", 4, 0)
+	var ds []redisq.Delivery
+	for _, j := range admit(t, q, 100).Jobs {
+		if err := q.Confirm(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, redisq.Delivery{Group: j.Group, JobID: j.ID, Attempt: j.Attempt})
+	}
+	claim := func(holder string, d ...redisq.Delivery) []redisq.Claimed {
+		t.Helper()
+		cs, err := q.ClaimBatch(ctx, d, redisq.ClaimHolder(holder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	for _, c := range claim("a", ds...) {
+		if c.Outcome != redisq.ClaimRun {
+			t.Fatalf("first claim: %+v", c)
+		}
+	}
+	b.clock.advance(10 * time.Second)
+	// the same attempt delivered again (a re-published pack of another
+	// make-up): its holder drops it, another holder waits for the claim
+	if c := claim("a", ds[0])[0]; c.Outcome != redisq.ClaimStale {
+		t.Fatalf("second delivery to the holder: %+v, want stale", c)
+	}
+	if c := claim("b", ds[0])[0]; c.Outcome != redisq.ClaimBusy || c.RetryIn <= 19*time.Second || c.RetryIn > 21*time.Second {
+		t.Fatalf("second delivery to another holder: %+v, want busy for about 20s", c)
+	}
+	// a renewal keeps it busy past the first deadline
+	if _, err := q.RenewClaims(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.advance(25 * time.Second)
+	if c := claim("b", ds[0])[0]; c.Outcome != redisq.ClaimBusy {
+		t.Fatalf("after a renewal: %+v, want busy", c)
+	}
+	// handed back on purpose: the next delivery runs at once, not a suspect
+	if err := q.HandBack(ctx, ds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim("b", ds[1])[0]; c.Outcome != redisq.ClaimRun || c.Suspect {
+		t.Fatalf("after a hand-back: %+v, want run, not a suspect", c)
+	}
+	// the holder declared gone (its successor found its held file): runs
+	// at once, as a suspect
+	if err := q.HolderGone(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim("c", ds[2])[0]; c.Outcome != redisq.ClaimRun || !c.Suspect {
+		t.Fatalf("after the holder was declared gone: %+v, want run as a suspect", c)
+	}
+	// the claim expired (nobody renewed it): runs, as a suspect
+	b.clock.advance(31 * time.Second)
+	if c := claim("c", ds[3])[0]; c.Outcome != redisq.ClaimRun || !c.Suspect {
+		t.Fatalf("after the claim expired: %+v, want run as a suspect", c)
+	}
+}

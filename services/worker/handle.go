@@ -137,7 +137,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 		ds[i] = redisq.Delivery{Group: c.job.Ref(), JobID: c.job.JobID, Attempt: c.job.Attempt}
 	}
 	cctx, cancel := context.WithTimeout(base, settleTimeout)
-	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds)
+	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds, redisq.ClaimHolder(w.holder))
 	cancel()
 	if err == nil {
 		// Every message with a job to run is kept in progress until all
@@ -178,6 +178,13 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 				w.run(c, jobs)
 			}()
 			continue
+		case outcomes[i].Outcome == redisq.ClaimBusy:
+			// A second delivery of a job another worker holds (it runs, or
+			// its result is on the way): it comes back once that claim has
+			// expired, or finds the job ended (docs/ARCHITECTURE.md §6.3).
+			w.log.Debug("delivery of a job another worker holds handed back", "tenant", c.job.Tenant, "group", c.job.GroupID,
+				"job", c.job.JobID, "attempt", c.job.Attempt, "in", outcomes[i].RetryIn)
+			w.settle(c, consume.Retry(max(outcomes[i].RetryIn, nakDelay), nil))
 		case outcomes[i].Outcome == redisq.ClaimStale, outcomes[i].Outcome == redisq.ClaimCancelled:
 			w.log.Debug("delivery dropped", "tenant", c.job.Tenant, "group", c.job.GroupID, "job", c.job.JobID,
 				"attempt", c.job.Attempt, "claim", string(outcomes[i].Outcome))

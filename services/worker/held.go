@@ -2,6 +2,8 @@ package worker
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -35,55 +37,62 @@ const heldFlushEvery = 100 * time.Millisecond
 // instances of one process, or processes sharing a directory, each take
 // the first file no live worker holds.
 type heldFile struct {
-	mu    sync.Mutex
-	f     *os.File
-	held  map[string]uint64 // ack subject -> deliveries
-	dirty bool
-	stop  chan struct{}
-	done  chan struct{}
+	mu   sync.Mutex
+	f    *os.File
+	held map[string]uint64 // ack subject -> deliveries
+	// holder is the id of the worker's claims, written first so that the
+	// worker started next in its place can declare it gone.
+	holder string
+	dirty  bool
+	stop   chan struct{}
+	done   chan struct{}
 }
 
-// openHeld locks the first free held file of dir (held-0, held-1, …) and
-// returns it with the subjects a previous worker left in it.
-func openHeld(dir, durable string) (*heldFile, []string, error) {
+// openHeld locks the first free held file of dir (held-0, held-1, …) for
+// holder and returns it with the subjects a previous worker left in it and
+// that worker's holder id ("" when none is known).
+func openHeld(dir, durable, holder string) (h *heldFile, left []string, before string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	for i := 0; i < 64; i++ {
 		path := filepath.Join(dir, fmt.Sprintf("held-%s-%d", durable, i))
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			f.Close()
 			if errors.Is(err, syscall.EWOULDBLOCK) {
 				continue
 			}
-			return nil, nil, fmt.Errorf("lock %s: %w", path, err)
+			return nil, nil, "", fmt.Errorf("lock %s: %w", path, err)
 		}
-		var left []string
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			// "<deliveries> <ack subject>": only messages on their first
-			// delivery are handed back (see recoverHeld).
+			// "holder <id>", then "<deliveries> <ack subject>" per message:
+			// only messages on their first delivery are handed back (see
+			// recoverHeld).
 			n, subj, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
-			if ok && n == "1" && strings.HasPrefix(subj, "$JS.ACK.") {
+			switch {
+			case ok && n == "holder":
+				before = subj
+			case ok && n == "1" && strings.HasPrefix(subj, "$JS.ACK."):
 				left = append(left, subj)
 			}
 		}
-		h := &heldFile{f: f, held: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+		h = &heldFile{f: f, holder: holder, held: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
 		h.mu.Lock()
 		err = h.writeLocked()
 		h.mu.Unlock()
 		if err != nil {
 			f.Close()
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 		go h.flusher()
-		return h, left, nil
+		return h, left, before, nil
 	}
-	return nil, nil, fmt.Errorf("every held file of %s is in use", dir)
+	return nil, nil, "", fmt.Errorf("every held file of %s is in use", dir)
 }
 
 // recoverHeld negatively acknowledges the messages a dead worker held on
@@ -136,6 +145,9 @@ func (h *heldFile) remove(m jetstream.Msg) {
 // is for a process that dies, not for a machine that does).
 func (h *heldFile) writeLocked() error {
 	var b strings.Builder
+	if h.holder != "" {
+		fmt.Fprintf(&b, "holder %s\n", h.holder)
+	}
 	for s, n := range h.held {
 		fmt.Fprintf(&b, "%d %s\n", n, s)
 	}
@@ -162,6 +174,13 @@ func (h *heldFile) flusher() {
 		}
 		h.mu.Unlock()
 	}
+}
+
+// newHolderID returns a new random holder id.
+func newHolderID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // close empties the file (every message was settled or handed back) and

@@ -47,7 +47,7 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 		return out
 	}
 	dir := t.TempDir()
-	h, left, err := openHeld(dir, "worker")
+	h, left, _, err := openHeld(dir, "worker", "h1")
 	if err != nil || len(left) != 0 {
 		t.Fatalf("openHeld = %v, %v; want an empty file", left, err)
 	}
@@ -64,11 +64,11 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 	h.remove(msgs[0])
 	testkit.WaitFor(t, "the settled message out of the held file", 0, func() bool {
 		b, err := os.ReadFile(h.f.Name())
-		return err == nil && strings.Count(string(b), "\n") == 2
+		return err == nil && strings.Count(string(b), "\n") == 3 // the holder line and the 2 messages held
 	})
 
 	// Another instance while the first lives takes another file.
-	other, otherLeft, err := openHeld(dir, "worker")
+	other, otherLeft, _, err := openHeld(dir, "worker", "h2")
 	if err != nil || len(otherLeft) != 0 {
 		t.Fatalf("second instance: %v, %v", otherLeft, err)
 	}
@@ -82,12 +82,15 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 	if again := fetch(3, 500*time.Millisecond); len(again) != 0 {
 		t.Fatalf("%d messages delivered again before the hand-back", len(again))
 	}
-	next, left, err := openHeld(dir, "worker")
+	next, left, before, err := openHeld(dir, "worker", "h3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(left) != 2 {
 		t.Fatalf("the file held %d messages, want the 2 unsettled ones", len(left))
+	}
+	if before != "h1" {
+		t.Fatalf("the file named holder %q, want h1, the worker that held them", before)
 	}
 	if err := recoverHeld(nc, left); err != nil {
 		t.Fatal(err)
@@ -110,7 +113,7 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 	close(next.stop)
 	<-next.done
 	next.f.Close()
-	last, left, err := openHeld(dir, "worker")
+	last, left, _, err := openHeld(dir, "worker", "h4")
 	if err != nil {
 		t.Fatal(err)
 	}

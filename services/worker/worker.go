@@ -239,6 +239,9 @@ type Worker struct {
 	warnLimit telemetry.WarnLimiter
 	held      *heldFile  // nil without Config.StateDir
 	exec      *executors // nil without IsolationProcess
+	// holder names this worker in the claims it makes
+	// ([redisq.ClaimHolder]): unique per Worker.
+	holder string
 }
 
 // New returns a Worker that runs jobs with mux. cfg's zero fields take the
@@ -262,6 +265,7 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 		x = &executors{argv: cfg.ExecutorCommand, size: cfg.Concurrency}
 	}
 	return &Worker{
+		holder:    newHolderID(),
 		exec:      x,
 		cfg:       cfg,
 		mux:       mux,
@@ -319,12 +323,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	if w.cfg.StateDir != "" {
-		h, left, err := openHeld(w.cfg.StateDir, w.cfg.Durable)
+		h, left, before, err := openHeld(w.cfg.StateDir, w.cfg.Durable, w.holder)
 		if err != nil {
 			w.log.Warn("state directory unusable: after a crash, held messages come back after AckWait", "dir", w.cfg.StateDir, "err", err)
 		} else {
 			w.held = h
 			defer h.close()
+			if before != "" {
+				// The worker before stopped: its claims no longer keep the
+				// jobs it held from running again at once.
+				gctx, cancel := context.WithTimeout(ctx, settleTimeout)
+				if err := w.d.Queue.HolderGone(gctx, before); err != nil {
+					w.log.Warn("declaring the worker before gone: its jobs run again once its claims expire", "err", err)
+				}
+				cancel()
+			}
 			if len(left) > 0 {
 				if err := recoverHeld(w.d.NC, left); err != nil {
 					w.log.Warn("handing back the messages of the worker before", "messages", len(left), "err", err)
@@ -380,6 +393,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	loops.Wait()
 
 	if !jobs.wait(w.cfg.ShutdownGrace) {
+		// The jobs handed back run again at once elsewhere: this worker's
+		// claims no longer hold them (docs/ARCHITECTURE.md §6.3).
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		if err := w.d.Queue.HolderGone(gctx, w.holder); err != nil {
+			w.warn("declaring the worker's claims void failed: the jobs handed back run again once they expire", "err", err)
+		}
+		cancel()
 		n := jobs.abandon()
 		w.log.Warn("shutdown grace over: cancelled running jobs and handed them back", "jobs", n,
 			"grace", w.cfg.ShutdownGrace)

@@ -1,12 +1,17 @@
 -- handback.lua: a worker hands claimed jobs back on purpose (its shutdown
 -- grace is over, or a step failed): it marks each one 'released' as its
 -- attempt, so that the next claim (claim.lua) knows the holder did not stop
--- while running it and does not make it a suspect.
--- KEYS[i]: a job's key; ARGV[i]: the attempt handed back
-for i = 1, #KEYS do
+-- while running it and does not make it a suspect, and ends its claim, so
+-- that the next delivery runs it at once.
+-- KEYS[1]: claims
+-- KEYS[1+i]: a job's key; ARGV[2i-1]: the attempt handed back,
+-- ARGV[2i]: the job's claims member "<tenant>:<gid>:<jid>"
+for i = 2, #KEYS do
+  local a = 2 * (i - 1) - 1
   local d = redis.call('HMGET', KEYS[i], 'status', 'attempt')
-  if d[1] == 'RUNNING' and num(d[2]) == tonumber(ARGV[i]) then
-    redis.call('HSET', KEYS[i], 'released', ARGV[i])
+  if d[1] == 'RUNNING' and num(d[2]) == tonumber(ARGV[a]) then
+    redis.call('HSET', KEYS[i], 'released', ARGV[a])
+    redis.call('ZREM', KEYS[1], ARGV[a + 1])
   end
 end
 return 0
