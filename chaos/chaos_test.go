@@ -13,7 +13,7 @@ import (
 
 var (
 	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
-	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T10); BULKACTION_CHAOS_ONLY too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T12); BULKACTION_CHAOS_ONLY too")
 )
 
 // profile sizes the scenarios.
@@ -39,6 +39,7 @@ type profile struct {
 	t8Backoff        int
 	t8Soon           int
 	t10Jobs          int
+	t11Jobs, t12Jobs int
 	scenarios        []string
 }
 
@@ -55,7 +56,8 @@ var profiles = map[string]profile{
 		t6Jobs: 600, t6Bad: 1000,
 		t7Jobs:    600,
 		t8Backoff: 100_000, t8Soon: 200,
-		t10Jobs:   2000,
+		t10Jobs: 2000,
+		t11Jobs: 8, t12Jobs: 4000,
 		scenarios: []string{"T1", "T2", "T4", "T5", "T6"},
 	},
 	// long is `make chaos`.
@@ -69,8 +71,9 @@ var profiles = map[string]profile{
 		t6Jobs: 9000, t6Bad: 10_000,
 		t7Jobs:    6000,
 		t8Backoff: 1_000_000, t8Soon: 1000,
-		t10Jobs:   20_000,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10"},
+		t10Jobs: 20_000,
+		t11Jobs: 24, t12Jobs: 20_000,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12"},
 	},
 }
 
@@ -181,6 +184,10 @@ func TestChaos(t *testing.T) {
 				add(t8(t, p))
 			case "T10":
 				add(t10(p).execute(t))
+			case "T11":
+				add(t11(t, p).execute(t))
+			case "T12":
+				add(t12(t, p).execute(t))
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}

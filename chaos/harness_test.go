@@ -287,6 +287,7 @@ type svc struct {
 	cmd      *exec.Cmd
 	killing  bool
 	stopping bool
+	held     bool // stopped on purpose (hold) until release
 	kills    int
 	crashes  int
 	starts   int
@@ -301,6 +302,11 @@ func (s *svc) run(restartDelay time.Duration) {
 		if s.stopping {
 			s.mu.Unlock()
 			return
+		}
+		if s.held {
+			s.mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		argv := append(append(append([]string{}, s.wrap...), s.bin), s.args...)
 		cmd := exec.Command(argv[0], argv[1:]...)
@@ -332,7 +338,7 @@ func (s *svc) run(restartDelay time.Duration) {
 		s.mu.Lock()
 		s.cmd = nil
 		switch {
-		case s.stopping:
+		case s.stopping, s.held:
 		case s.killing:
 			s.kills++
 		default:
@@ -360,6 +366,33 @@ func (s *svc) kill9() bool {
 	s.killing = true
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	return true
+}
+
+// hold stops the process as SIGTERM does and keeps it down until release.
+func (s *svc) hold() {
+	s.mu.Lock()
+	s.held = true
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	}
+	for {
+		s.mu.Lock()
+		down := s.cmd == nil
+		s.mu.Unlock()
+		if down {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// release lets the supervisor start the process again after hold.
+func (s *svc) release() {
+	s.mu.Lock()
+	s.held = false
+	s.mu.Unlock()
 }
 
 // shutdown stops the supervisor and the process (SIGTERM, then SIGKILL).

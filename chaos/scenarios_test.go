@@ -51,6 +51,8 @@ type run struct {
 	maxFaultTime time.Duration
 	// check adds scenario-specific checks (after the accounting).
 	check func(e *env, tl *tally) []string
+	// note, when set, adds a note to the row after the checks.
+	note func() string
 	// crashesAllowed: service exits not caused by the suite are expected
 	// (T5's poison jobs).
 	crashesAllowed bool
@@ -109,6 +111,9 @@ func (r run) execute(t *testing.T) row {
 		faultEnd.Round(time.Second), endedAt.Round(time.Second), time.Since(start).Round(time.Second)))
 	if r.check != nil {
 		problems = append(problems, r.check(e, tl)...)
+	}
+	if r.note != nil {
+		rw.notes = append(rw.notes, r.note())
 	}
 	if n, desc := e.crashes(); n > 0 {
 		if r.crashesAllowed {
