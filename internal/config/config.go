@@ -77,7 +77,7 @@ type Config struct {
 	WorkerStateDir        string `envconfig:"WORKER_STATE_DIR" default:"" desc:"directory (outliving the process, not shared between hosts: an emptyDir) where a worker lists the READY messages it holds, so that the worker restarted there after a crash hands them back at once instead of after the ack wait (empty = none)"`
 	HTTPProcessorURL      string `envconfig:"HTTP_PROCESSOR_URL" default:"" desc:"default URL of the http processor"`
 
-	HTTPAllowedHosts []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains) or an IP address, each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too)"`
+	HTTPAllowedHosts []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains), an IP address or an address range (10.0.0.0/8), each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too); a loopback, link-local, private or CGNAT address a host resolves to is refused unless its address or range is listed"`
 
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`

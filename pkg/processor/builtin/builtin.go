@@ -37,8 +37,10 @@ const (
 // default. Note that the default of the "http" processor is to refuse every URL: list the hosts
 // it may call in AllowedHosts.
 type Options struct {
-	// HTTPClient sends the requests of the "http" processor. Nil means a client with the default
-	// transport and no timeout of its own: the job's context bounds every request, and
+	// HTTPClient sends the requests of the "http" processor. A client with its own Transport dials
+	// as that transport says: the addresses it connects to are not checked (see AllowedHosts). Nil
+	// means a client with a transport like http.DefaultTransport, without a proxy, whose dialer
+	// checks every address, and no timeout of its own: the job's context bounds every request, and
 	// [DefaultHTTPTimeout] (10 s) a request whose context has no deadline. A client's own Timeout
 	// bounds its requests as well as the context does.
 	HTTPClient *http.Client
@@ -54,22 +56,33 @@ type Options struct {
 	//   - a wildcard, "*.example.com": every subdomain of example.com at any depth
 	//     ("a.example.com", "a.b.example.com"), but not example.com itself;
 	//   - an IP address, "10.0.0.7", "::1" or "[::1]": that address only. A URL whose host is an
-	//     IP address matches only an entry of the same address, never a name or a wildcard.
+	//     IP address matches only an entry of the same address or range, never a name or a
+	//     wildcard;
+	//   - an address range in CIDR notation, "10.0.0.0/8" or "fd00::/8" ("[fd00::/8]:8080" with a
+	//     port): every address in it.
 	//
 	// Any of them may end in ":port" ("api.example.com:8443", "[::1]:8080"): then only that port
 	// is allowed, the scheme's default port counting for a URL without one; without a port every
 	// port is. Names match the URL's host case-insensitively and literally: no DNS lookup is made,
-	// a trailing dot counts, and international names must be written in their xn-- form. The
-	// list is checked against the name in the URL, not against the address it resolves to.
-	// Blank entries are ignored; an invalid entry makes every "http" job fail permanently (see
+	// a trailing dot counts, and international names must be written in their xn-- form.
+	//
+	// The address a name resolves to is checked too, when the processor's own transport (no
+	// HTTPClient, or one without a Transport) connects, for the job's URL and for every redirect: a
+	// loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), private
+	// (RFC 1918, fc00::/7), shared (CGNAT, 100.64.0.0/10), unspecified or multicast address is
+	// refused with a [*HostError] naming it, unless an IP or range entry holds it (with a matching
+	// port, if the entry has one). So "*.example.com" allows a subdomain that resolves to a public
+	// address, and "localhost" needs "127.0.0.1" (and "::1") listed too. Blank entries are ignored; an invalid entry makes every "http" job fail permanently (see
 	// [Options.Validate]).
 	//
 	// Empty (and AllowAnyHost false) means every URL is refused.
 	AllowedHosts []string
-	// AllowAnyHost lets the "http" processor call any host, ignoring AllowedHosts. It turns the
-	// processor into an open proxy for whoever can submit jobs: use it for development and tests
-	// only (`bulkaction dev` sets it unless BULKACTION_HTTP_ALLOWED_HOSTS is set). It does not
-	// lift the redirect and header rules of [HTTP].
+	// AllowAnyHost lets the "http" processor call any host, ignoring AllowedHosts, and any address,
+	// loopback and private ones included, except link-local ones (169.254.0.0/16 with the cloud
+	// metadata address, fe80::/10), which AllowedHosts must still list. It turns the processor into
+	// an open proxy for whoever can submit jobs: use it for development and tests only (`bulkaction
+	// dev` sets it unless BULKACTION_HTTP_ALLOWED_HOSTS is set). It does not lift the redirect and
+	// header rules of [HTTP].
 	AllowAnyHost bool
 	// DefaultRetryAfter is the delay before the next attempt after a 429 without a usable
 	// Retry-After header, and after a rate limit injected by "sleep" without "retryAfterMs". Zero

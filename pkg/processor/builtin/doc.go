@@ -15,10 +15,15 @@
 //     fills the list from BULKACTION_HTTP_ALLOWED_HOSTS. The list is empty by default, and an empty
 //     list refuses every URL, [Options.DefaultURL]'s included: its host must be listed too. Only
 //     [Options.AllowAnyHost], meant for development (`bulkaction dev`) and tests, lifts the list.
+//   - It connects to a loopback, link-local (the cloud metadata address among them), private,
+//     CGNAT, unspecified or multicast address only when the list names that address or a range
+//     holding it ("10.0.0.0/8"); the address is checked when each connection is made, after DNS
+//     resolution, for redirects too, so a listed name that resolves to such an address is refused.
+//     AllowAnyHost allows these addresses too, except link-local ones.
 //   - It follows a redirect only to the same scheme, host and port as the job's URL, at most 5
 //     times; a redirect elsewhere, even to another allowed host, is not followed.
-//   - A payload cannot set Host, the headers the processor sets itself, or the framing and
-//     hop-by-hop headers (Content-Length, Transfer-Encoding, Connection, ...).
+//   - A payload cannot set Host, Cookie, any Proxy-* header, the headers the processor sets itself,
+//     or the framing and hop-by-hop headers (Content-Length, Transfer-Encoding, Connection, ...).
 //
 // Each of these refusals fails the job permanently ([*HostError] or [*PayloadError]) before any
 // request reaches the refused host.

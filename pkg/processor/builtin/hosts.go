@@ -18,8 +18,9 @@ const allowedHostsSetting = "BULKACTION_HTTP_ALLOWED_HOSTS"
 const maxRedirects = 5
 
 // HostError reports a request the "http" processor refused because of where it would go: a URL
-// whose host is not in [Options.AllowedHosts], or a redirect to another scheme, host or port than
-// the request's. No request is sent to Host. The processor returns it marked
+// whose host is not in [Options.AllowedHosts], a redirect to another scheme, host or port than
+// the request's, or a host that resolved to a restricted address (loopback, link-local, private,
+// ...; see [HTTP]) that the list does not name. No request is sent to Host. The processor returns it marked
 // [processor.Permanent]. Find it with errors.As.
 //
 // The zero value describes a refused URL with an empty host.
@@ -32,11 +33,22 @@ type HostError struct {
 	RedirectFrom string
 	// EmptyList reports that the allow-list is empty, so that every host is refused.
 	EmptyList bool
+	// Address is the refused address Host resolved to when it was dialled ("127.0.0.1:8080",
+	// "[fe80::1]:80"); empty when the host itself was refused.
+	Address string
+	// AddressKind names Address's range: "loopback", "link-local", "link-local (cloud metadata)",
+	// "private", "shared (CGNAT)", "unspecified" or "multicast or broadcast".
+	AddressKind string
 }
 
-// Error returns `builtin: http: host "<Host>" is not in BULKACTION_HTTP_ALLOWED_HOSTS …` or, for a
-// redirect, `builtin: http: redirect from <RedirectFrom> to host "<Host>" refused: …`.
+// Error returns `builtin: http: host "<Host>" is not in BULKACTION_HTTP_ALLOWED_HOSTS …`, for a
+// redirect `builtin: http: redirect from <RedirectFrom> to host "<Host>" refused: …`, and for a
+// restricted address `builtin: http: host "<Host>" resolved to <Address>, a <AddressKind> address, …`.
 func (e *HostError) Error() string {
+	if e.Address != "" {
+		return fmt.Sprintf("builtin: http: host %q resolved to %s, a %s address, which %s does not list: add the address or its range (CIDR) to allow it",
+			e.Host, e.Address, e.AddressKind, allowedHostsSetting)
+	}
 	if e.RedirectFrom != "" {
 		return fmt.Sprintf("builtin: http: redirect from %s to host %q refused: the http processor follows redirects only to the same scheme, host and port", e.RedirectFrom, e.Host)
 	}
@@ -52,10 +64,11 @@ var errTooManyRedirects = fmt.Errorf("stopped after %d redirects", maxRedirects)
 
 // hostPattern is one parsed entry of Options.AllowedHosts.
 type hostPattern struct {
-	name     string     // lower-case host name; for a wildcard the suffix with its dot (".example.com")
-	wildcard bool       // "*.example.com": any subdomain of example.com, not example.com itself
-	ip       netip.Addr // valid when the entry is an IP literal
-	port     string     // "" = any port
+	name     string       // lower-case host name; for a wildcard the suffix with its dot (".example.com")
+	wildcard bool         // "*.example.com": any subdomain of example.com, not example.com itself
+	ip       netip.Addr   // valid when the entry is an IP literal
+	prefix   netip.Prefix // valid when the entry is a range ("10.0.0.0/8", "fd00::/8")
+	port     string       // "" = any port
 }
 
 // hostList is a parsed Options.AllowedHosts.
@@ -85,9 +98,10 @@ func parseHostList(opts Options) hostList {
 }
 
 // parseHostPattern parses "host", "host:port", "*.domain", "*.domain:port", an IPv4 literal with an
-// optional port, or an IPv6 literal ("::1", "[::1]" or "[::1]:8080").
+// optional port, an IPv6 literal ("::1", "[::1]" or "[::1]:8080"), or an address range in CIDR
+// notation ("10.0.0.0/8", "10.0.0.0/8:8080", "fd00::/8", "[fd00::/8]:8080").
 func parseHostPattern(entry string) (hostPattern, error) {
-	if strings.Contains(entry, "/") || strings.Contains(entry, "@") {
+	if strings.Contains(entry, "@") || strings.Contains(entry, "://") {
 		return hostPattern{}, errors.New("must be a host name with an optional port, not a URL")
 	}
 	host, port, hasPort, bracketed := entry, "", false, false
@@ -114,6 +128,17 @@ func parseHostPattern(entry string) (hostPattern, error) {
 			return hostPattern{}, fmt.Errorf("port %q: must be a number from 1 to 65535", port)
 		}
 		p.port = port
+	}
+	if strings.Contains(host, "/") {
+		prefix, err := netip.ParsePrefix(host)
+		if err != nil {
+			return hostPattern{}, errors.New("must be a host name with an optional port, not a URL, or an address range such as 10.0.0.0/8")
+		}
+		if bracketed && !prefix.Addr().Is6() {
+			return hostPattern{}, errors.New("only an IPv6 range takes brackets")
+		}
+		p.prefix = prefix.Masked()
+		return p, nil
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if bracketed && !ip.Is6() {
@@ -183,10 +208,10 @@ func (l hostList) check(u *url.URL) error {
 		switch {
 		case ipErr == nil:
 			// An IP literal matches only the same address listed literally.
-			if p.ip.IsValid() && p.ip == ip {
+			if (p.ip.IsValid() && p.ip == ip) || (p.prefix.IsValid() && p.prefix.Contains(ip)) {
 				return nil
 			}
-		case p.ip.IsValid():
+		case p.ip.IsValid(), p.prefix.IsValid():
 		case p.wildcard:
 			if len(name) > len(p.name) && strings.HasSuffix(name, p.name) {
 				return nil

@@ -98,9 +98,10 @@ type httpPayload struct {
 //   - method: default "POST"; case-insensitive.
 //   - headers: extra request headers. A payload may not set (in any case) the headers the
 //     processor sets itself (X-Bulkaction-Group, X-Bulkaction-Job, X-Bulkaction-Attempt,
-//     Idempotency-Key), Host, or the framing and hop-by-hop headers (Content-Length,
-//     Transfer-Encoding, Connection, Keep-Alive, Proxy-Connection, TE, Trailer, Upgrade): such a
-//     job fails permanently with a [*PayloadError] naming the header.
+//     Idempotency-Key), Host, Cookie, any Proxy-* header (Proxy-Authorization, ...), or the
+//     framing and hop-by-hop headers (Content-Length, Transfer-Encoding, Connection, Keep-Alive,
+//     TE, Trailer, Upgrade): such a job fails permanently with a [*PayloadError] naming the
+//     header.
 //   - body: sent as the JSON request body. Absent means the whole payload is the body, except for
 //     GET and HEAD, which then send none; null means no body. Content-Type is application/json
 //     when there is a body, unless headers set it.
@@ -111,7 +112,10 @@ type httpPayload struct {
 //
 // The processor is not an open proxy. The URL's host must be in Options.AllowedHosts (see there for
 // the syntax), unless Options.AllowAnyHost is set; otherwise the job fails permanently with a
-// [*HostError] and no request is sent. An empty list refuses every URL, the DefaultURL's too.
+// [*HostError] and no request is sent. An empty list refuses every URL, the DefaultURL's too. The
+// address the host resolves to is checked as each connection is made (see Options.AllowedHosts):
+// a loopback, link-local, private, CGNAT, unspecified or multicast address the list does not name
+// fails the job permanently with a [*HostError] naming it, before the connection is made.
 // Redirects are followed only to the same scheme, host and port as the job's URL, at most 5 times:
 // a redirect elsewhere, even to another allowed host or from http to https, is not followed, and
 // the job fails permanently with a [*HostError] naming the target (and too many redirects fail it
@@ -146,6 +150,9 @@ func HTTP(opts Options) processor.Processor {
 		h.ownTimeout = DefaultHTTPTimeout
 	}
 	client.CheckRedirect = checkRedirect(client.CheckRedirect)
+	if client.Transport == nil {
+		client.Transport = h.hosts.transport() // checks each address it dials
+	}
 	h.client = &client
 	if opts.DefaultURL != "" {
 		h.defaultURL, h.defaultURLErr = parseURL(opts.DefaultURL)
@@ -202,7 +209,7 @@ func (h *httpProcessor) parse(payload []byte) (*request, error) {
 		if !validToken(name) {
 			return nil, invalid(TypeHTTP, "headers", "%q is not a valid header name", name)
 		}
-		if protectedHeaders[http.CanonicalHeaderKey(name)] {
+		if c := http.CanonicalHeaderKey(name); protectedHeaders[c] || credentialHeader(c) {
 			return nil, invalid(TypeHTTP, "headers."+name, "header %s cannot be set by a payload", http.CanonicalHeaderKey(name))
 		}
 		if !validHeaderValue(value) {
