@@ -29,7 +29,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 	ids := []string{"global", "pacer", "vclock", "seen", "history", "group", "groups", "tenant", "tenants",
 		"rate-limit", "fair-queue", "inflight", "non-ready-queue", "non-ready-count", "active-groups",
 		"active-tenants", "tenant-weights", "tenant-clock", "stuck-watch", "worker-types", "congestion",
-		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p",
+		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p", "refusals", "refused-ids", "refused-recent",
 		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas", "group-index", "index",
 		"retry-of", "retries", "idempotency", "admin", "positions", "guard"}
 	owner := map[string]string{} // user key -> what built it
@@ -68,6 +68,9 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 			add(k.CongestionStats(g), "CongestionStats("+g.String()+")")
 			add(k.GroupRetryOf(g), "GroupRetryOf("+g.String()+")")
 			add(k.GroupRetries(g), "GroupRetries("+g.String()+")")
+			add(k.GroupRefusals(g), "GroupRefusals("+g.String()+")")
+			add(k.GroupRefusedIDs(g), "GroupRefusedIDs("+g.String()+")")
+			add(k.GroupRefusedRecent(g), "GroupRefusedRecent("+g.String()+")")
 			for _, jid := range ids {
 				add(k.Job(g, jid), "Job("+g.String()+","+jid+")")
 			}
