@@ -73,6 +73,9 @@ type Change struct {
 	Ended bool
 	// Notice is carried by the event (see [contracts.GroupEvent.Notice]).
 	Notice string
+	// Refused is carried by the event (see [contracts.GroupEvent.Refused]);
+	// set with a Notice.
+	Refused *contracts.RefusedCounts
 	// Progress marks a change of counts only, not of state: it is logged at
 	// debug level, not info.
 	Progress bool
@@ -104,7 +107,7 @@ func (p *Publisher) Publish(ctx context.Context, ch Change) error {
 		p.metrics.GroupCompletions.WithLabelValues(completionLabel(c.State)).Inc()
 	}
 	ev := Event(g, c, time.Now())
-	ev.Notice = ch.Notice
+	ev.Notice, ev.Refused = ch.Notice, ch.Refused
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err

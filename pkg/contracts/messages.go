@@ -378,6 +378,22 @@ type GroupEvent struct {
 	// state: a submission whose group settings differ from the group's (they are not applied),
 	// or a pause or resume that did nothing. Empty otherwise.
 	Notice string `json:"notice,omitempty"`
+	// Refused, when set, counts what the pipeline refused of the group's submissions after their
+	// publish was acknowledged (dead-lettered: over_quota, over_total, group_ended, bad_seal, an
+	// invalid message), as of this event. It is carried by the notice published when a message of
+	// the group is refused; nil otherwise.
+	Refused *RefusedCounts `json:"refused,omitempty"`
+}
+
+// RefusedCounts is the refused part of a [GroupEvent]: the messages of the group the pipeline
+// refused so far, their refused jobs, and the reason of the last one.
+type RefusedCounts struct {
+	// Messages counts the refused messages.
+	Messages int64 `json:"messages"`
+	// Jobs counts their refused jobs (a message refused in part counts those only).
+	Jobs int64 `json:"jobs"`
+	// Reason is the dead-letter reason of the last refused message.
+	Reason string `json:"reason"`
 }
 
 // DeadLetter is the body of <prefix>.dlq.<reason>: a message that was rejected, and why. Build one

@@ -82,6 +82,7 @@ var messageDefs = []struct {
 	{"jobResult", reflect.TypeFor[contracts.JobResult](), []string{"durationMs"}},
 	{"groupEvent", reflect.TypeFor[contracts.GroupEvent](), []string{"total", "jobs", "succeeded", "failed", "cancelled", "at"}},
 	{"deadLetter", reflect.TypeFor[contracts.DeadLetter](), nil},
+	{"refusedCounts", reflect.TypeFor[contracts.RefusedCounts](), nil},
 }
 
 // schemaDoc returns the schema parsed with numbers kept exact.

@@ -540,5 +540,13 @@ func (e *GroupEvent) Validate() error {
 			return minError(c.name, c.v, 0)
 		}
 	}
+	if r := e.Refused; r != nil {
+		if r.Messages < 0 {
+			return minError("refused.messages", r.Messages, 0)
+		}
+		if r.Jobs < 0 {
+			return minError("refused.jobs", r.Jobs, 0)
+		}
+	}
 	return nil
 }
