@@ -37,6 +37,9 @@ type item struct {
 	// before (§6.7): no tenant quota refuses them (a store call's items
 	// all have the same restore).
 	restore bool
+	// refused counts the jobs of a dead-lettered jobs message that were
+	// refused (the others were stored).
+	refused int
 }
 
 // ingest handles one batch (docs/ARCHITECTURE.md §6.1): decode, store in
@@ -65,6 +68,7 @@ func (f *Fetcher) ingest(parent context.Context, msgs []jetstream.Msg) {
 			f.notifyWork()
 		}
 	}
+	f.recordRefusals(ctx, items, true)
 	f.settler.Settle(ctx, ds...)
 }
 
@@ -283,6 +287,7 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 		addedIn[it.sub.Ref()] += int64(n)
 		added += n
 		it.Span.SetAttributes(attribute.Int("bulkaction.enqueue.added", n))
+		it.refused = len(ended) + len(over) + len(quota)
 		switch {
 		case len(ended) > 0:
 			it.Decide(consume.DeadLetter(&contracts.ValidationError{Reason: ReasonGroupEnded, Field: "jobs",

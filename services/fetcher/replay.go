@@ -353,6 +353,7 @@ func (f *Fetcher) reapply(ctx context.Context, msgs []jetstream.Msg, rejected ma
 			n.replayed++
 		}
 	}
+	f.recordRefusals(ctx, items, false)
 	f.settler.PublishDeadLetters(ctx, dead...)
 	for _, d := range dead {
 		if !d.Decision().IsDeadLetter() {
