@@ -111,6 +111,13 @@ document.addEventListener('keydown', e => {
 });
 
 (async () => {
+  // A link ending in #key=<key> (as `bulkaction dev` prints) signs in with
+  // that key, which is then taken out of the address bar and the history.
+  const linked = new URLSearchParams(location.hash.slice(1)).get('key');
+  if (linked) {
+    history.replaceState(null, '', location.pathname + location.search);
+    setKey(linked);
+  }
   if (session.key && !(await signIn(session.key))) return;
   route();
 })();
