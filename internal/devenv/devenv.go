@@ -47,6 +47,9 @@ type Options struct {
 	Dir string
 	// NatsURL / RedisURL, when set, are used instead of starting servers.
 	NatsURL, RedisURL string
+	// Host is the address the servers listen on: "" means 127.0.0.1, this
+	// machine only; "0.0.0.0" means every interface.
+	Host string
 	// NatsPort and RedisPort are tried first (0 = 4222 and 6379); a busy
 	// port falls back to a free one.
 	NatsPort, RedisPort int
@@ -67,36 +70,39 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	o.Dir = dir
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
 	e := &Env{NatsURL: o.NatsURL, RedisURL: o.RedisURL, RedisKind: RedisExternal}
 	if e.NatsURL == "" {
-		port := pick(o.NatsPort, 4222)
-		s, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{Dir: filepath.Join(o.Dir, "nats"), Port: port})
+		port := pick(o.Host, o.NatsPort, 4222)
+		s, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{Dir: filepath.Join(o.Dir, "nats"), Host: o.Host, Port: port})
 		if err != nil {
 			return nil, fmt.Errorf("embedded nats: %w", err)
 		}
 		e.nats = s
-		e.NatsURL = s.ClientURL()
+		e.NatsURL = "nats://" + net.JoinHostPort(DialHost(o.Host), strconv.Itoa(s.Addr().(*net.TCPAddr).Port))
 		o.Log.Info("embedded NATS JetStream started", "url", e.NatsURL, "store", filepath.Join(o.Dir, "nats"))
 	}
 	if e.RedisURL == "" {
-		port := pick(o.RedisPort, 6379)
+		port := pick(o.Host, o.RedisPort, 6379)
 		if path, err := exec.LookPath("redis-server"); err == nil && !o.ForceMiniredis {
-			if err := e.startChild(ctx, path, filepath.Join(o.Dir, "redis"), port); err != nil {
+			if err := e.startChild(ctx, path, filepath.Join(o.Dir, "redis"), o.Host, port); err != nil {
 				e.Close()
 				return nil, err
 			}
 			o.Log.Info("redis-server started", "url", e.RedisURL, "dir", filepath.Join(o.Dir, "redis"))
 		} else {
 			m := miniredis.NewMiniRedis()
-			if err := m.StartAddr(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+			if err := m.StartAddr(net.JoinHostPort(o.Host, strconv.Itoa(port))); err != nil {
 				e.Close()
 				return nil, fmt.Errorf("miniredis: %w", err)
 			}
 			e.mini, e.RedisKind = m, RedisMini
-			e.RedisURL = "redis://" + m.Addr() + "/0"
+			e.RedisURL = "redis://" + net.JoinHostPort(DialHost(o.Host), strconv.Itoa(m.Server().Addr().Port)) + "/0"
 			o.Log.Warn("using the in-process miniredis, for trying things out only "+
 				"(no persistence, slower scripts; install redis-server 7+ or set BULKACTION_REDIS_URL for real use)", "url", e.RedisURL)
 		}
@@ -104,18 +110,27 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	return e, nil
 }
 
-// pick returns the wanted port (or def) if it is free, else -1 (random for
-// NATS) or a free port.
-func pick(want, def int) int {
+// DialHost is the host to connect to a server listening on host: the
+// loopback address for every interface ("", "0.0.0.0", "::").
+func DialHost(host string) string {
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "127.0.0.1"
+	}
+	return host
+}
+
+// pick returns the wanted port (or def) if it is free on host, else a free
+// port.
+func pick(host string, want, def int) int {
 	if want == 0 {
 		want = def
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(want)))
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(want)))
 	if err == nil {
 		l.Close()
 		return want
 	}
-	l, err = net.Listen("tcp", "127.0.0.1:0")
+	l, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return want
 	}
@@ -123,22 +138,23 @@ func pick(want, def int) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func (e *Env) startChild(ctx context.Context, path, dir string, port int) error {
+func (e *Env) startChild(ctx context.Context, path, dir, host string, port int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	// AOF on, as the start-up checks ask of every Redis (conns.CheckRedis):
 	// dev warns about nothing it set up itself. everysec is enough for a
 	// machine's own trials; a snapshot is still written on shutdown.
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", host, "--dir", dir,
 		"--save", "60 1", "--appendonly", "yes", "--appendfsync", "everysec", "--logfile", filepath.Join(dir, "redis.log"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	e.child, e.RedisKind = cmd, RedisChild
-	e.RedisURL = "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
-	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), MaxRetries: -1})
+	addr := net.JoinHostPort(DialHost(host), strconv.Itoa(port))
+	e.RedisURL = "redis://" + addr + "/0"
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
