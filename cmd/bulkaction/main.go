@@ -18,7 +18,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRoot()
-	if err := root.ExecuteContext(ctx); err != nil {
+	if err := execute(ctx, root); err != nil {
 		if ec, ok := err.(exitCode); ok {
 			os.Exit(int(ec))
 		}

@@ -43,11 +43,27 @@ const DialTimeout = 5 * time.Second
 
 // ErrNotRunning is wrapped by Dial's and CheckStreams' errors when a server
 // does not answer or holds no bulkaction streams.
-var ErrNotRunning = errors.New("cli: bulkaction is not reachable")
+var ErrNotRunning = errors.New("bulkaction is not reachable")
 
 // ErrRejected is wrapped by Dial's errors when a server answers but refuses
 // the credentials.
-var ErrRejected = errors.New("cli: the server refused the credentials")
+var ErrRejected = errors.New("the server refused the credentials")
+
+// connError is an error of Dial or CheckStreams: its text says which
+// server and what to do; it wraps ErrNotRunning or ErrRejected.
+type connError struct {
+	kind error
+	msg  string
+}
+
+func (e *connError) Error() string { return e.msg }
+func (e *connError) Unwrap() error { return e.kind }
+
+// quietRedisLog drops go-redis's own log lines (its connection pool logs
+// every failed dial): Dial reports an unreachable Redis in one sentence.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // redisAuthError reports a Redis refusal of the credentials.
 func redisAuthError(err error) bool {
@@ -88,6 +104,7 @@ type Conn struct {
 func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 	c := &Conn{Config: cfg, Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
 	if need&NeedRedis != 0 {
+		redis.SetLogger(quietRedisLog{})
 		opt, err := conns.RedisOptions(cfg)
 		if err != nil {
 			return nil, err
@@ -100,11 +117,11 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 		if err != nil {
 			c.Close()
 			if redisAuthError(err) {
-				return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; check %s_REDIS_USERNAME and %s_REDIS_PASSWORD (or the URL's)",
-					ErrRejected, config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix, config.Prefix)
+				return nil, &connError{kind: ErrRejected, msg: fmt.Sprintf("Redis at %s (%s_REDIS_URL) refused the credentials (%v): check %s_REDIS_USERNAME and %s_REDIS_PASSWORD (or the URL's)",
+					config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix, config.Prefix)}
 			}
-			return nil, fmt.Errorf("%w: Redis at %s (%s_REDIS_URL): %v; start everything with `bulkaction dev`",
-				ErrNotRunning, config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err))
+			return nil, &connError{kind: ErrNotRunning, msg: fmt.Sprintf("Redis at %s (%s_REDIS_URL) does not answer (%v): start everything with \"bulkaction dev\", or point %s_REDIS_URL at your Redis",
+				config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix)}
 		}
 		if c.Queue, err = redisq.New(ctx, c.Redis, conns.QueueConfig(cfg)); err != nil {
 			c.Close()
@@ -132,11 +149,11 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 		if err != nil {
 			c.Close()
 			if natsAuthError(err) {
-				return nil, fmt.Errorf("%w: NATS at %s (%s_NATS_URL): %v; check the NATS credentials (%s_NATS_USER/PASSWORD, _TOKEN, _NKEY_FILE, _CREDS_FILE or the URL's)",
-					ErrRejected, config.RedactURL(cfg.NatsURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix)
+				return nil, &connError{kind: ErrRejected, msg: fmt.Sprintf("NATS at %s (%s_NATS_URL) refused the credentials (%v): check %s_NATS_USER/PASSWORD, _TOKEN, _NKEY_FILE, _CREDS_FILE or the URL's",
+					config.RedactURL(cfg.NatsURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix)}
 			}
-			return nil, fmt.Errorf("%w: NATS at %s (%s_NATS_URL): %v; start everything with `bulkaction dev`",
-				ErrNotRunning, config.RedactURL(cfg.NatsURL), config.Prefix, conns.ScrubError(cfg, err))
+			return nil, &connError{kind: ErrNotRunning, msg: fmt.Sprintf("NATS at %s (%s_NATS_URL) does not answer (%v): start everything with \"bulkaction dev\", or point %s_NATS_URL at your NATS server",
+				config.RedactURL(cfg.NatsURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix)}
 		}
 		c.NC = nc
 		if c.JS, err = jetstream.New(nc); err != nil {
@@ -153,8 +170,8 @@ func (c *Conn) CheckStreams(ctx context.Context, streams ...string) error {
 	for _, s := range streams {
 		if _, err := c.JS.Stream(ctx, s); err != nil {
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("%w: NATS at %s has no stream %s; start bulkaction (`bulkaction dev`) with the same %s_SUBJECT_PREFIX first",
-					ErrNotRunning, config.RedactURL(c.Config.NatsURL), s, config.Prefix)
+				return &connError{kind: ErrNotRunning, msg: fmt.Sprintf("NATS at %s has no stream %s: start bulkaction (\"bulkaction dev\") with the same %s_SUBJECT_PREFIX first",
+					config.RedactURL(c.Config.NatsURL), s, config.Prefix)}
 			}
 			return fmt.Errorf("stream %s: %w", s, err)
 		}

@@ -40,7 +40,7 @@ func AdmittedRate(ctx context.Context, q *redisq.Queue) (Rate, error) {
 	window := q.Config().Window.Seconds()
 	prev, err := q.Client().Get(ctx, q.Keys().RateLimitGlobal(st.Window-1)).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return Rate{}, fmt.Errorf("cli: admitted rate: %w", err)
+		return Rate{}, fmt.Errorf("reading the admitted rate: %w", err)
 	}
 	return Rate{
 		Admitted: float64(prev) / window, Limit: float64(st.GlobalLimit) / window,
@@ -89,7 +89,7 @@ func Stats(ctx context.Context, c *Conn) (*SystemStats, error) {
 	inf := pipe.ZCard(ctx, q.Keys().Inflight())
 	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("cli: stats: %w", err)
+		return nil, fmt.Errorf("reading the stats: %w", err)
 	}
 	s.NonReadySize, s.InflightSize, s.At = nr.Val(), inf.Val(), now.Val()
 	if s.Rate, err = AdmittedRate(ctx, q); err != nil {
