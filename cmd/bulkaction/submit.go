@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
@@ -17,17 +18,28 @@ import (
 
 func newSubmitCmd() *cobra.Command {
 	var (
-		group, jobType, priority, file, tenant string
-		basePriority, maxInFlight              int64
-		chunk                                  int
+		group, jobType, priority, file, tenant, format string
+		basePriority, maxInFlight                      int64
+		chunk                                          int
 	)
 	cmd := &cobra.Command{
-		Use:   "submit [--tenant T] --group G --type T --file jobs.jsonl|-",
+		Use:   "submit [--tenant T] --group G [--type T] --file jobs.jsonl|-",
 		Short: "Submit a group's jobs from a JSONL file, then seal the group",
-		Long: `Submit reads a JSONL file (or standard input with --file -): one job per line,
-either the job's payload (any JSON value) or an object whose only keys are
-"jobId" and/or "payload". A job's id is its "jobId", else its line number;
-blank lines are skipped.
+		Long: `Submit reads a JSONL file (or standard input with --file -), one job per
+line, in one of two formats, told apart by the first non-blank line (or set
+with --format) and named on standard error:
+
+  api      each line is a job as the HTTP API takes it:
+           {"jobId":"c1","type":"sleep","payload":{"ms":5}} (jobId required,
+           payload optional, type required unless --type gives it to the
+           lines that name none)
+  payload  each line is the job's payload (any JSON value), or an object
+           whose only keys are "jobId" and/or "payload"; --type is every
+           job's type, and a job's id is its "jobId", else its line number
+
+A first line that is an object with "jobId" and "type" and no key but those
+and "payload" means api; anything else means payload. Blank lines are
+skipped.
 
 The whole file is read and every line checked first (ids, payload size,
 repeated ids); if any line is bad, each is reported as "line N: field F:
@@ -58,8 +70,14 @@ new jobs would take the tenant beyond its most queued jobs.`,
 				return fmt.Errorf("--group: %w", err)
 			}
 			g := contracts.Group(tenant, group)
-			if err := contracts.ValidateType(jobType); err != nil {
-				return fmt.Errorf("--type: %w", err)
+			if jobType != "" {
+				if err := contracts.ValidateType(jobType); err != nil {
+					return fmt.Errorf("--type: %w", err)
+				}
+			}
+			fileFormat, err := cli.ParseFormat(format)
+			if err != nil {
+				return fmt.Errorf("--format %w", err)
 			}
 			prio, err := contracts.ParsePriority(priority)
 			if err != nil {
@@ -86,18 +104,19 @@ new jobs would take the tenant beyond its most queued jobs.`,
 				in, name = f, file
 			}
 			limits := contracts.Limits{MaxPayloadBytes: cfg.MaxPayloadBytes}
-			jobs, err := cli.ReadJobs(in, cli.JobSpec{Group: g, Type: jobType, Settings: settings, Limits: limits})
+			jobs, read, err := cli.ReadJobFile(in, cli.JobSpec{Group: g, Type: jobType, Format: fileFormat, Settings: settings, Limits: limits})
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			if len(jobs) == 0 {
 				return fmt.Errorf("%s: no jobs (every line is blank); nothing was submitted", name)
 			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: read %s %s\n", name, plural(int64(len(jobs)), "job"), read.Describe())
 			if api, err := newAPI(cmd, tenant); err != nil || api != nil {
 				if err != nil {
 					return err
 				}
-				return api.submit(cmd, group, jobType, settings, jobs) // --api: over HTTP (api.go)
+				return api.submit(cmd, group, jobTypes(jobs), settings, jobs) // --api: over HTTP (api.go)
 			}
 
 			ctx := cmd.Context()
@@ -137,23 +156,38 @@ new jobs would take the tenant beyond its most queued jobs.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s to group %s of tenant %s (type %s, priority %s) and sealed it at %d; follow it with: bulkaction watch --tenant %s %s\n",
-				plural(int64(len(jobs)), "job"), group, tenant, jobType, prio, len(jobs), tenant, group)
+				plural(int64(len(jobs)), "job"), group, tenant, jobTypes(jobs), prio, len(jobs), tenant, group)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&group, "group", "g", "", "group id (^[A-Za-z0-9_-]{1,128}$)")
-	f.StringVarP(&jobType, "type", "t", "", "job type of every job, e.g. sleep, http, noop")
+	f.StringVarP(&jobType, "type", "t", "", "job type of every job, e.g. sleep, http, noop (in the api format: of the lines that name none)")
+	f.StringVar(&format, "format", string(cli.FormatAuto), "format of the file's lines: auto, api ({\"jobId\",\"type\",\"payload\"}) or payload")
 	f.StringVar(&priority, "priority", "normal", "group priority level: high, normal or low")
 	f.Int64Var(&basePriority, "base-priority", 0, "added to the group's fair-queue score (smaller is served earlier)")
 	f.Int64Var(&maxInFlight, "max-in-flight", 0, "most of the group's jobs admitted and not finished at once (0 = unlimited)")
 	f.StringVarP(&file, "file", "f", "", "JSONL file of jobs, - for standard input")
 	f.IntVar(&chunk, "chunk", cli.DefaultChunk, "jobs per publish call")
 	addTenantFlag(cmd, &tenant)
-	for _, n := range []string{"group", "type", "file"} {
+	for _, n := range []string{"group", "file"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
+}
+
+// jobTypes names the jobs' types: "sleep", or "sleep, http" for several
+// (in the order met).
+func jobTypes(jobs []cli.FileJob) string {
+	var types []string
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		if !seen[j.Type] {
+			seen[j.Type] = true
+			types = append(types, j.Type)
+		}
+	}
+	return strings.Join(types, ", ")
 }
 
 // submitProgress returns the progress callback of a submission and a
