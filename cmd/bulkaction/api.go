@@ -34,7 +34,7 @@ const (
 func addAPIFlag(root *cobra.Command) {
 	root.PersistentFlags().String(apiFlag, os.Getenv(apiEnv),
 		"the gateway's address, e.g. http://127.0.0.1:8090: submit, status, watch, cancel, pause, resume and groups then use the HTTP API "+
-			"with the key in $"+apiKeyEnv+" (default $"+apiEnv+")")
+			"with the key in $"+apiKeyEnv+"; stats and tenant, which read Redis and NATS directly, refuse it (default $"+apiEnv+")")
 }
 
 // apiURL is the --api of cmd ("" = talk to NATS and Redis).
@@ -262,12 +262,12 @@ func (a *apiVerb) checkGroup(cmd *cobra.Command, id string, want contracts.Group
 // follow follows the group's events to the final one, calling update with
 // each reading: the group's last full view (read again at a state change
 // and at most every refresh) with the event's counts. A group that does
-// not exist yet is waited for (missing is called once). It returns the
+// not exist yet is waited for: missing is called at each attempt that
+// finds none (nil: wait on), and its error ends the wait. It returns the
 // group's view after its final event.
-func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, update func(*cli.GroupStatus), missing func()) (*cli.GroupStatus, error) {
+func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, update func(*cli.GroupStatus), missing func() error) (*cli.GroupStatus, error) {
 	var view *cli.GroupStatus
 	var read time.Time
-	warned := false
 	for {
 		err := a.call(func(opts ...apiclient.CallOption) error {
 			_, err := a.c.Follow(ctx, id, func(e apiclient.Event) error {
@@ -293,10 +293,11 @@ func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, 
 			break
 		}
 		// The gateway waits a few seconds for a new group; wait on.
-		if !warned && missing != nil {
-			missing()
+		if missing != nil {
+			if err := missing(); err != nil {
+				return view, err
+			}
 		}
-		warned = true
 		select {
 		case <-ctx.Done():
 			return view, ctx.Err()
@@ -312,15 +313,13 @@ func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, 
 
 // watch follows the group over Server-Sent Events and prints what watch
 // prints without --api.
-func (a *apiVerb) watch(cmd *cobra.Command, id string, every time.Duration) error {
+func (a *apiVerb) watch(cmd *cobra.Command, id string, every, appear time.Duration) error {
 	out := cmd.OutOrStdout()
 	var v watchView = &plainWatch{out: out, every: every}
 	if isTerminal(out) {
 		v = newBarWatch(out)
 	}
-	s, err := a.follow(cmd.Context(), id, every, v.update, func() {
-		fmt.Fprintf(out, "waiting for group %s to appear...\n", id)
-	})
+	s, err := a.follow(cmd.Context(), id, every, v.update, appearWait(out, contracts.Group(a.tenant, id), appear, nil))
 	v.close(s)
 	if err != nil {
 		return err
@@ -330,13 +329,14 @@ func (a *apiVerb) watch(cmd *cobra.Command, id string, every time.Duration) erro
 }
 
 // cancel cancels the group, as cancel does without --api.
-func (a *apiVerb) cancel(cmd *cobra.Command, id string, wait bool) error {
+func (a *apiVerb) cancel(cmd *cobra.Command, id string, wait, create bool) error {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
 	g, err := a.group(ctx, id)
 	switch {
+	case apiclient.IsNotFound(err) && !create:
+		return cli.NoSuchGroup(contracts.Group(a.tenant, id), "--create")
 	case apiclient.IsNotFound(err):
-		fmt.Fprintf(out, "group %s is not known yet; it will be created cancelled\n", id)
 	case err != nil:
 		return err
 	case g.Ended():
@@ -344,10 +344,13 @@ func (a *apiVerb) cancel(cmd *cobra.Command, id string, wait bool) error {
 		return nil
 	}
 	if err := a.call(func(opts ...apiclient.CallOption) error {
+		if create {
+			opts = append(opts, apiclient.WithCreate())
+		}
 		_, err := a.c.Cancel(ctx, id, opts...)
 		return err
 	}); err != nil {
-		return err
+		return a.controlError(err, id, "--create")
 	}
 	fmt.Fprintf(out, "cancel of group %s accepted\n", id)
 	if !wait {
@@ -361,11 +364,38 @@ func (a *apiVerb) cancel(cmd *cobra.Command, id string, wait bool) error {
 	return nil
 }
 
-// control pauses or resumes the group.
-func (a *apiVerb) control(cmd *cobra.Command, kind contracts.Kind, id string) error {
+// controlError is the error of a refused control: the gateway's 404 for a
+// group that does not exist is said as without --api.
+func (a *apiVerb) controlError(err error, id, createFlag string) error {
+	if apiclient.IsNotFound(err) {
+		return cli.NoSuchGroup(contracts.Group(a.tenant, id), createFlag)
+	}
+	return err
+}
+
+// control pauses or resumes the group. The gateway refuses (404) a group
+// that does not exist unless create; an ended group is refused here.
+func (a *apiVerb) control(cmd *cobra.Command, kind contracts.Kind, id string, create bool) error {
 	ctx := cmd.Context()
+	createFlag := ""
+	if kind == contracts.KindPause {
+		createFlag = "--create"
+	}
+	g, err := a.group(ctx, id)
+	switch {
+	case apiclient.IsNotFound(err) && !create:
+		return cli.NoSuchGroup(contracts.Group(a.tenant, id), createFlag)
+	case apiclient.IsNotFound(err):
+	case err != nil:
+		return err
+	case g.Ended():
+		return fmt.Errorf("group %s of tenant %s has already ended (%s): there is nothing to %s. Nothing was done", g.GroupID, g.Tenant, g.State, kind)
+	}
 	var res *apiclient.ControlResult
-	err := a.call(func(opts ...apiclient.CallOption) (err error) {
+	err = a.call(func(opts ...apiclient.CallOption) (err error) {
+		if create {
+			opts = append(opts, apiclient.WithCreate())
+		}
 		if kind == contracts.KindResume {
 			res, err = a.c.Resume(ctx, id, opts...)
 		} else {
@@ -374,7 +404,7 @@ func (a *apiVerb) control(cmd *cobra.Command, kind contracts.Kind, id string) er
 		return err
 	})
 	if err != nil {
-		return err
+		return a.controlError(err, id, createFlag)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s of group %s (tenant %s) accepted; \"bulkaction status --tenant %s %s\" shows its state\n",
 		kind, res.GroupID, res.Tenant, res.Tenant, res.GroupID)

@@ -82,9 +82,9 @@ func TestVerbsOverAPI(t *testing.T) {
 		t.Errorf("submit to an ended group: %v", err)
 	}
 
-	// pause creates the group paused; submit stores its jobs; cancel --wait
+	// pause --create creates the group paused; submit stores its jobs; cancel --wait
 	// ends it CANCELLED, and watch exits 3.
-	if out, _, err = run(ctx, "", "pause", "--api", api, "p"); err != nil || !strings.Contains(out, "pause of group p (tenant acme) accepted") {
+	if out, _, err = run(ctx, "", "pause", "--api", api, "--create", "p"); err != nil || !strings.Contains(out, "pause of group p (tenant acme) accepted") {
 		t.Fatalf("pause: %v %q", err, out)
 	}
 	if _, _, err := run(ctx, "", "submit", "--api", api, "--group", "p", "--type", "sleep", "--file", file); err != nil {
@@ -103,7 +103,7 @@ func TestVerbsOverAPI(t *testing.T) {
 	}
 
 	// resume of a paused group lets it complete.
-	if _, _, err := run(ctx, "", "pause", "--api", api, "r"); err != nil {
+	if _, _, err := run(ctx, "", "pause", "--api", api, "--create", "r"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := run(ctx, "", "submit", "--api", api, "--group", "r", "--type", "sleep", "--file", writeLines(t, jobLines(5))); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -68,10 +69,13 @@ func envSet(name string) bool {
 	return os.Getenv(config.Prefix+"_"+name) != ""
 }
 
-// plural returns "1 job" or "n jobs".
+// plural returns "1 job" or "n jobs" ("1 retry" or "n retries").
 func plural(n int64, word string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 %s", word)
+	}
+	if w, ok := strings.CutSuffix(word, "y"); ok {
+		return fmt.Sprintf("%d %sies", n, w)
 	}
 	return fmt.Sprintf("%d %ss", n, word)
 }

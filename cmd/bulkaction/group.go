@@ -51,7 +51,11 @@ the derived fields tenant, groupId, state, total, jobs, done, succeeded,
 failed, cancelled, pending, inFlight, nonReady, position, tenantPosition,
 waitingGroups, waitingTenants, waiting ([{reason, detail, until?}]),
 readyRoomChecked, rate, rateWindowSeconds, etaSeconds, congestionLevel,
-backoffMs, throttles, throttlesPerJob, elapsedSeconds, at.`,
+backoffMs, throttles and retries (the same count: every retry of a job,
+after a rate limit or a retryable error), throttlesPerJob, elapsedSeconds,
+at. A paused group has no rate and no ETA; a sealed group that has run every
+job it received and has fewer distinct jobs than its total waits for the
+missing jobs (reason awaiting_jobs) and has no ETA.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
@@ -127,32 +131,59 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
 	row("by state", "%d queued + %d in READY or running + %d backing off + %d done + %d cancelled = %s",
 		s.Pending, s.InFlight, s.NonReady, s.Done, s.Cancelled, plural(s.Jobs, "job"))
-	switch {
-	case s.Position > 0:
-		row("position", "tenant %d of %d waiting tenants; group %d among its tenant's waiting groups (%d groups wait in all)",
-			s.TenantPosition, s.WaitingTenants, s.Position, s.Waiting)
-	case s.State == contracts.StatePaused:
-		row("position", "paused: not admitted until resumed (%d groups wait)", s.Waiting)
-	default:
-		row("position", "not waiting (%d groups wait)", s.Waiting)
-	}
+	row("position", "%s", positionText(s))
 	row("waiting", "%s", s.WaitingText())
 	row("rate", "%s", rateText(s))
 	row("eta", "%s", etaText(s))
-	row("congestion", "%s (backoff %s, %d throttles, %.2f per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond, s.Throttles, s.ThrottlesPerJob())
+	row("congestion", "%s (backoff %s; %s, %.2f per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond,
+		plural(s.Throttles, "retry"), s.ThrottlesPerJob())
 	if !s.StartedAt.IsZero() {
 		row("elapsed", "%s since the first admission", s.Elapsed().Round(100*time.Millisecond))
 	}
 	return tw.Flush()
 }
 
+// positionText is the group's place in the fair queue, or why it has none.
+func positionText(s *cli.GroupStatus) string {
+	wait := groupsWait(s.Waiting)
+	switch {
+	case s.Position > 0:
+		return fmt.Sprintf("tenant %d of %d waiting tenants; group %d among its tenant's waiting groups (%s in all)",
+			s.TenantPosition, s.WaitingTenants, s.Position, wait)
+	case s.Ended():
+		return "none: the group has ended"
+	case s.State == contracts.StatePaused:
+		return fmt.Sprintf("paused: not admitted until resumed (%s)", wait)
+	case s.Pending == 0:
+		return fmt.Sprintf("none: no job of it is queued (%s)", wait)
+	case len(s.Holds) > 0:
+		return fmt.Sprintf("out of the fair queue while held (see waiting); %s", wait)
+	}
+	return fmt.Sprintf("none at this reading (%s)", wait)
+}
+
+// groupsWait is "no group waits", "1 group waits" or "n groups wait".
+func groupsWait(n int64) string {
+	switch n {
+	case 0:
+		return "no group waits"
+	case 1:
+		return "1 group waits"
+	}
+	return fmt.Sprintf("%d groups wait", n)
+}
+
 // rateText is the rate and what it was measured over.
 func rateText(s *cli.GroupStatus) string {
 	switch {
+	case s.State == contracts.StatePaused:
+		return "none while paused"
 	case s.RateWindow <= 0:
 		return fmt.Sprintf("%.1f jobs/s", s.Rate)
 	case s.Ended():
 		return fmt.Sprintf("%.1f jobs/s (over its run)", s.Rate)
+	case s.RateWindow < 10*time.Second:
+		return fmt.Sprintf("%.1f jobs/s (over the last %s)", s.Rate, s.RateWindow.Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("%.1f jobs/s (over the last %s)", s.Rate, s.RateWindow.Round(time.Second))
 }
@@ -161,6 +192,10 @@ func etaText(s *cli.GroupStatus) string {
 	switch {
 	case s.Ended():
 		return "ended"
+	case s.State == contracts.StatePaused:
+		return "none while paused"
+	case s.Missing() > 0 && s.Pending+s.InFlight+s.NonReady == 0:
+		return "none until the missing jobs are submitted"
 	case s.ETASeconds < 0:
 		return "unknown"
 	}
@@ -206,27 +241,31 @@ func endCode(s *cli.GroupStatus) error {
 }
 
 func newWatchCmd() *cobra.Command {
-	var every time.Duration
+	var every, appear time.Duration
 	var tenant string
 	cmd := &cobra.Command{
 		Use:   "watch GROUP",
 		Short: "Follow a group's progress until it ends",
 		Long: `Watch shows a group's progress (a bar on a terminal, a plain line every
---interval otherwise) until the group ends, then prints its counts. A group
-that does not exist yet is waited for.
+--interval otherwise) until the group ends, then prints its counts.
+
+A group that does not exist yet is waited for up to --appear-timeout (jobs
+just submitted are stored within moments), then watch fails: the id is
+most likely mistyped. A group whose jobs are published but not stored yet
+is waited for as long as it takes.
 
 Exit codes: 0 when the group COMPLETED, 3 when it was CANCELLED, 1 on
-errors (including an interrupt).`,
+errors (including an interrupt and a group that does not exist).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
 				if err != nil {
 					return err
 				}
-				return api.watch(cmd, args[0], every) // --api: over HTTP (api.go)
+				return api.watch(cmd, args[0], every, appear) // --api: over HTTP (api.go)
 			}
 			ctx := cmd.Context()
-			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis)
+			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis|cli.WantNATS)
 			if err != nil {
 				return err
 			}
@@ -236,9 +275,9 @@ errors (including an interrupt).`,
 			if isTerminal(out) {
 				v = newBarWatch(out)
 			}
-			s, err := follow(ctx, c.Queue, g, v.update, func() {
-				fmt.Fprintf(out, "waiting for group %s to appear...\n", args[0])
-			})
+			s, err := follow(ctx, c, g, v.update, appearWait(out, g, appear, func() (bool, error) {
+				return cli.Submitted(ctx, c.JS, c.Names, g)
+			}))
 			v.close(s)
 			if err != nil {
 				return err
@@ -248,30 +287,59 @@ errors (including an interrupt).`,
 		},
 	}
 	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often a plain line is printed when the output is not a terminal")
+	cmd.Flags().DurationVar(&appear, "appear-timeout", 10*time.Second, "how long to wait for a group that does not exist yet (0 = as long as it takes)")
 	addTenantFlag(cmd, &tenant)
 	return cmd
 }
 
+// appearWait is watch's answer to a reading that finds no group: it says
+// once that it waits, and after timeout (0 = never) it fails with a
+// NoSuchGroup error unless submitted (nil: not known) says the group's
+// messages are on their way.
+func appearWait(out io.Writer, g contracts.GroupRef, timeout time.Duration, submitted func() (bool, error)) func() error {
+	start := time.Now()
+	warned, onItsWay := false, false
+	return func() error {
+		if !warned {
+			fmt.Fprintf(out, "waiting for group %s to appear...\n", g.ID)
+			warned = true
+		}
+		if timeout <= 0 || time.Since(start) < timeout || onItsWay {
+			return nil
+		}
+		if submitted != nil {
+			ok, err := submitted()
+			if err == nil && ok {
+				onItsWay = true
+				fmt.Fprintf(out, "group %s was submitted and is not stored yet (is a fetcher running?); waiting on\n", g.ID)
+				return nil
+			}
+		}
+		return fmt.Errorf("waited %s: %w", timeout, cli.NoSuchGroup(g, ""))
+	}
+}
+
 // follow reads the group every watchPoll until it has ended, passing each
 // reading to update (its rate and ETA are status's: over the group's last
-// 30 s of progress); missing is called once if the group does not exist
-// yet. It returns the last reading.
-func follow(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, update func(*cli.GroupStatus), missing func()) (*cli.GroupStatus, error) {
+// 30 s of progress); missing is called at each reading that finds no
+// group (nil: wait on), and its error ends the wait. It returns the last
+// reading.
+func follow(ctx context.Context, c *cli.Conn, g contracts.GroupRef, update func(*cli.GroupStatus), missing func() error) (*cli.GroupStatus, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
 	var last *cli.GroupStatus
-	warned := false
 	t := time.NewTicker(watchPoll)
 	defer t.Stop()
 	for {
-		s, err := cli.Status(ctx, q, g)
+		s, err := cli.Status(ctx, c.Queue, g)
 		switch {
 		case errors.Is(err, cli.ErrGroupNotFound):
-			if !warned && missing != nil {
-				missing()
+			if missing != nil {
+				if err := missing(); err != nil {
+					return last, err
+				}
 			}
-			warned = true
 		case err != nil:
 			if ctx.Err() != nil {
 				return last, ctx.Err()
@@ -362,7 +430,7 @@ func (v *barWatch) close(last *cli.GroupStatus) {
 }
 
 func newCancelCmd() *cobra.Command {
-	var wait bool
+	var wait, create bool
 	var tenant string
 	cmd := &cobra.Command{
 		Use:   "cancel GROUP",
@@ -371,34 +439,41 @@ func newCancelCmd() *cobra.Command {
 dropped and counted as cancelled; jobs already running finish and are
 counted. With --wait it waits until the group has ended and prints its
 counts. A group that has already ended is left as it is. A group that does
-not exist yet is created cancelled, so jobs sent to it later are refused.`,
+not exist is refused (a mistyped id would otherwise create an empty
+cancelled group); --create cancels it before its first job, so that jobs
+sent to it later are refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if api, err := apiForGroup(cmd, tenant, args[0]); err != nil || api != nil {
 				if err != nil {
 					return err
 				}
-				return api.cancel(cmd, args[0], wait) // --api: over HTTP (api.go)
+				return api.cancel(cmd, args[0], wait, create) // --api: over HTTP (api.go)
 			}
 			ctx := cmd.Context()
-			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedRedis|cli.NeedNATS)
+			g, c, err := dialControl(cmd, tenant, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			if c.Queue == nil && wait {
+				return fmt.Errorf("cancel --wait follows the group in Redis, which is not reachable: cancel without --wait, and check the group later")
+			}
 			out := cmd.OutOrStdout()
-			s, err := cli.Status(ctx, c.Queue, g)
-			switch {
-			case errors.Is(err, cli.ErrGroupNotFound):
-				fmt.Fprintf(out, "group %s is not known yet; it will be created cancelled\n", g.ID)
-			case err != nil:
+			info, err := checkTarget(ctx, c, g, contracts.KindCancel, create, "--create")
+			if err != nil {
 				return err
-			case s.Ended():
+			}
+			if info == nil && create {
+				fmt.Fprintf(out, "group %s is not known yet; it will be created cancelled\n", g.ID)
+			}
+			if info != nil && info.State.Terminal() {
+				s, err := cli.Status(ctx, c.Queue, g)
+				if err != nil {
+					return err
+				}
 				fmt.Fprintf(out, "group %s has already ended: %s\n", g.ID, endLine(s))
 				return nil
-			}
-			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
-				return err
 			}
 			cl := client.New(c.JS, client.Options{Names: c.Names, Tenant: g.Tenant})
 			if err := cl.Cancel(ctx, g.ID); err != nil {
@@ -408,7 +483,7 @@ not exist yet is created cancelled, so jobs sent to it later are refused.`,
 			if !wait {
 				return nil
 			}
-			s, err = follow(ctx, c.Queue, g, nil, nil)
+			s, err := follow(ctx, c, g, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -417,6 +492,7 @@ not exist yet is created cancelled, so jobs sent to it later are refused.`,
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the group has ended and print its counts")
+	cmd.Flags().BoolVar(&create, "create", false, "cancel a group that does not exist yet (it is created cancelled; jobs sent to it later are refused)")
 	addTenantFlag(cmd, &tenant)
 	return cmd
 }
@@ -424,15 +500,20 @@ not exist yet is created cancelled, so jobs sent to it later are refused.`,
 // newControlCmd is `pause` or `resume`.
 func newControlCmd(kind contracts.Kind) *cobra.Command {
 	var tenant string
+	var create bool
 	short := "Pause a group: its jobs are not admitted until it is resumed; it keeps its place"
 	long := `Pause stops admitting a group's jobs. The group keeps its place in the fair
 queue; jobs already running finish and are counted, and jobs submitted while
-it is paused are stored and wait. A group that does not exist yet is created
-paused. Resume it with "bulkaction resume".`
+it is paused are stored and wait. Resume it with "bulkaction resume".
+
+A group that does not exist is refused (a mistyped id would otherwise
+create an empty paused group); --create pauses it before its first job, so
+that its jobs wait until it is resumed. A group that has ended is refused.`
 	if kind == contracts.KindResume {
 		short = "Resume a paused group: its jobs are admitted again from the place it had"
 		long = `Resume lets a paused group's jobs be admitted again, from the place the group
-had in the fair queue when it was paused.`
+had in the fair queue when it was paused. A group that does not exist or
+has ended is refused.`
 	}
 	cmd := &cobra.Command{
 		Use:   string(kind) + " GROUP",
@@ -444,15 +525,19 @@ had in the fair queue when it was paused.`
 				if err != nil {
 					return err
 				}
-				return api.control(cmd, kind, args[0]) // --api: over HTTP (api.go)
+				return api.control(cmd, kind, args[0], create) // --api: over HTTP (api.go)
 			}
 			ctx := cmd.Context()
-			g, c, err := dialGroup(ctx, tenant, args[0], cli.NeedNATS)
+			g, c, err := dialControl(cmd, tenant, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
+			createFlag := ""
+			if kind == contracts.KindPause {
+				createFlag = "--create"
+			}
+			if _, err := checkTarget(ctx, c, g, kind, create, createFlag); err != nil {
 				return err
 			}
 			cl := client.New(c.JS, client.Options{Names: c.Names, Tenant: g.Tenant})
@@ -468,8 +553,69 @@ had in the fair queue when it was paused.`
 			return nil
 		},
 	}
+	if kind == contracts.KindPause {
+		cmd.Flags().BoolVar(&create, "create", false, "pause a group that does not exist yet (it is created paused; its jobs wait until it is resumed)")
+	}
 	addTenantFlag(cmd, &tenant)
 	return cmd
+}
+
+// dialControl connects a verb that publishes a control (pause, resume,
+// cancel) for the group named by arg: NATS, and Redis to check the group
+// first. When Redis cannot be reached the control is still published, with
+// a note that the group was not checked.
+func dialControl(cmd *cobra.Command, tenant, arg string) (contracts.GroupRef, *cli.Conn, error) {
+	ctx := cmd.Context()
+	g, err := groupArg(tenant, arg)
+	if err != nil {
+		return g, nil, err
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		return g, nil, err
+	}
+	c, err := cli.Dial(ctx, cfg, cli.NeedNATS|cli.NeedRedis)
+	if err != nil {
+		if c, err = cli.Dial(ctx, cfg, cli.NeedNATS); err != nil {
+			return g, nil, err
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), "note: Redis is not reachable, so whether the group exists was not checked")
+	}
+	if err := c.CheckStreams(ctx, c.Names.StreamSubmit()); err != nil {
+		c.Close()
+		return g, nil, err
+	}
+	return g, c, nil
+}
+
+// checkTarget reads the group a control is for (nil when Redis is not
+// connected, or the group is not stored yet) and refuses what the control
+// cannot do: a group nobody submitted to, unless create (then it is listed
+// in the group indexes, so that "bulkaction groups" shows it), and a pause
+// or resume of a group that has ended. createFlag is the flag that creates
+// the group ("" when the verb has none). A group whose messages are in the
+// SUBMIT stream but not stored yet passes.
+func checkTarget(ctx context.Context, c *cli.Conn, g contracts.GroupRef, kind contracts.Kind, create bool, createFlag string) (*redisq.GroupInfo, error) {
+	if c.Queue == nil {
+		return nil, nil
+	}
+	info, pending, err := cli.FindGroup(ctx, c.Queue, c.JS, c.Names, g)
+	switch {
+	case err != nil:
+		return nil, err
+	case info != nil && info.State.Terminal() && kind != contracts.KindCancel:
+		return info, fmt.Errorf("group %s of tenant %s has already ended (%s): there is nothing to %s. Nothing was done",
+			g.ID, g.Tenant, info.State, kind)
+	case info != nil || pending:
+		return info, nil
+	case !create:
+		return nil, cli.NoSuchGroup(g, createFlag)
+	}
+	now, err := c.Queue.Client().Time(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.Queue.IndexGroup(ctx, g, now.UnixMilli())
 }
 
 // newTenantCmd is `tenant weight`: a tenant's share of the fair queue, and
@@ -480,7 +626,8 @@ func newTenantCmd() *cobra.Command {
 		Short: "Show or set tenants' weights in the fair queue and their quotas",
 	}
 	cmd.AddCommand(newTenantQuotaCmd())
-	cmd.AddCommand(&cobra.Command{
+	var force bool
+	weight := &cobra.Command{
 		Use:   "weight [TENANT [WEIGHT]]",
 		Short: "Show the tenants' weights, or set one (1 to 1000; 1 is the default)",
 		Long: `Within a priority level, tenants are served by weighted round robin: a
@@ -490,7 +637,22 @@ with a tenant, it prints that tenant's weight; with a tenant and a weight,
 it sets it (taking effect at the next admission).`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := refuseAPI(cmd, "tenant weight"); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
+			if len(args) == 2 {
+				if err := contracts.ValidateTenant(args[0]); err != nil {
+					return fmt.Errorf("tenant %q: %w", args[0], err)
+				}
+				w, err := strconv.Atoi(args[1])
+				if err != nil {
+					return fmt.Errorf("weight %q: must be an integer from 1 to %d", args[1], redisq.MaxTenantWeight)
+				}
+				if w < 1 || w > redisq.MaxTenantWeight {
+					return fmt.Errorf("weight %d: must be between 1 and %d", w, redisq.MaxTenantWeight)
+				}
+			}
 			c, err := dialFromEnv(ctx, cli.NeedRedis)
 			if err != nil {
 				return err
@@ -498,9 +660,14 @@ it sets it (taking effect at the next admission).`,
 			defer c.Close()
 			out := cmd.OutOrStdout()
 			if len(args) == 2 {
-				w, err := strconv.Atoi(args[1])
+				w, _ := strconv.Atoi(args[1])
+				seen, err := c.Queue.TenantSeen(ctx, args[0])
 				if err != nil {
-					return fmt.Errorf("weight %q: must be an integer from 1 to 1000", args[1])
+					return err
+				}
+				if !seen && !force {
+					return fmt.Errorf("tenant %s has no groups, weight or quota here (a mistyped name?): its weight was not set; "+
+						"to set the weight of a tenant before its first group, add --force", args[0])
 				}
 				if err := c.Queue.SetTenantWeight(ctx, args[0], w); err != nil {
 					return err
@@ -532,8 +699,23 @@ it sets it (taking effect at the next admission).`,
 			}
 			return nil
 		},
-	})
+	}
+	weight.Flags().BoolVar(&force, "force", false, "set the weight of a tenant that has no groups yet")
+	cmd.AddCommand(weight)
 	return cmd
+}
+
+// refuseAPI refuses --api (or $BULKACTION_API) for a verb that reads Redis
+// and NATS directly: it would show the system that BULKACTION_REDIS_URL
+// names, which need not be the one behind the gateway.
+func refuseAPI(cmd *cobra.Command, verb string) error {
+	base := apiURL(cmd)
+	if base == "" {
+		return nil
+	}
+	return fmt.Errorf("%s reads Redis and NATS directly and cannot use the HTTP API, and --api (or $%s) names %s: "+
+		"run it where %s_REDIS_URL and %s_NATS_URL point at that system, with --api \"\" (the dashboard at %s/ui/ shows tenants and the system over HTTP)",
+		verb, apiEnv, base, config.Prefix, config.Prefix, strings.TrimRight(base, "/"))
 }
 
 func newStatsCmd() *cobra.Command {
@@ -543,6 +725,9 @@ func newStatsCmd() *cobra.Command {
 		Short: "Show the system: waiting groups per level, READY depth, backoff queue, active tenants, congestion",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseAPI(cmd, "stats"); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			c, err := dialFromEnv(ctx, cli.NeedRedis|cli.NeedNATS)
 			if err != nil {

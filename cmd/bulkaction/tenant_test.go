@@ -139,7 +139,7 @@ func TestTenantWeightVerb(t *testing.T) {
 	if out := verb(); !strings.Contains(out, "every tenant has weight 1") {
 		t.Errorf("no weights set: %q", out)
 	}
-	if out := verb("acme", "3"); !strings.Contains(out, "tenant acme: weight 3") {
+	if out := verb("acme", "3", "--force"); !strings.Contains(out, "tenant acme: weight 3") {
 		t.Errorf("set: %q", out)
 	}
 	if out := verb(); strings.TrimSpace(out) != "acme\t3" {
@@ -179,13 +179,13 @@ func TestTenantWeightVerb(t *testing.T) {
 	}
 }
 
-// A cancel of a group nobody submitted yet creates it cancelled: a later
-// submit to it is refused, publishing nothing.
+// A cancel --create of a group nobody submitted yet creates it cancelled:
+// a later submit to it is refused, publishing nothing.
 func TestCancelOfAnUnknownGroup(t *testing.T) {
 	s := startSystem(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, _, err := run(ctx, "", "cancel", "ghost")
+	out, _, err := run(ctx, "", "cancel", "--create", "ghost")
 	if err != nil || !strings.Contains(out, "group ghost is not known yet; it will be created cancelled") ||
 		!strings.Contains(out, "cancel of group ghost accepted") {
 		t.Fatalf("cancel of an unknown group: %v %q", err, out)

@@ -238,7 +238,7 @@ func TestControls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	if r, err := b.acme.Pause(ctx, "p"); err != nil || r.Kind != contracts.KindPause {
+	if r, err := b.acme.Pause(ctx, "p", apiclient.WithCreate()); err != nil || r.Kind != contracts.KindPause {
 		t.Fatalf("pause: %+v %v", r, err)
 	}
 	if _, err := b.acme.Submit(ctx, "p", sleepJobs("j", 10), apiclient.SubmitOptions{Total: ptr[int64](10)}); err != nil {
@@ -252,7 +252,7 @@ func TestControls(t *testing.T) {
 		t.Fatalf("resumed group: %+v %v", e, err)
 	}
 
-	if _, err := b.acme.Pause(ctx, "c"); err != nil {
+	if _, err := b.acme.Pause(ctx, "c", apiclient.WithCreate()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.acme.Submit(ctx, "c", sleepJobs("j", 10), apiclient.SubmitOptions{Total: ptr[int64](10)}); err != nil {
@@ -320,7 +320,7 @@ func TestFollowReconnects(t *testing.T) {
 	defer front.Close()
 	c := b.client(t, front.URL, b.keys["acme"])
 
-	if _, err := c.Pause(ctx, "r"); err != nil {
+	if _, err := c.Pause(ctx, "r", apiclient.WithCreate()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Submit(ctx, "r", sleepJobs("j", 20), apiclient.SubmitOptions{Total: ptr[int64](20)}); err != nil {

@@ -128,6 +128,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	tenant string
 	idem   string
+	create bool
 }
 
 // WithTenant names the tenant of the call: required with an admin key,
@@ -138,6 +139,10 @@ func WithTenant(tenant string) CallOption { return func(o *callOptions) { o.tena
 // random one: the same request with the same key is done once, its answer
 // kept by the gateway (BULKACTION_GATEWAY_IDEMPOTENCY_TTL).
 func WithIdempotencyKey(key string) CallOption { return func(o *callOptions) { o.idem = key } }
+
+// WithCreate lets a seal, pause or cancel create a group that does not
+// exist yet (?create=true); without it the gateway answers 404 for one.
+func WithCreate() CallOption { return func(o *callOptions) { o.create = true } }
 
 func options(opts []CallOption) callOptions {
 	var o callOptions
@@ -255,6 +260,9 @@ func (c *Client) once(ctx context.Context, r request) (*http.Response, context.C
 	}
 	if r.opts.tenant != "" {
 		q.Set("tenant", r.opts.tenant)
+	}
+	if r.opts.create {
+		q.Set("create", "true")
 	}
 	if len(q) > 0 {
 		u += "?" + q.Encode()

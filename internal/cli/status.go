@@ -20,7 +20,7 @@ import (
 
 // ErrGroupNotFound is returned by Status for a group Redis does not know
 // (never submitted, or its meta expired after BULKACTION_GROUP_TTL).
-var ErrGroupNotFound = errors.New("cli: group not found")
+var ErrGroupNotFound = errors.New("group not found")
 
 // GroupStatus is one reading of a group: its meta hash, and the figures
 // derived from it and from the queue. The zero value is a reading of
@@ -96,8 +96,9 @@ type GroupStatus struct {
 	// BackoffMs is the backoff the group's next retry would get.
 	BackoffMs int64
 	// Throttles counts the times a job of the group was sent back to the
-	// non-ready queue; it stays readable after the group ends (for
-	// GROUP_TTL).
+	// non-ready queue: retries after a rate limit (429) and after a
+	// retryable error alike. It stays readable after the group ends (for
+	// GROUP_TTL). Status prints it as retries.
 	Throttles int64
 	// CreatedAt, StartedAt (first admission) and FinishedAt are zero when
 	// not (yet) set.
@@ -227,7 +228,7 @@ func StatusWith(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt 
 	tenantRank := pipe.ZRank(ctx, keys.FairQueue(level), g.Tenant)
 	groupRank := pipe.ZRank(ctx, keys.TenantGroups(g.Tenant, level), keys.GroupMember(g))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("cli: status %s: %w", g, err)
+		return nil, fmt.Errorf("reading group %s: %w", g, err)
 	}
 	s := &GroupStatus{
 		Tenant: g.Tenant, GroupID: g.ID, State: info.State, Priority: info.Priority, BasePriority: info.BasePriority,
@@ -272,6 +273,9 @@ func StatusWith(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt 
 // (newest first), or since its start (see Rate).
 func (s *GroupStatus) measureRate(samples []redisq.ProgressSample) {
 	s.Rate, s.RateWindow = 0, 0
+	if s.State == contracts.StatePaused {
+		return // a paused group makes no progress: no rate, no ETA
+	}
 	if !s.Ended() && len(samples) >= 2 {
 		at := s.At.UnixMilli()
 		base := samples[len(samples)-1]
@@ -315,7 +319,33 @@ func (s *GroupStatus) readHolds(ctx context.Context, q *redisq.Queue, g contract
 	for _, h := range hs[0] {
 		s.Holds = append(s.Holds, s.describe(h))
 	}
+	if n := s.Missing(); n > 0 && s.Pending+s.InFlight+s.NonReady == 0 {
+		s.Holds = append(s.Holds, Hold{Hold: redisq.Hold{Reason: HoldAwaitingJobs, Count: n}, Detail: fmt.Sprintf(
+			"sealed at %d but %d distinct jobs received: it waits for %s to be submitted (a repeated job id counts once); "+
+				"submit the missing jobs, or cancel the group", s.Declared, s.Jobs, jobsWord(n))})
+	}
 	return nil
+}
+
+// HoldAwaitingJobs holds a sealed group that has run every job it received
+// and has fewer distinct jobs than its total: it completes only when the
+// missing jobs are submitted (or it is cancelled).
+const HoldAwaitingJobs redisq.HoldReason = "awaiting_jobs"
+
+// Missing is the number of jobs a sealed group still waits to receive
+// (its total less its distinct jobs); 0 when not sealed or all arrived.
+func (s *GroupStatus) Missing() int64 {
+	if s.Declared < 0 || s.Ended() {
+		return 0
+	}
+	return max(s.Declared-s.Jobs, 0)
+}
+
+func jobsWord(n int64) string {
+	if n == 1 {
+		return "1 more job"
+	}
+	return fmt.Sprintf("%d more jobs", n)
 }
 
 // describe puts a hold in words.
@@ -396,6 +426,12 @@ func (s *GroupStatus) eta() float64 {
 	if s.Ended() {
 		return 0
 	}
+	if s.State == contracts.StatePaused {
+		return -1 // nothing is admitted until it is resumed
+	}
+	if s.Missing() > 0 && s.Pending+s.InFlight+s.NonReady == 0 {
+		return -1 // every job received is done: the rest must be submitted first
+	}
 	left := s.Target() - s.Done - s.Cancelled
 	if left <= 0 && s.Declared >= 0 {
 		return 0 // sealed and every job settled: about to complete
@@ -417,7 +453,8 @@ func (s *GroupStatus) eta() float64 {
 // waitingTenants, waiting (what holds the group: [{reason, detail,
 // until?}], empty when nothing does), readyRoomChecked, rate (jobs/s),
 // rateWindowSeconds (what rate was measured over), etaSeconds (null when
-// unknown), congestionLevel, backoffMs, throttles, throttlesPerJob,
+// unknown), congestionLevel, backoffMs, throttles and retries (the same
+// count: every retry, after a 429 or a retryable error), throttlesPerJob,
 // elapsedSeconds and at (RFC 3339).
 func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m := make(map[string]any, len(s.Meta)+20)
@@ -462,6 +499,7 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["congestionLevel"] = s.Congestion
 	m["backoffMs"] = s.BackoffMs
 	m["throttles"] = s.Throttles
+	m["retries"] = s.Throttles
 	m["throttlesPerJob"] = round2(s.ThrottlesPerJob())
 	m["elapsedSeconds"] = round2(s.Elapsed().Seconds())
 	m["at"] = s.At.UTC().Format(time.RFC3339Nano)

@@ -233,8 +233,8 @@ func TestStatusMaxInFlight(t *testing.T) {
 
 func TestSinceRateAndETA(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	prev := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Done: 10, At: t0, Rate: 1}
-	cur := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Done: 30, Cancelled: 5, At: t0.Add(2 * time.Second), Rate: 1}
+	prev := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Jobs: 100, Pending: 90, Done: 10, At: t0, Rate: 1}
+	cur := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Jobs: 100, Pending: 65, Done: 30, Cancelled: 5, At: t0.Add(2 * time.Second), Rate: 1}
 	got := cur.Since(prev)
 	if got.Rate != 10 || got.ETASeconds != 7 { // (100-30-5)/10 = 6.5 -> 7
 		t.Errorf("Since: rate %v eta %v, want 10 and 7", got.Rate, got.ETASeconds)
@@ -245,7 +245,7 @@ func TestSinceRateAndETA(t *testing.T) {
 	if cur.Since(nil) != cur || cur.Since(cur) != cur {
 		t.Error("Since without an earlier reading must return the reading")
 	}
-	stalled := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Done: 10, At: t0.Add(time.Second)}
+	stalled := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Jobs: 100, Pending: 90, Done: 10, At: t0.Add(time.Second)}
 	if s := stalled.Since(prev); s.Rate != 0 || s.ETASeconds != -1 {
 		t.Errorf("no progress: rate %v eta %v, want 0 and -1 (unknown)", s.Rate, s.ETASeconds)
 	}
