@@ -48,9 +48,13 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 		}
 		r.problem(t)
 	}
-	// hooli's cancel of "shared" is hooli's own group, not acme's.
-	if r := s.do("POST", "/v1/groups/shared/cancel", "hooli", nil); r.code != http.StatusAccepted {
-		t.Fatalf("hooli cancel: %d %s", r.code, r.body)
+	// hooli's cancel of "shared" names hooli's own group, not acme's, which
+	// does not exist; with ?create=true it is created cancelled.
+	if r := s.do("POST", "/v1/groups/shared/cancel", "hooli", nil); r.code != http.StatusNotFound {
+		t.Fatalf("hooli cancel: %d %s, want 404", r.code, r.body)
+	}
+	if r := s.do("POST", "/v1/groups/shared/cancel?create=true", "hooli", nil); r.code != http.StatusAccepted {
+		t.Fatalf("hooli cancel ?create=true: %d %s", r.code, r.body)
 	}
 	var list gateway.GroupList
 	s.do("GET", "/v1/groups", "hooli", nil).json(t, &list)

@@ -226,16 +226,25 @@ func (g *Gateway) control(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c := g.client.ForTenant(ref.Tenant)
-	var err error
-	var kind contracts.Kind
+	kind := contracts.KindResume
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/cancel"):
-		kind, err = contracts.KindCancel, c.Cancel(r.Context(), ref.ID)
+		kind = contracts.KindCancel
 	case strings.HasSuffix(r.URL.Path, "/pause"):
-		kind, err = contracts.KindPause, c.Pause(r.Context(), ref.ID)
+		kind = contracts.KindPause
+	}
+	if !g.groupKnown(w, r, ref, kind) {
+		return
+	}
+	c := g.client.ForTenant(ref.Tenant)
+	var err error
+	switch kind {
+	case contracts.KindCancel:
+		err = c.Cancel(r.Context(), ref.ID)
+	case contracts.KindPause:
+		err = c.Pause(r.Context(), ref.ID)
 	default:
-		kind, err = contracts.KindResume, c.Resume(r.Context(), ref.ID)
+		err = c.Resume(r.Context(), ref.ID)
 	}
 	if err != nil {
 		g.unavailable(w, r, err)
@@ -273,11 +282,65 @@ func (g *Gateway) sealGroup(w http.ResponseWriter, r *http.Request) {
 		}
 		total = body.Total
 	}
+	if !g.groupKnown(w, r, ref, contracts.KindSeal) {
+		return
+	}
 	if err := g.client.ForTenant(ref.Tenant).Seal(r.Context(), ref.ID, *total); err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, ControlResponse{Tenant: ref.Tenant, GroupID: ref.ID, Kind: contracts.KindSeal, Total: total})
+}
+
+// groupKnown answers for a seal, cancel, pause or resume of a group that
+// does not exist, and returns false: 404 unless the request asks to create
+// it with ?create=true (a mistyped id would otherwise create an empty
+// group that counts against its tenant's quota); a group whose messages
+// are in SUBMIT and not stored yet exists. A resume creates nothing, and a
+// pause or resume of a group that has ended is 409 group-ended. A group
+// created here is listed in the group indexes (GET /v1/groups).
+func (g *Gateway) groupKnown(w http.ResponseWriter, r *http.Request, ref contracts.GroupRef, kind contracts.Kind) bool {
+	create := false
+	if v := r.URL.Query().Get("create"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil || kind == contracts.KindResume {
+			limit := "true or false"
+			if kind == contracts.KindResume {
+				limit = "not taken by resume: a group that does not exist has nothing to resume"
+			}
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter", paramError("create", v, limit))
+			return false
+		}
+		create = b
+	}
+	info, pending, err := cli.FindGroup(r.Context(), g.q, g.deps.JS, g.deps.Names, ref)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return false
+	}
+	switch {
+	case info != nil && info.State.Terminal() && (kind == contracts.KindPause || kind == contracts.KindResume):
+		writeProblem(w, r, http.StatusConflict, slugGroupEnded, fmt.Sprintf("group %s is %s: there is nothing to %s", ref.ID, info.State, kind))
+		return false
+	case info != nil || pending:
+		return true
+	case !create:
+		hint := "; ?create=true " + string(kind) + "s it before its first job"
+		if kind == contracts.KindResume {
+			hint = ""
+		}
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group: nothing was ever submitted to it"+hint)
+		return false
+	}
+	now, err := g.q.Client().Time(r.Context()).Result()
+	if err == nil {
+		err = g.q.IndexGroup(r.Context(), ref, now.UnixMilli())
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return false
+	}
+	return true
 }
 
 // FailureView is an item of GET …/failures.
