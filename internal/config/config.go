@@ -103,6 +103,16 @@ type Config struct {
 	GatewayIdempotencyTTL time.Duration `envconfig:"GATEWAY_IDEMPOTENCY_TTL" default:"24h" desc:"how long the gateway keeps the response of a request with an Idempotency-Key (at least 1s)"`
 	GatewaySSEHeartbeat   time.Duration `envconfig:"GATEWAY_SSE_HEARTBEAT" default:"15s" desc:"interval of keep-alive comments on an idle Server-Sent Events stream"`
 	GatewaySpoolDir       string        `envconfig:"GATEWAY_SPOOL_DIR" default:"" desc:"directory of the temporary files that hold a large jobs request while it is validated (empty = the system's temporary directory)"`
+
+	GatewayMaxBodyBytes         int           `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1073741824" desc:"largest body of a jobs request; a longer one is refused with 413 as soon as it goes past, nothing of it submitted (other requests' bodies: at most 1 MiB)"`
+	GatewayMaxJobsPerRequest    int           `envconfig:"GATEWAY_MAX_JOBS_PER_REQUEST" default:"1000000" desc:"most jobs in one jobs request; one more is refused with 413, nothing of it submitted"`
+	GatewayReadHeaderTimeout    time.Duration `envconfig:"GATEWAY_READ_HEADER_TIMEOUT" default:"10s" desc:"time a client has to send a request's headers"`
+	GatewayBodyIdleTimeout      time.Duration `envconfig:"GATEWAY_BODY_IDLE_TIMEOUT" default:"30s" desc:"a request body that sends nothing this long is cut off (408), and its Idempotency-Key and temporary file let go"`
+	GatewaySSEWriteTimeout      time.Duration `envconfig:"GATEWAY_SSE_WRITE_TIMEOUT" default:"30s" desc:"an event stream whose client takes a write longer than this (it stopped reading) is closed"`
+	GatewayTenantRequestRate    int           `envconfig:"GATEWAY_TENANT_REQUEST_RATE" default:"100" desc:"requests per second of one tenant's keys over every gateway replica, 10 s worth at once; more are refused with 429 (0 = no limit; admin keys are not limited)"`
+	GatewayTenantJobRate        int           `envconfig:"GATEWAY_TENANT_JOB_RATE" default:"50000" desc:"jobs per second one tenant may submit through the gateways, 10 s worth at once; one request may take more, and its tenant's next jobs requests are refused with 429 until the rate has made up for it (0 = no limit)"`
+	GatewayTenantConcurrentReqs int           `envconfig:"GATEWAY_TENANT_CONCURRENT_REQUESTS" default:"32" desc:"requests of one tenant running at once over every gateway replica, event streams not counted; one more is refused with 429 (0 = no limit)"`
+	GatewayTenantSSEStreams     int           `envconfig:"GATEWAY_TENANT_SSE_STREAMS" default:"100" desc:"event streams (SSE) one tenant may keep open over every gateway replica; one more is refused with 429 (0 = no limit)"`
 }
 
 // Load reads the environment. An unparsable or out-of-range value is an
@@ -202,7 +212,8 @@ func (c *Config) Validate() error {
 		name string
 		v    time.Duration
 	}{{"JOB_TTL", c.JobTTL}, {"GROUP_TTL", c.GroupTTL}, {"STUCK_AFTER", c.StuckAfter}, {"GROUP_IDLE_TTL", c.GroupIdleTTL}, {"STREAM_MAX_AGE", c.StreamMaxAge}, {"DUPLICATE_WINDOW", c.DuplicateWindow},
-		{"GATEWAY_SSE_HEARTBEAT", c.GatewaySSEHeartbeat}} {
+		{"GATEWAY_SSE_HEARTBEAT", c.GatewaySSEHeartbeat}, {"GATEWAY_READ_HEADER_TIMEOUT", c.GatewayReadHeaderTimeout},
+		{"GATEWAY_BODY_IDLE_TIMEOUT", c.GatewayBodyIdleTimeout}, {"GATEWAY_SSE_WRITE_TIMEOUT", c.GatewaySSEWriteTimeout}} {
 		if d.v <= 0 {
 			return bad(d.name, d.v, "must be positive")
 		}
@@ -222,6 +233,16 @@ func (c *Config) Validate() error {
 	}
 	if c.StuckAfter <= c.ClaimTTL {
 		return bad("STUCK_AFTER", c.StuckAfter, fmt.Sprintf("must be above CLAIM_TTL (%s): the repair re-publishes a job whose claim expired only after seeing it expired for a claim TTL", c.ClaimTTL))
+	}
+	for _, r := range []struct {
+		name   string
+		v, min int
+	}{{"GATEWAY_MAX_BODY_BYTES", c.GatewayMaxBodyBytes, 1 << 10}, {"GATEWAY_MAX_JOBS_PER_REQUEST", c.GatewayMaxJobsPerRequest, 1},
+		{"GATEWAY_TENANT_REQUEST_RATE", c.GatewayTenantRequestRate, 0}, {"GATEWAY_TENANT_JOB_RATE", c.GatewayTenantJobRate, 0},
+		{"GATEWAY_TENANT_CONCURRENT_REQUESTS", c.GatewayTenantConcurrentReqs, 0}, {"GATEWAY_TENANT_SSE_STREAMS", c.GatewayTenantSSEStreams, 0}} {
+		if r.v < r.min {
+			return bad(r.name, r.v, fmt.Sprintf("must be at least %d", r.min))
+		}
 	}
 	if c.SubmitReplayWindow < 0 {
 		return bad("SUBMIT_REPLAY_WINDOW", c.SubmitReplayWindow, "must not be negative (0 = none)")

@@ -86,6 +86,11 @@ func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {
 		Addr: cfg.GatewayAddr, KeysFile: cfg.GatewayKeysFile, Keys: s.opts.GatewayKeys,
 		IdempotencyTTL: cfg.GatewayIdempotencyTTL, Heartbeat: cfg.GatewaySSEHeartbeat, SpoolDir: cfg.GatewaySpoolDir,
 		ReadyCapacity: cfg.ReadyCapacity(), GroupTTL: cfg.GroupTTL,
+		Limits: gateway.Limits{MaxBodyBytes: int64(cfg.GatewayMaxBodyBytes), MaxJobsPerRequest: int64(cfg.GatewayMaxJobsPerRequest),
+			ReadHeaderTimeout: cfg.GatewayReadHeaderTimeout, BodyIdleTimeout: cfg.GatewayBodyIdleTimeout,
+			SSEWriteTimeout: cfg.GatewaySSEWriteTimeout, TenantRequestRate: int64(cfg.GatewayTenantRequestRate),
+			TenantJobRate: int64(cfg.GatewayTenantJobRate), TenantConcurrentRequests: int64(cfg.GatewayTenantConcurrentReqs),
+			TenantSSEStreams: int64(cfg.GatewayTenantSSEStreams)},
 	}, s.Deps)
 	if err != nil {
 		return nil, err

@@ -64,6 +64,8 @@ type Config struct {
 	// GroupTTL is how long an ended group's meta is kept (for the retry
 	// link's expiry); 0 = 7 days.
 	GroupTTL time.Duration
+	// Limits bound requests and tenants.
+	Limits Limits
 }
 
 // Gateway serves the HTTP API.
@@ -78,6 +80,7 @@ type Gateway struct {
 	dash   *uiAPI
 	idem   *idempotency
 	mux    *http.ServeMux
+	slots  slotSet
 
 	lifecycle.Started
 	mu   sync.Mutex
@@ -105,6 +108,7 @@ func New(cfg Config, d deps.Deps) (*Gateway, error) {
 	if cfg.GroupTTL == 0 {
 		cfg.GroupTTL = 7 * 24 * time.Hour
 	}
+	cfg.Limits.fill()
 	log := d.Log.With(telemetry.LogComponent, "gateway")
 	keys := cfg.Keys
 	if keys == nil {
@@ -157,11 +161,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	go g.keys.watch(hctx, DefaultKeysReload)
+	go g.renewSlots(hctx)
 	// The dashboard's rate chart has history from the gateway's start.
 	g.dash.startSampling()
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(g.serve),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: g.cfg.Limits.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return hctx },
@@ -250,7 +255,7 @@ func (g *Gateway) routes() *http.ServeMux {
 			h = g.idem.wrap(h)
 		}
 		if !rt.public {
-			h = g.auth(h)
+			h = g.auth(g.door(rt, h))
 		}
 		mux.Handle(rt.method+" "+rt.pattern, g.observe(rt.op, h))
 	}

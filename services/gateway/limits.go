@@ -1,0 +1,466 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// Defaults of the [Limits] fields.
+const (
+	// DefaultMaxBodyBytes bounds a jobs request's body: a million jobs of
+	// about 1 KiB.
+	DefaultMaxBodyBytes = 1 << 30
+	// DefaultMaxJobsPerRequest bounds the jobs of one request.
+	DefaultMaxJobsPerRequest = 1_000_000
+	// DefaultReadHeaderTimeout bounds the reading of a request's headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultBodyIdleTimeout is how long a request body may send nothing.
+	DefaultBodyIdleTimeout = 30 * time.Second
+	// DefaultSSEWriteTimeout is how long one write to an event stream may
+	// take before its client is taken as gone.
+	DefaultSSEWriteTimeout = 30 * time.Second
+	// LimitWindow is how much of a tenant's request or job rate may be
+	// spent at once: a tenant at rest may send this many seconds' worth.
+	LimitWindow = 10 * time.Second
+	// slotLease is how long a slot of a tenant's concurrent requests or
+	// streams lasts unless renewed (every third of it while it is held), so
+	// the slots of a gateway that died come back.
+	slotLease = 30 * time.Second
+	// maxSmallBody bounds the body of every request but a jobs request.
+	maxSmallBody = 1 << 20
+)
+
+// Problems of the limits.
+const (
+	slugRateLimited = "rate-limited"
+	slugBodyTimeout = "body-timeout"
+)
+
+func init() {
+	titles[slugRateLimited] = "Tenant limit exceeded"
+	titles[slugBodyTimeout] = "Request body timed out"
+}
+
+// Limits bound what one request, and one tenant, may take of the gateway
+// (docs/api.md#limits). The tenant limits are shared by every gateway
+// replica through Redis, apply to tenant keys (not admin keys) and may be
+// set per tenant ([redisq.Queue.SetTenantDoorLimit]).
+type Limits struct {
+	// MaxBodyBytes bounds a jobs request's body (0 = DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// MaxJobsPerRequest bounds the jobs of one request (0 =
+	// DefaultMaxJobsPerRequest).
+	MaxJobsPerRequest int64
+	// ReadHeaderTimeout bounds the reading of a request's headers (0 =
+	// DefaultReadHeaderTimeout).
+	ReadHeaderTimeout time.Duration
+	// BodyIdleTimeout cuts off a request body that sends nothing this long
+	// (0 = DefaultBodyIdleTimeout).
+	BodyIdleTimeout time.Duration
+	// SSEWriteTimeout drops an event stream whose client takes longer to
+	// take a write (0 = DefaultSSEWriteTimeout).
+	SSEWriteTimeout time.Duration
+	// TenantRequestRate and TenantJobRate are a tenant's requests and
+	// submitted jobs per second, of which LimitWindow's worth may be spent
+	// at once; TenantConcurrentRequests and TenantSSEStreams its requests
+	// running and event streams open at once. 0 = no limit.
+	TenantRequestRate, TenantJobRate           int64
+	TenantConcurrentRequests, TenantSSEStreams int64
+}
+
+func (l *Limits) fill() {
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.MaxJobsPerRequest == 0 {
+		l.MaxJobsPerRequest = DefaultMaxJobsPerRequest
+	}
+	if l.ReadHeaderTimeout == 0 {
+		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if l.BodyIdleTimeout == 0 {
+		l.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
+	if l.SSEWriteTimeout == 0 {
+		l.SSEWriteTimeout = DefaultSSEWriteTimeout
+	}
+}
+
+func (l *Limits) door() redisq.DoorDefaults {
+	return redisq.DoorDefaults{RequestRate: l.TenantRequestRate, JobRate: l.TenantJobRate,
+		ConcurrentRequests: l.TenantConcurrentRequests, SSEStreams: l.TenantSSEStreams,
+		Window: LimitWindow, Lease: slotLease}
+}
+
+// sseOps are the operations that hold an event stream open.
+var sseOps = map[string]bool{"groupEvents": true, "overviewEvents": true}
+
+// door bounds a request of an authenticated route: its body (size and
+// idle time), its event stream's writes, and, for a tenant key, the
+// tenant's rates and slots. It runs after auth and before the
+// Idempotency-Key, so a refused request neither takes nor stores a key.
+func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
+	lim := &g.cfg.Limits
+	slot := redisq.DoorConcurrentRequests
+	sse := sseOps[rt.op]
+	if sse {
+		slot = redisq.DoorSSEStreams
+	}
+	maxBody, setting := int64(maxSmallBody), ""
+	if rt.op == "submitJobs" {
+		maxBody, setting = lim.MaxBodyBytes, "BULKACTION_GATEWAY_MAX_BODY_BYTES"
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBody {
+			writeBodyLimit(w, r, &BodyLimitError{Limit: maxBody, Setting: setting})
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &boundedBody{r: r.Body, left: maxBody, limit: maxBody, setting: setting,
+				rc: http.NewResponseController(w), idle: lim.BodyIdleTimeout}
+		}
+		if sse {
+			dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: lim.SSEWriteTimeout}
+			defer dw.done()
+			w = dw
+		}
+		p := principal(r)
+		if p.Admin {
+			next(w, r)
+			return
+		}
+		ctx := r.Context()
+		id := randomID()
+		v, err := g.q.DoorEnter(ctx, lim.door(), redisq.DoorEntry{Tenant: p.Tenant, Slot: slot, SlotID: id,
+			Jobs: rt.op == "submitJobs"})
+		if err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		if v.Requests > 0 {
+			w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
+			w.Header().Set("RateLimit", rateState(redisq.DoorRequestRate, v.RequestsLeft, v.RequestsReset))
+		}
+		if !v.Allowed {
+			g.overLimit(w, r, p.Tenant, v)
+			return
+		}
+		if v.Held {
+			g.slots.hold(p.Tenant, slot, id)
+			defer func() {
+				g.slots.drop(p.Tenant, slot, id)
+				if err := g.q.DoorLeave(context.WithoutCancel(ctx), lim.door(), p.Tenant, slot, id); err != nil {
+					g.log.Warn("gateway slot not given back; its lease frees it", "tenant", p.Tenant, "err", err)
+				}
+			}()
+		}
+		next(w, r)
+	}
+}
+
+// policyName is a limit's policy name in the RateLimit headers.
+func policyName(l redisq.DoorLimit) string {
+	switch l {
+	case redisq.DoorJobRate:
+		return "jobs"
+	case redisq.DoorConcurrentRequests:
+		return "concurrent-requests"
+	case redisq.DoorSSEStreams:
+		return "event-streams"
+	}
+	return "requests"
+}
+
+// ratePolicy is an item of RateLimit-Policy (draft-ietf-httpapi-ratelimit-
+// headers): the policy's quota q per window w (seconds) of the rates; the
+// slots have no window and count concurrent requests.
+func ratePolicy(l redisq.DoorLimit, limit int64) string {
+	name := `"` + policyName(l) + `"`
+	switch l {
+	case redisq.DoorRequestRate:
+		return name + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.Itoa(int(LimitWindow/time.Second))
+	case redisq.DoorJobRate:
+		return name + ";q=" + strconv.FormatInt(limit*int64(LimitWindow/time.Second), 10) + ";qu=\"jobs\";w=" + strconv.Itoa(int(LimitWindow/time.Second))
+	}
+	return name + ";q=" + strconv.FormatInt(limit, 10) + `;qu="concurrent-requests"`
+}
+
+// rateState is an item of RateLimit: r what is left, t the seconds until
+// the quota is whole again.
+func rateState(l redisq.DoorLimit, left int64, reset time.Duration) string {
+	return `"` + policyName(l) + `";r=` + strconv.FormatInt(left, 10) + ";t=" + strconv.FormatInt(ceilSeconds(reset), 10)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// overLimit answers 429 for a request a tenant limit refused.
+func (g *Gateway) overLimit(w http.ResponseWriter, r *http.Request, tenant string, v redisq.DoorVerdict) {
+	retry := max(1, ceilSeconds(v.RetryAfter))
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	if v.Refused != redisq.DoorRequestRate {
+		pol := ratePolicy(v.Refused, v.Limit)
+		if p := h.Get("RateLimit-Policy"); p != "" {
+			pol = p + ", " + pol
+		}
+		h.Set("RateLimit-Policy", pol)
+	}
+	h.Set("RateLimit", rateState(v.Refused, 0, time.Duration(retry)*time.Second))
+	writeProblem(w, r, http.StatusTooManyRequests, slugRateLimited,
+		fmt.Sprintf("tenant %s is over its limit %s of %d (%s); retry after %d s", tenant, v.Refused, v.Limit, v.Refused.Meaning(), retry),
+		FieldError{Field: string(v.Refused), Detail: "over the limit",
+			Limit: fmt.Sprintf("%s is %d: the most %s", v.Refused, v.Limit, v.Refused.Meaning())})
+}
+
+// chargeJobs spends a tenant's job rate on the jobs of an accepted
+// request (admin keys are not limited). A failure only logs: the request
+// was valid and the door let it in.
+func (g *Gateway) chargeJobs(r *http.Request, tenant string, n int64) {
+	if principal(r).Admin || n <= 0 {
+		return
+	}
+	if err := g.q.DoorCharge(context.WithoutCancel(r.Context()), g.cfg.Limits.door(), tenant, n); err != nil {
+		g.log.Warn("job rate not charged", "tenant", tenant, "err", err)
+	}
+}
+
+// tooManyJobs answers 413 once a request holds more jobs than
+// MaxJobsPerRequest allows, at the first job past it.
+func (g *Gateway) tooManyJobs(w http.ResponseWriter, r *http.Request, pos position) bool {
+	max := g.cfg.Limits.MaxJobsPerRequest
+	if int64(pos.index) < max {
+		return false
+	}
+	writeProblem(w, r, http.StatusRequestEntityTooLarge, slugTooLarge,
+		fmt.Sprintf("%s: more than %d jobs in one request; nothing was submitted: split the jobs over several requests", pos, max),
+		FieldError{Line: pos.line, Index: &pos.index, Detail: "more than " + strconv.FormatInt(max, 10) + " jobs",
+			Limit: "at most " + strconv.FormatInt(max, 10) + " jobs per request (BULKACTION_GATEWAY_MAX_JOBS_PER_REQUEST)"})
+	return true
+}
+
+// BodyLimitError is a request body longer than its limit.
+type BodyLimitError struct {
+	Limit   int64
+	Setting string // the setting of the limit, "" for a fixed one
+}
+
+func (e *BodyLimitError) Error() string {
+	return "the body is longer than " + strconv.FormatInt(e.Limit, 10) + " bytes"
+}
+
+// bodyIdleError is a request body that sent nothing for the idle timeout.
+type bodyIdleError struct{ idle time.Duration }
+
+func (e *bodyIdleError) Error() string {
+	return "the body sent nothing for " + e.idle.String()
+}
+
+// bodyRefused answers a body a limit cut off: 413 past its size, 408 when
+// it stalled. It returns false for any other error.
+func bodyRefused(w http.ResponseWriter, r *http.Request, err error) bool {
+	var bl *BodyLimitError
+	if errors.As(err, &bl) {
+		writeBodyLimit(w, r, bl)
+		return true
+	}
+	var bi *bodyIdleError
+	if errors.As(err, &bi) {
+		w.Header().Set("Connection", "close")
+		writeProblem(w, r, http.StatusRequestTimeout, slugBodyTimeout,
+			bi.Error()+"; nothing was submitted",
+			FieldError{Field: "body", Detail: bi.Error(),
+				Limit: "a body may pause at most " + bi.idle.String() + " (BULKACTION_GATEWAY_BODY_IDLE_TIMEOUT)"})
+		return true
+	}
+	return false
+}
+
+func writeBodyLimit(w http.ResponseWriter, r *http.Request, e *BodyLimitError) {
+	limit := "at most " + strconv.FormatInt(e.Limit, 10) + " bytes"
+	if e.Setting != "" {
+		limit += " (" + e.Setting + ")"
+	}
+	w.Header().Set("Connection", "close")
+	writeProblem(w, r, http.StatusRequestEntityTooLarge, slugTooLarge, e.Error()+"; nothing was submitted",
+		FieldError{Field: "body", Detail: e.Error(), Limit: limit})
+}
+
+// boundedBody is a request body that fails past its limit and when no byte
+// arrives for the idle timeout: the connection's read deadline is pushed
+// back before every read, and lifted once the body ends.
+type boundedBody struct {
+	r           io.ReadCloser
+	left, limit int64
+	setting     string
+	rc          *http.ResponseController
+	idle        time.Duration
+	armed       bool
+	err         error
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.idle > 0 && b.rc.SetReadDeadline(time.Now().Add(b.idle)) == nil {
+		b.armed = true
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	if int64(n) > b.left {
+		n, b.left = int(b.left), 0
+		b.err = &BodyLimitError{Limit: b.limit, Setting: b.setting}
+		return n, b.err
+	}
+	b.left -= int64(n)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		b.disarm()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.err = &bodyIdleError{idle: b.idle}
+		return n, b.err
+	}
+	return n, err
+}
+
+// disarm lifts the read deadline, so the server's own reads of the
+// connection (to notice a client that leaves) are not cut off.
+func (b *boundedBody) disarm() {
+	if b.armed {
+		b.armed = false
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+}
+
+func (b *boundedBody) Close() error { return b.r.Close() }
+
+// deadlineWriter gives every write of an event stream a deadline, so a
+// client that stops reading is dropped instead of holding its handler.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	failed  bool
+	armed   bool
+}
+
+func (d *deadlineWriter) arm() {
+	if d.timeout > 0 && d.rc.SetWriteDeadline(time.Now().Add(d.timeout)) == nil {
+		d.armed = true
+	}
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.arm()
+	n, err := d.ResponseWriter.Write(p)
+	if err != nil {
+		d.failed = true
+	}
+	return n, err
+}
+
+func (d *deadlineWriter) Flush() { _ = d.FlushError() }
+
+// FlushError flushes within the deadline (http.ResponseController uses it).
+func (d *deadlineWriter) FlushError() error {
+	d.arm()
+	err := http.NewResponseController(d.ResponseWriter).Flush()
+	if err != nil {
+		d.failed = true
+	}
+	return err
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+
+// done lifts the deadline of a stream that ended well, for the next
+// request on the connection; a connection whose write timed out is closed.
+func (d *deadlineWriter) done() {
+	if d.armed && !d.failed {
+		_ = d.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// slotSet is the tenant slots this gateway holds, renewed every third of
+// their lease while held.
+type slotSet struct {
+	mu   sync.Mutex
+	held map[slotKey]map[string]struct{}
+}
+
+type slotKey struct {
+	tenant string
+	slot   redisq.DoorLimit
+}
+
+func (s *slotSet) hold(tenant string, slot redisq.DoorLimit, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[slotKey]map[string]struct{}{}
+	}
+	k := slotKey{tenant, slot}
+	if s.held[k] == nil {
+		s.held[k] = map[string]struct{}{}
+	}
+	s.held[k][id] = struct{}{}
+}
+
+func (s *slotSet) drop(tenant string, slot redisq.DoorLimit, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := slotKey{tenant, slot}
+	delete(s.held[k], id)
+	if len(s.held[k]) == 0 {
+		delete(s.held, k)
+	}
+}
+
+// renewSlots keeps the leases of the slots held until ctx ends.
+func (g *Gateway) renewSlots(ctx context.Context) {
+	t := time.NewTicker(slotLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.slots.mu.Lock()
+		batch := map[slotKey][]string{}
+		for k, ids := range g.slots.held {
+			for id := range ids {
+				batch[k] = append(batch[k], id)
+			}
+		}
+		g.slots.mu.Unlock()
+		for k, ids := range batch {
+			for len(ids) > 0 {
+				n := min(len(ids), 500)
+				if err := g.q.DoorRenew(ctx, g.cfg.Limits.door(), k.tenant, k.slot, ids[:n]); err != nil && ctx.Err() == nil {
+					g.log.Warn("gateway slots not renewed", "tenant", k.tenant, "err", err)
+				}
+				ids = ids[n:]
+			}
+		}
+	}
+}
