@@ -45,6 +45,10 @@ type Repair struct {
 	// passed without a renewal and the results published before are
 	// recorded ([ResultsSettledThrough]).
 	Suspected int64
+	// Held counts the running jobs whose claims live: their workers have
+	// them in hand (running long, waiting for a slot, or with a result on
+	// the way), so the group's silence is no sign of trouble.
+	Held int64
 	// Requeued: the group was queued again.
 	Requeued bool
 	// FreedSlots counts the in-flight slots that had leaked.
@@ -112,6 +116,7 @@ func (q *Queue) RepairGroup(ctx context.Context, g contracts.GroupRef, opts ...S
 		r.FreedSlots += toInt(l[5])
 		r.Completed = r.Completed || toInt(l[6]) == 1
 		r.Suspected += toInt(l[7])
+		r.Held += toInt(l[8])
 		if cursor == "0" {
 			break
 		}

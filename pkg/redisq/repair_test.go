@@ -200,7 +200,7 @@ func TestRepairTakesRunsAsLostByLivenessAlone(t *testing.T) {
 			t.Fatalf("renew: %d %v", n, err)
 		}
 		if i%60 == 59 {
-			if r := repair(b.clock.now()); r.Leases != 0 || r.Suspected != 0 {
+			if r := repair(b.clock.now()); r.Leases != 0 || r.Suspected != 0 || r.Held != 3 {
 				t.Fatalf("after %s of renewed claims: %+v", time.Duration(i+1)*10*time.Second, r)
 			}
 		}

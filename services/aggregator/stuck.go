@@ -72,7 +72,15 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupR
 		warned[g.Group] = now
 		// Repair first (docs/ARCHITECTURE.md §6.5), at most once per
 		// StuckAfter per group, like the warning.
-		if a.repair(ctx, g.Group, settled) {
+		r, repaired := a.repair(ctx, g.Group, settled)
+		if repaired {
+			continue
+		}
+		if r != nil && r.Held > 0 && r.Suspected == 0 && g.Pending == 0 && g.NonReady == 0 {
+			// its jobs are in their workers' hands: running long, or
+			// results on the way
+			a.log.Info("group without progress while its workers hold its jobs", "tenant", g.Group.Tenant, "group", g.Group.ID,
+				"held", r.Held)
 			continue
 		}
 		if !g.Sealed() && g.Pending == 0 && g.NonReady == 0 && g.Jobs == g.Done+g.Cancelled {
@@ -99,14 +107,15 @@ func (a *Aggregator) checkStuck(ctx context.Context, warned map[contracts.GroupR
 // repair repairs one stuck group ([redisq.Queue.RepairGroup]), counts and
 // logs what it repaired, and publishes the event of a group it completed.
 // Running jobs are re-leased only when their claims expired before settled
-// (resultsSettled). It reports whether anything was repaired.
-func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef, settled time.Time) bool {
+// (resultsSettled). It returns what the repair found (nil when it failed)
+// and whether anything was repaired.
+func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef, settled time.Time) (*redisq.Repair, bool) {
 	r, err := a.d.Queue.RepairGroup(ctx, g, redisq.ResultsSettledThrough(settled))
 	if err != nil {
 		if ctx.Err() == nil {
 			a.log.Warn("repair of a stuck group failed", "tenant", g.Tenant, "group", g.ID, "err", err)
 		}
-		return false
+		return nil, false
 	}
 	if r.Suspected > 0 {
 		a.log.Info("running jobs without a live claim: re-published once their claims stay expired for a claim TTL and RESULT is settled",
@@ -114,7 +123,7 @@ func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef, settled t
 	}
 	reasons := r.Reasons()
 	if len(reasons) == 0 {
-		return false
+		return r, false
 	}
 	for _, reason := range reasons {
 		a.d.Metrics.GroupsRepaired.WithLabelValues(reason).Inc()
@@ -124,7 +133,7 @@ func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef, settled t
 	if r.Completed {
 		a.publishEvent(ctx, g, r.Counts, true)
 	}
-	return true
+	return r, true
 }
 
 // maintain finishes cancels cut short and abandons unsealed groups idle for

@@ -48,8 +48,9 @@
 --   published before it was recorded ('' = not checked: liveness alone)
 -- ARGV[12]: claim TTL in ms: how long a run seen lost waits to be re-leased
 -- Returns: { cursor, counted, inFlightAtStart, leases, queued, inflight,
---   completed, suspected } where suspected counts the runs this step first
---   saw without a live claim, and cursor is '0' once the repair is finished; leases
+--   completed, suspected, held } where suspected counts the runs this step
+--   first saw without a live claim, held the RUNNING jobs whose claims live
+--   (their workers have them in hand), and cursor is '0' once the repair is finished; leases
 --   counts the leases restored by this step; queued, inflight and completed
 --   are 1 when that repair was made by this step (inflight: the number of
 --   slots freed).
@@ -68,7 +69,7 @@ local m = redis.call('HMGET', KEYS[1], 'status', 'declaredTotal', 'doneJobs', 'c
   'inFlight', 'maxInFlight')
 local status = m[1]
 if not status or TERMINAL_GROUP[status] then
-  return { '0', 0, '', 0, 0, 0, 0, 0 }
+  return { '0', 0, '', 0, 0, 0, 0, 0, 0 }
 end
 local v0 = ARGV[10]
 local queued, completed = 0, 0
@@ -80,7 +81,7 @@ if first then
     for _, level in ipairs(LEVELS) do
       unqueue_group(prefix, tenant, gid, level)
     end
-    return { '0', 0, v0, 0, 0, 0, 1, 0 }
+    return { '0', 0, v0, 0, 0, 0, 1, 0, 0 }
   end
   if status ~= 'PAUSED' and redis.call('LLEN', KEYS[2]) > 0 then
     local level = m[5] or 'normal'
@@ -94,7 +95,7 @@ if first then
   end
 end
 
-local leases, suspected = 0, 0
+local leases, suspected, held = 0, 0, 0
 repeat
   local r = redis.call('SSCAN', KEYS[4], cursor, 'COUNT', budget)
   cursor = r[1]
@@ -107,7 +108,10 @@ repeat
       local member = gk .. ':' .. jid
       if st ~= 'DEQUEUED' and not redis.call('ZSCORE', KEYS[3], member) then
         local lease = st == 'LEASED'
-        if st == 'RUNNING' and num(redis.call('ZSCORE', KEYS[5], member)) < now then
+        local live = st == 'RUNNING' and num(redis.call('ZSCORE', KEYS[5], member)) >= now
+        if live then
+          held = held + 1
+        elseif st == 'RUNNING' then
           -- no live claim: its worker stopped, or its run ended and the
           -- result was lost (a Redis that came back older, after RESULT
           -- and READY were acknowledged), or it is still on RESULT
@@ -143,4 +147,4 @@ if cursor == '0' then
     if requeue_group(prefix, gk, now, alpha) then queued = 1 end
   end
 end
-return { cursor, counted, v0, leases, queued, freed, completed, suspected }
+return { cursor, counted, v0, leases, queued, freed, completed, suspected, held }
