@@ -151,11 +151,19 @@ func TestStatsAndTenantRefuseAPI(t *testing.T) {
 			t.Errorf("%v --api: %v", args, err)
 		}
 	}
+	// $BULKACTION_API with the servers named too (dev's export line): read
+	// them, and say so.
 	t.Setenv(apiEnv, "http://127.0.0.1:1")
-	if _, _, err := run(ctx, "", "stats"); err == nil || !strings.Contains(err.Error(), "$"+apiEnv) {
-		t.Errorf("stats with $%s: %v", apiEnv, err)
+	if _, errOut, err := run(ctx, "", "stats"); err != nil || !strings.Contains(errOut, "note: stats reads Redis at redis://") {
+		t.Errorf("stats with $%s and the servers named: %v %q", apiEnv, err, errOut)
 	}
-	if _, _, err := run(ctx, "", "stats", "--api", ""); err != nil {
+	// … without BULKACTION_REDIS_URL it would read the default Redis.
+	t.Setenv(config.Prefix+"_REDIS_URL", "")
+	if _, _, err := run(ctx, "", "tenant", "weight"); err == nil || !strings.Contains(err.Error(), "$"+apiEnv) {
+		t.Errorf("tenant weight with $%s and no Redis named: %v", apiEnv, err)
+	}
+	// --api "" reads the servers configured here (whatever they hold).
+	if _, _, err := run(ctx, "", "stats", "--api", ""); err != nil && strings.Contains(err.Error(), "HTTP API") {
 		t.Errorf(`stats --api "": %v`, err)
 	}
 }

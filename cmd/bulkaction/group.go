@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -637,7 +638,7 @@ with a tenant, it prints that tenant's weight; with a tenant and a weight,
 it sets it (taking effect at the next admission).`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := refuseAPI(cmd, "tenant weight"); err != nil {
+			if err := refuseAPI(cmd, "tenant weight", false); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -705,17 +706,40 @@ it sets it (taking effect at the next admission).`,
 	return cmd
 }
 
-// refuseAPI refuses --api (or $BULKACTION_API) for a verb that reads Redis
-// and NATS directly: it would show the system that BULKACTION_REDIS_URL
-// names, which need not be the one behind the gateway.
-func refuseAPI(cmd *cobra.Command, verb string) error {
+// refuseAPI decides what a verb that reads Redis (and NATS, when
+// needNATS) directly does when a gateway is named: it cannot use the HTTP
+// API, and must not silently show the system at the default addresses
+// instead. --api on the command line is refused; $BULKACTION_API is
+// accepted when the environment also names the servers to read
+// (BULKACTION_REDIS_URL, and BULKACTION_NATS_URL when needNATS), as the
+// export line of "bulkaction dev" does, with a note on standard error
+// saying what is read; otherwise it is refused.
+func refuseAPI(cmd *cobra.Command, verb string, needNATS bool) error {
 	base := apiURL(cmd)
 	if base == "" {
 		return nil
 	}
-	return fmt.Errorf("%s reads Redis and NATS directly and cannot use the HTTP API, and --api (or $%s) names %s: "+
-		"run it where %s_REDIS_URL and %s_NATS_URL point at that system, with --api \"\" (the dashboard at %s/ui/ shows tenants and the system over HTTP)",
-		verb, apiEnv, base, config.Prefix, config.Prefix, strings.TrimRight(base, "/"))
+	explicit := false
+	if f := cmd.Flag(apiFlag); f != nil && f.Changed {
+		explicit = true
+	}
+	named := envSet("REDIS_URL") && (!needNATS || envSet("NATS_URL"))
+	if !explicit && named {
+		servers := "Redis at " + config.RedactURL(os.Getenv(config.Prefix+"_REDIS_URL"))
+		if needNATS {
+			servers += " and NATS at " + config.RedactURL(os.Getenv(config.Prefix+"_NATS_URL"))
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s reads %s directly; it does not use $%s\n", verb, servers, apiEnv)
+		return nil
+	}
+	where := "--api names " + base
+	if !explicit {
+		where = "$" + apiEnv + " names " + base + " and " + config.Prefix + "_REDIS_URL is not set"
+	}
+	return fmt.Errorf("%s reads Redis and NATS directly and cannot use the HTTP API, and %s: "+
+		"set %s_REDIS_URL and %s_NATS_URL to that system's servers, or run it with --api \"\" to read the ones configured here "+
+		"(the dashboard at %s/ui/ shows tenants and the system over HTTP)",
+		verb, where, config.Prefix, config.Prefix, strings.TrimRight(base, "/"))
 }
 
 func newStatsCmd() *cobra.Command {
@@ -725,7 +749,7 @@ func newStatsCmd() *cobra.Command {
 		Short: "Show the system: waiting groups per level, READY depth, backoff queue, active tenants, congestion",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := refuseAPI(cmd, "stats"); err != nil {
+			if err := refuseAPI(cmd, "stats", true); err != nil {
 				return err
 			}
 			ctx := cmd.Context()

@@ -48,7 +48,7 @@ applies to the messages that follow; nothing already accepted is refused.`,
   bulkaction tenant quota`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := refuseAPI(cmd, "tenant quota"); err != nil {
+			if err := refuseAPI(cmd, "tenant quota", false); err != nil {
 				return err
 			}
 			set := map[redisq.Quota]int64{}
