@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +39,8 @@ import (
 type devSettings struct {
 	// Dir holds the dev servers' data.
 	Dir string `envconfig:"DEV_DIR" default:".bulkaction/dev"`
+	// Host is the address every dev server listens on (--host).
+	Host string `envconfig:"DEV_HOST" default:"127.0.0.1"`
 	// NatsPort and RedisPort are tried first; a busy port falls back to a
 	// free one.
 	NatsPort  int `envconfig:"DEV_NATS_PORT" default:"4222"`
@@ -52,6 +59,7 @@ type devOptions struct {
 	fresh, demo bool
 	scale       string
 	redis       string
+	host        string
 }
 
 func newDevCmd() *cobra.Command {
@@ -60,7 +68,8 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev [--demo [--scale full|small]] [--fresh]",
 		Short: "Run every target in one process on embedded servers (with --demo: a live demo workload)",
 		Long: `Dev runs every target (fetcher, dispatcher, worker with the built-in
-processors, aggregator) in one process, on servers it provides itself:
+processors, aggregator, gateway) in one process, on servers it provides
+itself:
 
   NATS   an embedded NATS server with JetStream, storing under the data
          directory, unless BULKACTION_NATS_URL is set.
@@ -71,17 +80,24 @@ processors, aggregator) in one process, on servers it provides itself:
 
 The data directory is BULKACTION_DEV_DIR (default ./.bulkaction/dev). Plain
 "dev" resumes where the last run stopped: the JetStream store and the
-redis-server snapshot (written on exit) are kept. --fresh wipes them first.
-With miniredis nothing of Redis survives, so every run starts fresh.
-"dev --demo" always starts fresh.
+redis-server data are kept. With miniredis nothing of Redis survives, and
+"dev --demo" always starts its data anew. The gateway's keys file there
+(gateway-keys: the dev admin key, and the keys "bulkaction gateway key
+--append" adds) is kept too. --fresh wipes the data and the keys first (a
+new admin key).
 
-NATS and Redis listen on BULKACTION_DEV_NATS_PORT (default 4222) and
-BULKACTION_DEV_REDIS_PORT (default 6379), or on free ports when those are
-busy; metrics and health are on BULKACTION_HTTP_ADDR (default :8080, or a
-free port). Dev prints the settings the other verbs (submit, status, watch,
-cancel, stats) need from another terminal. Logs are text unless
-BULKACTION_LOG_FORMAT is set. Ctrl-C stops everything cleanly. Here the
-built-in http processor may call any host unless
+Everything listens on 127.0.0.1, this machine only, unless --host (or
+BULKACTION_DEV_HOST) says otherwise (0.0.0.0: every interface), or
+BULKACTION_HTTP_ADDR or BULKACTION_GATEWAY_ADDR is set. NATS, Redis,
+metrics and the gateway take the ports BULKACTION_DEV_NATS_PORT (4222),
+BULKACTION_DEV_REDIS_PORT (6379), BULKACTION_HTTP_ADDR (8080) and
+BULKACTION_GATEWAY_ADDR (8090) name, or free ones when those are busy; a
+later run takes the ports of the last one again while they are free, so
+what it printed stays true. The banner ends with one export line, all that
+the other verbs need in another terminal (the servers, the API's URL and
+its admin key), and the dashboard's URL, which signs in with that key.
+Logs are text unless BULKACTION_LOG_FORMAT is set. Ctrl-C stops everything
+cleanly. Here the built-in http processor may call any host unless
 BULKACTION_HTTP_ALLOWED_HOSTS is set; elsewhere it calls only the hosts
 that setting lists.
 
@@ -90,17 +106,22 @@ that setting lists.
 seconds in) at a low global rate (400 jobs/s; 300 with --scale small), shows
 their progress live and ends with a summary per group. It sets
 BULKACTION_GLOBAL_RPS and BULKACTION_WORKER_COUNT itself unless they are set.
---scale small has a tenth of the jobs and takes about ten seconds. The demo
-exits 0 only if every group COMPLETED.`,
+Its logs go to dev.log in the data directory (warnings and errors to stderr
+as well when the output is not a terminal).
+The full scale takes ` + demo.FullDuration + `; --scale small has a tenth of the jobs
+and takes ` + demo.SmallDuration + `: it ends when hooli's unluckiest job, answered 429
+several times in a row, has waited 4 s after each. The demo exits 0 only if
+every group COMPLETED.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd, o)
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&o.fresh, "fresh", false, "wipe the data directory's NATS and Redis data first")
+	f.BoolVar(&o.fresh, "fresh", false, "wipe the data directory's NATS and Redis data and its API keys first")
 	f.BoolVar(&o.demo, "demo", false, "submit the demo workload, show it live and print a summary (always fresh)")
-	f.StringVar(&o.scale, "scale", demo.ScaleFull, "demo size: full (about a minute) or small (about ten seconds)")
+	f.StringVar(&o.scale, "scale", demo.ScaleFull, "demo size: full ("+demo.FullDuration+") or small ("+demo.SmallDuration+")")
+	f.StringVar(&o.host, "host", "", "address every server of dev listens on: 127.0.0.1 is this machine only, 0.0.0.0 every interface (default $BULKACTION_DEV_HOST, else 127.0.0.1)")
 	f.StringVar(&o.redis, "redis", redisAuto, "Redis to start when BULKACTION_REDIS_URL is not set: auto, redis-server or miniredis")
 	return cmd
 }
@@ -145,6 +166,13 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	out := cmd.OutOrStdout()
 	live := o.demo && isTerminal(out)
+	host := ds.Host
+	if cmd.Flags().Changed("host") {
+		host = o.host
+	}
+	if host == "" {
+		return errors.New("--host: empty (127.0.0.1 is this machine only, 0.0.0.0 every interface)")
+	}
 
 	externalRedis, externalNats := envSet("REDIS_URL"), envSet("NATS_URL")
 	useMini := false
@@ -163,7 +191,9 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	fresh := o.fresh || o.demo || useMini
 	if fresh {
-		if err := wipeDevData(ds.Dir); err != nil {
+		// The keys go only with --fresh: the demo and miniredis start
+		// their data anew, but the keys handed out stay valid.
+		if err := wipeDevData(ds.Dir, o.fresh); err != nil {
 			return err
 		}
 	}
@@ -171,20 +201,23 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		return err
 	}
 
-	// Logs: stderr, or a file while bars redraw the terminal.
-	var logOut io.Writer = cmd.ErrOrStderr()
+	// Logs: stderr; with --demo a file, so that they do not mix with the
+	// demo's view: while bars redraw the terminal everything goes there,
+	// and with plain lines (piped output) warnings and errors also go to
+	// stderr.
 	logFile := ""
-	if live {
+	var log *slog.Logger
+	if o.demo {
 		logFile = filepath.Join(ds.Dir, "dev.log")
 		f, err := os.Create(logFile)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		logOut = f
-	}
-	log, err := telemetry.NewLogger(logOut, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
+		if log, err = demoLogger(f, cmd.ErrOrStderr(), live, cfg.LogFormat, cfg.LogLevel); err != nil {
+			return err
+		}
+	} else if log, err = telemetry.NewLogger(cmd.ErrOrStderr(), cfg.LogFormat, cfg.LogLevel); err != nil {
 		return err
 	}
 	slog.SetDefault(log)
@@ -194,13 +227,21 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		log.Info("starting fresh: miniredis keeps nothing between runs", "dir", ds.Dir)
 	}
 
-	if moved, addr := freeHTTPAddr(cfg.HTTPAddr); moved {
-		log.Info("HTTP address busy; using a free port", "wanted", cfg.HTTPAddr, "addr", addr)
-		cfg.HTTPAddr = addr
+	// Every server listens on host unless its address is set; each takes
+	// the port of the last run again when it is free, so that what the
+	// last banner printed still holds.
+	last := readDevAddrs(ds.Dir, log)
+	want := map[string]string{
+		"nats":  net.JoinHostPort(host, strconv.Itoa(ds.NatsPort)),
+		"redis": net.JoinHostPort(host, strconv.Itoa(ds.RedisPort)),
 	}
-	if moved, addr := freeHTTPAddr(cfg.GatewayAddr); moved {
-		log.Info("gateway address busy; using a free port", "wanted", cfg.GatewayAddr, "addr", addr)
-		cfg.GatewayAddr = addr
+	if cfg.HTTPAddr != "" {
+		want["http"] = onHost(host, cfg.HTTPAddr, envSet("HTTP_ADDR"))
+		cfg.HTTPAddr = last.pick("http", want["http"], log)
+	}
+	if cfg.GatewayAddr != "" {
+		want["gateway"] = onHost(host, cfg.GatewayAddr, envSet("GATEWAY_ADDR"))
+		cfg.GatewayAddr = last.pick("gateway", want["gateway"], log)
 	}
 	apiKey := ""
 	if cfg.GatewayKeysFile == "" {
@@ -210,12 +251,16 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 
 	ctx := cmd.Context()
-	eo := devenv.Options{Dir: ds.Dir, NatsPort: ds.NatsPort, RedisPort: ds.RedisPort, ForceMiniredis: useMini, Log: log}
+	eo := devenv.Options{Dir: ds.Dir, Host: host, ForceMiniredis: useMini, Log: log}
 	if externalNats {
 		eo.NatsURL = cfg.NatsURL
+	} else {
+		eo.NatsPort = portOf(last.pick("nats", want["nats"], log))
 	}
 	if externalRedis {
 		eo.RedisURL = cfg.RedisURL
+	} else {
+		eo.RedisPort = portOf(last.pick("redis", want["redis"], log))
 	}
 	env, err := devenv.Start(ctx, eo)
 	if err != nil {
@@ -254,15 +299,24 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	httpAddr := ""
+	b := banner{cfg: cfg, env: env, logFile: logFile, demo: o.demo, apiKey: apiKey, listenHost: host, externalNats: externalNats}
+	got := devAddrs{}
+	if !externalNats {
+		got["nats"] = devAddr{Want: want["nats"], Got: net.JoinHostPort(host, strconv.Itoa(portOf(hostPortOf(env.NatsURL))))}
+	}
+	if !externalRedis {
+		got["redis"] = devAddr{Want: want["redis"], Got: net.JoinHostPort(host, strconv.Itoa(portOf(hostPortOf(env.RedisURL))))}
+	}
 	if st.Server != nil {
-		httpAddr = reachable(st.Server.Addr())
+		b.httpAddr = st.Server.Addr()
+		got["http"] = devAddr{Want: want["http"], Got: b.httpAddr}
 	}
-	apiAddr := ""
 	if st.Gateway != nil {
-		apiAddr = reachable(st.Gateway.Addr().String())
+		b.apiAddr = st.Gateway.Addr().String()
+		got["gateway"] = devAddr{Want: want["gateway"], Got: b.apiAddr}
 	}
-	fmt.Fprint(out, devBanner(cfg, env, httpAddr, logFile, o.demo, apiAddr, apiKey))
+	last.save(ds.Dir, got, log)
+	fmt.Fprint(out, b.String())
 
 	if !o.demo {
 		select {
@@ -309,7 +363,7 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 		}
 		printed = true
 		fmt.Fprintf(o.Out, "\nThe demo is over; everything keeps running (dashboard http://%s/ui/). Ctrl-C stops.\n",
-			reachable(st.Gateway.Addr().String()))
+			browsable(st.Gateway.Addr().String()))
 		select {
 		case <-ctx.Done():
 		case <-st.Failed():
@@ -334,70 +388,123 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 	return nil
 }
 
-// devBanner tells where everything runs and what the other verbs need.
-func devBanner(cfg *config.Config, env *devenv.Env, httpAddr, logFile string, isDemo bool, apiAddr, apiKey string) string {
+// banner tells where everything runs and what the other verbs need.
+type banner struct {
+	cfg *config.Config
+	env *devenv.Env
+	// httpAddr and apiAddr are the listen addresses of metrics and of the
+	// gateway ("" = not running).
+	httpAddr, apiAddr string
+	// apiKey is dev's admin key ("" = the keys file is the user's).
+	apiKey  string
+	logFile string
+	demo    bool
+	// listenHost is what NATS and Redis listen on when dev started them
+	// (externalNats: NATS is the user's).
+	listenHost   string
+	externalNats bool
+}
+
+func (d banner) String() string {
 	var b strings.Builder
+	cfg, env := d.cfg, d.env
 	fmt.Fprintf(&b, "bulkaction dev: fetcher, dispatcher, worker, aggregator and gateway are running (Ctrl-C stops)\n")
-	if apiAddr != "" {
-		fmt.Fprintf(&b, "  API    http://%s/v1/groups\n", apiAddr)
-		fmt.Fprintf(&b, "  UI     http://%s/ui/ (dashboard)\n", apiAddr)
-		if apiKey != "" {
-			fmt.Fprintf(&b, "  key    %s (admin, dev only: kept in the data directory)\n", apiKey)
+	apiURL := ""
+	if d.apiAddr != "" {
+		apiURL = "http://" + browsable(d.apiAddr)
+		fmt.Fprintf(&b, "  API    %s/v1/groups%s\n", apiURL, everyInterface(d.apiAddr))
+		if d.apiKey != "" {
+			// A fragment never reaches the server; the dashboard signs in
+			// with it and takes it out of the address bar.
+			fmt.Fprintf(&b, "  UI     %s/ui/#key=%s (dashboard, signs in with the key)\n", apiURL, d.apiKey)
+			fmt.Fprintf(&b, "  key    %s (admin, dev only: kept in the data directory)\n", d.apiKey)
+		} else {
+			fmt.Fprintf(&b, "  UI     %s/ui/ (dashboard)\n", apiURL)
 		}
 	}
-	fmt.Fprintf(&b, "  NATS   %s\n", config.RedactURL(env.NatsURL))
+	ownNote := everyInterface(net.JoinHostPort(d.listenHost, "0"))
 	note := ""
+	if !d.externalNats {
+		note = ownNote
+	}
+	fmt.Fprintf(&b, "  NATS   %s%s\n", config.RedactURL(env.NatsURL), note)
+	note = ""
 	if env.RedisKind == devenv.RedisMini {
 		note = " (in-process miniredis: for trying things out only)"
 	}
+	if env.RedisKind != devenv.RedisExternal {
+		note += ownNote
+	}
 	fmt.Fprintf(&b, "  Redis  %s [%s]%s\n", config.RedactURL(env.RedisURL), env.RedisKind, note)
-	if httpAddr != "" {
-		fmt.Fprintf(&b, "  HTTP   http://%s/metrics, /healthz, /readyz\n", httpAddr)
+	if d.httpAddr != "" {
+		fmt.Fprintf(&b, "  HTTP   http://%s/metrics, /healthz, /readyz%s\n", browsable(d.httpAddr), everyInterface(d.httpAddr))
 	}
-	if logFile != "" {
-		fmt.Fprintf(&b, "  logs   %s\n", logFile)
+	if d.logFile != "" {
+		fmt.Fprintf(&b, "  logs   %s\n", d.logFile)
 	}
-	// The verbs read the same settings: name every one that differs from
-	// its default (the demo sets the rate itself).
-	vars := []struct{ name, field, value string }{
-		{"NATS_URL", "NatsURL", env.NatsURL}, {"REDIS_URL", "RedisURL", env.RedisURL},
+	// One line for another terminal: the servers, the API and its key,
+	// and every setting the verbs read that differs from its default (the
+	// demo sets the rate itself).
+	b.WriteString("For the other verbs in another terminal:\n  export")
+	for _, v := range []struct{ name, value string }{{"NATS_URL", env.NatsURL}, {"REDIS_URL", env.RedisURL}} {
+		if config.RedactURL(v.value) == v.value { // else the user's environment has it already
+			fmt.Fprintf(&b, " %s_%s=%s", config.Prefix, v.name, v.value)
+		}
+	}
+	if apiURL != "" && d.apiKey != "" {
+		fmt.Fprintf(&b, " %s=%s %s=%s", apiEnv, apiURL, apiKeyEnv, d.apiKey)
+	}
+	for _, v := range []struct{ name, field, value string }{
 		{"REDIS_PREFIX", "RedisPrefix", cfg.RedisPrefix}, {"SUBJECT_PREFIX", "SubjectPrefix", cfg.SubjectPrefix},
 		{"GLOBAL_RPS", "GlobalRps", strconv.Itoa(cfg.GlobalRps)},
 		{"RATE_LIMIT_WINDOW_MS", "RateLimitWindowMs", strconv.Itoa(cfg.RateLimitWindowMs)},
-	}
-	differs := false
-	for _, v := range vars {
-		differs = differs || v.value != defaultOf(v.field)
-	}
-	if differs {
-		b.WriteString("For the other verbs in another terminal:\n  export")
-		for i, v := range vars {
-			if config.RedactURL(v.value) != v.value {
-				continue // it carries credentials: the user's environment has it already
-			}
-			if i < 2 || v.value != defaultOf(v.field) {
-				fmt.Fprintf(&b, " %s_%s=%s", config.Prefix, v.name, v.value)
-			}
+	} {
+		if v.value != defaultOf(v.field) {
+			fmt.Fprintf(&b, " %s_%s=%s", config.Prefix, v.name, v.value)
 		}
-		b.WriteString("\n")
 	}
-	if !isDemo {
+	b.WriteString("\n")
+	if !d.demo {
 		fmt.Fprintf(&b, "Try: echo '{\"ms\":50}' | bulkaction submit --group hello --type sleep --file - && bulkaction watch hello\n")
 	}
 	return b.String()
 }
 
-// reachable turns a listen address into one to browse: an unspecified
-// host becomes localhost.
-func reachable(addr string) string {
+// browsable turns a listen address into one to connect to: every
+// interface becomes 127.0.0.1.
+func browsable(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "localhost"
+	return net.JoinHostPort(devenv.DialHost(host), port)
+}
+
+// everyInterface notes a listen address that is not this machine's alone.
+func everyInterface(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err == nil && (host == "" || (ip != nil && ip.IsUnspecified())) {
+		return " (listening on every interface)"
 	}
-	return net.JoinHostPort(host, port)
+	return ""
+}
+
+// demoLogger logs to file and, when the demo prints plain lines (piped
+// output) rather than redrawn bars, warnings and errors to stderr too.
+func demoLogger(file, stderr io.Writer, live bool, format, level string) (*slog.Logger, error) {
+	toFile, err := telemetry.NewLogger(file, format, level)
+	if err != nil || live {
+		return toFile, err
+	}
+	errLevel := "warn"
+	if strings.EqualFold(strings.TrimSpace(level), "error") {
+		errLevel = "error"
+	}
+	toErr, err := telemetry.NewLogger(stderr, format, errLevel)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(slog.NewMultiHandler(toFile.Handler(), toErr.Handler())), nil
 }
 
 // defaultOf is the default of a config.Config field.
@@ -406,10 +513,15 @@ func defaultOf(field string) string {
 	return f.Tag.Get("default")
 }
 
-// wipeDevData removes the dev servers' data (and the log) from dir, and
-// nothing else, so a mistaken BULKACTION_DEV_DIR loses no other files.
-func wipeDevData(dir string) error {
-	for _, name := range []string{"nats", "redis", "dev.log"} {
+// wipeDevData removes the dev servers' data (and the log) from dir, with
+// keys also the API keys, and nothing else, so a mistaken
+// BULKACTION_DEV_DIR loses no other files.
+func wipeDevData(dir string, keys bool) error {
+	names := []string{"nats", "redis", "dev.log"}
+	if keys {
+		names = append(names, devKeyFile, devKeysFile)
+	}
+	for _, name := range names {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("wipe %s: %w", dir, err)
 		}
@@ -417,33 +529,107 @@ func wipeDevData(dir string) error {
 	return nil
 }
 
-// freeHTTPAddr returns a free address on the same host when addr is busy.
-func freeHTTPAddr(addr string) (moved bool, free string) {
-	if addr == "" {
-		return false, addr
-	}
-	l, err := net.Listen("tcp", addr)
+// Files of the data directory besides the servers' data.
+const (
+	devKeyFile   = "dev-api-key"  // dev's admin key
+	devKeysFile  = "gateway-keys" // the gateway's keys file
+	devAddrsFile = "addresses.json"
+)
+
+// devAddr is where one server of a dev run listened.
+type devAddr struct {
+	Want string `json:"want"` // the address asked for
+	Got  string `json:"got"`  // the address taken (another when Want was busy)
+}
+
+// devAddrs are the addresses of the last dev run by server (nats, redis,
+// http, gateway), kept in the data directory.
+type devAddrs map[string]devAddr
+
+func readDevAddrs(dir string, log *slog.Logger) devAddrs {
+	a := devAddrs{}
+	b, err := os.ReadFile(filepath.Join(dir, devAddrsFile))
 	if err == nil {
-		_ = l.Close()
-		return false, addr
+		err = json.Unmarshal(b, &a)
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false, addr
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Info("the last run's addresses are unreadable; taking the configured ones", "file", filepath.Join(dir, devAddrsFile), "err", err)
 	}
-	l, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	return a
+}
+
+// save records got over the last run's addresses.
+func (a devAddrs) save(dir string, got devAddrs, log *slog.Logger) {
+	all := maps.Clone(a)
+	maps.Copy(all, got)
+	b, _ := json.MarshalIndent(all, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, devAddrsFile), append(b, '\n'), 0o644); err != nil {
+		log.Info("the addresses of this run are not kept", "err", err)
+	}
+}
+
+// pick returns the address server name listens on: the one the last run
+// took for the same wanted address if it is free, else want if it is
+// free, else a free port on want's host.
+func (a devAddrs) pick(name, want string, log *slog.Logger) string {
+	cands := []string{want}
+	if l, ok := a[name]; ok && l.Want == want && l.Got != "" && l.Got != want {
+		cands = []string{l.Got, want}
+	}
+	for _, c := range cands {
+		if l, err := net.Listen("tcp", c); err == nil {
+			_ = l.Close()
+			if c != want {
+				log.Info(name+" takes the address of the last run", "wanted", want, "addr", c)
+			}
+			return c
+		}
+	}
+	host, _, err := net.SplitHostPort(want)
 	if err != nil {
-		return false, addr
+		return want
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return want
 	}
 	defer l.Close()
-	return true, l.Addr().String()
+	addr := net.JoinHostPort(host, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	log.Info(name+" address busy; using a free port", "wanted", want, "addr", addr)
+	return addr
+}
+
+// onHost is addr on host unless addr was set explicitly.
+func onHost(host, addr string, set bool) string {
+	_, port, err := net.SplitHostPort(addr)
+	if set || err != nil {
+		return addr
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// hostPortOf is the host:port of a URL.
+func hostPortOf(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Host
+	}
+	return ""
+}
+
+// portOf is the port of host:port (0 if none).
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // devAPIKey returns the dev admin API key kept in dir (made on first use)
-// and the keys file listing it.
+// and the keys file listing it. The keys file is kept as it is, with the
+// keys added to it (bulkaction gateway key --append); the admin key's line
+// is added when it is missing.
 func devAPIKey(dir string) (key, keysFile string, err error) {
-	keyFile := filepath.Join(dir, "dev-api-key")
-	keysFile = filepath.Join(dir, "gateway-keys")
+	keyFile := filepath.Join(dir, devKeyFile)
+	keysFile = filepath.Join(dir, devKeysFile)
 	if b, err := os.ReadFile(keyFile); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), gateway.KeyPrefix) {
 		key = strings.TrimSpace(string(b))
 	} else {
@@ -454,9 +640,22 @@ func devAPIKey(dir string) (key, keysFile string, err error) {
 			return "", "", err
 		}
 	}
-	line := "# bulkaction dev: the admin key of " + keyFile + "\n" + gateway.KeyLine(key, gateway.AdminTenant, "dev") + "\n"
-	if err := os.WriteFile(keysFile, []byte(line), 0o600); err != nil {
+	b, err := os.ReadFile(keysFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		line := "# bulkaction dev: the admin key of " + keyFile + "\n" + gateway.KeyLine(key, gateway.AdminTenant, "dev") + "\n"
+		return key, keysFile, os.WriteFile(keysFile, []byte(line), 0o600)
+	case err != nil:
 		return "", "", err
+	}
+	keys, err := gateway.ParseKeys(bytes.NewReader(b))
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w: correct it, or start anew with --fresh", keysFile, err)
+	}
+	if p, ok := keys[gateway.HashKey(key)]; !ok || !p.Admin {
+		if err := appendKeyLine(keysFile, gateway.KeyLine(key, gateway.AdminTenant, "dev")); err != nil {
+			return "", "", err
+		}
 	}
 	return key, keysFile, nil
 }

@@ -3,15 +3,21 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/demo"
@@ -55,38 +61,54 @@ func TestDevDemoSmall(t *testing.T) {
 				t.Fatal("redis-server is not on PATH (scripts/ensure-redis.sh installs it)")
 			}
 			dir, natsPort, redisPort := devEnv(t)
+			// At the default log level, output piped as with 2>&1: the
+			// demo's lines do not mix with log lines.
+			t.Setenv(config.Prefix+"_LOG_LEVEL", "")
+			os.Unsetenv(config.Prefix + "_LOG_LEVEL")
 			// The demo itself gives up after a minute without progress; this
 			// bound is for a machine much slower than a developer's.
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			start := time.Now()
-			out, errOut, err := run(ctx, "", "dev", "--demo", "--scale", "small", "--redis", kind)
+			var both syncBuffer
+			err := runTo(ctx, &both, &both, "", "dev", "--demo", "--scale", "small", "--redis", kind)
+			out := both.String()
 			if err != nil {
-				t.Fatalf("dev --demo: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+				t.Fatalf("dev --demo: %v\noutput:\n%s", err, out)
 			}
 			t.Logf("demo took %s", time.Since(start).Round(time.Millisecond))
 			// dev warns about nothing it set up itself; on miniredis it
 			// says once that it is for trying things out, and the scripts
 			// run there as on Redis (no batch fails and is redelivered).
-			for _, l := range strings.Split(errOut, "\n") {
-				if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
-					if kind == redisMini && strings.Contains(l, "using the in-process miniredis") {
+			// Its other logs are in the log file.
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "level=") {
+					if kind == redisMini && strings.Contains(l, "level=WARN") && strings.Contains(l, "using the in-process miniredis") {
 						continue
 					}
-					t.Errorf("dev --demo logged: %s", l)
+					t.Errorf("dev --demo logged among the demo's lines: %s", l)
 				}
 			}
+			if b, err := os.ReadFile(filepath.Join(dir, "dev.log")); err != nil || !strings.Contains(string(b), "level=INFO") {
+				t.Errorf("the log file does not hold the logs: %v\n%s", err, b)
+			}
 			if testing.Verbose() {
-				t.Log(out, errOut)
+				t.Log(out)
 			}
 			if !strings.Contains(out, "["+kind+"]") {
 				t.Errorf("the banner does not name Redis %s:\n%s", kind, out)
 			}
-			if !strings.Contains(out, fmt.Sprintf("export %s_NATS_URL=nats://127.0.0.1:%d %s_REDIS_URL=redis://127.0.0.1:%d/0", config.Prefix, natsPort, config.Prefix, redisPort)) {
-				t.Errorf("no export line for the other verbs:\n%s", out)
+			vars := exportVars(t, out)
+			for name, want := range map[string]string{
+				"NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "REDIS_URL": fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort),
+				"GLOBAL_RPS": strconv.Itoa(w.GlobalRps),
+			} {
+				if got := vars[config.Prefix+"_"+name]; got != want {
+					t.Errorf("the export line has %s_%s=%q, want %q:\n%s", config.Prefix, name, got, want, out)
+				}
 			}
-			if !strings.Contains(out, fmt.Sprintf(" %s_GLOBAL_RPS=%d\n", config.Prefix, w.GlobalRps)) {
-				t.Errorf("the export line does not carry the demo's rate:\n%s", out)
+			if !strings.HasPrefix(vars[config.Prefix+"_API"], "http://127.0.0.1:") || vars[config.Prefix+"_API_KEY"] == "" {
+				t.Errorf("the export line does not name the API and its key: %v", vars)
 			}
 			_, summary, ok := strings.Cut(out, "\nSummary (")
 			if !ok {
@@ -247,7 +269,7 @@ func TestDevBannerHidesCredentials(t *testing.T) {
 	cfg.GlobalRps = 7 // differs from the default, so the export line is printed
 	env := &devenv.Env{NatsURL: "nats://u:nats-s3cret@127.0.0.1:4222", RedisURL: "redis://:redis-s3cret@127.0.0.1:6379/0",
 		RedisKind: "external"}
-	out := devBanner(cfg, env, "", "", false, "", "")
+	out := banner{cfg: cfg, env: env, listenHost: "127.0.0.1", externalNats: true}.String()
 	for _, secret := range []string{"nats-s3cret", "redis-s3cret"} {
 		if strings.Contains(out, secret) {
 			t.Fatalf("banner shows %q:\n%s", secret, out)
@@ -255,5 +277,305 @@ func TestDevBannerHidesCredentials(t *testing.T) {
 	}
 	if !strings.Contains(out, "BULKACTION_GLOBAL_RPS=7") || !strings.Contains(out, "127.0.0.1:4222") {
 		t.Fatalf("banner lost its content:\n%s", out)
+	}
+}
+
+// devRun is one `dev` running in this process until stop.
+type devRun struct {
+	out, err *syncBuffer
+	done     chan error
+	cancel   context.CancelFunc
+}
+
+// startDevRun runs `dev args...` and waits for its banner.
+func startDevRun(t *testing.T, ctx context.Context, args ...string) *devRun {
+	t.Helper()
+	devCtx, cancel := context.WithCancel(ctx)
+	d := &devRun{out: &syncBuffer{}, err: &syncBuffer{}, done: make(chan error, 1), cancel: cancel}
+	go func() { d.done <- runTo(devCtx, d.out, d.err, "", append([]string{"dev"}, args...)...) }()
+	for !strings.Contains(d.out.String(), "Try: ") && !strings.Contains(d.out.String(), "\ndemo (") {
+		select {
+		case err := <-d.done:
+			cancel()
+			t.Fatalf("dev ended early: %v\n%s\n%s", err, d.out, d.err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return d
+}
+
+// stop ends dev as Ctrl-C does and returns its error.
+func (d *devRun) stop() error {
+	d.cancel()
+	return <-d.done
+}
+
+// exportVars are the variables of the banner's one export line.
+func exportVars(t *testing.T, banner string) map[string]string {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(banner, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "export ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("want one export line, got %d:\n%s", len(lines), banner)
+	}
+	vars := map[string]string{}
+	for _, f := range strings.Fields(lines[0])[1:] {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("export line: %q is not NAME=value:\n%s", f, banner)
+		}
+		vars[k] = v
+	}
+	return vars
+}
+
+// bannerURL is the first URL on the banner row labelled label.
+func bannerURL(t *testing.T, banner, label string) string {
+	t.Helper()
+	for _, l := range strings.Split(banner, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == label {
+			return f[1]
+		}
+	}
+	t.Fatalf("no %s row in the banner:\n%s", label, banner)
+	return ""
+}
+
+// apiGet returns the status of GET url with key as the bearer token.
+func apiGet(t *testing.T, url, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// externalIPv4 is an address of this machine other than loopback, "" if
+// it has none.
+func externalIPv4() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// holdPort keeps addr busy for the test; it reports false when something
+// else holds it already (busy all the same).
+func holdPort(t *testing.T, addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return
+	}
+	t.Cleanup(func() { l.Close() })
+}
+
+// A restarted `dev` is the same system to another terminal: the export
+// line it prints is the same (its ports were kept although the wanted ones
+// are busy), and it carries everything the verbs need (the API's URL and
+// key too); tenant keys added to its keys file still work; the dashboard
+// URL signs in by itself; it listens on 127.0.0.1 only, as the banner
+// says; and it warns about nothing it set up itself. --fresh starts anew.
+func TestDevRestartKeepsKeysAndAddresses(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not on PATH (scripts/ensure-redis.sh installs it)")
+	}
+	dir, natsPort, redisPort := devEnv(t)
+	t.Setenv(config.Prefix+"_HTTP_ADDR", "")
+	os.Unsetenv(config.Prefix + "_HTTP_ADDR") // dev's own default
+	// The ports dev wants are taken (by another program, say): it has to
+	// pick others.
+	for _, addr := range []string{
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(natsPort)), net.JoinHostPort("127.0.0.1", strconv.Itoa(redisPort)),
+		"127.0.0.1:8080", "127.0.0.1:8090",
+	} {
+		holdPort(t, addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// verb runs a verb with the export line's variables only, as another
+	// terminal would.
+	verb := func(vars map[string]string, args ...string) (string, error) {
+		t.Helper()
+		for k, v := range vars {
+			os.Setenv(k, v)
+		}
+		defer func() {
+			for k := range vars {
+				os.Unsetenv(k)
+			}
+		}()
+		out, errOut, err := run(ctx, strings.Repeat(`{"ms":1}`+"\n", 50), args...)
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, errOut)
+		}
+		return out, err
+	}
+	noWarnings := func(d *devRun, run string) {
+		t.Helper()
+		// LOG_LEVEL=warn: every line on stderr is a warning or an error.
+		if s := strings.TrimSpace(d.err.String()); s != "" {
+			t.Errorf("%s: dev logged:\n%s", run, s)
+		}
+	}
+
+	d := startDevRun(t, ctx)
+	banner := d.out.String()
+	vars := exportVars(t, banner)
+	apiURL, key := vars[config.Prefix+"_API"], vars[config.Prefix+"_API_KEY"]
+	for _, name := range []string{"NATS_URL", "REDIS_URL", "API", "API_KEY"} {
+		if vars[config.Prefix+"_"+name] == "" {
+			t.Errorf("the export line has no %s_%s:\n%s", config.Prefix, name, banner)
+		}
+	}
+	// Every address is 127.0.0.1's, as the banner says, and only there.
+	for _, label := range []string{"API", "UI", "NATS", "Redis", "HTTP"} {
+		u, err := url.Parse(bannerURL(t, banner, label))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Hostname() != "127.0.0.1" {
+			t.Errorf("the %s row names %s, want 127.0.0.1", label, u.Host)
+		}
+		if ip := externalIPv4(); ip != "" {
+			if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, u.Port()), time.Second); err == nil {
+				c.Close()
+				t.Errorf("%s (%s) answers on %s too: dev listens beyond 127.0.0.1", label, u.Host, ip)
+			}
+		}
+	}
+	if t.Failed() {
+		d.stop()
+		t.Fatalf("banner:\n%s", banner)
+	}
+	if _, err := verb(vars, "submit", "-g", "keep", "-t", "sleep", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verb(vars, "watch", "keep"); err != nil || !strings.Contains(out, "keep COMPLETED: 50 jobs (50 succeeded") {
+		t.Fatalf("watch: %v\n%s", err, out)
+	}
+	// A tenant key added as the README says.
+	keysFile := filepath.Join(dir, "gateway-keys")
+	tenantKey, _, err := run(ctx, "", "gateway", "key", "--tenant", "acme", "--append", keysFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantKey = strings.TrimSpace(tenantKey)
+	deadline := time.Now().Add(10 * time.Second)
+	for apiGet(t, apiURL+"/v1/groups", tenantKey) != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway did not take the appended tenant key")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	noWarnings(d, "first run")
+	if err := d.stop(); err != nil {
+		t.Fatalf("dev after Ctrl-C: %v", err)
+	}
+
+	// Restarted, with the wanted ports still busy.
+	d = startDevRun(t, ctx)
+	banner2 := d.out.String()
+	if vars2 := exportVars(t, banner2); !maps.Equal(vars, vars2) {
+		t.Errorf("the export line changed across a restart:\nbefore %v\nafter  %v", vars, vars2)
+	}
+	if code := apiGet(t, apiURL+"/v1/groups", tenantKey); code != http.StatusOK {
+		t.Errorf("the appended tenant key after a restart: %d, want 200", code)
+	}
+	if out, err := verb(vars, "status", "keep", "--json"); err != nil || !strings.Contains(out, `"succeeded": 50`) {
+		t.Errorf("after a restart, with the first run's export line: %v\n%s", err, out)
+	}
+
+	// The dashboard URL signs in with the dev key, and takes it out of
+	// the address bar.
+	ui := bannerURL(t, banner2, "UI")
+	b := devBrowser(t)
+	if err := chromedp.Do(b, chromedp.Navigate(ui)); err != nil {
+		t.Fatalf("open %s: %v", ui, err)
+	}
+	signedIn := `document.getElementById('nav').hidden === false && document.getElementById('who-name').textContent === 'admin'`
+	if _, err := chromedp.Run(b, chromedp.Poll[chromedp.Void](signedIn, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Errorf("%s did not sign in: %v", ui, err)
+	}
+	if href, err := chromedp.Run(b, chromedp.Evaluate[string](`location.href`)); err != nil || strings.Contains(href, key) {
+		t.Errorf("the address bar still holds the key: %q %v", href, err)
+	}
+	noWarnings(d, "restart")
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// --fresh starts anew: a new admin key, and the tenant key is gone.
+	d = startDevRun(t, ctx, "--fresh")
+	vars3 := exportVars(t, d.out.String())
+	if vars3[config.Prefix+"_API_KEY"] == key {
+		t.Errorf("--fresh kept the admin key")
+	}
+	if code := apiGet(t, vars3[config.Prefix+"_API"]+"/v1/groups", tenantKey); code != http.StatusUnauthorized {
+		t.Errorf("the tenant key after --fresh: %d, want 401", code)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// devBrowser is a headless Chromium tab (scripts/ensure-chromium.sh
+// installs Debian's chromium).
+func devBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv(config.Prefix + "_CHROMIUM")
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil && path == "" {
+			path = p
+		}
+	}
+	if path == "" {
+		t.Fatal("chromium is missing: run scripts/ensure-chromium.sh")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.Flag("disable-gpu", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancel(); cancelA() })
+	return ctx
+}
+
+// `dev --help` and the README state the same measured duration of the
+// small demo.
+func TestDevHelpAndReadmeAgreeOnDemoDuration(t *testing.T) {
+	help, _, err := run(context.Background(), "", "dev", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help = strings.Join(strings.Fields(help), " ")
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := regexp.MustCompile(`full \(([^)]*)\) or small \(([^)]*)\)`).FindStringSubmatch(help)
+	long := regexp.MustCompile(`--scale small has a tenth of the jobs and takes ([^.;:(]*[a-z])`).FindStringSubmatch(help)
+	if flag == nil || long == nil {
+		t.Fatalf("dev --help states no duration of the scales:\n%s", help)
+	}
+	if long[1] != flag[2] {
+		t.Errorf("dev --help: --scale small takes %q, and %q", long[1], flag[2])
+	}
+	for _, want := range []string{"`--scale small` takes " + flag[2], "full scale takes " + flag[1]} {
+		if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), want) {
+			t.Errorf("README.md does not say %q, as dev --help does", want)
+		}
 	}
 }
