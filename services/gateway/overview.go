@@ -472,7 +472,11 @@ func (u *uiAPI) compute(ctx context.Context, tenant string) (*Overview, error) {
 	for _, n := range inflight {
 		ov.InFlightJobs += n
 	}
-	ov.Rate = u.rateView(tenant, int64(len(active.Val())), weightFrom(weight.Val()))
+	nActive := int64(len(active.Val()))
+	if tenant != "" && !slices.Contains(active.Val(), tenant) {
+		nActive++ // an idle tenant that asks for capacity joins the active ones
+	}
+	ov.Rate = u.rateView(tenant, nActive, weightFrom(weight.Val()))
 	// workers
 	nowMs := time.Now().UnixMilli()
 	if c := q.Config().Clock; c != nil {
@@ -506,7 +510,7 @@ func (u *uiAPI) rateView(tenant string, active, weight int64) RateView {
 		if tenant == "" {
 			return global
 		}
-		return share(global, active, weight)
+		return tenantLimit(global, active, weight)
 	}
 	v := RateView{WindowMs: wms, Limit: limitAt(active)}
 	perSec := 1000 / float64(wms)
@@ -703,6 +707,13 @@ func (u *uiAPI) groupProgress(w http.ResponseWriter, r *http.Request) {
 func share(limit, active, weight int64) int64 {
 	r := limit / max(active, 1)
 	return max(r, 1) * max(weight, 1)
+}
+
+// tenantLimit is the most a tenant may be admitted in a window: its share,
+// but never more than the global limit, which caps every tenant together
+// (a weight above 1 can make the share alone larger).
+func tenantLimit(limit, active, weight int64) int64 {
+	return min(share(limit, active, weight), limit)
 }
 
 // weightFrom reads a stored tenant weight (absent or bad = 1).

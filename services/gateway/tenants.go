@@ -36,10 +36,15 @@ type TenantView struct {
 	// Active is true while the tenant shares the global limit (it asked
 	// for capacity lately).
 	Active bool `json:"active"`
-	// RateLimit is the tenant's share of the global limit per window:
-	// max(1, floor(limit / active tenants)) * weight.
+	// RateLimit is the most the tenant may be admitted in a window: its
+	// share max(1, floor(limit / active tenants)) * weight, at most the
+	// global limit. An idle tenant is counted as one more active tenant
+	// (what it gets when it asks for capacity).
 	RateLimit int64 `json:"rateLimit"`
-	// LimitShare is RateLimit / the global limit.
+	// LimitShare is the tenant's part of the global limit when every
+	// active tenant has work: its weight over the active tenants' weights
+	// (its own added when it is idle), as the weighted fair queue divides
+	// a saturated limit. The active tenants' shares add up to 1.
 	LimitShare float64 `json:"limitShare"`
 	// Admitted is the tenant's jobs admitted in the last complete window
 	// (null before the first sample).
@@ -122,6 +127,10 @@ func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
 		out.Admitted = &last.global
 	}
 	nActive := int64(len(active.Val()))
+	var activeWeights int64
+	for _, t := range active.Val() {
+		activeWeights += weightFrom(weights.Val()[t])
+	}
 	pipe = rdb.Pipeline()
 	backoff := make([]*redis.StringCmd, len(tenants))
 	for i, t := range tenants {
@@ -142,8 +151,12 @@ func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
 		v := TenantView{Tenant: t, Weight: weightFrom(weights.Val()[t]), Active: slices.Contains(active.Val(), t),
 			QueuedJobs: tq.QueuedJobs, ActiveGroups: tq.ActiveGroups, InFlightJobs: inflight[t],
 			BackingOffJobs: max(metaInt64(backoff[i].Val()), 0)}
-		v.RateLimit = share(int64(cfg.GlobalLimit), nActive, v.Weight)
-		v.LimitShare = *ratio(v.RateLimit, max(int64(cfg.GlobalLimit), 1))
+		n, sum := nActive, activeWeights
+		if !v.Active {
+			n, sum = n+1, sum+v.Weight
+		}
+		v.RateLimit = tenantLimit(int64(cfg.GlobalLimit), n, v.Weight)
+		v.LimitShare = *ratio(v.Weight, sum)
 		if last != nil {
 			a := last.tenants[t]
 			v.Admitted = &a
