@@ -3,7 +3,7 @@
 // come), its failures with their errors, and its events, live over
 // GET /v1/groups/{id}/events.
 import {api, groupPath, stream} from './api.js';
-import {el, setText, num, rate, dur, time, pct, holds, bar, setBar, ENDED, toast, confirmDialog, setLive} from './util.js';
+import {el, setText, num, rate, dur, time, pct, holds, place, bar, setBar, ENDED, toast, confirmDialog, setLive} from './util.js';
 import {lineChart} from './chart.js';
 
 const MAX_EVENTS = 200;
@@ -53,6 +53,7 @@ export function mount(root, {params}) {
       el('section', {class: 'panel wide'}, el('h2', {text: 'Events'}), evNote, el('div', {class: 'events'}, evList))));
 
   let view = null;
+  let lastChange = 0; // the time of the newest event that moved a count or the state
   const pts = {t: [], done: [], failed: [], total: []};
   let failedShown = -1;
 
@@ -70,9 +71,12 @@ export function mount(root, {params}) {
   function drawChart() {
     if (!pts.t.length) { setText(chartNote, 'No progress recorded yet.'); return; }
     const from = pts.t[0], to = Math.max(pts.t[pts.t.length - 1], from + 1000);
-    ch.update([{cls: 'done', values: pts.done, xs: pts.t}, {cls: 'failed', values: pts.failed, xs: pts.t},
+    // The progress samples count done and cancelled jobs only: the failed
+    // count is known at the group's creation (0), at its events and now,
+    // and its line joins those points.
+    ch.update([{cls: 'done', values: pts.done, xs: pts.t}, {cls: 'failed', values: pts.failed, xs: pts.t, span: true},
       {cls: 'total', values: pts.total, xs: pts.t}], {from, to});
-    setText(chartNote, `${pts.t.length} points from ${time(from)}`);
+    setText(chartNote, `${pts.t.length} points from ${time(from)}; failed is known at the events and now, its line joins them.`);
   }
 
   function renderView(v) {
@@ -88,13 +92,19 @@ export function mount(root, {params}) {
     const s = v.status || {};
     setText(kv.rate, rate(s.rate) + (s.rateWindowSeconds ? ` over ${s.rateWindowSeconds}s` : ''));
     setText(kv.eta, ENDED.has(v.state) ? '—' : s.etaSeconds !== null && s.etaSeconds !== undefined ? dur(s.etaSeconds) + ' (' + time(s.eta) + ')' : 'no rate yet');
-    setText(kv.position, s.position ? `#${s.position} of its tenant's ${num(s.waitingGroups)} waiting · tenant #${s.tenantPosition} of ${num(s.waitingTenants)}` : 'not waiting');
+    const pl = ENDED.has(v.state) ? null : place(s, tenant);
+    setText(kv.position, pl ? pl.sentence : v.state === 'PAUSED' ? 'paused: not in line until resumed' : 'not in line');
     setText(kv.congestion, s.congestion ? `${s.congestion} (backoff ${num(s.backoffMs)} ms, ${num(s.throttles)} throttles)` : '—');
     kv.congestion.className = s.congestion ? 'cong-' + s.congestion : '';
     setText(kv.waiting, holds(s) || (ENDED.has(v.state) ? '—' : 'nothing holds it'));
     setText(kv.priority, `${v.priority} (base ${v.basePriority})${v.maxInFlight ? ', at most ' + num(v.maxInFlight) + ' in flight' : ''}`);
     setText(kv.created, v.createdAt ? new Date(v.createdAt).toLocaleString() : '—');
-    setText(kv.finished, v.finishedAt ? new Date(v.finishedAt).toLocaleString() : '—');
+    // A cancelled group's finishedAt is the cancel; jobs already running
+    // then still finish, and its last event says when the last one did.
+    const fin = v.finishedAt ? Math.max(+new Date(v.finishedAt), lastChange) : 0;
+    setText(kv.finished, !fin ? '—' : new Date(fin).toLocaleString() +
+      (v.state === 'CANCELLED' && fin - new Date(v.finishedAt) >= 1000 ? ` (cancelled at ${time(v.finishedAt)}; the jobs already running finished after)` : ''));
+    kv.finished.dataset.at = fin ? new Date(fin).toISOString() : '';
     kv.links.replaceChildren();
     if (v.retryOf) kv.links.append('retry of ', el('a', {href: `#/group/${encodeURIComponent(tenant)}/${encodeURIComponent(v.retryOf)}`, text: v.retryOf}), ' ');
     for (const r of v.retries || []) kv.links.append(el('a', {href: `#/group/${encodeURIComponent(tenant)}/${encodeURIComponent(r)}`, text: r}), ' ');
@@ -135,6 +145,7 @@ export function mount(root, {params}) {
     try {
       const p = await api(groupPath(tenant, id, '/progress'), {signal: ac.signal});
       const total = p.total ?? p.jobs;
+      if (view && view.createdAt) point(view.createdAt, 0, 0, total);
       for (const s of p.samples) point(s.at, s.count, null, total);
       point(p.at, p.done + p.cancelled, p.failed, total);
       drawChart();
@@ -149,6 +160,7 @@ export function mount(root, {params}) {
     evList.prepend(li);
     while (evList.children.length > MAX_EVENTS) evList.lastChild.remove();
     point(d.at, d.succeeded + d.failed + d.cancelled, d.failed, d.total || d.jobs);
+    if (!d.notice) lastChange = Math.max(lastChange, +new Date(d.at));
     drawChart();
   }
 

@@ -7,7 +7,7 @@
 // exist in the DOM (fixed-height rows, absolutely placed), so a thousand
 // groups or ten render the same few dozen elements.
 import {api, session, groupPath} from './api.js';
-import {el, setText, num, rate, dur, bar, setBar, holds, ENDED, toast, confirmDialog, setLive} from './util.js';
+import {el, setText, num, rate, dur, bar, setBar, holds, place, ENDED, toast, confirmDialog, setLive} from './util.js';
 
 const STATES = ['CREATED', 'RUNNING', 'PAUSED', 'AGGREGATING', 'COMPLETED', 'CANCELLED'];
 const MAX_GROUPS = 5000;
@@ -43,7 +43,7 @@ export function mount(root, {query}) {
       el('label', {}, 'State', stateSel), count),
     el('div', {class: 'gtable', role: 'table', 'aria-label': 'Groups'},
       el('div', {class: 'ghead', role: 'row'}, ...['Group', 'State', 'Progress', 'Rate', 'ETA', 'Position', 'Congestion', 'Why waiting', ''].map(
-        (t, i) => el('div', {role: 'columnheader', class: [3, 4, 5].includes(i) ? 'num' : '', text: t}))),
+        (t, i) => el('div', {role: 'columnheader', class: [3, 4].includes(i) ? 'num' : '', text: t}))),
       body, empty));
 
   const key = g => g.tenant + '/' + g.groupId;
@@ -60,7 +60,7 @@ export function mount(root, {query}) {
     c.badge = el('span', {class: 'badge'});
     c.bar = bar();
     c.ptxt = el('span', {class: 'txt'});
-    c.rate = el('span'); c.eta = el('span'); c.pos = el('span'); c.cong = el('span'); c.why = el('span');
+    c.rate = el('span'); c.eta = el('span'); c.pos1 = el('span', {class: 'p1'}); c.pos2 = el('span', {class: 'p2'}); c.cong = el('span');
     c.pause = el('button', {type: 'button', class: 'small secondary', 'data-act': 'pause', text: 'Pause'});
     c.cancel = el('button', {type: 'button', class: 'small secondary', 'data-act': 'cancel', text: 'Cancel'});
     c.retry = el('button', {type: 'button', class: 'small secondary', 'data-act': 'retry', text: 'Retry failed'});
@@ -70,9 +70,9 @@ export function mount(root, {query}) {
       el('div', {class: 'prog', role: 'cell'}, c.bar, c.ptxt),
       el('div', {class: 'num rate', role: 'cell'}, el('span', {class: 'c-label', text: 'rate '}), c.rate),
       el('div', {class: 'num eta', role: 'cell'}, el('span', {class: 'c-label', text: 'ETA '}), c.eta),
-      el('div', {class: 'num pos', role: 'cell'}, c.pos),
+      c.pos = el('div', {class: 'pos', role: 'cell'}, c.pos1, c.pos2),
       el('div', {class: 'cong', role: 'cell'}, c.cong),
-      el('div', {class: 'why', role: 'cell'}, c.why),
+      c.why = el('div', {class: 'why', role: 'cell'}),
       el('div', {class: 'acts', role: 'cell'}, c.pause, c.cancel, c.retry));
     c.root._c = c;
     return c;
@@ -101,7 +101,10 @@ export function mount(root, {query}) {
     const ended = ENDED.has(g.state);
     setText(c.rate, st ? rate(st.rate) : '—');
     setText(c.eta, ended ? '—' : st && st.etaSeconds !== null ? dur(st.etaSeconds) : '—');
-    setText(c.pos, st && st.position ? '#' + st.position + (st.tenantPosition ? ' · t' + st.tenantPosition : '') : '—');
+    const pl = ended ? null : place(st, g.tenant);
+    setText(c.pos1, pl ? pl.tenant : st && !ended ? 'not in line' : '');
+    setText(c.pos2, pl ? pl.group : '');
+    c.pos.title = pl ? pl.sentence : '';
     const cong = st ? st.congestion : '';
     setText(c.cong, cong || '—');
     c.cong.className = cong ? 'cong-' + cong : '';

@@ -11,11 +11,11 @@ function card(label) {
 }
 
 // table returns a panel with a table whose rows are replaced on update.
-function table(title, cols, empty) {
+function table(title, cols, empty, cls) {
   const tbody = el('tbody');
   const note = el('p', {class: 'empty', text: empty});
   const root = el('section', {class: 'panel'}, el('h2', {text: title}),
-    el('div', {class: 'scroll-x'}, el('table', {}, el('thead', {}, el('tr', {}, ...cols.map(([t, c]) => el('th', {class: c || '', text: t})))), tbody)), note);
+    el('div', {class: 'scroll-x'}, el('table', {class: cls}, el('thead', {}, el('tr', {}, ...cols.map(([t, c, title]) => el('th', {class: c || '', text: t, title})))), tbody)), note);
   return {root, tbody, note};
 }
 
@@ -26,18 +26,19 @@ export function mount(root) {
     groups: card('Active groups'), queued: card('Queued jobs'), inflight: card('In flight'),
   };
   const ch = lineChart('Admitted jobs per second against the limit over the last minutes',
-    [['admitted', 'admitted/s'], ['limit', 'limit/s'], ['backoff', 'backoff queue (jobs)']]);
+    [['admitted', 'admitted/s'], ['limit', 'limit/s'], ['backoff', 'backoff queue (jobs, right scale)']]);
   const chartNote = el('p', {class: 'muted', text: ''});
   const ready = table('READY depth per job type', [['Type'], ['Messages', 'num'], ['Of capacity']], 'READY is empty.');
-  const workers = table('Worker types', [['Type'], ['Status'], ['Consumers', 'num'], ['Running', 'num'], ['Idle pulls', 'num'], ['Announced until']],
-    'No worker has announced a job type.');
+  const workers = table('Worker types', [['Type'], ['Status'], ['Consumers', 'num'], ['Running', 'num'], ['Idle pulls', 'num'], ['Expires', 'hide-sm', 'when the latest announcement of the type expires']],
+    'No worker has announced a job type.', 'fit');
   const dlq = table('Dead letters by reason', [['Reason'], ['Messages', 'num']], 'No dead letters.');
   const scopeNote = el('p', {class: 'muted'});
-  const panels = el('div', {class: 'panels'},
-    el('section', {class: 'panel wide'}, el('h2', {text: 'Admitted rate vs limit'}), ch.root, chartNote),
-    ready.root, workers.root, dlq.root);
+  // The chart has a row of its own: a panel spanning a grid's every
+  // column would keep an empty column beside the tables.
+  const panels = el('div', {class: 'panels'}, ready.root, workers.root, dlq.root);
   root.append(el('h1', {text: 'Overview'}), scopeNote,
-    el('div', {class: 'grid'}, ...Object.values(cards).map(c => c.root)), panels);
+    el('div', {class: 'grid'}, ...Object.values(cards).map(c => c.root)),
+    el('section', {class: 'panel chart-panel'}, el('h2', {text: 'Admitted rate vs limit'}), ch.root, chartNote), panels);
   if (!session.admin) {
     ready.root.hidden = true;
     dlq.root.hidden = true;
@@ -62,12 +63,17 @@ export function mount(root) {
 
     const h = r.history, k = 1000 / h.windowMs;
     const per = a => a.map(v => (v === null ? null : v * k));
-    const series = [{cls: 'admitted', values: per(h.admitted)}, {cls: 'limit', values: per(h.limit)}];
-    if (ov.scope === 'system') series.push({cls: 'backoff', values: h.backoff});
+    // The scale fits the admitted rate; the limit is a reference line
+    // when it is in range and a label otherwise. The backoff queue counts
+    // jobs, not jobs a second: it has the right-hand scale.
+    const series = [{cls: 'admitted', values: per(h.admitted)}, {cls: 'limit', values: per(h.limit), ref: true}];
+    if (ov.scope === 'system') series.push({cls: 'backoff', values: h.backoff, axis: 'right'});
     const n = h.admitted.length;
     const from = n ? new Date(h.start) : null;
     const to = n ? new Date(new Date(h.start).getTime() + n * h.windowMs) : null;
-    ch.update(series, {from, to});
+    const drawn = ch.update(series, {from, to});
+    const off = drawn.offScale.includes('limit');
+    ch.label('limit', off ? `limit ${rate(r.limitPerSecond)}, above this scale` : `limit ${rate(r.limitPerSecond)}`, off);
     setText(chartNote, n ? `${n} windows of ${h.windowMs} ms sampled by the gateway since ${time(from)}; gaps are windows nobody sampled.` : 'Sampling starts now: the chart fills in as windows pass.');
 
     if (ov.ready) {
@@ -82,10 +88,10 @@ export function mount(root) {
     }
     workers.tbody.replaceChildren(...ov.workers.map(w => el('tr', {},
       el('td', {text: w.type}),
-      el('td', {class: w.live ? 'cong-LOW' : 'cong-HIGH', text: w.live ? 'live' : 'no worker'}),
+      el('td', {class: w.live ? 'cong-LOW' : 'cong-HIGH', text: w.live ? 'live' : 'no worker', title: w.announcedUntil ? 'announced until ' + time(w.announcedUntil) : ''}),
       el('td', {class: 'num', text: num(w.consumers)}), el('td', {class: 'num', text: num(w.running)}),
       el('td', {class: 'num', text: num(w.waitingPulls)}),
-      el('td', {text: w.announcedUntil ? ago(w.announcedUntil) : '—'}))));
+      el('td', {class: 'hide-sm', text: w.announcedUntil ? ago(w.announcedUntil) : '—'}))));
     setText(workers.note, ov.workers.length ? 'Instances are not counted one by one: consumers, running (unacknowledged) jobs and idle pull requests stand for them.' : 'No worker has announced a job type.');
     if (ov.dlq) {
       dlq.tbody.replaceChildren(...ov.dlq.byReason.map(d => el('tr', {}, el('td', {text: d.reason}), el('td', {class: 'num', text: num(d.count)}))));

@@ -9,12 +9,12 @@ export function mount(root) {
   const note = el('p', {class: 'muted'});
   root.append(el('h1', {text: 'Tenants'}), note,
     el('section', {class: 'panel'}, el('div', {class: 'scroll-x'}, el('table', {id: 'tenants-table'},
-      el('colgroup', {}, el('col', {style: 'width: 16%'}), el('col', {style: 'width: 7%'}), el('col', {style: 'width: 18%'}),
-        el('col', {style: 'width: 10%'}), el('col', {style: 'width: 10%'}), el('col', {style: 'width: 9%'}), el('col', {style: 'width: 9%'}),
+      el('colgroup', {}, el('col', {style: 'width: 13%'}), el('col', {style: 'width: 8%'}), el('col', {style: 'width: 23%'}),
+        el('col', {style: 'width: 10%'}), el('col', {style: 'width: 9%'}), el('col', {style: 'width: 8%'}), el('col', {style: 'width: 8%'}),
         el('col', {style: 'width: 21%'})),
       el('thead', {}, el('tr', {},
         el('th', {text: 'Tenant'}), el('th', {class: 'num', text: 'Weight'}), el('th', {text: 'Share of the rate'}),
-        el('th', {class: 'num', text: 'Limit/window'}), el('th', {class: 'num', text: 'Queued'}), el('th', {class: 'num', text: 'In flight'}),
+        el('th', {class: 'num', text: 'Limit per window'}), el('th', {class: 'num', text: 'Queued'}), el('th', {class: 'num', text: 'In flight'}),
         el('th', {class: 'num', text: 'Groups'}), el('th', {text: 'Quota use'}))),
       tbody))));
   const rows = new Map();
@@ -22,35 +22,57 @@ export function mount(root) {
   function row(t) {
     let r = rows.get(t.tenant);
     if (!r) {
-      const share = bar(), qj = bar(), qg = bar();
+      const share = bar();
       const c = {
         name: el('a', {href: '#/groups?tenant=' + encodeURIComponent(t.tenant), text: t.tenant}),
-        weight: el('td', {class: 'num'}), shareText: el('span', {class: 'muted'}), limit: el('td', {class: 'num'}),
+        weight: el('td', {class: 'num'}), shareText: el('div', {class: 'share-text'}), limit: el('td', {class: 'num'}),
         queued: el('td', {class: 'num'}), inflight: el('td', {class: 'num'}), groups: el('td', {class: 'num'}),
-        quotaText: el('span', {class: 'muted'}), share, qj, qg,
+        quota: el('div', {class: 'quota'}), share, quotaKey: '',
       };
       c.tr = el('tr', {'data-tenant': t.tenant}, el('td', {}, c.name, ' ', c.activeMark = el('span', {class: 'muted'})), c.weight,
-        el('td', {}, share, c.shareText), c.limit, c.queued, c.inflight, c.groups,
-        el('td', {}, el('div', {style: 'display:grid;grid-template-columns:1fr 1fr;gap:6px'}, qj, qg), c.quotaText));
+        el('td', {}, share, c.shareText), c.limit, c.queued, c.inflight, c.groups, el('td', {}, c.quota));
       r = c;
       rows.set(t.tenant, r);
     }
     setText(r.activeMark, t.active ? '' : '(idle)');
     setText(r.weight, num(t.weight));
+    // The rate now is the tenant's part of the jobs admitted in the last
+    // window; its part of the limit, what the fair queue gives it when
+    // every active tenant has work (the active tenants' parts add up to
+    // 100%).
     setBar(r.share, t.rateShare || 0, 'share of the rate ' + pct(t.rateShare));
-    setText(r.shareText, `${pct(t.rateShare)} now · limit ${pct(t.limitShare)}`);
-    r.shareText.title = 'share of the jobs admitted in the last window; share of the limit';
+    setText(r.shareText, t.active ? `${pct(t.rateShare || 0)} of the rate now · ${pct(t.limitShare)} of the limit`
+      : `idle · would get ${pct(t.limitShare)} of the limit`);
+    r.shareText.title = 'its part of the jobs admitted in the last window; its part of the limit when every active tenant has work (weight / the active tenants\' weights)';
     setText(r.limit, num(t.rateLimit));
     setText(r.queued, num(t.queuedJobs));
     setText(r.inflight, num(t.inFlightJobs));
     setText(r.groups, num(t.activeGroups));
-    const q = t.quotas;
-    setBar(r.qj, q.queuedJobsUse || 0, 'queued jobs quota ' + pct(q.queuedJobsUse));
-    setBar(r.qg, q.activeGroupsUse || 0, 'active groups quota ' + pct(q.activeGroupsUse));
-    r.qj.classList.toggle('warn', (q.queuedJobsUse || 0) >= 0.9);
-    r.qg.classList.toggle('warn', (q.activeGroupsUse || 0) >= 0.9);
-    setText(r.quotaText, `jobs ${q.maxQueuedJobs ? pct(q.queuedJobsUse) + ' of ' + num(q.maxQueuedJobs) : '∞'} · groups ${q.maxActiveGroups ? pct(q.activeGroupsUse) + ' of ' + num(q.maxActiveGroups) : '∞'}`);
+    quota(r, t.quotas);
     return r.tr;
+  }
+
+  // quota shows each quota's use with a bar, or says it is unlimited
+  // (an unlimited quota has nothing to fill).
+  function quota(r, q) {
+    const lines = [['queued jobs', q.maxQueuedJobs, q.queuedJobsUse], ['active groups', q.maxActiveGroups, q.activeGroupsUse]];
+    const key = lines.map(([, max]) => (max ? 'n' : 'u')).join('');
+    if (r.quotaKey !== key) {
+      r.quotaKey = key;
+      r.quotaParts = lines.map(([name, max]) => {
+        const text = el('span', {text: max ? '' : 'unlimited'});
+        const b = max ? bar() : null;
+        return {name, b, text, nodes: [el('span', {text: name}), max ? el('span', {}, b, text) : text]};
+      });
+      r.quota.replaceChildren(...r.quotaParts.flatMap(p => p.nodes));
+    }
+    lines.forEach(([name, max, use], i) => {
+      const p = r.quotaParts[i];
+      if (!max) return;
+      setBar(p.b, use || 0, `${name} quota ${pct(use)}`);
+      p.b.classList.toggle('warn', (use || 0) >= 0.9);
+      setText(p.text, `${pct(use)} of ${num(max)}`);
+    });
   }
 
   async function refresh() {

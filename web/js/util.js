@@ -80,6 +80,26 @@ export function setBar(b, frac, label) {
 
 export const ENDED = new Set(['COMPLETED', 'CANCELLED']);
 
+// ordinal: 1st, 2nd, 3rd, 4th, 11th, 21st...
+export function ordinal(n) {
+  const t = n % 100, u = n % 10;
+  return nf.format(n) + (t >= 11 && t <= 13 ? 'th' : u === 1 ? 'st' : u === 2 ? 'nd' : u === 3 ? 'rd' : 'th');
+}
+
+// place says where a waiting group stands, in words: the tenant's place
+// among the tenants waiting for the rate limit (the fair queue serves
+// tenants in turn) and the group's among its tenant's waiting groups.
+// Returns {tenant, group, sentence}, or null when it does not wait.
+export function place(status, tenant) {
+  if (!status || !status.position) return null;
+  const tp = status.tenantPosition, p = status.position;
+  const t = tp === 1 ? 'tenant next in line' : `tenant ${ordinal(tp)} in line`;
+  const g = p === 1 ? 'its next group' : `its ${ordinal(p)} group`;
+  const sentence = `${tenant} is ${tp === 1 ? 'next' : ordinal(tp)} in line of ${num(status.waitingTenants)} waiting tenant${status.waitingTenants === 1 ? '' : 's'}, ` +
+    `and this is ${p === 1 ? 'its next group' : 'its ' + ordinal(p) + ' waiting group'} (${num(status.waitingGroups)} group${status.waitingGroups === 1 ? '' : 's'} wait in all).`;
+  return {tenant: t, group: g, sentence};
+}
+
 // holds says why a group waits, in one line.
 export function holds(status) {
   if (!status || !status.waiting || status.waiting.length === 0) return '';
