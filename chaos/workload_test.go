@@ -83,6 +83,15 @@ func retry(ctx context.Context, fn func(ctx context.Context) error) error {
 // submit publishes every group's jobs (in messages of up to 500 jobs,
 // chunks of 1000 per call) and seals each group, retrying through faults.
 func (e *env) submit(ctx context.Context, w workload, plans []*groupPlan) error {
+	err := e.submitJobs(ctx, w, plans)
+	if err != nil && ctx.Err() != nil {
+		return err // nothing can be sealed any more
+	}
+	return errors.Join(err, e.seal(ctx, plans))
+}
+
+// submitJobs publishes every group's jobs, paced by w.Rate, without sealing.
+func (e *env) submitJobs(ctx context.Context, w workload, plans []*groupPlan) error {
 	var pace <-chan time.Time
 	chunk := 1000
 	if w.Rate > 0 {
@@ -124,6 +133,12 @@ func (e *env) submit(ctx context.Context, w workload, plans []*groupPlan) error 
 		}
 	}
 	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// seal seals each group with the number of its planned jobs.
+func (e *env) seal(ctx context.Context, plans []*groupPlan) error {
+	var errs []error
 	for _, p := range plans {
 		cl := e.client.ForTenant(p.ref.Tenant)
 		if err := retry(ctx, func(ctx context.Context) error { return cl.Seal(ctx, p.ref.ID, int64(len(p.jobs))) }); err != nil {
