@@ -13,7 +13,7 @@ import (
 
 var (
 	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
-	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T12); BULKACTION_CHAOS_ONLY too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T14); BULKACTION_CHAOS_ONLY too")
 )
 
 // profile sizes the scenarios.
@@ -40,7 +40,11 @@ type profile struct {
 	t8Soon           int
 	t10Jobs          int
 	t11Jobs, t12Jobs int
-	scenarios        []string
+	// T13: pause/resume pairs on one group of t13Jobs jobs; T14: jobs of a
+	// tenant held at its queued-jobs quota t14Quota, submitted at t14Rate.
+	t13Pairs, t13Jobs          int
+	t14Jobs, t14Rate, t14Quota int
+	scenarios                  []string
 }
 
 var profiles = map[string]profile{
@@ -58,6 +62,8 @@ var profiles = map[string]profile{
 		t8Backoff: 100_000, t8Soon: 200,
 		t10Jobs: 2000,
 		t11Jobs: 8, t12Jobs: 4000,
+		t13Pairs: 40, t13Jobs: 600,
+		t14Jobs: 3000, t14Rate: 300, t14Quota: 300,
 		scenarios: []string{"T1", "T2", "T4", "T5", "T6"},
 	},
 	// long is `make chaos`.
@@ -73,7 +79,9 @@ var profiles = map[string]profile{
 		t8Backoff: 1_000_000, t8Soon: 1000,
 		t10Jobs: 20_000,
 		t11Jobs: 24, t12Jobs: 20_000,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12"},
+		t13Pairs: 200, t13Jobs: 2400,
+		t14Jobs: 9000, t14Rate: 300, t14Quota: 300,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14"},
 	},
 }
 
@@ -188,6 +196,10 @@ func TestChaos(t *testing.T) {
 				add(t11(t, p).execute(t))
 			case "T12":
 				add(t12(t, p).execute(t))
+			case "T13":
+				add(t13(t, p).execute(t))
+			case "T14":
+				add(t14(p).execute(t))
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}
