@@ -133,17 +133,18 @@ func (i *idempotency) key(r *http.Request, k string) string {
 
 func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		k := r.Header.Get("Idempotency-Key")
-		if k == "" {
+		vs, sent := r.Header["Idempotency-Key"]
+		if !sent {
 			next(w, r)
 			return
 		}
-		if len(k) > MaxIdempotencyKey || !printable(k) {
+		if detail := checkIdemKey(vs); detail != "" {
 			writeProblem(w, r, http.StatusBadRequest, slugIdemInvalid, "bad Idempotency-Key",
-				FieldError{Field: "Idempotency-Key", Detail: "not accepted",
-					Limit: "1 to 255 printable ASCII characters"})
+				FieldError{Field: "Idempotency-Key", Detail: detail,
+					Limit: "one header of 1 to 255 printable ASCII characters"})
 			return
 		}
+		k := vs[0]
 		ctx := r.Context()
 		rk := i.key(r, k)
 		fp := newFingerprinter(r)
@@ -159,11 +160,22 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 			i.replay(w, r, rk, fp)
 			return
 		}
-		// Keep the lock while the request runs.
+		// Keep the lock while the request runs. The renewer stops however
+		// the handler ends, and a handler that panics lets the key go, so
+		// that a retry runs instead of waiting for a lock renewed forever.
 		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
 		go i.renew(rctx, rk, owner)
+		finished := false
+		defer func() {
+			if !finished {
+				stop()
+				i.release(rk, owner)
+			}
+		}()
 		rec := &recorder{header: http.Header{}}
 		next(rec, r)
+		finished = true
 		stop()
 		// A response is kept only for a request whose whole body the
 		// handler read (so its fingerprint is the request's): one rejected
@@ -179,8 +191,16 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 		} else {
 			done, _ := json.Marshal(idemRecord{State: "done", Fingerprint: sum, Status: rec.code,
 				ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()})
-			if err := i.rdb.Set(context.WithoutCancel(ctx), rk, done, i.ttl).Err(); err != nil {
+			// Stored only while the lock is still this request's: one whose
+			// lock expired and was taken by another request with the key
+			// must not overwrite that request's record.
+			stored, err := completeScript.Run(context.WithoutCancel(ctx), i.rdb, []string{rk}, owner, done, i.ttl.Milliseconds()).Int()
+			switch {
+			case err != nil:
 				i.log.Warn("idempotent response not stored", "err", err)
+			case stored == 0:
+				i.log.Warn("idempotent response not stored: the Idempotency-Key's lock expired while the request ran",
+					"status", rec.code)
 			}
 		}
 		if rec.code == 0 {
@@ -288,12 +308,39 @@ return 0`)
 local v = redis.call('GET', KEYS[1])
 if v and cjson.decode(v).owner == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
+	// completeScript replaces the lock with the stored response (ARGV[2],
+	// for ARGV[3] ms; 0 = no expiry) if the lock is still ARGV[1]'s: 1 if
+	// stored, else 0.
+	completeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and cjson.decode(v).owner == ARGV[1] then
+  if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  else redis.call('SET', KEYS[1], ARGV[2]) end
+  return 1
+end
+return 0`)
 )
 
 func randomID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// checkIdemKey returns why the values of the Idempotency-Key header are
+// not accepted, or "" when there is one good key.
+func checkIdemKey(vs []string) string {
+	switch {
+	case len(vs) != 1:
+		return "sent more than once"
+	case vs[0] == "":
+		return "empty: send a key, or no Idempotency-Key header"
+	case len(vs[0]) > MaxIdempotencyKey:
+		return "longer than 255 characters"
+	case !printable(vs[0]):
+		return "not printable ASCII"
+	}
+	return ""
 }
 
 func printable(s string) bool {
