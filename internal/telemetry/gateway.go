@@ -12,5 +12,9 @@ func (m *Metrics) registerGateway(reg prometheus.Registerer) {
 		Name: fqName("gateway_sse_subscribers"),
 		Help: "Open Server-Sent Events streams of the gateway.",
 	})
-	reg.MustRegister(m.GatewayRequests, m.GatewaySSE)
+	m.GatewayKeysBadLines = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: fqName("gateway_keys_file_bad_lines"),
+		Help: "Lines of the gateway's keys file, as last read, skipped because they are not valid key lines (the log names each).",
+	})
+	reg.MustRegister(m.GatewayRequests, m.GatewaySSE, m.GatewayKeysBadLines)
 }

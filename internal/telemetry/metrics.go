@@ -167,6 +167,9 @@ type Metrics struct {
 	GatewayRequests *prometheus.CounterVec
 	// GatewaySSE is bulk_action_gateway_sse_subscribers: open Server-Sent Events streams.
 	GatewaySSE prometheus.Gauge
+	// GatewayKeysBadLines is bulk_action_gateway_keys_file_bad_lines: lines of the keys file,
+	// as last read, skipped as invalid.
+	GatewayKeysBadLines prometheus.Gauge
 	// GroupsRepaired is bulk_action_groups_repaired_total{reason}: repairs the stuck check made
 	// to groups without progress (reliability.go).
 	GroupsRepaired *prometheus.CounterVec

@@ -31,6 +31,7 @@ func observeAll(m *Metrics) {
 	m.ObserveSubmitLatency(250 * time.Millisecond)
 	m.GatewayRequests.WithLabelValues("getGroup", "200").Inc()
 	m.GatewaySSE.Inc()
+	m.GatewayKeysBadLines.Set(1)
 	m.Streams.Set("READY", 2048, 3, 1<<20)
 }
 
@@ -107,6 +108,7 @@ var wantMetricTypes = map[string]dto.MetricType{
 	"bulk_action_job_latency_ms":              dto.MetricType_HISTOGRAM,
 	"bulk_action_gateway_requests_total":      dto.MetricType_COUNTER,
 	"bulk_action_gateway_sse_subscribers":     dto.MetricType_GAUGE,
+	"bulk_action_gateway_keys_file_bad_lines": dto.MetricType_GAUGE,
 	"bulk_action_groups_repaired_total":       dto.MetricType_COUNTER,
 	"bulk_action_stream_bytes":                dto.MetricType_GAUGE,
 	"bulk_action_stream_limit_bytes":          dto.MetricType_GAUGE,

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestParseKeysNamesTheLine: a keys file with a bad line is an error naming
@@ -39,8 +42,8 @@ func TestParseKeysNamesTheLine(t *testing.T) {
 }
 
 // TestKeysFileIsReloaded: a changed keys file is read again (a new key
-// works, a removed one stops working); a file that does not parse leaves
-// the keys in use.
+// works, a removed one stops working), its bad lines skipped and counted;
+// a file that cannot be read leaves the keys in use.
 func TestKeysFileIsReloaded(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keys")
@@ -80,12 +83,28 @@ func TestKeysFileIsReloaded(t *testing.T) {
 	if _, ok := k.Lookup("bak_one"); ok {
 		t.Error("a removed key still works")
 	}
-	write("not a keys file\n")
-	if err := k.Reload(); err == nil {
-		t.Error("a bad keys file was accepted")
+	// A bad line is skipped; every other line is applied, a deletion too.
+	write("not a keys line\n" + KeyLine("bak_three", "acme", "") + "\n" + KeyLine("bak_four", "acme", "") + "\n" +
+		KeyLine("bak_four", "hooli", "") + "\n")
+	eventually("reload with bad lines", func() bool { _, ok := k.Lookup("bak_three"); return ok })
+	if _, ok := k.Lookup("bak_two"); ok {
+		t.Error("a key deleted in an edit with a bad line still works")
 	}
-	if _, ok := k.Lookup("bak_two"); !ok {
-		t.Error("a bad file replaced the keys in use")
+	if _, ok := k.Lookup("bak_four"); ok {
+		t.Error("a key listed twice works")
+	}
+	if n := k.BadLines(); n != 2 {
+		t.Errorf("BadLines = %d, want 2", n)
+	}
+	// A file that cannot be read leaves the keys in use.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Reload(); err == nil {
+		t.Error("a missing keys file was accepted")
+	}
+	if _, ok := k.Lookup("bak_three"); !ok {
+		t.Error("an unreadable file replaced the keys in use")
 	}
 }
 
@@ -103,4 +122,41 @@ func TestAuthenticateHeaderForms(t *testing.T) {
 			t.Errorf("Authorization %q: %+v, %v", h, p, err)
 		}
 	}
+}
+
+// TestKeysBadLinesGauge: the gauge counts the bad lines of the file last
+// read.
+func TestKeysBadLinesGauge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	body := KeyLine("bak_one", "acme", "") + "\nbad\n# comment\nsha256:00 acme\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := LoadKeys(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "bad_lines"})
+	k.setGauge(g)
+	if v := gaugeValue(t, g); v != 2 {
+		t.Fatalf("gauge %v, want 2", v)
+	}
+	if err := os.WriteFile(path, []byte(KeyLine("bak_one", "acme", "")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if v := gaugeValue(t, g); v != 0 {
+		t.Fatalf("gauge %v after a clean file, want 0", v)
+	}
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }

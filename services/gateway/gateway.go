@@ -123,6 +123,9 @@ func New(cfg Config, d deps.Deps) (*Gateway, error) {
 	if keys.log == nil {
 		keys.log = log
 	}
+	if d.Metrics != nil {
+		keys.setGauge(d.Metrics.GatewayKeysBadLines)
+	}
 	g := &Gateway{
 		cfg: cfg, deps: d, log: log, keys: keys, q: d.Queue,
 		client: client.New(d.JS, client.Options{Names: d.Names, Limits: d.Limits, TracerProvider: d.TracerProvider}),
