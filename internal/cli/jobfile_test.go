@@ -134,3 +134,34 @@ func TestReadJobsChecksGroupAndSettings(t *testing.T) {
 		}
 	}
 }
+
+// A file in the API's own job format is read as jobs, not as payloads; the
+// first line decides, and --format can say it instead.
+func TestReadJobFileFormats(t *testing.T) {
+	api := `{"jobId":"c1","type":"sleep","payload":{"ms":5}}` + "\n" + `{"jobId":"c2","type":"http"}` + "\n"
+	jobs, f, err := cli.ReadJobFile(strings.NewReader(api), cli.JobSpec{Group: contracts.Group("acme", "g")})
+	if err != nil || f != cli.FormatAPI || len(jobs) != 2 {
+		t.Fatalf("api file: %v %v %+v", err, f, jobs)
+	}
+	if jobs[0].ID != "c1" || string(jobs[0].Payload) != `{"ms":5}` || jobs[0].Type != "sleep" || jobs[1].Type != "http" || jobs[1].Payload != nil {
+		t.Errorf("api jobs: %+v", jobs)
+	}
+	// A payload line after an API first line is refused, naming its line.
+	_, _, err = cli.ReadJobFile(strings.NewReader(api+`{"ms":1}`+"\n"), cli.JobSpec{Group: contracts.Group("acme", "g"), Type: "sleep"})
+	var fe *cli.FileError
+	if !errors.As(err, &fe) || len(fe.Lines) != 1 || fe.Lines[0].Line != 3 {
+		t.Errorf("mixed file: %v", err)
+	}
+	// The same file read as payloads, on request.
+	jobs, f, err = cli.ReadJobFile(strings.NewReader(api), cli.JobSpec{Group: contracts.Group("acme", "g"), Type: "sleep", Format: cli.FormatPayload})
+	if err != nil || f != cli.FormatPayload || jobs[0].ID != "1" || !strings.Contains(string(jobs[0].Payload), `"jobId":"c1"`) {
+		t.Errorf("--format payload: %v %v %+v", err, f, jobs)
+	}
+	// Payload lines need a type.
+	if _, _, err := cli.ReadJobFile(strings.NewReader(`{"ms":1}`), cli.JobSpec{Group: contracts.Group("acme", "g")}); !errors.Is(err, cli.ErrNoType) {
+		t.Errorf("payloads without a type: %v", err)
+	}
+	if _, err := cli.ParseFormat("xml"); err == nil {
+		t.Error("--format xml accepted")
+	}
+}
