@@ -27,6 +27,9 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 	// Errors name the offending fields, lines or items, when there are.
 	Errors []FieldError `json:"errors,omitempty"`
+	// Refused, on the 404 of a group that does not exist, is what the
+	// pipeline refused of the submissions that would have created it.
+	Refused *Refusals `json:"refused,omitempty"`
 	// RetryAfter is the answer's Retry-After header, for clients (0 =
 	// none); not part of the body.
 	RetryAfter time.Duration `json:"-"`

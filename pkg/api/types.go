@@ -37,6 +37,9 @@ type Group struct {
 	RetryOf string `json:"retryOf,omitempty"`
 	// Retries are the groups made by retry-failed from this one.
 	Retries []string `json:"retries,omitempty"`
+	// Refused is what the pipeline refused of the group's submissions
+	// after accepting them, in the full view only; nil when nothing was.
+	Refused *Refusals `json:"refused,omitempty"`
 }
 
 // Ended reports whether the group is COMPLETED or CANCELLED.

@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/bulkaction/bulkaction/pkg/api"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// A 202 means JetStream stored the messages; the pipeline may still refuse
+// one (docs/api.md, "What 202 means"). The fetcher records each refusal in
+// the group the message names (redisq.Queue.RecordRefusal); the gateway
+// shows them in the group's full view and in the 404 of a group they kept
+// from being created, and publishes a retry of a refused message under a
+// new id (redisq.RetryMsgID), since JetStream would drop it as a duplicate
+// within the duplicate window.
+
+// refusalsOf reads what the pipeline refused of g's submissions, nil when
+// nothing.
+func (g *Gateway) refusalsOf(ctx context.Context, ref contracts.GroupRef) (*api.Refusals, error) {
+	r, err := g.q.GroupRefusals(ctx, ref)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	out := &api.Refusals{Messages: r.Messages, Jobs: r.Jobs, LastReason: r.Last.Reason, LastError: r.Last.Error,
+		LastAt: r.Last.At, ByReason: make([]api.RefusalCount, 0, len(r.ByReason)), Recent: make([]api.Refusal, 0, len(r.Recent))}
+	for _, c := range r.ByReason {
+		out.ByReason = append(out.ByReason, api.RefusalCount{Reason: c.Reason, Messages: c.Messages, Jobs: c.Jobs})
+	}
+	for _, e := range r.Recent {
+		out.Recent = append(out.Recent, api.Refusal{Reason: e.Reason, Error: e.Error, Jobs: e.Jobs, MessageID: e.MsgID, At: e.At})
+	}
+	return out, nil
+}
+
+// groupNotFound answers 404 for a group that does not exist; when the
+// pipeline refused submissions that would have created it, the problem
+// says so and carries them (refused).
+func (g *Gateway) groupNotFound(w http.ResponseWriter, r *http.Request, ref contracts.GroupRef) {
+	rf, err := g.refusalsOf(r.Context(), ref)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if rf == nil {
+		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		return
+	}
+	p := Problem{Type: ProblemTypePrefix + slugNotFound, Title: titles[slugNotFound], Status: http.StatusNotFound,
+		Detail: fmt.Sprintf("no such group: the pipeline refused %s of its submissions (%s), the last %s: %s; submit them again",
+			plural(rf.Messages, "message"), plural(rf.Jobs, "job"), rf.LastReason, rf.LastError),
+		Instance: r.URL.Path, Refused: rf}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// retryIDs returns what renames the messages of a submission to ref: a
+// message whose id the pipeline refused is published under a new one
+// (redisq.RetryMsgID), so that a retry after a refusal is stored rather than
+// dropped as a duplicate; nil when the group has refused nothing.
+func (g *Gateway) retryIDs(ctx context.Context, ref contracts.GroupRef) (func(*nats.Msg), error) {
+	refused, err := g.q.RefusedMsgIDs(ctx, ref)
+	if err != nil || len(refused) == 0 {
+		return nil, err
+	}
+	return func(m *nats.Msg) {
+		if id := m.Header.Get(nats.MsgIdHdr); id != "" {
+			m.Header.Set(nats.MsgIdHdr, redisq.RetryMsgID(refused, id))
+		}
+	}, nil
+}
+
+// plural is "1 job", "3 jobs".
+func plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
