@@ -40,17 +40,6 @@ const (
 	maxSmallBody = 1 << 20
 )
 
-// Problems of the limits.
-const (
-	slugRateLimited = "rate-limited"
-	slugBodyTimeout = "body-timeout"
-)
-
-func init() {
-	titles[slugRateLimited] = "Tenant limit exceeded"
-	titles[slugBodyTimeout] = "Request body timed out"
-}
-
 // Limits bound what one request, and one tenant, may take of the gateway
 // (docs/api.md#limits). The tenant limits are shared by every gateway
 // replica through Redis, apply to tenant keys (not admin keys) and may be

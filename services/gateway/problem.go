@@ -39,6 +39,8 @@ const (
 	slugNothingFailed = "no-failed-jobs"
 	slugGroupExists   = "group-exists"
 	slugOverQuota     = "over-quota"
+	slugRateLimited   = "rate-limited"
+	slugBodyTimeout   = "body-timeout"
 	slugInternal      = "internal-error"
 )
 
@@ -59,6 +61,8 @@ var titles = map[string]string{
 	slugNothingFailed: "No failed jobs",
 	slugGroupExists:   "Group exists",
 	slugOverQuota:     "Tenant quota exceeded",
+	slugRateLimited:   "Tenant limit exceeded",
+	slugBodyTimeout:   "Request body timed out",
 	slugInternal:      "Internal error",
 }
 
