@@ -254,6 +254,9 @@ func (g *Gateway) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, rt := range g.table() {
 		h := rt.h
+		if rt.op == "groupEvents" || rt.op == "overviewEvents" {
+			h = g.keys.endOnRevoke(h) // streams outlive many reloads of the keys file
+		}
 		if rt.idempotent {
 			h = g.idem.wrap(h)
 		}
