@@ -1,6 +1,7 @@
 // Group detail: state and live status, counts over time (the progress
 // samples the aggregators keep, then the group's own events as they
-// come), its failures with their errors, and its events, live over
+// come), its failures with their errors, the submissions the pipeline
+// refused after accepting them, and its events, live over
 // GET /v1/groups/{id}/events.
 import {api, groupPath, stream} from './api.js';
 import {el, setText, num, rate, dur, time, pct, holds, place, bar, setBar, ENDED, toast, confirmDialog, setLive} from './util.js';
@@ -36,6 +37,13 @@ export function mount(root, {params}) {
   const chartNote = el('p', {class: 'muted'});
   const failBody = el('tbody');
   const failNote = el('p', {class: 'empty', text: 'No failures.'});
+  const refBody = el('tbody');
+  const refNote = el('p', {class: 'muted'});
+  const refPanel = el('section', {class: 'panel wide', id: 'refused', hidden: true}, el('h2', {text: 'Refused submissions'}), refNote,
+    el('div', {class: 'scroll-x'}, el('table', {},
+      el('colgroup', {}, el('col', {style: 'width:14%'}), el('col', {style: 'width:14%'}), el('col', {style: 'width:8%'}), el('col', {style: 'width:64%'})),
+      el('thead', {}, el('tr', {}, el('th', {text: 'At'}), el('th', {text: 'Reason'}), el('th', {class: 'num', text: 'Jobs'}), el('th', {text: 'Error'}))),
+      refBody)));
   const evList = el('ol', {id: 'events'});
   const evNote = el('p', {class: 'muted', text: 'Connecting…'});
   root.append(
@@ -50,6 +58,7 @@ export function mount(root, {params}) {
           el('colgroup', {}, el('col', {style: 'width:22%'}), el('col', {style: 'width:10%'}), el('col', {style: 'width:14%'}), el('col', {style: 'width:54%'})),
           el('thead', {}, el('tr', {}, el('th', {text: 'Job'}), el('th', {class: 'num', text: 'Attempts'}), el('th', {text: 'At'}), el('th', {text: 'Error'}))),
           failBody)), failNote),
+      refPanel,
       el('section', {class: 'panel wide'}, el('h2', {text: 'Events'}), evNote, el('div', {class: 'events'}, evList))));
 
   let view = null;
@@ -115,6 +124,19 @@ export function mount(root, {params}) {
     cancelBtn.disabled = ended;
     retryBtn.disabled = !(v.failed > 0);
     if (v.failed !== failedShown) loadFailures();
+    renderRefused(v.refused);
+  }
+
+  // renderRefused lists what the pipeline refused of the group's
+  // submissions after accepting them (the panel is hidden when nothing).
+  function renderRefused(r) {
+    refPanel.hidden = !r;
+    if (!r) return;
+    const by = (r.byReason || []).map(c => `${c.reason} ${num(c.messages)}`).join(', ');
+    setText(refNote, `${num(r.messages)} message${r.messages === 1 ? '' : 's'} (${num(r.jobs)} job${r.jobs === 1 ? '' : 's'}) refused: ${by}. ` +
+      'Refused jobs were not stored: submit them again (the same request will do).');
+    refBody.replaceChildren(...(r.recent || []).map(e => el('tr', {},
+      el('td', {text: time(e.at)}), el('td', {text: e.reason}), el('td', {class: 'num', text: num(e.jobs)}), el('td', {class: 'err', text: e.error}))));
   }
 
   async function loadView() {
@@ -124,7 +146,9 @@ export function mount(root, {params}) {
     } catch (e) {
       if (ac.signal.aborted) return;
       if (e.status === 404) {
-        setText(gone, 'No such group (or not one your key reaches).');
+        const r = e.problem && e.problem.refused;
+        setText(gone, r ? `No such group: the pipeline refused its submissions (${r.lastReason}: ${r.lastError}).` : 'No such group (or not one your key reaches).');
+        renderRefused(r || null);
         root.dataset.state = 'NOT_FOUND';
       }
     }
@@ -161,6 +185,7 @@ export function mount(root, {params}) {
     while (evList.children.length > MAX_EVENTS) evList.lastChild.remove();
     point(d.at, d.succeeded + d.failed + d.cancelled, d.failed, d.total || d.jobs);
     if (!d.notice) lastChange = Math.max(lastChange, +new Date(d.at));
+    if (d.refused) loadView();
     drawChart();
   }
 
