@@ -32,6 +32,17 @@
 // for as long as the group lives: submitting the same id again does not
 // create a second job.
 //
+// An acknowledged publish means stored, not accepted: the pipeline may still
+// refuse a message (dead-letter it as over_quota when two producers raced for
+// the tenant's last room in its quota, over_total, group_ended or bad_seal).
+// A refusal is recorded in the group: the group's event stream carries a
+// notice with [contracts.GroupEvent.Refused], and the HTTP API's group
+// reading lists it. The client keeps its message ids, so a call repeated
+// within the duplicate window after a refusal is dropped by JetStream as a
+// duplicate of the refused message and changes nothing; repeat it after the
+// window (the stored jobs stay duplicates), or submit through the HTTP
+// gateway, which publishes a message its group refused under a new id.
+//
 // A tenant's NATS user is usually allowed to publish only to its own submit
 // subjects and to read only its own events (docs/nats-permissions.md). Such a
 // user receives replies on an inbox of its own: connect with
