@@ -44,14 +44,20 @@ func TestRefusedSubmissionsAreVisibleAndRetried(t *testing.T) {
 	}
 
 	var v gateway.GroupView
+	var body []byte
 	testkit.WaitFor(t, "second's refusal shown", 30*time.Second, func() bool {
 		r := s.do("GET", "/v1/groups/second", "acme", nil)
 		if r.code != http.StatusOK {
 			return false
 		}
 		r.json(t, &v)
+		body = r.body
 		return v.Refused != nil
 	})
+	d := doc(t)
+	if err := d.validate(t, "/components/schemas/GroupView", body); err != nil {
+		t.Errorf("GET of a group with refusals does not match the OpenAPI document: %v\n%s", err, body)
+	}
 	rf := v.Refused
 	if v.Jobs != 0 || v.Total == nil || *v.Total != 3 || rf.Messages != 1 || rf.Jobs != 3 || rf.LastReason != fetcher.ReasonOverQuota ||
 		!strings.Contains(rf.LastError, "tenant.maxQueuedJobs is 4") || rf.LastAt.IsZero() ||
@@ -62,6 +68,9 @@ func TestRefusedSubmissionsAreVisibleAndRetried(t *testing.T) {
 	r := s.do("GET", "/v1/groups/third", "acme", nil)
 	if r.code != http.StatusNotFound {
 		t.Fatalf("third: %d %s, want 404", r.code, r.body)
+	}
+	if err := d.validate(t, "/components/schemas/Problem", r.body); err != nil {
+		t.Errorf("404 of a refused group does not match the OpenAPI document: %v\n%s", err, r.body)
 	}
 	p := r.problem(t)
 	if p.Refused == nil || p.Refused.LastReason != fetcher.ReasonOverQuota || p.Refused.Jobs != 2 || !strings.Contains(p.Detail, "over_quota") {
