@@ -381,7 +381,8 @@ type GroupEvent struct {
 	// Refused, when set, counts what the pipeline refused of the group's submissions after their
 	// publish was acknowledged (dead-lettered: over_quota, over_total, group_ended, bad_seal, an
 	// invalid message), as of this event. It is carried by the notice published when a message of
-	// the group is refused; nil otherwise.
+	// the group is refused, and by the CREATED event of a group whose first messages were refused;
+	// nil otherwise.
 	Refused *RefusedCounts `json:"refused,omitempty"`
 }
 

@@ -311,8 +311,8 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 	for _, g := range res.Groups {
 		groups[g.Group] = g
 		if g.Created {
-			f.publishEvent(ctx, events.Change{Group: g.Group,
-				Counts: redisq.GroupCounts{State: contracts.StateCreated, Declared: -1, Jobs: addedIn[g.Group]}})
+			f.publishEvent(ctx, f.withRefused(ctx, events.Change{Group: g.Group,
+				Counts: redisq.GroupCounts{State: contracts.StateCreated, Declared: -1, Jobs: addedIn[g.Group]}}))
 		}
 	}
 	// Every message whose settings differ from its group's is reported,
@@ -407,7 +407,7 @@ func (f *Fetcher) seal(ctx context.Context, it *item) error {
 			f.publishEvent(ctx, events.Change{Group: it.sub.Ref(), Counts: c, Ended: c.State.Terminal()})
 		case res.Group.State == contracts.StateCreated && res.Group.Jobs == 0:
 			// The seal came first and created the group.
-			f.publishEvent(ctx, events.Change{Group: it.sub.Ref(), Counts: res.Group})
+			f.publishEvent(ctx, f.withRefused(ctx, events.Change{Group: it.sub.Ref(), Counts: res.Group}))
 		}
 	}
 	it.Decide(consume.Ack())

@@ -98,3 +98,16 @@ func countJobs(data []byte) int64 {
 	}
 	return int64(len(body.Jobs))
 }
+
+// withRefused adds to ch, the event of a group just created, the refusals
+// recorded before the group existed (its first messages were refused, then
+// a seal or later jobs created it), so that its events say so from the
+// start; ch unchanged when there are none (or they cannot be read).
+func (f *Fetcher) withRefused(ctx context.Context, ch events.Change) events.Change {
+	r, err := f.d.Queue.GroupRefusals(ctx, ch.Group)
+	if err != nil || r == nil {
+		return ch
+	}
+	ch.Refused = &contracts.RefusedCounts{Messages: r.Messages, Jobs: r.Jobs, Reason: r.Last.Reason}
+	return ch
+}

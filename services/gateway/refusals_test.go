@@ -65,6 +65,22 @@ func TestRefusedSubmissionsAreVisibleAndRetried(t *testing.T) {
 		len(rf.Recent) != 1 || rf.Recent[0].MessageID == "" || rf.Recent[0].Jobs != 3 {
 		t.Errorf("second: jobs %d, total %v, refused %+v", v.Jobs, v.Total, rf)
 	}
+	// Its events say so too: the notice of the refusal, or (when the
+	// refusal came before the seal created it) its CREATED event.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	evs, _ := s.sse(sctx, "acme", "second", "0")
+	var refusedEv map[string]any
+	for ev := range evs {
+		if rf, ok := ev.data["refused"].(map[string]any); ok {
+			refusedEv = rf
+			break
+		}
+	}
+	cancel()
+	if refusedEv == nil || refusedEv["reason"] != fetcher.ReasonOverQuota || refusedEv["jobs"] != float64(3) {
+		t.Errorf("second's events carry no refusal: %v", refusedEv)
+	}
+
 	r := s.do("GET", "/v1/groups/third", "acme", nil)
 	if r.code != http.StatusNotFound {
 		t.Fatalf("third: %d %s, want 404", r.code, r.body)
