@@ -135,11 +135,11 @@ func TestBackedUpResultsAreNotRunAgain(t *testing.T) {
 	cfg.ResultBatchSize = 1 // the backlog takes a while to record
 	r := e.start(cfg, []string{stack.TargetFetcher, stack.TargetDispatcher, stack.TargetWorker}, nil)
 	q := r.st.Conns.Queue
-	const bulk, small = 20000, 50
+	const bulk, small = 8000, 50
 	e.submitHTTP(d, "bulk", bulk)
-	testkit.WaitFor(t, "the bulk group called", time.Minute, func() bool { _, n := d.count("bulk", bulk); return n >= bulk })
+	testkit.WaitFor(t, "the bulk group called", 3*time.Minute, func() bool { _, n := d.count("bulk", bulk); return n >= bulk })
 	e.submitHTTP(d, "small", small)
-	testkit.WaitFor(t, "the small group called", time.Minute, func() bool { _, n := d.count("small", small); return n >= small })
+	testkit.WaitFor(t, "the small group called", 3*time.Minute, func() bool { _, n := d.count("small", small); return n >= small })
 	time.Sleep(2 * cfg.StuckAfter) // the aggregator stays down for twice STUCK_AFTER
 	acfg := *cfg
 	acfg.HTTPAddr = ""
@@ -148,7 +148,7 @@ func TestBackedUpResultsAreNotRunAgain(t *testing.T) {
 		gid string
 		n   int
 	}{{"bulk", bulk}, {"small", small}} {
-		ev := e.wait(g.gid, 2*time.Minute)
+		ev := e.wait(g.gid, 3*time.Minute)
 		if ev.State != contracts.StateCompleted || ev.Succeeded != int64(g.n) {
 			t.Fatalf("%s: final event %+v, want COMPLETED with %d succeeded", g.gid, ev, g.n)
 		}
