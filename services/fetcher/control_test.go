@@ -19,7 +19,7 @@ import (
 // TestRefusedJobsAreDeadLettered: a jobs message some of whose jobs the
 // group refuses is dead-lettered naming those jobs; the jobs the group
 // knows count as duplicates, the ones it accepts are kept, and nothing
-// else changes.
+// else changes but a notice of the refusal on the group's events.
 func TestRefusedJobsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
@@ -140,10 +140,18 @@ func TestRefusedJobsAreDeadLettered(t *testing.T) {
 	if info := groupInfo(t, e, room); info.Jobs != 4 || info.Declared != 4 {
 		t.Errorf("room: jobs %d declared %d, want 4 and 4", info.Jobs, info.Declared)
 	}
-	after := groupEvents(t, e)
-	for _, g := range []contracts.GroupRef{over, ended} {
-		if len(after[g]) != len(eventsBefore[g]) {
-			t.Errorf("%s: events %s after the refused jobs, were %s", g, describe(after[g]), describe(eventsBefore[g]))
+	// The only new event of each group is the notice of its refusal.
+	var after map[contracts.GroupRef][]*contracts.GroupEvent
+	testkit.WaitFor(t, "the refusal notices", 0, func() bool {
+		after = groupEvents(t, e)
+		return len(after[over]) > len(eventsBefore[over]) && len(after[ended]) > len(eventsBefore[ended])
+	})
+	for g, reason := range map[contracts.GroupRef]string{over: fetcher.ReasonOverTotal, ended: fetcher.ReasonGroupEnded} {
+		evs := after[g]
+		last := evs[len(evs)-1]
+		if len(evs) != len(eventsBefore[g])+1 || last.Refused == nil || last.Refused.Reason != reason || last.Notice == "" ||
+			last.Refused.Messages != 1 || last.State != eventsBefore[g][len(eventsBefore[g])-1].State {
+			t.Errorf("%s: events %s after the refused jobs, were %s; want one notice of the refusal", g, describe(evs), describe(eventsBefore[g]))
 		}
 	}
 	exists, err := e.Redis.Exists(ctx, e.Queue.Keys().Job(over, jobID(3)), e.Queue.Keys().Job(ended, jobID(3))).Result()
