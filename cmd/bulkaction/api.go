@@ -152,6 +152,7 @@ func statusOf(g *apiclient.Group) *cli.GroupStatus {
 		s.Congestion = redisq.CongestionLevel(st.Congestion)
 	}
 	s.BackoffMs, s.Throttles, s.At = st.BackoffMs, st.Throttles, st.At
+	s.Refused = cli.RefusalsFromAPI(g.Refused)
 	for _, h := range st.Waiting {
 		ch := cli.Hold{Hold: redisq.Hold{Reason: redisq.HoldReason(h.Reason), AtLeast: h.AtLeast}, Detail: h.Detail}
 		if h.Until != nil {

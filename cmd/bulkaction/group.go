@@ -71,6 +71,11 @@ missing jobs (reason awaiting_jobs) and has no ETA.`,
 			}
 			defer c.Close()
 			s, err := c.Status(cmd.Context(), g)
+			if errors.Is(err, cli.ErrGroupNotFound) {
+				if rf, rerr := c.Queue.GroupRefusals(cmd.Context(), g); rerr == nil && rf != nil {
+					return fmt.Errorf("%w: the pipeline refused its submissions: %s", err, cli.RefusedText(rf))
+				}
+			}
 			if err != nil {
 				return notFoundHint(err)
 			}
@@ -140,6 +145,9 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 		plural(s.Throttles, "retry"), s.ThrottlesPerJob())
 	if !s.StartedAt.IsZero() {
 		row("elapsed", "%s since the first admission", s.Elapsed().Round(100*time.Millisecond))
+	}
+	if s.Refused != nil {
+		row("refused", "%s", cli.RefusedText(s.Refused))
 	}
 	return tw.Flush()
 }

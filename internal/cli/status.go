@@ -100,6 +100,9 @@ type GroupStatus struct {
 	// retryable error alike. It stays readable after the group ends (for
 	// GROUP_TTL). Status prints it as retries.
 	Throttles int64
+	// Refused is what the pipeline refused of the group's submissions
+	// after accepting them (redisq.Queue.GroupRefusals); nil when nothing.
+	Refused *redisq.Refusals
 	// CreatedAt, StartedAt (first admission) and FinishedAt are zero when
 	// not (yet) set.
 	CreatedAt, StartedAt, FinishedAt time.Time
@@ -264,6 +267,9 @@ func StatusWith(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt 
 	s.measureRate(samples)
 	s.ETASeconds = s.eta()
 	if err := s.readHolds(ctx, q, g, opt); err != nil {
+		return nil, err
+	}
+	if s.Refused, err = q.GroupRefusals(ctx, g); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -455,7 +461,9 @@ func (s *GroupStatus) eta() float64 {
 // rateWindowSeconds (what rate was measured over), etaSeconds (null when
 // unknown), congestionLevel, backoffMs, throttles and retries (the same
 // count: every retry, after a 429 or a retryable error), throttlesPerJob,
-// elapsedSeconds and at (RFC 3339).
+// elapsedSeconds, at (RFC 3339) and, when the pipeline refused some of its
+// submissions, refused ({messages, jobs, lastReason, lastError, lastAt,
+// byReason}).
 func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m := make(map[string]any, len(s.Meta)+20)
 	for k, v := range s.Meta {
@@ -503,6 +511,9 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["throttlesPerJob"] = round2(s.ThrottlesPerJob())
 	m["elapsedSeconds"] = round2(s.Elapsed().Seconds())
 	m["at"] = s.At.UTC().Format(time.RFC3339Nano)
+	if s.Refused != nil {
+		m["refused"] = refusedJSON(s.Refused)
+	}
 	return json.Marshal(m)
 }
 

@@ -100,6 +100,7 @@ func (g *Gateway) fullView(ctx context.Context, ref contracts.GroupRef) (*GroupV
 	if v.RetryOf, v.Retries, err = g.q.Links(ctx, ref); err != nil {
 		return nil, err
 	}
+	v.Refused = refusalsView(s.Refused)
 	return v, nil
 }
 
@@ -125,7 +126,7 @@ func (g *Gateway) getGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v == nil {
-		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		g.groupNotFound(w, r, ref)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)

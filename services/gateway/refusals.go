@@ -25,8 +25,16 @@ import (
 // nothing.
 func (g *Gateway) refusalsOf(ctx context.Context, ref contracts.GroupRef) (*api.Refusals, error) {
 	r, err := g.q.GroupRefusals(ctx, ref)
-	if err != nil || r == nil {
+	if err != nil {
 		return nil, err
+	}
+	return refusalsView(r), nil
+}
+
+// refusalsView is the API's view of a group's refusals; nil for nil.
+func refusalsView(r *redisq.Refusals) *api.Refusals {
+	if r == nil {
+		return nil
 	}
 	out := &api.Refusals{Messages: r.Messages, Jobs: r.Jobs, LastReason: r.Last.Reason, LastError: r.Last.Error,
 		LastAt: r.Last.At, ByReason: make([]api.RefusalCount, 0, len(r.ByReason)), Recent: make([]api.Refusal, 0, len(r.Recent))}
@@ -36,7 +44,7 @@ func (g *Gateway) refusalsOf(ctx context.Context, ref contracts.GroupRef) (*api.
 	for _, e := range r.Recent {
 		out.Recent = append(out.Recent, api.Refusal{Reason: e.Reason, Error: e.Error, Jobs: e.Jobs, MessageID: e.MsgID, At: e.At})
 	}
-	return out, nil
+	return out
 }
 
 // groupNotFound answers 404 for a group that does not exist; when the
