@@ -239,6 +239,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 	subject := g.deps.Names.Events(ref)
 	var first []hubEvent
 	var prev contracts.GroupState
+	replaying := false
 	if resume != "" {
 		// A stream resumed after the group's final event, or for a group
 		// that does not exist, has nothing to wait for: 204 tells an
@@ -256,7 +257,9 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		first, prev, err = g.replay(ctx, subject, after)
+		// The events after it are read and written one at a time below,
+		// so a replay from 0 holds one event in memory, not the group's.
+		prev, replaying = g.replayPrev(ctx, subject, after), true
 	} else {
 		// A group submitted a moment ago may not be stored yet: give
 		// the fetcher a little time before answering 404.
@@ -296,6 +299,20 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 		}
 		sent = max(sent, e.seq)
 		if e.ev.Final() {
+			return
+		}
+	}
+	if replaying {
+		final := false
+		err := g.replay(ctx, subject, after, func(e hubEvent) (bool, error) {
+			if err := sw.event(e.seq, e.ev, e.data); err != nil {
+				return true, err
+			}
+			sent = max(sent, e.seq)
+			final = e.ev.Final()
+			return final, nil
+		})
+		if err != nil || final {
 			return
 		}
 	}
@@ -355,30 +372,39 @@ func (g *Gateway) latest(ctx context.Context, ref contracts.GroupRef, subject st
 	return []hubEvent{{ev: ev, data: data}}, nil
 }
 
-// replay returns the group's events after sequence after, and the state of
-// the event at after (so the first replayed one is named right).
-func (g *Gateway) replay(ctx context.Context, subject string, after uint64) ([]hubEvent, contracts.GroupState, error) {
-	var prev contracts.GroupState
-	if after > 0 {
-		if m, err := g.hub.stream.GetMsg(ctx, after); err == nil && m.Subject == subject {
-			var ev contracts.GroupEvent
-			if json.Unmarshal(m.Data, &ev) == nil {
-				prev = ev.State
-			}
-		}
+// replayPrev returns the state of the group's event at sequence after (so
+// the first replayed one is named right), "" when there is none.
+func (g *Gateway) replayPrev(ctx context.Context, subject string, after uint64) contracts.GroupState {
+	if after == 0 {
+		return ""
 	}
-	var out []hubEvent
+	m, err := g.hub.stream.GetMsg(ctx, after)
+	if err != nil || m.Subject != subject {
+		return ""
+	}
+	var ev contracts.GroupEvent
+	if json.Unmarshal(m.Data, &ev) != nil {
+		return ""
+	}
+	return ev.State
+}
+
+// replay hands each of the group's events after sequence after to each, in
+// order, as it reads them from the stream, until each says stop or fails.
+func (g *Gateway) replay(ctx context.Context, subject string, after uint64, each func(hubEvent) (stop bool, err error)) error {
 	for seq := after + 1; ; {
 		m, err := g.hub.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, prev, nil
+			return nil
 		}
 		if err != nil {
-			return nil, "", err
+			return err
 		}
 		var ev contracts.GroupEvent
 		if json.Unmarshal(m.Data, &ev) == nil && ev.Validate() == nil {
-			out = append(out, hubEvent{seq: m.Sequence, ev: ev, data: m.Data})
+			if stop, err := each(hubEvent{seq: m.Sequence, ev: ev, data: m.Data}); stop || err != nil {
+				return err
+			}
 		}
 		seq = m.Sequence + 1
 	}
