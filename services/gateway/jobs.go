@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"mime"
 	"net/http"
@@ -145,6 +146,7 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 	} else {
 		src = newArraySource(r.Body, g.deps.Limits.MessageLimit())
 	}
+	seen := newIDSet()
 	for {
 		job, pos, err := src.next()
 		if errors.Is(err, io.EOF) {
@@ -154,10 +156,19 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 			g.badBody(w, r, pos, err)
 			return
 		}
+		if g.tooManyJobs(w, r, pos) {
+			return
+		}
 		if err := job.Canonicalize(g.deps.Limits); err != nil {
 			fe := fieldError(err)
 			fe.Line, fe.Index = pos.line, &pos.index
 			writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": "+err.Error(), fe)
+			return
+		}
+		if first, dup := seen.add(job.JobID, pos); dup {
+			detail := fmt.Sprintf("%q repeats the job id of %s", job.JobID, first)
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": jobId "+detail+"; a job id is run once per group, so nothing was submitted",
+				FieldError{Field: "jobId", Detail: detail, Line: pos.line, Index: &pos.index, Limit: "each job id once per request"})
 			return
 		}
 		if err := enc.add(job); err != nil {
@@ -179,10 +190,21 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body holds no jobs and no total was given")
 		return
 	}
+	if total != nil && *total < enc.jobs {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, fmt.Sprintf("total %d is less than the %d distinct jobs of the body; nothing was submitted", *total, enc.jobs),
+			FieldError{Field: "total", Detail: strconv.FormatInt(*total, 10), Limit: fmt.Sprintf("at least the body's %d jobs", enc.jobs)})
+		return
+	}
 	if enc.jobs > 0 && !g.withinQuota(w, r, ref.Tenant, exists, enc.jobs) {
 		return
 	}
-	if err := g.publishSpool(r.Context(), sp); err != nil {
+	g.chargeJobs(r, ref.Tenant, enc.jobs)
+	rename, err := g.retryIDs(r.Context(), ref)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if err := g.publishSpool(r.Context(), sp, rename); err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
@@ -258,6 +280,9 @@ func (g *Gateway) withinQuota(w http.ResponseWriter, r *http.Request, tenant str
 
 // badBody answers a body that cannot be read as jobs.
 func (g *Gateway) badBody(w http.ResponseWriter, r *http.Request, pos position, err error) {
+	if bodyRefused(w, r, err) {
+		return
+	}
 	var tl *tooLongError
 	if errors.As(err, &tl) {
 		fe := FieldError{Line: pos.line, Index: &pos.index, Detail: "more than " + strconv.Itoa(tl.limit) + " bytes",
@@ -291,8 +316,9 @@ func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error)
 		"the request could not be completed; retry it (with the same Idempotency-Key): jobs are deduplicated by id")
 }
 
-// publishSpool publishes the spooled messages, a chunk at a time.
-func (g *Gateway) publishSpool(ctx context.Context, sp *spool) error {
+// publishSpool publishes the spooled messages, a chunk at a time; rename,
+// when set, may give a message another id (a retry of a refused message).
+func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats.Msg)) error {
 	it, err := sp.reader()
 	if err != nil {
 		return err
@@ -308,6 +334,9 @@ func (g *Gateway) publishSpool(ctx context.Context, sp *spool) error {
 			if err != nil {
 				return err
 			}
+			if rename != nil {
+				rename(m)
+			}
 			msgs = append(msgs, m)
 			size += len(m.Data)
 		}
@@ -320,6 +349,27 @@ func (g *Gateway) publishSpool(ctx context.Context, sp *spool) error {
 			}
 		}
 	}
+}
+
+// idSet remembers the job ids of a request and where each was first met.
+// It keeps a 64-bit hash of each id (seeded per request), so a body of
+// millions of jobs costs a few tens of bytes per job.
+type idSet struct {
+	seed maphash.Seed
+	at   map[uint64]position
+}
+
+func newIDSet() *idSet { return &idSet{seed: maphash.MakeSeed(), at: map[uint64]position{}} }
+
+// add records id at pos; dup is true, with the first position, when the
+// request already had it.
+func (s *idSet) add(id string, pos position) (first position, dup bool) {
+	h := maphash.String(s.seed, id)
+	if first, dup = s.at[h]; dup {
+		return first, true
+	}
+	s.at[h] = pos
+	return pos, false
 }
 
 // position is where a job is in the body.

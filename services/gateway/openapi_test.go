@@ -21,6 +21,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -421,6 +422,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, h := range redisq.HoldReasons {
 		holds = append(holds, string(h))
 	}
+	holds = append(holds, string(cli.HoldAwaitingJobs)) // status adds it to the queue's holds
 	if got := strs(d.get("/components/schemas/Hold/properties/reason/enum")); !slices.Equal(got, holds) {
 		t.Errorf("hold reasons %v, want %v", got, holds)
 	}
@@ -846,7 +848,10 @@ func (c *checker) firstEvents(who, path string, n int) reply {
 // response must be produced, but for those listed in notExercised.
 func TestOpenAPIMatchesHandlers(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, func(c *config.Config) { c.MaxMsgSize, c.MaxPayloadBytes = 64<<10, 8<<10 })
+	s := newServer(t, func(c *config.Config) {
+		c.MaxMsgSize, c.MaxPayloadBytes = 64<<10, 8<<10
+		c.GatewayBodyIdleTimeout = time.Second
+	})
 	c := &checker{t: t, d: doc(t), s: s, seen: map[string]bool{}}
 	const (
 		jobs     = "/v1/groups/{groupId}/jobs"
@@ -1008,6 +1013,36 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		path := strings.ReplaceAll(tmpl, "{groupId}", "mixed")
 		c.check(method, tmpl, s.do(method, path, "", nil), 401)
 		c.check(method, tmpl, s.do(method, path, "", nil, "Authorization: Bearer bak_unknown"), 401)
+	}
+
+	// The limits at the door: a body past 1 MiB (413), a stalled jobs body
+	// (408), and a tenant whose request rate is spent for an hour (429).
+	for route, id := range new(gateway.Gateway).OperationIDs() {
+		method, tmpl, _ := strings.Cut(route, " ")
+		if method != "POST" || id == "submitJobs" {
+			continue
+		}
+		path := strings.ReplaceAll(tmpl, "{groupId}", "mixed")
+		c.check(method, tmpl, s.do(method, path, "acme", strings.NewReader(strings.Repeat(" ", 1<<20+1))), 413)
+	}
+	stalled, stall := io.Pipe()
+	go func() { _, _ = io.WriteString(stall, ndjson("st", 2, "{}")) }()
+	c.check("POST", jobs, s.do("POST", "/v1/groups/stalled/jobs", "acme", stalled, nd), 408)
+	_ = stall.Close()
+	spent := time.Now().Add(time.Hour).UnixMilli()
+	if err := s.st.Deps.Queue.Client().Set(context.Background(), s.st.Deps.Queue.Keys().DoorState("globex", "requests"), spent, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for route, id := range new(gateway.Gateway).OperationIDs() {
+		if id == "getOpenAPI" {
+			continue
+		}
+		method, tmpl, _ := strings.Cut(route, " ")
+		path := strings.ReplaceAll(tmpl, "{groupId}", "mixed")
+		r := c.check(method, tmpl, s.do(method, path, "globex", nil), 429)
+		if r.header.Get("RateLimit") == "" || r.header.Get("RateLimit-Policy") == "" {
+			t.Errorf("%s: a 429 without RateLimit headers", route)
+		}
 	}
 
 	// Every documented response was produced, but those that need a
