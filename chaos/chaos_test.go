@@ -44,7 +44,11 @@ type profile struct {
 	// tenant held at its queued-jobs quota t14Quota, submitted at t14Rate.
 	t13Pairs, t13Jobs          int
 	t14Jobs, t14Rate, t14Quota int
-	scenarios                  []string
+	// T15: the well-behaved tenant's jobs, submitted through the gateway
+	// over the flood's duration.
+	t15Jobs   int
+	t15Flood  time.Duration
+	scenarios []string
 }
 
 var profiles = map[string]profile{
@@ -64,6 +68,7 @@ var profiles = map[string]profile{
 		t11Jobs: 8, t12Jobs: 4000,
 		t13Pairs: 40, t13Jobs: 600,
 		t14Jobs: 3000, t14Rate: 300, t14Quota: 300,
+		t15Jobs: 2000, t15Flood: 20 * time.Second,
 		scenarios: []string{"T1", "T2", "T4", "T5", "T6"},
 	},
 	// long is `make chaos`.
@@ -81,7 +86,8 @@ var profiles = map[string]profile{
 		t11Jobs: 24, t12Jobs: 20_000,
 		t13Pairs: 200, t13Jobs: 2400,
 		t14Jobs: 9000, t14Rate: 300, t14Quota: 300,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14"},
+		t15Jobs: 12_000, t15Flood: 60 * time.Second,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15"},
 	},
 }
 
@@ -200,6 +206,8 @@ func TestChaos(t *testing.T) {
 				add(t13(t, p).execute(t))
 			case "T14":
 				add(t14(p).execute(t))
+			case "T15":
+				add(t15(t, p).execute(t))
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
 // binaries are the programs the suite runs as processes: the real
@@ -435,6 +436,9 @@ type envOptions struct {
 	RedisWrap []string
 	// RestartDelay is how long a dead service stays down; zero means 500ms.
 	RestartDelay time.Duration
+	// GatewayTenants, when set, runs a gateway (gateway-1) with an API key
+	// for each of these tenants (env.gatewayKeys).
+	GatewayTenants []string
 }
 
 // env is one scenario's installation: redis-server, NATS node(s) and the
@@ -456,6 +460,9 @@ type env struct {
 	js         jetstream.JetStream
 	client     *client.Client
 	slowestKey string // T8: the first key of the longest script call in SLOWLOG
+
+	gatewayURL  string            // http://127.0.0.1:port of gateway-1, with GatewayTenants
+	gatewayKeys map[string]string // tenant → API key
 }
 
 func defaultInt(v, d int) int {
@@ -568,6 +575,13 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 	if delay == 0 {
 		delay = 500 * time.Millisecond
 	}
+	if len(opts.GatewayTenants) > 0 {
+		counts = append(counts, struct {
+			target string
+			n      int
+		}{"gateway", 1})
+		env = append(slices.Clone(env), e.gatewayEnv(opts.GatewayTenants)...)
+	}
 	for _, c := range counts {
 		for i := 1; i <= c.n; i++ {
 			name := fmt.Sprintf("%s-%d", c.target, i)
@@ -587,6 +601,28 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 	}
 	t.Cleanup(e.shutdown)
 	return e
+}
+
+// gatewayEnv writes a keys file with a key per tenant and returns the
+// gateway's settings; the keys are in e.gatewayKeys.
+func (e *env) gatewayEnv(tenants []string) []string {
+	e.gatewayKeys = map[string]string{}
+	var lines []string
+	for _, tenant := range tenants {
+		key, err := gateway.NewKey()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.gatewayKeys[tenant] = key
+		lines = append(lines, gateway.KeyLine(key, tenant, tenant))
+	}
+	file := filepath.Join(e.dir, "gateway-keys")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(e.t))
+	e.gatewayURL = "http://" + addr
+	return []string{"BULKACTION_GATEWAY_ADDR=" + addr, "BULKACTION_GATEWAY_KEYS_FILE=" + file}
 }
 
 func (e *env) natsURL() string {
