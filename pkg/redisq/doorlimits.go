@@ -230,10 +230,17 @@ func (q *Queue) DoorEnter(ctx context.Context, d DoorDefaults, e DoorEntry) (Doo
 
 // DoorCharge spends n submitted jobs of the tenant's job rate. It may go
 // past the window: the tenant's next submissions wait until the debt is
-// paid off, so one large request passes and the rate holds over time.
-func (q *Queue) DoorCharge(ctx context.Context, d DoorDefaults, tenant string, n int64) error {
-	_, err := q.run(ctx, "door", doorScript, q.doorKeys(tenant, ""), "charge", tenant, q.now(), d.window(), d.JobRate, n)
-	return err
+// paid off, so one large request passes and the rate holds over time. It
+// returns how far the debt goes past the window (0 within it): a reader of
+// the tenant's jobs that waits that long before reading more holds the
+// tenant to its rate however many requests it sends at once.
+func (q *Queue) DoorCharge(ctx context.Context, d DoorDefaults, tenant string, n int64) (time.Duration, error) {
+	v, err := q.run(ctx, "door", doorScript, q.doorKeys(tenant, ""), "charge", tenant, q.now(), d.window(), d.JobRate, n)
+	if err != nil {
+		return 0, err
+	}
+	ms, _ := v.(int64)
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // DoorRenew extends the leases of slots a gateway still holds, all of one

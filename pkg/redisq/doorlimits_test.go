@@ -94,8 +94,9 @@ func TestDoorRatesAndOwnLimits(t *testing.T) {
 	if err != nil || len(own) != 1 || own[redisq.DoorRequestRate] != 0 {
 		t.Fatalf("own limits %v, %v", own, err)
 	}
-	if err := q.DoorCharge(ctx, d, "acme", 1500); err != nil { // 15 s of the job rate
-		t.Fatal(err)
+	// 15 s of the job rate: 5 s past the window, which the reader waits.
+	if wait, err := q.DoorCharge(ctx, d, "acme", 1500); err != nil || wait < 4900*time.Millisecond || wait > 5100*time.Millisecond {
+		t.Fatalf("charge past the window: wait %s, %v", wait, err)
 	}
 	v = enter("acme", true)
 	if v.Allowed || v.Refused != redisq.DoorJobRate || v.RetryAfter < 5*time.Second || v.RetryAfter > 5100*time.Millisecond {
@@ -136,7 +137,7 @@ func TestDoorScriptRunsOnMiniredis(t *testing.T) {
 	if err := q.DoorLeave(ctx, d, "acme", redisq.DoorConcurrentRequests, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.DoorCharge(ctx, d, "acme", 100); err != nil {
+	if _, err := q.DoorCharge(ctx, d, "acme", 100); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := q.DoorEnter(ctx, d, e); err != nil || v.Allowed || v.Refused != redisq.DoorJobRate {

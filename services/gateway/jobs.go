@@ -147,6 +147,8 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		src = newArraySource(r.Body, g.deps.Limits.MessageLimit())
 	}
 	seen := newIDSet()
+	pacer := g.newJobPacer(r, ref.Tenant)
+	defer pacer.done()
 	for {
 		job, pos, err := src.next()
 		if errors.Is(err, io.EOF) {
@@ -155,6 +157,9 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			g.badBody(w, r, pos, err)
 			return
+		}
+		if !pacer.read() {
+			return // the client left while the request waited for its tenant's job rate
 		}
 		if g.tooManyJobs(w, r, pos) {
 			return
@@ -198,7 +203,6 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 	if enc.jobs > 0 && !g.withinQuota(w, r, ref.Tenant, exists, enc.jobs) {
 		return
 	}
-	g.chargeJobs(r, ref.Tenant, enc.jobs)
 	rename, err := g.retryIDs(r.Context(), ref)
 	if err != nil {
 		g.unavailable(w, r, err)

@@ -213,17 +213,71 @@ func (g *Gateway) overLimit(w http.ResponseWriter, r *http.Request, tenant strin
 			Limit: fmt.Sprintf("%s is %d: the most %s", v.Refused, v.Limit, v.Refused.Meaning())})
 }
 
-// chargeJobs spends a tenant's job rate on the jobs of an accepted
-// request (admin keys are not limited). A failure only logs: the request
-// was valid and the door let it in.
-func (g *Gateway) chargeJobs(r *http.Request, tenant string, n int64) {
-	if principal(r).Admin || n <= 0 {
-		return
+// paceEvery is how many jobs a request reads between two charges of its
+// tenant's job rate.
+const paceEvery = 1000
+
+// jobPacer spends a tenant's job rate on the jobs a request reads, as it
+// reads them, accepted or not: once the tenant's burst is spent, reading
+// waits for the rate, so however many requests a tenant sends at once, the
+// gateway parses its jobs at its job rate and no faster (admin keys are not
+// limited). A failure to charge only logs: the door let the request in.
+type jobPacer struct {
+	g       *Gateway
+	r       *http.Request
+	tenant  string
+	pending int64
+}
+
+func (g *Gateway) newJobPacer(r *http.Request, tenant string) *jobPacer {
+	if principal(r).Admin {
+		return nil
 	}
-	if err := g.q.DoorCharge(context.WithoutCancel(r.Context()), g.cfg.Limits.door(), tenant, n); err != nil {
-		g.log.Warn("job rate not charged", "tenant", tenant, "err", err)
+	return &jobPacer{g: g, r: r, tenant: tenant}
+}
+
+// read counts one job read; every paceEvery jobs it charges them and waits
+// for the tenant's rate if its burst is spent. It returns false once the
+// request is gone.
+func (p *jobPacer) read() bool {
+	if p == nil {
+		return true
+	}
+	p.pending++
+	if p.pending < paceEvery {
+		return true
+	}
+	wait := p.charge()
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.r.Context().Done():
+		return false
 	}
 }
+
+// charge spends the jobs read since the last charge and returns how long
+// to wait before reading more.
+func (p *jobPacer) charge() time.Duration {
+	if p == nil || p.pending == 0 {
+		return 0
+	}
+	n := p.pending
+	p.pending = 0
+	wait, err := p.g.q.DoorCharge(context.WithoutCancel(p.r.Context()), p.g.cfg.Limits.door(), p.tenant, n)
+	if err != nil {
+		p.g.log.Warn("job rate not charged", "tenant", p.tenant, "err", err)
+	}
+	return wait
+}
+
+// done charges what is left; the request does not wait for it.
+func (p *jobPacer) done() { _ = p.charge() }
 
 // tooManyJobs answers 413 once a request holds more jobs than
 // MaxJobsPerRequest allows, at the first job past it.

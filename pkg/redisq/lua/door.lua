@@ -21,7 +21,9 @@
 --   Returns {allowed, refused name, its limit, retry ms, request limit per
 --   window, requests left, ms until the window is whole again, slot held}.
 -- charge: ARGV[5] default jobs/s, ARGV[6] jobs. Spends them even past the
---   window (the tenant then waits for the debt to pay off).
+--   window (the tenant then waits for the debt to pay off). Returns the ms
+--   the debt goes past the window (0 within it): how long the caller should
+--   wait before reading more of the tenant's jobs.
 -- renew: ARGV[5] lease ms, ARGV[6..] slot ids still held.
 -- leave: ARGV[5] slot id.
 -- A limit of 0 is unlimited; a tenant's own limit replaces the default.
@@ -52,8 +54,9 @@ if mode == 'charge' then
   local rate = limit_of('jobs', ARGV[5])
   local n = tonumber(ARGV[6])
   if rate <= 0 or n <= 0 then return 0 end
-  store(KEYS[3], tat(KEYS[3]) + n * 1000 / rate)
-  return 1
+  local t = tat(KEYS[3]) + n * 1000 / rate
+  store(KEYS[3], t)
+  return math.max(0, math.ceil(t - now - window))
 end
 
 if mode == 'renew' then
