@@ -22,6 +22,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -338,37 +339,36 @@ func follow(ctx context.Context, c *cli.Conn, g contracts.GroupRef, update func(
 		return nil, err
 	}
 	var last *cli.GroupStatus
-	t := time.NewTicker(watchPoll)
-	defer t.Stop()
-	for {
+	var ended error // why the reading stopped before ctx ended (nil: the group ended)
+	read := func(ctx context.Context) bool {
 		s, err := cli.Status(ctx, c.Queue, g)
 		switch {
 		case errors.Is(err, cli.ErrGroupNotFound):
 			if missing != nil {
 				if err := missing(); err != nil {
-					return last, err
+					ended = err
+					return false
 				}
 			}
 		case err != nil:
+			ended = err
 			if ctx.Err() != nil {
-				return last, ctx.Err()
+				ended = ctx.Err()
 			}
-			return last, err
+			return false
 		default:
 			last = s
 			if update != nil {
 				update(last)
 			}
-			if s.Ended() {
-				return last, nil
-			}
+			return !s.Ended()
 		}
-		select {
-		case <-ctx.Done():
-			return last, ctx.Err()
-		case <-t.C:
-		}
+		return true
 	}
+	if !loop.Until(ctx, watchPoll, read, loop.Now()) {
+		return last, ctx.Err()
+	}
+	return last, ended
 }
 
 // watchView shows watch's readings.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 )
 
@@ -111,7 +111,7 @@ func (l *Loop) Run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			warn.Warn(log, "pull failed", "consumer", l.Name, "err", err)
 			idle = true
-			if !handoff.Sleep(ctx, errorWait) {
+			if !loop.Sleep(ctx, errorWait) {
 				return
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -151,18 +152,16 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 	if !o.Terminal {
 		every = 2 * pollInterval // nothing is redrawn between the lines
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
 	var (
 		lastProgress = time.Now()
 		progressSum  int64
 		err          error
 	)
-	for {
+	pollOnce := func(ctx context.Context) bool {
 		snap, perr := poll(ctx, o, groups, start, &mu, big)
 		if perr != nil && ctx.Err() == nil {
 			err = perr
-			break
+			return false
 		}
 		if perr == nil {
 			v.update(snap)
@@ -170,21 +169,17 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 				progressSum, lastProgress = sum, time.Now()
 			}
 			if snap.allEnded() {
-				break
+				return false
 			}
 		}
 		if time.Since(lastProgress) > o.StallTimeout {
 			err = fmt.Errorf("%w for %s", ErrStalled, o.StallTimeout)
-			break
+			return false
 		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-		if ctx.Err() != nil {
-			err = context.Cause(ctx)
-			break
-		}
+		return true
+	}
+	if !loop.Until(ctx, every, pollOnce, loop.Now()) {
+		err = context.Cause(ctx)
 	}
 	v.close()
 	cancel(nil)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -91,14 +92,7 @@ func (p *progress) take(now time.Time) []contracts.GroupRef {
 // event, read from Redis so that they include what other aggregators
 // recorded.
 func (a *Aggregator) publishProgress(ctx context.Context) {
-	t := time.NewTicker(a.progress.every / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, a.progress.every/4, func(ctx context.Context) {
 		for _, g := range a.progress.take(time.Now()) {
 			// Read and publish under publishMu, so that an event the batch
 			// in progress publishes (a COMPLETED one, say) comes after this
@@ -121,7 +115,7 @@ func (a *Aggregator) publishProgress(ctx context.Context) {
 				a.sampleProgress(ctx, g)
 			}
 		}
-	}
+	})
 }
 
 // sampleProgress appends a sample of each group's progress to its history

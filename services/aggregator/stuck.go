@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -39,17 +40,9 @@ func (a *Aggregator) Stuck(ctx context.Context) ([]redisq.GroupInfo, error) {
 func (a *Aggregator) watchStuck(ctx context.Context) {
 	warned := map[contracts.GroupRef]time.Time{}
 	var settled resultsSettled
-	t := time.NewTimer(a.cfg.StuckCheckEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, a.cfg.StuckCheckEvery, func(ctx context.Context) {
 		a.checkStuck(ctx, warned, settled.update(ctx, a))
-		t.Reset(a.cfg.StuckCheckEvery)
-	}
+	}, loop.AfterRun())
 }
 
 // settled is the time through which RESULT is settled (resultsSettled).

@@ -11,6 +11,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -223,7 +224,7 @@ func (p *Dispatcher) releaseLoop(ctx context.Context) {
 		if st != stateGated {
 			gatedWait = minWait
 		}
-		if !handoff.Sleep(ctx, wait) {
+		if !loop.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -308,7 +309,7 @@ func (p *Dispatcher) reclaimLoop(ctx context.Context) {
 		if more {
 			wait = 0
 		}
-		if !handoff.Sleep(ctx, wait) {
+		if !loop.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -361,20 +362,13 @@ func (p *Dispatcher) snapshot(ctx context.Context) error {
 // every returns a loop that calls fn each interval until ctx is cancelled.
 func (p *Dispatcher) every(interval time.Duration, what string, fn func(context.Context) error) func(context.Context) {
 	return func(ctx context.Context) {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cycleTimeout)
-				if err := fn(cctx); err != nil {
-					p.log.Warn(what+" failed", "err", err)
-				}
-				cancel()
+		loop.Every(ctx, interval, func(ctx context.Context) {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cycleTimeout)
+			if err := fn(cctx); err != nil {
+				p.log.Warn(what+" failed", "err", err)
 			}
-		}
+			cancel()
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/events"
 	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -33,7 +34,7 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 		n := f.admit(ctx)
 		switch {
 		case n.full:
-			if !handoff.Sleep(ctx, bp) {
+			if !loop.Sleep(ctx, bp) {
 				return
 			}
 			bp = min(2*bp, maxBackpressureWait)
@@ -55,7 +56,7 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 				return
 			}
 		default:
-			if !handoff.Sleep(ctx, n.wait) {
+			if !loop.Sleep(ctx, n.wait) {
 				return
 			}
 		}

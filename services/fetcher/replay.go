@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/consume"
-	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 )
 
@@ -79,7 +79,7 @@ func (f *Fetcher) awaitCurrent(ctx context.Context) (bool, error) {
 		if time.Now().After(deadline) {
 			return false, nil
 		}
-		if !handoff.Sleep(ctx, 50*time.Millisecond) {
+		if !loop.Sleep(ctx, 50*time.Millisecond) {
 			return false, ctx.Err()
 		}
 	}
@@ -383,18 +383,11 @@ func streamSeq(m jetstream.Msg) uint64 {
 // was acknowledged), starts a replay when the position is not current, and
 // purges SUBMIT of the applied messages older than the replay window.
 func (f *Fetcher) checkpointLoop(ctx context.Context, cons jetstream.Consumer) {
-	t := time.NewTicker(checkpointInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, checkpointInterval, func(ctx context.Context) {
 		if err := f.checkpoint(ctx, cons); err != nil && ctx.Err() == nil {
 			f.log.Debug("SUBMIT checkpoint", "err", err)
 		}
-	}
+	})
 }
 
 func (f *Fetcher) checkpoint(ctx context.Context, cons jetstream.Consumer) error {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkaction/bulkaction/internal/loop"
 )
 
 // A worker process that dies (a crash, kill -9, an out-of-memory kill)
@@ -44,7 +47,7 @@ type heldFile struct {
 	// worker started next in its place can declare it gone.
 	holder string
 	dirty  bool
-	stop   chan struct{}
+	stop   context.CancelFunc // ends the flusher
 	done   chan struct{}
 }
 
@@ -81,7 +84,8 @@ func openHeld(dir, durable, holder string) (h *heldFile, left []string, before s
 				left = append(left, subj)
 			}
 		}
-		h = &heldFile{f: f, holder: holder, held: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+		fctx, stop := context.WithCancel(context.Background())
+		h = &heldFile{f: f, holder: holder, held: map[string]uint64{}, stop: stop, done: make(chan struct{})}
 		h.mu.Lock()
 		err = h.writeLocked()
 		h.mu.Unlock()
@@ -89,7 +93,7 @@ func openHeld(dir, durable, holder string) (h *heldFile, left []string, before s
 			f.Close()
 			return nil, nil, "", err
 		}
-		go h.flusher()
+		go h.flusher(fctx)
 		return h, left, before, nil
 	}
 	return nil, nil, "", fmt.Errorf("every held file of %s is in use", dir)
@@ -158,22 +162,15 @@ func (h *heldFile) writeLocked() error {
 	return h.f.Truncate(int64(b.Len()))
 }
 
-func (h *heldFile) flusher() {
+func (h *heldFile) flusher(ctx context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(heldFlushEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, heldFlushEvery, func(context.Context) {
 		h.mu.Lock()
 		if h.dirty {
 			_ = h.writeLocked()
 		}
 		h.mu.Unlock()
-	}
+	})
 }
 
 // newHolderID returns a new random holder id.
@@ -189,7 +186,7 @@ func (h *heldFile) close() {
 	if h == nil {
 		return
 	}
-	close(h.stop)
+	h.stop()
 	<-h.done
 	h.mu.Lock()
 	defer h.mu.Unlock()

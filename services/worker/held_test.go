@@ -75,7 +75,7 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 	other.close()
 
 	// The worker dies: its file keeps what it held, its lock goes.
-	close(h.stop)
+	h.stop()
 	<-h.done
 	h.f.Close()
 
@@ -110,7 +110,7 @@ func TestHeldMessagesComeBackAtOnce(t *testing.T) {
 	if err := next.add(again); err != nil {
 		t.Fatal(err)
 	}
-	close(next.stop)
+	next.stop()
 	<-next.done
 	next.f.Close()
 	last, left, _, err := openHeld(dir, "worker", "h4")

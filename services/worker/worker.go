@@ -18,6 +18,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -366,24 +367,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Announce the types served before taking work, then keep them live:
 	// admission gives READY room only to types a live worker serves.
 	w.announce(ctx)
-	stopBeat := make(chan struct{})
+	// The beats outlive ctx: they keep the jobs in hand alive through the
+	// shutdown grace.
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	var beat sync.WaitGroup
-	beat.Go(func() { jobs.beat(w.cfg.AckWait/3, stopBeat) })
-	beat.Go(func() { w.renewClaims(ctx, jobs, stopBeat) })
-	beat.Go(func() {
-		t := time.NewTicker(AnnounceEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopBeat:
-				return
-			case <-t.C:
-				w.announce(ctx)
-			}
-		}
-	})
+	beat.Go(func() { jobs.beat(beatCtx, w.cfg.AckWait/3) })
+	beat.Go(func() { w.renewClaims(beatCtx, jobs) })
+	beat.Go(func() { loop.Every(beatCtx, AnnounceEvery, func(context.Context) { w.announce(ctx) }) })
 	defer func() {
-		close(stopBeat)
+		stopBeat()
 		beat.Wait()
 	}()
 	w.log.Info("worker started", "types", w.cfg.Types, "concurrency", w.cfg.Concurrency)
@@ -494,19 +486,12 @@ func (t *tracker) done() {
 	t.wg.Done()
 }
 
-// beat marks every held message in progress each interval, until stop is
-// closed, so that long jobs are not delivered again, nor the jobs of a
-// pack waiting for a slot while others of it run.
-func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+// beat marks every held message in progress each interval, until ctx
+// ends, so that long jobs are not delivered again, nor the jobs of a pack
+// waiting for a slot while others of it run.
+func (t *tracker) beat(ctx context.Context, interval time.Duration) {
 	var msgs []jetstream.Msg
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+	loop.Every(ctx, interval, func(context.Context) {
 		msgs = msgs[:0]
 		t.mu.Lock()
 		for m := range t.held {
@@ -518,7 +503,7 @@ func (t *tracker) beat(interval time.Duration, stop <-chan struct{}) {
 		for _, m := range msgs {
 			_ = m.InProgress()
 		}
-	}
+	})
 }
 
 // claims returns the claimed jobs of every message held and not handed
@@ -537,22 +522,15 @@ func (t *tracker) claims() []redisq.Delivery {
 }
 
 // renewClaims extends the claims of the jobs in the worker's hands every
-// third of the queue's claim TTL until stop is closed, so that no repair
-// takes a job that is still running, or whose result is still held, as
-// lost (docs/ARCHITECTURE.md §6.5). A failure is logged; the next round
+// third of the queue's claim TTL until ctx ends, so that no repair takes
+// a job that is still running, or whose result is still held, as lost
+// (docs/ARCHITECTURE.md §6.5). A failure is logged; the next round
 // retries, and a claim lasts three rounds.
-func (w *Worker) renewClaims(ctx context.Context, jobs *tracker, stop <-chan struct{}) {
-	tick := time.NewTicker(w.d.Queue.Config().ClaimTTL / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+func (w *Worker) renewClaims(ctx context.Context, jobs *tracker) {
+	loop.Every(ctx, w.d.Queue.Config().ClaimTTL/3, func(ctx context.Context) {
 		ds := jobs.claims()
 		if len(ds) == 0 {
-			continue
+			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		_, err := w.d.Queue.RenewClaims(rctx, ds)
@@ -560,7 +538,7 @@ func (w *Worker) renewClaims(ctx context.Context, jobs *tracker, stop <-chan str
 		if err != nil {
 			w.warn("renewing the claims of running jobs failed", "jobs", len(ds), "err", err)
 		}
-	}
+	})
 }
 
 // newTracker returns a tracker whose job contexts outlive ctx: they end
