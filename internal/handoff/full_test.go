@@ -71,7 +71,7 @@ func TestReadyFullKeepsJobsLeased(t *testing.T) {
 			Payload: []byte(`{"pad":"` + strings.Repeat("y", 900) + `"}`)})
 	}
 	leased := e.Lease(t, jobs)
-	ok, err := handoff.Publish(ctx, e.Deps(), leased, handoff.SpanAdmit)
+	ok, err := publish(ctx, e.Deps(), leased, 1, handoff.SpanAdmit)
 	if len(ok) != 0 || !natsutil.IsStreamFull(err) {
 		t.Fatalf("publish into a full READY: %d published, err %v; want none and a full-stream error", len(ok), err)
 	}
@@ -86,7 +86,7 @@ func TestReadyFullKeepsJobsLeased(t *testing.T) {
 	if rs, err := room.Measure(ctx); err != nil || rs.Full || rs.Capacity != 100 {
 		t.Fatalf("room after the purge: %+v %v", rs, err)
 	}
-	ok, err = handoff.Publish(ctx, e.Deps(), leased, handoff.SpanReclaim)
+	ok, err = publish(ctx, e.Deps(), leased, 1, handoff.SpanReclaim)
 	if err != nil || len(ok) != len(jobs) {
 		t.Fatalf("publish once READY has room: %d published, err %v", len(ok), err)
 	}

@@ -123,7 +123,7 @@ func TestReadmissionAfterRollbackIsPublished(t *testing.T) {
 	if err != nil || len(res.Jobs) != n {
 		t.Fatalf("admit: %+v %v", res, err)
 	}
-	if ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := publish(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit); err != nil || len(ok) != n {
 		t.Fatalf("publish: %d %v", len(ok), err)
 	}
 	consumeReady(t, e, n)
@@ -138,7 +138,7 @@ func TestReadmissionAfterRollbackIsPublished(t *testing.T) {
 			t.Fatalf("%s re-admitted as attempt %d, want 1 (the lost one again)", j.ID, j.Attempt)
 		}
 	}
-	ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit)
+	ok, err := publish(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit)
 	if err != nil || len(ok) != n {
 		t.Fatalf("publish after the rollback: %d %v", len(ok), err)
 	}
@@ -200,7 +200,7 @@ func TestReadmissionAfterRollbackKeepsUnconsumedMessage(t *testing.T) {
 	if err != nil || len(res.Jobs) != n {
 		t.Fatalf("admit: %+v %v", res, err)
 	}
-	if ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := publish(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit); err != nil || len(ok) != n {
 		t.Fatalf("publish: %d %v", len(ok), err)
 	}
 	rollBack(t, e, before)
@@ -208,7 +208,7 @@ func TestReadmissionAfterRollbackKeepsUnconsumedMessage(t *testing.T) {
 	if err != nil || len(res.Jobs) != n {
 		t.Fatalf("admit after the rollback: %+v %v", res, err)
 	}
-	ok, err := handoff.PublishPacks(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit)
+	ok, err := publish(ctx, e.Deps(), res.Jobs, pack, handoff.SpanAdmit)
 	if err != nil || len(ok) != n {
 		t.Fatalf("publish after the rollback: %d %v", len(ok), err)
 	}

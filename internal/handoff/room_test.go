@@ -14,13 +14,13 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-// By default each job is a READY message of its own, with the job's
+// In packs of one each job is a READY message of its own, with the job's
 // message id.
-func TestPublishOneJobPerMessageByDefault(t *testing.T) {
+func TestPublishPacksOfOne(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	jobs := lease(t, e, []string{"a"}, 5, "")
-	ok, err := handoff.Publish(context.Background(), e.Deps(), jobs, handoff.SpanAdmit)
+	ok, err := publish(context.Background(), e.Deps(), jobs, 1, handoff.SpanAdmit)
 	if err != nil || len(ok) != len(jobs) {
 		t.Fatalf("publish: %d confirmed, %v", len(ok), err)
 	}
@@ -107,7 +107,7 @@ func TestRoomCountsJobsOfPacks(t *testing.T) {
 		for i := from; i < from+n; i++ {
 			jobs = append(jobs, redisq.Job{Group: contracts.Group(tenant, group), ID: fmt.Sprintf("j%03d", i), Type: "type-" + group})
 		}
-		if ok, err := handoff.PublishPacks(ctx, e.Deps(), e.Lease(t, jobs), per, handoff.SpanAdmit); err != nil || len(ok) != n {
+		if ok, err := publish(ctx, e.Deps(), e.Lease(t, jobs), per, handoff.SpanAdmit); err != nil || len(ok) != n {
 			t.Fatalf("publish: %d confirmed, %v", len(ok), err)
 		}
 	}
@@ -168,7 +168,7 @@ func TestRecentRoomOnlyUnderstates(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := admit(m, 3)
-	if ok, err := handoff.Publish(ctx, e.Deps(), first, handoff.SpanAdmit); err != nil || len(ok) != 3 {
+	if ok, err := publish(ctx, e.Deps(), first, 1, handoff.SpanAdmit); err != nil || len(ok) != 3 {
 		t.Fatalf("publish: %d confirmed, %v", len(ok), err)
 	}
 	again, ok := room.Recent(time.Minute)

@@ -58,7 +58,7 @@ type Config struct {
 	// [DefaultReadyCapacity] (160).
 	ReadyCapacity int
 	// ReadyPackJobs is the most jobs of one type a release or reclaim packs
-	// into one READY message ([handoff.PublishPacks]); default
+	// into one READY message ([handoff.Publish]); default
 	// [DefaultReadyPackJobs] (16; 1: one job per message).
 	ReadyPackJobs int
 	// WorkerSlots is the worker slots of every worker instance: the jobs
@@ -261,7 +261,7 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		return p.cfg.Interval, stateNormal
 	}
 	if len(res.Jobs) > 0 {
-		ok, err := handoff.PublishPacked(ctx, p.d, res.Jobs, p.packing(), handoff.SpanRelease)
+		ok, err := handoff.Publish(ctx, p.d, res.Jobs, p.packing(), handoff.SpanRelease)
 		p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
 		if err != nil {
 			p.log.Warn("publish of released jobs failed; the rest is re-published when the leases expire",
@@ -337,7 +337,7 @@ func (p *Dispatcher) reclaim(parent context.Context) (more bool) {
 	if len(res.Jobs) == 0 {
 		return false
 	}
-	ok, err := handoff.PublishPacked(ctx, p.d, res.Jobs, p.packing(), handoff.SpanReclaim)
+	ok, err := handoff.Publish(ctx, p.d, res.Jobs, p.packing(), handoff.SpanReclaim)
 	p.d.Metrics.DispatchMoved.Add(float64(len(ok)))
 	if err != nil {
 		p.log.Warn("re-publish of reclaimed jobs failed", "jobs", len(res.Jobs), "published", len(ok), "err", err)

@@ -136,7 +136,7 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 	// never confirmed): the re-publish must not duplicate them.
 	d := e.Deps()
 	first := jobs[:10]
-	ok, err := handoff.Publish(context.Background(), d, first, handoff.SpanAdmit)
+	ok, err := handoff.Publish(context.Background(), d, first, handoff.Packing{Jobs: 1}, handoff.SpanAdmit)
 	if err != nil || len(ok) != len(first) {
 		t.Fatalf("publish: %d, %v", len(ok), err)
 	}

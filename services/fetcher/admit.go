@@ -181,7 +181,7 @@ func (f *Fetcher) reportHeld(held map[string]int, live []string) {
 // publish hands admitted jobs to READY. Jobs that are not published stay
 // leased until the dispatcher re-publishes them.
 func (f *Fetcher) publish(ctx context.Context, jobs []redisq.LeasedJob) {
-	ok, err := handoff.PublishPacked(ctx, f.d, jobs, f.packing(), handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady))
+	ok, err := handoff.Publish(ctx, f.d, jobs, f.packing(), handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady))
 	if err != nil {
 		f.log.Warn("publish to READY failed; the rest is re-published when the leases expire",
 			"jobs", len(jobs), "published", len(ok), "err", err)

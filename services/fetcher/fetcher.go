@@ -87,7 +87,7 @@ type Config struct {
 	// default [DefaultReadyCapacity] (160).
 	ReadyCapacity int
 	// ReadyPackJobs is the most jobs of one type an admission round packs
-	// into one READY message ([handoff.PublishPacks]); default
+	// into one READY message ([handoff.Publish]); default
 	// [DefaultReadyPackJobs] (16; 1: one job per message).
 	ReadyPackJobs int
 	// WorkerSlots is the worker slots of every worker instance: the jobs

@@ -163,13 +163,13 @@ func startFeeder(t *testing.T, b *testBundle) {
 		defer tick.Stop()
 		for {
 			if r, err := b.q.Admit(ctx, 100); err == nil {
-				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.SpanAdmit)
+				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.Packing{Jobs: 1}, handoff.SpanAdmit)
 			}
 			if r, err := b.q.Release(ctx, 100); err == nil {
-				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.SpanRelease)
+				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.Packing{Jobs: 1}, handoff.SpanRelease)
 			}
 			if r, err := b.q.Reclaim(ctx, 100); err == nil {
-				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.SpanReclaim)
+				_, _ = handoff.Publish(ctx, d, r.Jobs, handoff.Packing{Jobs: 1}, handoff.SpanReclaim)
 			}
 			select {
 			case <-ctx.Done():

@@ -18,7 +18,7 @@ import (
 	"github.com/bulkaction/bulkaction/services/worker"
 )
 
-// The tests of READY packs as the hand-off makes them (handoff.PublishPacks
+// The tests of READY packs as the hand-off makes them (handoff.Publish
 // packs the jobs of a type) and of results gathered into RESULT batches.
 
 // testPack is the pack size of these tests (a fetcher's or dispatcher's
@@ -26,7 +26,7 @@ import (
 const testPack = 8
 
 // packOf enqueues n jobs of type "t" in group gid (sealed with n), leases
-// them and hands them to READY with handoff.PublishPacks: one pack while n is at
+// them and hands them to READY with handoff.Publish: one pack while n is at
 // most testPack.
 func (b *testBundle) packOf(t *testing.T, gid string, n int) {
 	t.Helper()
@@ -39,7 +39,7 @@ func (b *testBundle) packOf(t *testing.T, gid string, n int) {
 	if _, err := b.q.Seal(ctx, grp(gid), int64(n)); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := handoff.PublishPacks(ctx, b.d, leased, testPack, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := handoff.Publish(ctx, b.d, leased, handoff.Packing{Jobs: testPack}, handoff.SpanAdmit); err != nil || len(ok) != n {
 		t.Fatalf("publish: %d of %d, %v", len(ok), n, err)
 	}
 }
@@ -226,7 +226,7 @@ func TestPackSuspectRunsAlone(t *testing.T) {
 	if out, err := b.q.Claim(ctx, grp("g"), "j1", 1); err != nil || out != redisq.ClaimRun {
 		t.Fatalf("claim j1: %s %v", out, err)
 	}
-	if ok, err := handoff.PublishPacks(ctx, b.d, leased, testPack, handoff.SpanAdmit); err != nil || len(ok) != n {
+	if ok, err := handoff.Publish(ctx, b.d, leased, handoff.Packing{Jobs: testPack}, handoff.SpanAdmit); err != nil || len(ok) != n {
 		t.Fatalf("publish: %d %v", len(ok), err)
 	}
 	runWorker(t, b, worker.Config{Concurrency: n}, mux)

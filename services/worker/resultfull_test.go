@@ -58,7 +58,7 @@ func TestResultFullHoldsFinishedJobs(t *testing.T) {
 	if _, err := e.Queue.Seal(ctx, grp("g"), n); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := handoff.PublishPacks(ctx, e.Deps(), leased, n, handoff.SpanAdmit); err != nil || len(ok) != n { // one pack
+	if ok, err := handoff.Publish(ctx, e.Deps(), leased, handoff.Packing{Jobs: n}, handoff.SpanAdmit); err != nil || len(ok) != n { // one pack
 		t.Fatalf("publish to READY: %d %v", len(ok), err)
 	}
 

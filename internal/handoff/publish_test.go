@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) { pipelinetest.Main(m) }
 const tenant = "t1"
 
 // pack is the pack size of the tests of packs (the fetcher's and
-// dispatcher's ReadyPackJobs; the default is 1).
+// dispatcher's ReadyPackJobs).
 const pack = 8
 
 // lease enqueues n jobs per group (of tenant) and admits them all.
@@ -42,6 +43,11 @@ func lease(t *testing.T, e *pipelinetest.Env, groups []string, n int, trace stri
 	return e.Lease(t, jobs)
 }
 
+// publish hands jobs to READY in packs of up to packJobs jobs.
+func publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, packJobs int, span string, attrs ...attribute.KeyValue) ([]redisq.LeasedJob, error) {
+	return handoff.Publish(ctx, d, jobs, handoff.Packing{Jobs: packJobs}, span, attrs...)
+}
+
 // stored returns every message of the READY stream, in order.
 func stored(t *testing.T, e *pipelinetest.Env) []*jetstream.RawStreamMsg {
 	t.Helper()
@@ -55,7 +61,7 @@ func TestPublishPublishesAndConfirms(t *testing.T) {
 	if got := e.Inflight(t); got != 50 {
 		t.Fatalf("inflight %d before publish, want 50", got)
 	}
-	ok, err := handoff.PublishPacks(context.Background(), e.Deps(), jobs, pack, handoff.SpanAdmit)
+	ok, err := publish(context.Background(), e.Deps(), jobs, pack, handoff.SpanAdmit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +132,7 @@ func TestPublishPublishesAndConfirms(t *testing.T) {
 	// them.
 	again := slices.Clone(jobs)
 	slices.Reverse(again)
-	ok2, err := handoff.PublishPacks(context.Background(), e.Deps(), again, pack, handoff.SpanReclaim)
+	ok2, err := publish(context.Background(), e.Deps(), again, pack, handoff.SpanReclaim)
 	if err != nil || len(ok2) != len(jobs) {
 		t.Fatalf("re-publish: %d confirmed, %v", len(ok2), err)
 	}
@@ -156,7 +162,7 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := lease(t, e, []string{"g"}, 10, "")
-	ok, err := handoff.PublishPacks(ctx, e.Deps(), jobs, pack, handoff.SpanAdmit)
+	ok, err := publish(ctx, e.Deps(), jobs, pack, handoff.SpanAdmit)
 	if err == nil || !strings.Contains(err.Error(), "5 of 10") {
 		t.Fatalf("err = %v, want 5 of 10 jobs not published", err)
 	}
@@ -190,7 +196,7 @@ func TestPublishFailureLeavesLeaseForReclaim(t *testing.T) {
 			t.Fatalf("reclaimed %s attempt %d: want only unpublished jobs, attempt 1", j.ID, j.Attempt)
 		}
 	}
-	if ok2, err := handoff.PublishPacks(ctx, e.Deps(), again, pack, handoff.SpanReclaim); err != nil || len(ok2) != 5 {
+	if ok2, err := publish(ctx, e.Deps(), again, pack, handoff.SpanReclaim); err != nil || len(ok2) != 5 {
 		t.Fatalf("re-publish: %d confirmed, %v", len(ok2), err)
 	}
 	var ids []string
@@ -221,7 +227,7 @@ func TestPublishContinuesStoredTrace(t *testing.T) {
 	jobs := lease(t, e, []string{"g"}, 3, "00-"+traceID+"-"+parentID+"-01")
 	d := e.Deps()
 	d.TracerProvider = tp
-	if _, err := handoff.PublishPacks(context.Background(), d, jobs, pack, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady)); err != nil {
+	if _, err := publish(context.Background(), d, jobs, pack, handoff.SpanAdmit, handoff.AttrDecision.String(handoff.DecisionReady)); err != nil {
 		t.Fatal(err)
 	}
 	spans := rec.Ended()
@@ -306,7 +312,7 @@ func TestTraceparent(t *testing.T) {
 }
 
 func TestPublishNothing(t *testing.T) {
-	ok, err := handoff.PublishPacks(context.Background(), pipelinetest.NewEnv(t, redisq.Config{}).Deps(), nil, pack, handoff.SpanAdmit)
+	ok, err := publish(context.Background(), pipelinetest.NewEnv(t, redisq.Config{}).Deps(), nil, pack, handoff.SpanAdmit)
 	if ok != nil || err != nil {
 		t.Fatalf("Publish(nil) = %v, %v", ok, err)
 	}
@@ -325,7 +331,7 @@ func TestPublishKeepsTenantsApart(t *testing.T) {
 		}
 	}
 	leased := e.Lease(t, jobs)
-	ok, err := handoff.PublishPacks(context.Background(), e.Deps(), leased, pack, handoff.SpanAdmit)
+	ok, err := publish(context.Background(), e.Deps(), leased, pack, handoff.SpanAdmit)
 	if err != nil || len(ok) != len(jobs) {
 		t.Fatalf("published %d of %d: %v", len(ok), len(jobs), err)
 	}
