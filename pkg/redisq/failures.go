@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -19,6 +21,15 @@ const MaxFailuresKept = 10000
 
 // MaxFailuresPage is the most entries one [Queue.Failures] call returns.
 const MaxFailuresPage = 1000
+
+// MaxFailuresPageBytes bounds the work of one [Queue.Failures] call in
+// bytes as MaxFailuresPage does in entries: the call stops taking entries
+// once the payloads and errors it read add up to it (at least one entry is
+// taken), and its page is shorter, with a next cursor. One call thus reads
+// at most this plus one payload ([contracts.DefaultMaxPayloadBytes]) from
+// Redis, in one script that never holds Redis for long, whatever the
+// page size asked for.
+const MaxFailuresPageBytes = 4 << 20
 
 // ErrBadCursor is returned by [Queue.Failures] for a cursor it did not issue.
 var ErrBadCursor = errors.New("redisq: bad cursor")
@@ -35,7 +46,26 @@ type Failure struct {
 	Error    string
 	// FinishedAt is when the failure was recorded.
 	FinishedAt time.Time
-	Payload    json.RawMessage
+	// Payload is the job's payload, or its first [FailuresQuery.Head]
+	// bytes when Truncated.
+	Payload json.RawMessage
+	// PayloadBytes is the size of the whole payload.
+	PayloadBytes int
+	// Truncated says Payload holds only the payload's first bytes.
+	Truncated bool
+}
+
+// FailuresQuery selects a page of a group's failures index
+// ([Queue.FailuresPage]).
+type FailuresQuery struct {
+	// After is the cursor of the previous page ("" = the newest entries).
+	After string
+	// Limit is the most entries, 1 to [MaxFailuresPage].
+	Limit int
+	// Head, when above 0, cuts every payload longer than Head bytes to its
+	// first Head bytes (Failure.Truncated), for a listing; 0 returns whole
+	// payloads.
+	Head int
 }
 
 var (
@@ -46,33 +76,41 @@ var (
 )
 
 // failureWidth is the number of reply values per entry of lua/failures.lua.
-const failureWidth = 7
+const failureWidth = 8
 
 // Failures lists a group's failed jobs, newest first: every job whose FAILED
 // result was recorded, the newest [MaxFailuresKept] of them, kept until the
 // group's keys expire ([Config.GroupTTL] after it ended). after is the
 // cursor of the previous page ("" = the newest entries); next is the cursor
 // of the page after this one, "" when there is none. limit is 1 to
-// [MaxFailuresPage]. The cursor is opaque; failures recorded between two
-// calls (newer ones) do not shift the pages, and an entry trimmed away
-// meanwhile ends the listing (every older one is gone too).
+// [MaxFailuresPage]; a page holds fewer entries when their payloads reach
+// [MaxFailuresPageBytes]. The cursor is opaque; failures recorded between
+// two calls (newer ones) do not shift the pages, and an entry trimmed away
+// meanwhile ends the listing (every older one is gone too). Payloads are
+// whole; [Queue.FailuresPage] can cut them.
 func (q *Queue) Failures(ctx context.Context, g contracts.GroupRef, after string, limit int) (fs []Failure, next string, err error) {
+	return q.FailuresPage(ctx, g, FailuresQuery{After: after, Limit: limit})
+}
+
+// FailuresPage is [Queue.Failures] with the payloads cut to fq.Head bytes
+// when it is set.
+func (q *Queue) FailuresPage(ctx context.Context, g contracts.GroupRef, fq FailuresQuery) (fs []Failure, next string, err error) {
 	if err := g.Validate(); err != nil {
 		return nil, "", fmt.Errorf("redisq: failures of %s: %w", g, err)
 	}
-	if limit < 1 || limit > MaxFailuresPage {
-		return nil, "", fmt.Errorf("redisq: failures of %s: limit %d: must be between 1 and %d", g, limit, MaxFailuresPage)
+	if fq.Limit < 1 || fq.Limit > MaxFailuresPage {
+		return nil, "", fmt.Errorf("redisq: failures of %s: limit %d: must be between 1 and %d", g, fq.Limit, MaxFailuresPage)
 	}
 	last := ""
-	if after != "" {
-		b, err := base64.RawURLEncoding.DecodeString(after)
+	if fq.After != "" {
+		b, err := base64.RawURLEncoding.DecodeString(fq.After)
 		if err != nil || contracts.ValidateID("jobId", string(b)) != nil {
-			return nil, "", fmt.Errorf("redisq: failures of %s: cursor %q: %w", g, after, ErrBadCursor)
+			return nil, "", fmt.Errorf("redisq: failures of %s: cursor %q: %w", g, fq.After, ErrBadCursor)
 		}
 		last = string(b)
 	}
 	v, err := q.run(ctx, "failures", failuresScript, []string{q.keys.GroupFailures(g)},
-		q.keys.Prefix(), groupKey(g), last, limit)
+		q.keys.Prefix(), groupKey(g), last, fq.Limit, max(fq.Head, 0), MaxFailuresPageBytes)
 	if err != nil {
 		return nil, "", err
 	}
@@ -91,8 +129,10 @@ func (q *Queue) Failures(ctx context.Context, g contracts.GroupRef, after string
 		if toStr(e[6]) == "1" {
 			f.Type, f.Error = toStr(e[2]), toStr(e[4])
 			f.Attempts, _ = strconv.Atoi(toStr(e[3]))
+			f.PayloadBytes = int(toInt(e[7]))
 			if p := toStr(e[5]); p != "" {
 				f.Payload = json.RawMessage(p)
+				f.Truncated = len(p) < f.PayloadBytes
 			}
 		}
 		fs = append(fs, f)
@@ -101,6 +141,42 @@ func (q *Queue) Failures(ctx context.Context, g contracts.GroupRef, after string
 		next = base64.RawURLEncoding.EncodeToString([]byte(fs[len(fs)-1].JobID))
 	}
 	return fs, next, nil
+}
+
+// Failure reads one entry of a group's failures index ([Queue.Failures])
+// whole; found is false when the job is not among the group's kept
+// failures. Its type, attempt, error and payload are zero once its hash
+// expired ([Config.JobTTL]).
+func (q *Queue) Failure(ctx context.Context, g contracts.GroupRef, jobID string) (f *Failure, found bool, err error) {
+	if err := g.Validate(); err != nil {
+		return nil, false, fmt.Errorf("redisq: failure of %s: %w", g, err)
+	}
+	if err := contracts.ValidateID("jobId", jobID); err != nil {
+		return nil, false, fmt.Errorf("redisq: failure of %s: %w", g, err)
+	}
+	pipe := q.rdb.Pipeline()
+	score := pipe.ZScore(ctx, q.keys.GroupFailures(g), jobID)
+	h := pipe.HGetAll(ctx, q.keys.Job(g, jobID))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, fmt.Errorf("redisq: failure %s of %s: %w", jobID, g, err)
+	}
+	at, err := score.Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	f = &Failure{JobID: jobID, FinishedAt: time.UnixMilli(int64(at))}
+	if m := h.Val(); m["status"] != "" {
+		f.Type, f.Error = m["type"], m["error"]
+		a := m["resultAttempt"]
+		if a == "" {
+			a = m["attempt"]
+		}
+		f.Attempts, _ = strconv.Atoi(a)
+		if p := JobPayload(m); len(p) > 0 {
+			f.Payload, f.PayloadBytes = json.RawMessage(p), len(p)
+		}
+	}
+	return f, true, nil
 }
 
 // FailuresKept is the number of entries of a group's failures index

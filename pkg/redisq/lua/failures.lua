@@ -5,16 +5,24 @@
 -- ARGV[2]: group key "<tenant>:<gid>"
 -- ARGV[3]: the last jobId of the previous page ('' = start at the newest)
 -- ARGV[4]: the most entries to return
--- Returns: { entries, more } where entries is a flat list of 7 values per
+-- ARGV[5]: the most bytes of a payload to return (0 = whole payloads): a
+--          longer payload is cut to its first ARGV[5] bytes
+-- ARGV[6]: byte budget of the call (0 = none): the call stops taking
+--          entries once the payloads and errors it read add up to it (at
+--          least one entry is taken), so that a page of large payloads is
+--          cut short rather than read whole in one call
+-- Returns: { entries, more } where entries is a flat list of 8 values per
 --   failed job, newest first: jobId, finishedAt (ms, the index's score),
---   type, attempt (the one that failed), error, payload, found ('1' when the job's hash still
---   exists; '0' when it expired, and type to payload are '') and more is 1
---   when older entries follow the page.
+--   type, attempt (the one that failed), error, payload (or its first
+--   ARGV[5] bytes), found ('1' when the job's hash still exists; '0' when
+--   it expired, and type to payload are ''), and the payload's size in
+--   bytes; more is 1 when older entries follow the page.
 -- The page starts right after the previous page's last entry, found by its
 -- rank now, so failures recorded meanwhile (newer, at the front) neither
 -- repeat nor hide entries. An entry trimmed away since (the index keeps the
 -- newest entries) ends the listing: every older one is gone too.
 local prefix, gk, after, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local head, budget = tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0
 local start = 0
 if after ~= '' then
   local r = redis.call('ZREVRANK', KEYS[1], after)
@@ -22,9 +30,9 @@ if after ~= '' then
   start = r + 1
 end
 local page = redis.call('ZRANGE', KEYS[1], start, start + limit, 'REV', 'WITHSCORES')
-local out, more = {}, 0
+local out, more, read = {}, 0, 0
 for i = 1, #page, 2 do
-  if (i + 1) / 2 > limit then
+  if (i + 1) / 2 > limit or (budget > 0 and i > 1 and read >= budget) then
     more = 1
     break
   end
@@ -34,12 +42,15 @@ for i = 1, #page, 2 do
   local found = '1'
   if d == nil then
     found = '0'
-    d = {}
+    d = { payload = '' }
   else
     local r = redis.call('HMGET', job_key, 'resultAttempt', 'error')
     d.resultAttempt, d.error = r[1] or nil, r[2] or nil
   end
-  for _, v in ipairs({ jid, page[i + 1], d.type or '', d.resultAttempt or d.attempt or '0', d.error or '', d.payload or '', found }) do
+  local p, size = d.payload, #d.payload
+  read = read + size + #(d.error or '')
+  if head > 0 and size > head then p = string.sub(p, 1, head) end
+  for _, v in ipairs({ jid, page[i + 1], d.type or '', d.resultAttempt or d.attempt or '0', d.error or '', p, found, size }) do
     out[#out + 1] = v
   end
 end
