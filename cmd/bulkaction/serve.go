@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"reflect"
 	"strings"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
-	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/server"
 	"github.com/spf13/cobra"
 )
 
@@ -52,24 +51,10 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-// serve runs targets until SIGINT/SIGTERM, then drains and returns nil.
+// serve runs targets until SIGINT/SIGTERM, then drains and returns nil:
+// the start-up path of every bulkaction process ([server.Run]).
 func serve(cmd *cobra.Command, targets []string) error {
-	cfg, err := config.Load()
-	if err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
-	slog.SetDefault(log)
-	ctx := cmd.Context()
-	shutdown, err := telemetry.SetupTracing(ctx, "bulkaction-"+strings.Join(targets, "-"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = shutdown(ctx) }()
-	return stack.Run(ctx, stack.Options{Config: cfg, Targets: targets, Log: log})
+	return server.Run(cmd.Context(), targets, nil)
 }
 
 func newConfigCmd() *cobra.Command {

@@ -32,6 +32,8 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
@@ -46,9 +48,18 @@ func RunWorker(ctx context.Context, mux *processor.Mux) error {
 	return Run(ctx, []string{stack.TargetWorker}, mux)
 }
 
+// traceFlushTimeout bounds the export of the last spans when the process
+// stops.
+const traceFlushTimeout = 10 * time.Second
+
 // Run runs the named targets ("fetcher", "dispatcher", "worker",
-// "aggregator") in this process, the worker with mux (nil = the built-in
-// processors).
+// "aggregator", "gateway") in this process, the worker with mux (nil = the
+// built-in processors), until ctx ends. It is the one start-up path of a
+// bulkaction process, the bulkaction binary's included: settings, the
+// default logger, tracing (service name bulkaction-<targets joined by
+// "-">; OTEL_SERVICE_NAME wins), the stack; once the stack has stopped, the
+// spans not yet exported are, within [traceFlushTimeout], however ctx
+// ended.
 func Run(ctx context.Context, targets []string, mux *processor.Mux) error {
 	if len(targets) == 0 {
 		return errors.New("server: no target")
@@ -61,11 +72,16 @@ func Run(ctx context.Context, targets []string, mux *processor.Mux) error {
 	if err != nil {
 		return err
 	}
-	shutdown, err := telemetry.SetupTracing(ctx, "bulkaction-worker")
+	slog.SetDefault(log)
+	shutdown, err := telemetry.SetupTracing(ctx, "bulkaction-"+strings.Join(targets, "-"))
 	if err != nil {
 		return err
 	}
-	defer func() { _ = shutdown(context.WithoutCancel(ctx)) }()
-	slog.SetDefault(log)
+	defer func() {
+		// ctx has ended by now: the flush gets a context of its own
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
+		defer cancel()
+		_ = shutdown(fctx)
+	}()
 	return stack.Run(ctx, stack.Options{Config: cfg, Targets: targets, Mux: mux, Log: log})
 }
