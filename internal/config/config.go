@@ -79,6 +79,11 @@ type Config struct {
 
 	HTTPAllowedHosts []string `envconfig:"HTTP_ALLOWED_HOSTS" prefixonly:"true" default:"" desc:"comma-separated hosts the http processor may call: api.example.com, *.example.com (its subdomains), an IP address or an address range (10.0.0.0/8), each with an optional :port (empty = none: every http job fails; HTTP_PROCESSOR_URL's host must be listed too); a loopback, link-local, private or CGNAT address a host resolves to is refused unless its address or range is listed"`
 
+	CallbackRetryFor    time.Duration `envconfig:"CALLBACK_RETRY_FOR" default:"24h" desc:"how long the aggregators retry a group's completion callback after the group ended (or after a retry by hand) before it is marked failed"`
+	CallbackFirstRetry  time.Duration `envconfig:"CALLBACK_FIRST_RETRY" default:"5s" desc:"delay after a callback's first failed attempt; it doubles after each further one, up to 1h"`
+	CallbackTimeout     time.Duration `envconfig:"CALLBACK_TIMEOUT" default:"10s" desc:"bound of one callback attempt (connecting, sending, reading at most 4 KiB of the answer); callbacks go only where the http processor may go (HTTP_ALLOWED_HOSTS and its address checks)"`
+	CallbackSecretGrace time.Duration `envconfig:"CALLBACK_SECRET_GRACE" default:"24h" desc:"after a tenant's callback secret is rotated, how long the previous one keeps signing beside the new one (0 = it stops at once)"`
+
 	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
 	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
 	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
@@ -249,6 +254,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DuplicateWindow < Ms(c.LeaseMs) {
 		return bad("DUPLICATE_WINDOW", c.DuplicateWindow, fmt.Sprintf("must be at least LEASE_MS (%s): a job re-published after its lease expires must still be deduplicated", Ms(c.LeaseMs)))
+	}
+	if err := c.validateCallbacks(); err != nil {
+		return err
 	}
 	return c.validateConnections()
 }

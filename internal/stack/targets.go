@@ -77,7 +77,11 @@ func workerMux(o Options) *processor.Mux {
 
 func initAggregator(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
-	return aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter, GroupIdleTTL: cfg.GroupIdleTTL}, s.Deps)
+	return aggregator.New(aggregator.Config{BatchSize: cfg.ResultBatchSize, StuckAfter: cfg.StuckAfter, GroupIdleTTL: cfg.GroupIdleTTL,
+		// callbacks go where the http processor may go
+		CallbackAllowedHosts: cfg.HTTPAllowedHosts, CallbackAllowAnyHost: s.opts.HTTPAnyHost,
+		CallbackRetryFor: cfg.CallbackRetryFor, CallbackFirstRetry: cfg.CallbackFirstRetry, CallbackTimeout: cfg.CallbackTimeout,
+	}, s.Deps)
 }
 
 func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {

@@ -173,6 +173,12 @@ type Metrics struct {
 	// GroupsRepaired is bulk_action_groups_repaired_total{reason}: repairs the stuck check made
 	// to groups without progress (reliability.go).
 	GroupsRepaired *prometheus.CounterVec
+	// Callbacks is bulk_action_callbacks_total{outcome}: attempts of completion callbacks
+	// (callbacks.go).
+	Callbacks *prometheus.CounterVec
+	// CallbacksPending is bulk_action_callbacks_pending: completion callbacks not yet delivered
+	// nor failed.
+	CallbacksPending prometheus.Gauge
 	// Streams are the JetStream streams' fill gauges (streams.go).
 	Streams *StreamGauges
 }
@@ -319,6 +325,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.registerGateway(reg)
 	m.registerReliability(reg)
+	m.registerCallbacks(reg)
 	m.registerStreams(reg)
 	return m
 }

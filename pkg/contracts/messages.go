@@ -164,7 +164,16 @@ type GroupSettings struct {
 	// MaxInFlight bounds the group's admitted but unfinished jobs; 0 means unlimited, at most
 	// [MaxInFlight].
 	MaxInFlight int64 `json:"maxInFlight,omitempty"`
+	// CallbackURL is the group's completion callback: when the group ends (COMPLETED or
+	// CANCELLED) its final [GroupEvent] is POSTed there, signed in the Standard Webhooks format
+	// with its tenant's callback secret, at least once. An absolute http or https URL without
+	// user information or fragment, at most [MaxCallbackURLBytes] bytes; "" means none. Where it
+	// may point is decided by the deliverer's outbound rules (the http processor's allowed hosts).
+	CallbackURL string `json:"callbackUrl,omitempty"`
 }
+
+// MaxCallbackURLBytes is the longest [GroupSettings.CallbackURL].
+const MaxCallbackURLBytes = 2048
 
 // Settings returns s's group settings, the defaults when it has none.
 func (s *Submission) Settings() GroupSettings {

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -331,6 +333,34 @@ func (g GroupSettings) Validate() error {
 	}
 	if g.MaxInFlight < 0 || g.MaxInFlight > MaxInFlight {
 		return rangeError("group.maxInFlight", g.MaxInFlight, 0, MaxInFlight)
+	}
+	if g.CallbackURL != "" {
+		if err := checkCallbackURL(g.CallbackURL); err != nil {
+			return prefixed("group.", err)
+		}
+	}
+	return nil
+}
+
+// checkCallbackURL checks the form of a callback URL (not where it points: that is the
+// deliverer's outbound rules).
+func checkCallbackURL(s string) error {
+	const field = "callbackUrl"
+	if len(s) > MaxCallbackURLBytes {
+		return invalidField(field, fmt.Sprintf("%d bytes", len(s)), fmt.Sprintf("at most %d bytes", MaxCallbackURLBytes))
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return invalidField(field, "not a URL", "an absolute http or https URL")
+	case !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https"):
+		return invalidField(field, fmt.Sprintf("scheme %q", u.Scheme), "an absolute http or https URL")
+	case u.Hostname() == "":
+		return invalidField(field, "no host", "an absolute http or https URL")
+	case u.User != nil:
+		return invalidField(field, "user information", "no user information (credentials) in the URL")
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return invalidField(field, "a fragment", "no fragment")
 	}
 	return nil
 }

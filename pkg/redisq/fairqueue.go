@@ -29,6 +29,10 @@ type Job struct {
 	Priority     contracts.Priority
 	BasePriority int64
 	MaxInFlight  int64
+	// CallbackURL is the completion callback of the job's group (""= none):
+	// a group keeps that of the first job that created it, and the script
+	// that ends the group schedules its delivery ([Queue.ClaimCallbacks]).
+	CallbackURL string
 	// Trace is the W3C traceparent of the job's submission ("" = none); it
 	// is kept with the job so later hops continue the same trace.
 	Trace string
@@ -41,7 +45,8 @@ type Job struct {
 
 // settings are the group settings j asks for.
 func (j *Job) settings() contracts.GroupSettings {
-	return contracts.GroupSettings{Priority: j.Priority.OrDefault(), BasePriority: j.BasePriority, MaxInFlight: j.MaxInFlight}
+	return contracts.GroupSettings{Priority: j.Priority.OrDefault(), BasePriority: j.BasePriority, MaxInFlight: j.MaxInFlight,
+		CallbackURL: j.CallbackURL}
 }
 
 // EnqueueOutcome says what Enqueue did with one job.
@@ -259,10 +264,10 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		for k, n := range c.units {
 			units[k] = strconv.Itoa(n)
 		}
-		args := make([]any, 0, 13+len(c.jobs))
+		args := make([]any, 0, 14+len(c.jobs))
 		args = append(args, q.keys.Prefix(), c.g.Tenant, c.g.ID, string(c.want.Priority), c.want.BasePriority,
 			c.want.MaxInFlight, q.cfg.Alpha, q.now(), q.cfg.TenantMaxQueuedJobs, q.cfg.TenantMaxActiveGroups,
-			strings.Join(units, ","), guardKey, mode)
+			strings.Join(units, ","), guardKey, mode, c.want.CallbackURL)
 		return c.keys, append(args, c.jobs...)
 	})
 	if err != nil {

@@ -257,3 +257,25 @@ func parseGroupKey(s string) contracts.GroupRef {
 
 // member is the "<tenant>:<gid>:<jid>" member of the non-ready and inflight ZSETs.
 func member(g contracts.GroupRef, jid string) string { return groupKey(g) + ":" + jid }
+
+// GroupCallback is the HASH of a group's completion callback delivery: url,
+// state (pending, delivered, failed), id (the webhook id), endedAt, since
+// (start of the retry budget), attempts, nextAt, lastAttemptAt, statusCode,
+// lastError, deliveredAt, failedAt, body (the frozen body) and lease. It has
+// no TTL while pending; an ended delivery keeps it as long as the group's
+// meta (GroupTTL).
+func (k Keys) GroupCallback(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":callback"
+}
+
+// CallbacksDue is the ZSET of pending callback deliveries (member: group
+// key "<tenant>:<gid>"), scored by when each is due (ms); a leased one by
+// when its lease runs out.
+func (k Keys) CallbacksDue() string { return k.prefix + "callbacks:due" }
+
+// TenantCallbackSecret is the HASH of a tenant's callback signing secrets:
+// current, createdAt, and while a rotation's grace period lasts previous and
+// previousUntil (ms).
+func (k Keys) TenantCallbackSecret(tenant string) string {
+	return k.prefix + "tenant:" + tenant + ":callback-secret"
+}

@@ -21,7 +21,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.ActiveSeen(): "ActiveSeen", k.CongestionHistory(): "CongestionHistory", k.WorkerTypes(): "WorkerTypes",
 		k.TenantClock(): "TenantClock", k.TenantWeights(): "TenantWeights", k.StuckWatch(): "StuckWatch",
 		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants", k.GroupIndex(): "GroupIndex",
-		k.Positions(): "Positions", k.Guard("0123456789abcdef-1"): "Guard",
+		k.Positions(): "Positions", k.Guard("0123456789abcdef-1"): "Guard", k.CallbacksDue(): "CallbacksDue",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
@@ -31,7 +31,8 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		"active-tenants", "tenant-weights", "tenant-clock", "stuck-watch", "worker-types", "congestion",
 		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p", "refusals", "refused-ids", "refused-recent",
 		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas", "group-index", "index",
-		"retry-of", "retries", "idempotency", "admin", "positions", "guard"}
+		"retry-of", "retries", "idempotency", "admin", "positions", "guard", "callback", "callbacks", "due",
+		"callback-secret"}
 	owner := map[string]string{} // user key -> what built it
 	add := func(key, what string) {
 		if sys, ok := system[key]; ok {
@@ -52,6 +53,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		add(k.TenantActiveGroups(tenant), "TenantActiveGroups("+tenant+")")
 		add(k.TenantQueuedJobs(tenant), "TenantQueuedJobs("+tenant+")")
 		add(k.TenantGroupIndex(tenant), "TenantGroupIndex("+tenant+")")
+		add(k.TenantCallbackSecret(tenant), "TenantCallbackSecret("+tenant+")")
 		for _, h := range ids {
 			add(k.Idempotency("t:"+tenant, h), "Idempotency(t:"+tenant+","+h+")")
 		}
@@ -71,6 +73,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 			add(k.GroupRefusals(g), "GroupRefusals("+g.String()+")")
 			add(k.GroupRefusedIDs(g), "GroupRefusedIDs("+g.String()+")")
 			add(k.GroupRefusedRecent(g), "GroupRefusedRecent("+g.String()+")")
+			add(k.GroupCallback(g), "GroupCallback("+g.String()+")")
 			for _, jid := range ids {
 				add(k.Job(g, jid), "Job("+g.String()+","+jid+")")
 			}

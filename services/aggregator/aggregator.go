@@ -113,6 +113,27 @@ type Config struct {
 	// aggregator that dies before acknowledging them are delivered again
 	// after it. 0 means [DefaultAckWait] (30 s).
 	AckWait time.Duration
+	// CallbackAllowedHosts are the hosts completion callbacks may be sent
+	// to, written and checked as the http processor's AllowedHosts
+	// ([builtin.Options]): the host list, and the address a host resolves
+	// to at dial time (no loopback, private or link-local address unless
+	// listed). Empty (and CallbackAllowAnyHost false) refuses every URL: the
+	// deliveries fail.
+	CallbackAllowedHosts []string
+	// CallbackAllowAnyHost allows every host but link-local addresses, as
+	// the http processor's AllowAnyHost (`bulkaction dev`).
+	CallbackAllowAnyHost bool
+	// CallbackRetryFor is how long a callback delivery is retried after its
+	// group ended (or after a retry by hand) before it is failed; 0 means
+	// [DefaultCallbackRetryFor] (24 h).
+	CallbackRetryFor time.Duration
+	// CallbackFirstRetry is the delay after the first failed attempt, which
+	// doubles after each further one up to [CallbackMaxRetryDelay]; 0 means
+	// [DefaultCallbackFirstRetry] (5 s).
+	CallbackFirstRetry time.Duration
+	// CallbackTimeout bounds one attempt; 0 means [DefaultCallbackTimeout]
+	// (10 s).
+	CallbackTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -134,6 +155,15 @@ func (c *Config) setDefaults() {
 	if c.GroupIdleTTL == 0 {
 		c.GroupIdleTTL = redisq.DefaultGroupIdleTTL
 	}
+	if c.CallbackRetryFor == 0 {
+		c.CallbackRetryFor = DefaultCallbackRetryFor
+	}
+	if c.CallbackFirstRetry == 0 {
+		c.CallbackFirstRetry = DefaultCallbackFirstRetry
+	}
+	if c.CallbackTimeout == 0 {
+		c.CallbackTimeout = DefaultCallbackTimeout
+	}
 }
 
 func (c *Config) validate() error {
@@ -150,6 +180,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("aggregator: GroupIdleTTL %s: must not be negative", c.GroupIdleTTL)
 	case c.AckWait < 100*time.Millisecond:
 		return fmt.Errorf("aggregator: AckWait %s: must be at least 100ms", c.AckWait)
+	case c.CallbackRetryFor < 0:
+		return fmt.Errorf("aggregator: CallbackRetryFor %s: must not be negative", c.CallbackRetryFor)
+	case c.CallbackFirstRetry < 0:
+		return fmt.Errorf("aggregator: CallbackFirstRetry %s: must not be negative", c.CallbackFirstRetry)
+	case c.CallbackTimeout < 0:
+		return fmt.Errorf("aggregator: CallbackTimeout %s: must not be negative", c.CallbackTimeout)
 	}
 	return nil
 }
@@ -163,6 +199,8 @@ type Aggregator struct {
 	d       deps.Deps
 	log     *slog.Logger
 	tracer  trace.Tracer
+	// callbacks delivers completion callbacks (callbacks.go).
+	callbacks *callbacks
 
 	unknownLog telemetry.WarnLimiter
 	fencedLog  telemetry.WarnLimiter // results fenced off, one line per batch
@@ -194,7 +232,7 @@ func New(cfg Config, d deps.Deps) (*Aggregator, error) {
 	}
 	d = d.Fill()
 	log := d.Log.With(telemetry.LogComponent, "aggregator")
-	return &Aggregator{
+	a := &Aggregator{
 		cfg:        cfg,
 		d:          d,
 		log:        log,
@@ -205,7 +243,13 @@ func New(cfg Config, d deps.Deps) (*Aggregator, error) {
 		warnLimit:  telemetry.WarnLimiter{Interval: time.Second},
 		progressed: map[contracts.GroupRef]struct{}{},
 		progress:   progress{every: progressEvery, last: map[contracts.GroupRef]*progressState{}},
-	}, nil
+	}
+	cb, err := newCallbacks(a)
+	if err != nil {
+		return nil, err
+	}
+	a.callbacks = cb
+	return a, nil
 }
 
 // Config returns the aggregator's configuration with the defaults filled in.
@@ -233,6 +277,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.watchStuck(ctx) })
 	wg.Go(func() { a.publishProgress(ctx) })
+	wg.Go(func() { a.callbacks.run(ctx) })
 	a.log.Info("aggregator started", "batch", a.cfg.BatchSize)
 
 	loop := consume.Loop{Consumer: cons, Batch: a.cfg.BatchSize, Handle: a.process, Log: a.log, Name: a.cfg.Durable,

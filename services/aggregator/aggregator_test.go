@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -52,6 +53,8 @@ func TestNewValidates(t *testing.T) {
 		{aggregator.Config{StuckAfter: -time.Second}, "StuckAfter"},
 		{aggregator.Config{StuckCheckEvery: -time.Second}, "StuckCheckEvery"},
 		{aggregator.Config{AckWait: time.Millisecond}, "AckWait"},
+		{aggregator.Config{CallbackRetryFor: -time.Second}, "CallbackRetryFor"},
+		{aggregator.Config{CallbackAllowedHosts: []string{"http://x"}}, "AllowedHosts"},
 	} {
 		if _, err := aggregator.New(tt.cfg, b.d); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v, want an error about %s", tt.cfg, err, tt.want)
@@ -62,8 +65,9 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := aggregator.Config{BatchSize: 256, Durable: "aggregator", StuckAfter: 5 * time.Minute,
-		StuckCheckEvery: 30 * time.Second, AckWait: 30 * time.Second, GroupIdleTTL: 7 * 24 * time.Hour}
-	if got := a.Config(); got != want {
+		StuckCheckEvery: 30 * time.Second, AckWait: 30 * time.Second, GroupIdleTTL: 7 * 24 * time.Hour,
+		CallbackRetryFor: 24 * time.Hour, CallbackFirstRetry: 5 * time.Second, CallbackTimeout: 10 * time.Second}
+	if got := a.Config(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("defaults = %+v, want %+v", got, want)
 	}
 }

@@ -236,7 +236,8 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 		for _, j := range s.Jobs {
 			jobs = append(jobs, redisq.Job{
 				Group: s.Ref(), ID: j.JobID, Type: j.Type, Payload: j.Payload,
-				Priority: set.Priority, BasePriority: set.BasePriority, MaxInFlight: set.MaxInFlight, Trace: it.trace,
+				Priority: set.Priority, BasePriority: set.BasePriority, MaxInFlight: set.MaxInFlight, CallbackURL: set.CallbackURL,
+				Trace:   it.trace,
 				Message: m, // the tenant quotas take or refuse a message's new jobs together
 			})
 		}

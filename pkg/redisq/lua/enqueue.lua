@@ -26,7 +26,10 @@
 -- ARGV[13]: '1' restores jobs accepted before (a replay of SUBMIT,
 --           docs/ARCHITECTURE.md §6.7): the tenant quotas refuse nothing
 --           (the jobs still count), '' = a new submission
--- ARGV[13+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- ARGV[14]: callback URL of a new group ('' = none): kept in its meta
+--           (callbackUrl); the script that ends the group schedules its
+--           delivery (lib.lua callback_schedule)
+-- ARGV[14+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
 -- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
@@ -56,7 +59,7 @@ local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local n = #KEYS - 3
-local FIRST = 13
+local FIRST = 14
 
 local units = {}
 if ARGV[11] == '' then
@@ -222,11 +225,13 @@ if added > 0 then
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base, 'maxInFlight', maxinf,
       'inFlight', 0, 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
       'cancelledCount', 0, 'status', status, 'createdAt', now)
+    if ARGV[14] ~= '' then redis.call('HSET', meta_key, 'callbackUrl', ARGV[14]) end
     quota_open(prefix, tenant, gid)
     index_group(prefix, tenant, gid, now)
   elseif not m[2] then
     -- the group was sealed or paused before its first job arrived
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base, 'maxInFlight', maxinf)
+    if ARGV[14] ~= '' then redis.call('HSET', meta_key, 'callbackUrl', ARGV[14]) end
     index_group(prefix, tenant, gid, now)
   elseif status == 'AGGREGATING' then
     status = 'RUNNING'

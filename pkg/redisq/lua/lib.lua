@@ -228,10 +228,31 @@ local function ids_add(ids_key, ids)
   end
 end
 
+-- callback_schedule: an ended group with a callback URL (its meta's
+-- callbackUrl) gets a pending delivery, due at once: its hash
+-- group:<gk>:callback (no TTL while pending; the deliverer gives it one when
+-- the delivery ends) and its entry in the callbacks:due ZSET, scored by when
+-- it is due (callback_claim.lua, callback_settle.lua). The webhook id is
+-- stable for this end of the group (every attempt carries it). Written in
+-- the script that ends the group, so no pending callback is lost between
+-- the two.
+local function callback_schedule(prefix, gk, meta_key)
+  local m = redis.call('HMGET', meta_key, 'callbackUrl', 'finishedAt')
+  if not m[1] then return end
+  local at = num(m[2])
+  local key = prefix .. 'group:' .. gk .. ':callback'
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'url', m[1], 'state', 'pending', 'id', 'msg_' .. redis.sha1hex(gk .. ':' .. at),
+    'endedAt', at, 'since', at, 'attempts', 0, 'nextAt', at)
+  redis.call('ZADD', prefix .. 'callbacks:due', at, gk)
+end
+
 -- group_cleanup drops an ended group's congestion state; its meta, job
 -- list, id set, progress samples and failures index get the group TTL. (Its tenant leaves
--- the rate limiter's active set when it stops asking for capacity.)
+-- the rate limiter's active set when it stops asking for capacity.) A group
+-- with a callback URL gets its pending delivery (callback_schedule).
 local function group_cleanup(prefix, gk, meta_key, group_ttl)
+  callback_schedule(prefix, gk, meta_key)
   -- the non-ready count goes; the statistics (throttles) stay for status,
   -- with the group's TTL
   redis.call('DEL', prefix .. 'congestion:' .. gk .. ':non-ready-count')
