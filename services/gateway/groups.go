@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -269,9 +268,16 @@ func (g *Gateway) sealGroup(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Total *int64 `json:"total"`
 		}
-		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil || body.Total == nil {
+		raw, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+		if err != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
+			return
+		}
+		if fe := decodeBody(raw, &body, "total"); fe != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send {"total": <jobs>} or ?total=`, *fe)
+			return
+		}
+		if body.Total == nil {
 			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send {"total": <jobs>} or ?total=`,
 				FieldError{Field: "total", Detail: "missing", Limit: fmt.Sprintf("an integer from 0 to %d", contracts.MaxTotal)})
 			return
@@ -421,10 +427,8 @@ func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(strings.TrimSpace(string(raw))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(raw)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send nothing or {"groupId": "<new group id>"}: `+err.Error())
+		if fe := decodeBody(raw, &body, "groupId"); fe != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send nothing or {"groupId": "<new group id>"}: `+fe.Detail, *fe)
 			return
 		}
 	}
