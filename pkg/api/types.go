@@ -129,11 +129,20 @@ type ControlResponse struct {
 type Failure struct {
 	JobID string `json:"jobId"`
 	// Type and Payload are empty once the job's record expired.
-	Type       string          `json:"type,omitempty"`
-	Attempts   int             `json:"attempts"`
-	Error      string          `json:"error"`
-	FinishedAt time.Time       `json:"finishedAt"`
-	Payload    json.RawMessage `json:"payload,omitempty"`
+	Type       string    `json:"type,omitempty"`
+	Attempts   int       `json:"attempts"`
+	Error      string    `json:"error"`
+	FinishedAt time.Time `json:"finishedAt"`
+	// Payload is the job's payload; left out of a listing when it is
+	// longer than the listing shows (PayloadTruncated).
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// PayloadBytes is the payload's size in bytes.
+	PayloadBytes int `json:"payloadBytes"`
+	// PayloadTruncated says a listing holds only the payload's first bytes
+	// (PayloadHead); GET …/failures/{jobId} reads it whole.
+	PayloadTruncated bool `json:"payloadTruncated,omitempty"`
+	// PayloadHead is the first bytes of a truncated payload, as text.
+	PayloadHead string `json:"payloadHead,omitempty"`
 }
 
 // FailureList is a page of a group's failed jobs, newest first.

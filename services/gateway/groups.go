@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -268,16 +269,9 @@ func (g *Gateway) sealGroup(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Total *int64 `json:"total"`
 		}
-		raw, err := io.ReadAll(io.LimitReader(r.Body, 4096))
-		if err != nil {
-			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
-			return
-		}
-		if fe := decodeBody(raw, &body, "total"); fe != nil {
-			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send {"total": <jobs>} or ?total=`, *fe)
-			return
-		}
-		if body.Total == nil {
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Total == nil {
 			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send {"total": <jobs>} or ?total=`,
 				FieldError{Field: "total", Detail: "missing", Limit: fmt.Sprintf("an integer from 0 to %d", contracts.MaxTotal)})
 			return
@@ -356,7 +350,11 @@ type FailureView = api.Failure
 // FailureList is the body of GET …/failures.
 type FailureList = api.FailureList
 
-// listFailures: GET …/failures?limit=&cursor=, newest first.
+// listFailures: GET …/failures?limit=&cursor=, newest first. A payload
+// above FailurePayloadHead bytes is listed by its size and first bytes, and
+// a page stops early (with a next cursor) once the payloads it read reach
+// redisq.MaxFailuresPageBytes: one call's work and answer are bounded in
+// bytes as well as in entries.
 func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 	ref, ok := groupRef(w, r)
 	if !ok {
@@ -382,7 +380,7 @@ func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
 		return
 	}
-	fs, next, err := g.q.Failures(r.Context(), ref, q.Get("cursor"), limit)
+	fs, next, err := g.q.FailuresPage(r.Context(), ref, redisq.FailuresQuery{After: q.Get("cursor"), Limit: limit, Head: FailurePayloadHead})
 	if errors.Is(err, redisq.ErrBadCursor) {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad cursor", paramError("cursor", q.Get("cursor"), "a next value of an earlier page"))
 		return
@@ -398,8 +396,7 @@ func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 	}
 	out := FailureList{Failures: make([]FailureView, 0, len(fs)), Kept: kept}
 	for _, f := range fs {
-		out.Failures = append(out.Failures, FailureView{JobID: f.JobID, Type: f.Type, Attempts: f.Attempts, Error: f.Error,
-			FinishedAt: f.FinishedAt.UTC(), Payload: f.Payload})
+		out.Failures = append(out.Failures, failureView(f))
 	}
 	if next != "" {
 		out.Next = &next
@@ -412,7 +409,13 @@ type RetryResponse = api.RetryResponse
 
 // retryFailed: POST …/retry-failed [{"groupId": "<new id>"}] submits the
 // group's kept failed jobs (same ids, types and payloads) as a new sealed
-// group, linked to the old one (retryOf / retries in the group views).
+// group, linked to the old one (retryOf / retries in the group views). The
+// failures are read and submitted a page at a time (a page holds at most
+// redisq.MaxFailuresPageBytes of payloads), so the gateway never holds more
+// than one page whatever the group kept. Each kept failure is submitted
+// once: the pages neither repeat nor skip an entry, and two calls that
+// race for the same new group submit the same job ids to it, which the
+// group takes once.
 func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 	ref, ok := groupRef(w, r)
 	if !ok {
@@ -427,8 +430,10 @@ func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(strings.TrimSpace(string(raw))) > 0 {
-		if fe := decodeBody(raw, &body, "groupId"); fe != nil {
-			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send nothing or {"groupId": "<new group id>"}: `+fe.Detail, *fe)
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, `send nothing or {"groupId": "<new group id>"}: `+err.Error())
 			return
 		}
 	}
@@ -473,8 +478,10 @@ func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 			FieldError{Field: "groupId", Detail: "names an existing group", Limit: "a new group id"})
 		return
 	}
+	c := g.client.ForTenant(ref.Tenant)
+	settings := contracts.GroupSettings{Priority: info.Priority, BasePriority: info.BasePriority, MaxInFlight: info.MaxInFlight}
 	var jobs []client.Job
-	var skipped int64
+	var sent, skipped int64
 	cursor := ""
 	for {
 		fs, next, err := g.q.Failures(r.Context(), ref, cursor, redisq.MaxFailuresPage)
@@ -482,6 +489,7 @@ func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 			g.unavailable(w, r, err)
 			return
 		}
+		jobs = jobs[:0]
 		for _, f := range fs {
 			if f.Type == "" {
 				skipped++
@@ -489,23 +497,24 @@ func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 			}
 			jobs = append(jobs, client.Job{ID: f.JobID, Type: f.Type, Payload: f.Payload})
 		}
+		if len(jobs) > 0 {
+			if err := c.SubmitGroup(r.Context(), to.ID, settings, jobs...); err != nil {
+				g.unavailable(w, r, err)
+				return
+			}
+			sent += int64(len(jobs))
+		}
 		if next == "" {
 			break
 		}
 		cursor = next
 	}
-	if len(jobs) == 0 {
+	if sent == 0 {
 		writeProblem(w, r, http.StatusConflict, slugNothingFailed,
 			fmt.Sprintf("group %s has no failed jobs to retry (%d failed, %d expired)", ref.ID, info.Failed, skipped))
 		return
 	}
-	c := g.client.ForTenant(ref.Tenant)
-	settings := contracts.GroupSettings{Priority: info.Priority, BasePriority: info.BasePriority, MaxInFlight: info.MaxInFlight}
-	if err := c.SubmitGroup(r.Context(), to.ID, settings, jobs...); err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	if err := c.Seal(r.Context(), to.ID, int64(len(jobs))); err != nil {
+	if err := c.Seal(r.Context(), to.ID, sent); err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
@@ -514,5 +523,5 @@ func (g *Gateway) retryFailed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, RetryResponse{Tenant: to.Tenant, GroupID: to.ID, RetryOf: ref.ID,
-		Jobs: int64(len(jobs)), Skipped: skipped})
+		Jobs: sent, Skipped: skipped})
 }

@@ -55,7 +55,7 @@ func groupRef(w http.ResponseWriter, r *http.Request) (contracts.GroupRef, bool)
 }
 
 // groupSettings reads the optional priority, basePriority, maxInFlight and
-// total query parameters (callbackUrl: callbackURLParam).
+// total query parameters.
 func groupSettings(r *http.Request) (*contracts.GroupSettings, *int64, []FieldError) {
 	q := r.URL.Query()
 	var s contracts.GroupSettings
@@ -117,13 +117,6 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	settings, total, errs := groupSettings(r)
-	if cb, cerrs := g.callbackURLParam(r); cb != "" || len(cerrs) > 0 {
-		errs = append(errs, cerrs...)
-		if settings == nil {
-			settings = &contracts.GroupSettings{}
-		}
-		settings.CallbackURL = cb
-	}
 	if len(errs) > 0 {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter", errs...)
 		return
@@ -308,14 +301,6 @@ func (g *Gateway) badBody(w http.ResponseWriter, r *http.Request, pos position, 
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
 		return
 	}
-	var ve *contracts.ValidationError
-	if errors.As(err, &ve) {
-		// a job's field: a key spelt in another case or given twice, invalid UTF-8
-		fe := fieldError(err)
-		fe.Line, fe.Index = pos.line, &pos.index
-		writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": "+err.Error(), fe)
-		return
-	}
 	fe := FieldError{Line: pos.line, Detail: err.Error()}
 	if pos.index >= 0 {
 		fe.Index = &pos.index
@@ -443,7 +428,7 @@ func (s *ndjsonSource) next() (contracts.SubmitJob, position, error) {
 		if err != nil && (!errors.Is(err, io.EOF) || len(line) == 0) {
 			return contracts.SubmitJob{}, position{line: s.line, index: s.index + 1}, err
 		}
-		line = bytes.Trim(line, " \t\r") // JSON's whitespace, not Unicode's
+		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
 		}
@@ -577,27 +562,14 @@ func (g *guardReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// jobFields are the fields of a job object.
-var jobFields = []string{"jobId", "type", "payload"}
-
 // decodeJob decodes one job object strictly: unknown fields are errors,
-// so a misspelt "payload" is not silently dropped, and so are a field
-// spelt in another case ("jobid"), a field given twice and invalid UTF-8
-// (a *contracts.ValidationError naming the field).
+// so a misspelt "payload" is not silently dropped.
 func decodeJob(data []byte, j *contracts.SubmitJob) error {
 	if fast, ok := parseJobFast(data); ok {
 		*j = fast
 		return nil
 	}
-	return decodeJobSlow(data, j)
-}
-
-// decodeJobSlow is decodeJob without its fast path.
-func decodeJobSlow(data []byte, j *contracts.SubmitJob) error {
-	if err := contracts.CheckObject(data, jobFields...); err != nil {
-		return err
-	}
-	if i := skipWS(data, 0); i == len(data) || data[i] != '{' {
+	if len(data) == 0 || data[0] != '{' {
 		return errors.New("a job must be a JSON object {\"jobId\", \"type\", \"payload\"}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -922,6 +922,10 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		t.Fatalf("failures page 1: %s", r.body)
 	}
 	c.check("GET", failures, s.do("GET", "/v1/groups/mixed/failures?limit=1000&cursor="+*fl.Next, "acme", nil), 200)
+	failure := "/v1/groups/{groupId}/failures/{jobId}"
+	c.check("GET", failure, s.do("GET", "/v1/groups/mixed/failures/"+fl.Failures[0].JobID, "acme", nil), 200)
+	c.check("GET", failure, s.do("GET", "/v1/groups/mixed/failures/nope", "acme", nil), 404)
+	c.check("GET", failure, s.do("GET", "/v1/groups/mixed/failures/a%20b", "acme", nil), 400)
 	c.check("GET", events, c.stream("acme", "/v1/groups/mixed/events"), 200)
 	c.check("GET", events, c.stream("acme", "/v1/groups/mixed/events", "Last-Event-ID: 1"), 200)
 

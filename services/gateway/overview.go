@@ -617,17 +617,14 @@ func (u *uiAPI) dlq(ctx context.Context) *DLQView {
 		v.Error = "DLQ not read: " + err.Error()
 		return v
 	}
-	byReason := map[string]int64{} // a subject per tenant and reason
+	prefix := strings.TrimSuffix(all, ">")
 	for subj, n := range counts {
-		_, reason, ok := u.g.deps.Names.DLQReason(subj)
+		reason, ok := strings.CutPrefix(subj, prefix)
 		if !ok {
 			continue
 		}
-		byReason[reason] += int64(n)
+		v.ByReason = append(v.ByReason, ReasonCount{Reason: reason, Count: int64(n)})
 		v.Total += int64(n)
-	}
-	for reason, n := range byReason {
-		v.ByReason = append(v.ByReason, ReasonCount{Reason: reason, Count: n})
 	}
 	slices.SortFunc(v.ByReason, func(a, b ReasonCount) int { return strings.Compare(a.Reason, b.Reason) })
 	return v

@@ -1,0 +1,241 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/gateway"
+)
+
+// bigPayload is a sleep payload of size bytes that fails for good.
+func bigPayload(i, size int) string {
+	head := fmt.Sprintf(`{"ms":1,"permanentFailRate":1,"i":%d,"pad":"`, i)
+	return head + strings.Repeat("x", size-len(head)-2) + `"}`
+}
+
+// TestFailuresBoundedReads: a listing of failures with large payloads
+// holds each payload's size and first bytes only, and stops once the
+// payloads it read reach redisq.MaxFailuresPageBytes; GET …/failures/{jobId}
+// reads one whole; retry-failed resubmits every failure once, whole, a
+// page at a time: its first jobs are published before its last page is
+// read (the gateway never holds every failure at once).
+func TestFailuresBoundedReads(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	const n, size = 30, 200 << 10 // 6 MB of payloads: two pages
+	var body strings.Builder
+	payloads := map[string]string{}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("big%d", i)
+		payloads[id] = bigPayload(i, size)
+		fmt.Fprintf(&body, `{"jobId":"%s","type":"sleep","payload":%s}`+"\n", id, payloads[id])
+	}
+	s.submit("acme", "big", "?total="+strconv.Itoa(n), body.String())
+	if v := s.waitState("acme", "big", "COMPLETED"); v.Failed != n {
+		t.Fatalf("group %+v", v)
+	}
+
+	// The listing: sizes and heads, a page bounded in bytes.
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		r := s.do("GET", "/v1/groups/big/failures?limit=1000&cursor="+cursor, "acme", nil)
+		if r.code != http.StatusOK {
+			t.Fatalf("failures: %d %s", r.code, r.body)
+		}
+		pages++
+		if len(r.body) > 1000*(gateway.FailurePayloadHead+2048) {
+			t.Errorf("a page of %d bytes", len(r.body))
+		}
+		var fl gateway.FailureList
+		r.json(t, &fl)
+		if pages == 1 && (fl.Next == nil || len(fl.Failures) >= n) {
+			t.Errorf("first page: %d failures of %d bytes, next %v: not bounded by %d bytes read", len(fl.Failures), size, fl.Next, redisq.MaxFailuresPageBytes)
+		}
+		for _, f := range fl.Failures {
+			seen[f.JobID] = true
+			if f.Payload != nil || !f.PayloadTruncated || f.PayloadBytes != size || len(f.PayloadHead) > gateway.FailurePayloadHead ||
+				!strings.HasPrefix(payloads[f.JobID], f.PayloadHead) || len(f.PayloadHead) < gateway.FailurePayloadHead-3 {
+				t.Errorf("listed %s: payload %d bytes, truncated %v, payloadBytes %d, head %d bytes", f.JobID, len(f.Payload),
+					f.PayloadTruncated, f.PayloadBytes, len(f.PayloadHead))
+			}
+		}
+		if fl.Next == nil {
+			break
+		}
+		cursor = *fl.Next
+	}
+	if len(seen) != n {
+		t.Errorf("%d failures listed over %d pages, want %d", len(seen), pages, n)
+	}
+
+	// One failure whole.
+	r := s.do("GET", "/v1/groups/big/failures/big7", "acme", nil)
+	if r.code != http.StatusOK {
+		t.Fatalf("failure: %d %s", r.code, r.body)
+	}
+	var one gateway.FailureView
+	r.json(t, &one)
+	if string(one.Payload) != payloads["big7"] || one.PayloadTruncated || one.PayloadBytes != size || one.Type != "sleep" || one.Error == "" {
+		t.Errorf("big7: %d payload bytes, truncated %v, %+v", len(one.Payload), one.PayloadTruncated, one.Error)
+	}
+	if r := s.do("GET", "/v1/groups/big/failures/nope", "acme", nil); r.code != http.StatusNotFound {
+		t.Errorf("a job that did not fail: %d %s", r.code, r.body)
+	}
+	if r := s.do("GET", "/v1/groups/big/failures/big7", "hooli", nil); r.code != http.StatusNotFound {
+		t.Errorf("another tenant's failure: %d %s", r.code, r.body)
+	}
+	if r := s.do("GET", "/v1/groups/big/failures/a%20b", "acme", nil); r.code != http.StatusBadRequest {
+		t.Errorf("a bad job id: %d %s", r.code, r.body)
+	} else if p := r.problem(t); len(p.Errors) != 1 || p.Errors[0].Field != "jobId" {
+		t.Errorf("a bad job id: %+v", p)
+	}
+
+	// retry-failed, watched: when Redis ran each page's read, and when
+	// NATS stored each submission of the new group.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q := s.st.Deps.Queue
+	failuresKey := strconv.Quote(q.Keys().GroupFailures(contracts.Group("acme", "big")))
+	mon := monitor(t, s.cfg.RedisURL)
+	r = s.do("POST", "/v1/groups/big/retry-failed", "acme", strings.NewReader(`{"groupId":"big-again"}`))
+	if r.code != http.StatusAccepted {
+		t.Fatalf("retry-failed: %d %s", r.code, r.body)
+	}
+	var rr gateway.RetryResponse
+	r.json(t, &rr)
+	if rr.Jobs != n || rr.Skipped != 0 {
+		t.Fatalf("retry %+v", rr)
+	}
+	var reads []time.Time
+	for _, l := range mon.until(q.Client()) {
+		low := strings.ToLower(l)
+		if !strings.Contains(l, failuresKey) || !(strings.Contains(low, `"evalsha"`) || strings.Contains(low, `"eval"`)) {
+			continue
+		}
+		sec, err := strconv.ParseFloat(strings.Fields(l)[0], 64)
+		if err != nil {
+			t.Fatalf("monitor line %q: %v", l, err)
+		}
+		reads = append(reads, time.UnixMicro(int64(sec*1e6)))
+	}
+	if len(reads) < 2 {
+		t.Fatalf("retry-failed read the failures in %d calls, want 2 or more pages", len(reads))
+	}
+	names := s.st.Deps.Names
+	cons, err := s.st.Deps.JS.OrderedConsumer(ctx, names.StreamSubmit(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{names.Submit(contracts.Group("acme", "big-again"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	jobs := 0
+	for jobs < n {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("the retry group's submissions after %d jobs: %v", jobs, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.IsZero() {
+			first = md.Timestamp
+		}
+		jobs += strings.Count(string(m.Data()), `"jobId"`)
+	}
+	if last := reads[len(reads)-1]; !first.Before(last) {
+		t.Errorf("the retry group's first jobs were published at %s, after the last page was read at %s: every failure was held at once",
+			first.Format(time.StampMicro), last.Format(time.StampMicro))
+	}
+	v := s.waitState("acme", "big-again", "COMPLETED")
+	if v.Jobs != n || v.Failed != n {
+		t.Errorf("retry group %+v", v)
+	}
+	r = s.do("GET", "/v1/groups/big-again/failures/big11", "acme", nil)
+	r.json(t, &one)
+	if string(one.Payload) != payloads["big11"] {
+		t.Errorf("retried big11: %d payload bytes, want %d", len(one.Payload), size)
+	}
+}
+
+// redisMonitor is a MONITOR connection to Redis: every command the server
+// runs, with the time it ran it.
+type redisMonitor struct {
+	t     *testing.T
+	conn  net.Conn
+	lines chan string
+}
+
+// monitor opens a MONITOR connection to the Redis server at url.
+func monitor(t *testing.T, url string) *redisMonitor {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", opt.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := io.WriteString(conn, "MONITOR\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReaderSize(conn, 1<<20)
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	m := &redisMonitor{t: t, conn: conn, lines: make(chan string, 1024)}
+	go func() {
+		defer close(m.lines)
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			m.lines <- strings.TrimPrefix(strings.TrimRight(l, "\r\n"), "+")
+		}
+	}()
+	return m
+}
+
+// until returns the lines seen until now: it sends a marker with c and
+// reads up to it, then closes the connection.
+func (m *redisMonitor) until(c redis.UniversalClient) []string {
+	m.t.Helper()
+	marker := fmt.Sprintf("monitor-marker-%d", time.Now().UnixNano())
+	if err := c.Echo(context.Background(), marker).Err(); err != nil {
+		m.t.Fatal(err)
+	}
+	var out []string
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case l, ok := <-m.lines:
+			if !ok {
+				m.t.Fatal("the MONITOR connection ended before its marker")
+			}
+			if strings.Contains(l, marker) {
+				_ = m.conn.Close()
+				return out
+			}
+			out = append(out, l)
+		case <-timeout:
+			m.t.Fatal("no MONITOR marker within a minute")
+		}
+	}
+}
