@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/services/gateway"
@@ -237,5 +238,43 @@ func (m *redisMonitor) until(c redis.UniversalClient) []string {
 		case <-timeout:
 			m.t.Fatal("no MONITOR marker within a minute")
 		}
+	}
+}
+
+// TestListGroupsFullViewBounded: a page of GET /v1/groups?view=full holds
+// at most MaxFullViewLimit groups (each one a full status read); a larger
+// limit is refused naming the limit, and the summary view keeps its own.
+func TestListGroupsFullViewBounded(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	for i := 0; i < 3; i++ {
+		s.submit("globex", fmt.Sprintf("fv%d", i), "?total=1", ndjson("x", 1, `{"ms":1}`))
+	}
+	over := strconv.Itoa(gateway.MaxFullViewLimit + 1)
+	r := s.do("GET", "/v1/groups?view=full&limit="+over, "globex", nil)
+	if r.code != http.StatusBadRequest {
+		t.Fatalf("view=full&limit=%s: %d %s", over, r.code, r.body)
+	}
+	p := r.problem(t)
+	want := fmt.Sprintf("1 to %d with view=full", gateway.MaxFullViewLimit)
+	if len(p.Errors) != 1 || p.Errors[0].Field != "limit" || p.Errors[0].Limit != want {
+		t.Errorf("view=full&limit=%s: %+v, want field limit, limit %q", over, p.Errors, want)
+	}
+	testkit.WaitFor(t, "three groups", 30*time.Second, func() bool {
+		var l gateway.GroupList
+		r := s.do("GET", "/v1/groups?view=full&limit="+strconv.Itoa(gateway.MaxFullViewLimit), "globex", nil)
+		if r.code != http.StatusOK {
+			t.Fatalf("view=full at the limit: %d %s", r.code, r.body)
+		}
+		r.json(t, &l)
+		for _, g := range l.Groups {
+			if g.Status == nil {
+				t.Fatalf("a full view without status: %+v", g)
+			}
+		}
+		return len(l.Groups) == 3
+	})
+	if r := s.do("GET", "/v1/groups?limit=1000", "globex", nil); r.code != http.StatusOK {
+		t.Errorf("summary view at 1000: %d %s", r.code, r.body)
 	}
 }
