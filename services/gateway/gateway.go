@@ -81,6 +81,8 @@ type Gateway struct {
 	idem   *idempotency
 	mux    *http.ServeMux
 	slots  slotSet
+	// penalties refuse a tenant a rate refused, for a moment, without Redis.
+	penalties penaltyBox
 
 	lifecycle.Started
 	mu   sync.Mutex

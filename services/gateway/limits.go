@@ -129,13 +129,21 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		ctx := r.Context()
+		jobs := rt.op == "submitJobs"
+		if v, refused := g.penalties.check(p.Tenant, jobs, time.Now()); refused {
+			if v.Requests > 0 {
+				w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
+			}
+			g.overLimit(w, r, p.Tenant, v)
+			return
+		}
 		id := randomID()
-		v, err := g.q.DoorEnter(ctx, lim.door(), redisq.DoorEntry{Tenant: p.Tenant, Slot: slot, SlotID: id,
-			Jobs: rt.op == "submitJobs"})
+		v, err := g.q.DoorEnter(ctx, lim.door(), redisq.DoorEntry{Tenant: p.Tenant, Slot: slot, SlotID: id, Jobs: jobs})
 		if err != nil {
 			g.unavailable(w, r, err)
 			return
 		}
+		g.penalties.note(p.Tenant, v, time.Now())
 		if v.Requests > 0 {
 			w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
 			w.Header().Set("RateLimit", rateState(redisq.DoorRequestRate, v.RequestsLeft, v.RequestsReset))
