@@ -1,5 +1,5 @@
 // Package deadletter builds the dead letters of messages a service cannot
-// accept (bulkaction.dlq.<reason>), with the reason and the body, bounded
+// accept (bulkaction.dlq.<tenant>.<reason>), with the reason and the body, bounded
 // so that the DLQ stream always takes them: bad input never blocks a
 // stream and is never silently lost. internal/consume publishes them.
 package deadletter
@@ -18,7 +18,8 @@ const headerRoom = 512
 
 // Message builds the DLQ message of a rejected JetStream message, at most
 // limit bytes with its headers: a body too large to carry whole is cut
-// ([contracts.DeadLetter.Encode]). Its Nats-Msg-Id is the message's stream
+// ([contracts.DeadLetter.Encode]). Its subject names the tenant of the
+// message's subject ([contracts.Names.DLQOf]). Its Nats-Msg-Id is the message's stream
 // and sequence, so a redelivered message is dead-lettered once.
 func Message(names contracts.Names, msg jetstream.Msg, cause error, limit int) (*nats.Msg, contracts.DeadLetter, error) {
 	dl := contracts.NewDeadLetter(msg.Subject(), msg.Data(), cause)
@@ -26,7 +27,7 @@ func Message(names contracts.Names, msg jetstream.Msg, cause error, limit int) (
 	if err != nil {
 		return nil, dl, err
 	}
-	m := nats.NewMsg(names.DLQ(dl.Reason))
+	m := nats.NewMsg(names.DLQOf(msg.Subject(), dl.Reason))
 	m.Data = data
 	if md, err := msg.Metadata(); err == nil {
 		m.Header.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+strconv.FormatUint(md.Sequence.Stream, 10))

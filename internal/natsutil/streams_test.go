@@ -214,7 +214,7 @@ func TestStreamMsgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if _, err := js.Publish(ctx, n.DLQ("bad_json"), []byte{byte('0' + i)}); err != nil {
+		if _, err := js.Publish(ctx, n.DLQ("acme", "bad_json"), []byte{byte('0' + i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -629,7 +629,7 @@ func TestNewDeadLetter(t *testing.T) {
 	if string(d.Message) != string(body) || d.Raw != "" {
 		t.Errorf("JSON body: Message %s Raw %q", d.Message, d.Raw)
 	}
-	if got := (contracts.Names{}).DLQ(d.Reason); got != "bulkaction.dlq.bad_version" {
+	if got := (contracts.Names{}).DLQOf(d.Subject, d.Reason); got != "bulkaction.dlq.acme.bad_version" {
 		t.Errorf("DLQ subject = %q", got)
 	}
 	// The message is copied, not aliased.

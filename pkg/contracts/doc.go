@@ -27,7 +27,7 @@
 //   - [ResultBatch] on <prefix>.result.<tenant>.<groupId>: the outcomes of 1..[MaxBatch] attempts.
 //   - [GroupEvent] on <prefix>.events.<tenant>.<groupId>: the public status feed, a group's state
 //     (CREATED, RUNNING, AGGREGATING, PAUSED, COMPLETED, CANCELLED) and counts.
-//   - [DeadLetter] on <prefix>.dlq.<reason>: a rejected message together with the reason, bounded
+//   - [DeadLetter] on <prefix>.dlq.<tenant>.<reason>: a rejected message together with the reason, bounded
 //     in size ([DeadLetter.Encode]).
 //
 // # Validation

@@ -123,7 +123,7 @@ func ExampleNames() {
 	fmt.Println(n.Submit(g), n.StreamSubmit())
 	fmt.Println(n.SubmitTenant("acme"), n.EventsTenant("acme"))
 	fmt.Println(n.Result(g), n.Events(g))
-	fmt.Println(n.Ready("email"), n.StreamReady(), n.DLQ(contracts.ReasonBadJSON))
+	fmt.Println(n.Ready("email"), n.StreamReady(), n.DLQ("acme", contracts.ReasonBadJSON))
 
 	got, ok := n.GroupFromSubject("bulkaction.events.acme.promo-42")
 	fmt.Println(got.Tenant, got.ID, ok)
@@ -136,7 +136,7 @@ func ExampleNames() {
 	// bulkaction.submit.acme.promo-42 BULKACTION_SUBMIT
 	// bulkaction.submit.acme.> bulkaction.events.acme.>
 	// bulkaction.result.acme.promo-42 bulkaction.events.acme.promo-42
-	// bulkaction.ready.email BULKACTION_READY bulkaction.dlq.bad_json
+	// bulkaction.ready.email BULKACTION_READY bulkaction.dlq.acme.bad_json
 	// acme promo-42 true
 	// false
 	// acme.bulk.submit.> ACME_BULK_EVENTS

@@ -117,14 +117,51 @@ func (n Names) EventsTenant(tenant string) string { return n.subject("events", t
 // EventsAll returns the wildcard of every group's state events, <prefix>.events.>.
 func (n Names) EventsAll() string { return n.subject("events", ">") }
 
-// DLQ returns the dead-letter subject of a reason token, <prefix>.dlq.<reason>. An empty reason
-// means [ReasonInvalid].
-func (n Names) DLQ(reason string) string {
+// NoTenant is the tenant token of a dead letter whose message names no tenant (a READY message,
+// or a subject that is not a group's): it is not a valid tenant, so it is no tenant's subject.
+const NoTenant = "~"
+
+// DLQ returns the dead-letter subject of a tenant's message rejected for a reason token,
+// <prefix>.dlq.<tenant>.<reason>. An empty tenant means [NoTenant], an empty reason
+// [ReasonInvalid]. Each tenant's dead letters of a reason are one subject, so the DLQ stream's
+// per-subject limit keeps one tenant's from evicting another's.
+func (n Names) DLQ(tenant, reason string) string {
+	if tenant == "" {
+		tenant = NoTenant
+	}
 	if reason == "" {
 		reason = ReasonInvalid
 	}
-	return n.subject("dlq", reason)
+	return n.subject("dlq", tenant+"."+reason)
 }
+
+// DLQOf returns the dead-letter subject of a message on subject rejected for reason: the tenant
+// is the one its subject names (a submit, result or events subject), else [NoTenant].
+func (n Names) DLQOf(subject, reason string) string {
+	g, _ := n.GroupFromSubject(subject)
+	return n.DLQ(g.Tenant, reason)
+}
+
+// DLQReason returns the tenant and reason tokens of a dead-letter subject of n's prefix; the
+// tenant is "" for <prefix>.dlq.<reason>, the subject of dead letters stored before their subject
+// named the tenant. ok is false for any other subject.
+func (n Names) DLQReason(subject string) (tenant, reason string, ok bool) {
+	kind, rest, ok := n.split(subject)
+	if !ok || kind != "dlq" || rest == "" {
+		return "", "", false
+	}
+	tenant, reason, ok = strings.Cut(rest, ".")
+	if !ok {
+		return "", rest, true
+	}
+	if tenant == "" || reason == "" || strings.Contains(reason, ".") {
+		return "", "", false
+	}
+	return tenant, reason, true
+}
+
+// DLQTenant returns the wildcard of one tenant's dead letters, <prefix>.dlq.<tenant>.*.
+func (n Names) DLQTenant(tenant string) string { return n.subject("dlq", tenant+".*") }
 
 // DLQAll returns the wildcard of every dead-letter subject, <prefix>.dlq.>.
 func (n Names) DLQAll() string { return n.subject("dlq", ">") }

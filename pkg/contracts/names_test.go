@@ -34,8 +34,11 @@ func TestNamesSubjects(t *testing.T) {
 			{tt.n.Events(g), p + ".events.acme.g1"},
 			{tt.n.EventsTenant("acme"), p + ".events.acme.>"},
 			{tt.n.EventsAll(), p + ".events.>"},
-			{tt.n.DLQ("bad_json"), p + ".dlq.bad_json"},
-			{tt.n.DLQ(""), p + ".dlq.invalid"},
+			{tt.n.DLQ("acme", "bad_json"), p + ".dlq.acme.bad_json"},
+			{tt.n.DLQ("", ""), p + ".dlq.~.invalid"},
+			{tt.n.DLQOf(tt.n.Submit(contracts.Group("acme", "g1")), "bad_json"), p + ".dlq.acme.bad_json"},
+			{tt.n.DLQOf(tt.n.Ready("email"), "bad_json"), p + ".dlq.~.bad_json"},
+			{tt.n.DLQTenant("acme"), p + ".dlq.acme.*"},
 			{tt.n.DLQAll(), p + ".dlq.>"},
 			{tt.n.Notify("work"), p + ".notify.work"},
 			{tt.n.StreamSubmit(), tt.stream + "_SUBMIT"},
@@ -395,4 +398,30 @@ func TestBatchMsgIDs(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestDLQReason(t *testing.T) {
+	t.Parallel()
+	var n contracts.Names
+	for _, tt := range []struct {
+		subject, tenant, reason string
+		ok                      bool
+	}{
+		{n.DLQ("acme", "bad_json"), "acme", "bad_json", true},
+		{n.DLQ("", ""), contracts.NoTenant, contracts.ReasonInvalid, true},
+		{"bulkaction.dlq.bad_json", "", "bad_json", true},
+		{"bulkaction.dlq", "", "", false},
+		{"bulkaction.dlq..bad_json", "", "", false},
+		{"bulkaction.dlq.acme.bad_json.x", "", "", false},
+		{"bulkaction.submit.acme.g1", "", "", false},
+		{"other.dlq.acme.bad_json", "", "", false},
+	} {
+		tenant, reason, ok := n.DLQReason(tt.subject)
+		if tenant != tt.tenant || reason != tt.reason || ok != tt.ok {
+			t.Errorf("DLQReason(%q) = %q, %q, %v; want %q, %q, %v", tt.subject, tenant, reason, ok, tt.tenant, tt.reason, tt.ok)
+		}
+	}
+	if contracts.ValidateTenant(contracts.NoTenant) == nil {
+		t.Errorf("NoTenant %q is a valid tenant", contracts.NoTenant)
+	}
 }

@@ -465,7 +465,7 @@ func TestInvalidResultsAreDeadLettered(t *testing.T) {
 		if err := json.Unmarshal(msg.Data, &dl); err != nil {
 			t.Fatal(err)
 		}
-		if dl.Subject != b.names.Result(grp("g")) || msg.Subject != b.names.DLQ(dl.Reason) {
+		if dl.Subject != b.names.Result(grp("g")) || msg.Subject != b.names.DLQOf(dl.Subject, dl.Reason) {
 			t.Fatalf("dead letter %+v on %s", dl, msg.Subject)
 		}
 		body := dl.Raw

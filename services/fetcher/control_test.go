@@ -96,8 +96,8 @@ func TestRefusedJobsAreDeadLettered(t *testing.T) {
 			t.Fatalf("dead letter of %s: %s", dl.Subject, dl.Error)
 		}
 		delete(want, dl.Subject)
-		if dl.Reason != w.reason || dl.On != e.Names.DLQ(w.reason) {
-			t.Errorf("%s: reason %q on %s, want %q on %s", dl.Subject, dl.Reason, dl.On, w.reason, e.Names.DLQ(w.reason))
+		if dl.Reason != w.reason || dl.On != e.Names.DLQOf(dl.Subject, w.reason) {
+			t.Errorf("%s: reason %q on %s, want %q on %s", dl.Subject, dl.Reason, dl.On, w.reason, e.Names.DLQOf(dl.Subject, w.reason))
 		}
 		for _, j := range w.named {
 			if !strings.Contains(dl.Error, j) {

@@ -5,7 +5,7 @@
 //
 // Ingest reads <prefix>.submit.> through one durable pull consumer that any
 // number of fetchers share. Each batch is decoded and validated; an invalid
-// message is published to <prefix>.dlq.<reason> and terminated. The jobs of
+// message is published to <prefix>.dlq.<tenant>.<reason> and terminated. The jobs of
 // a batch go to Redis in one call (an existing job is a no-op), seals and
 // cancels are applied in message order, and only then are the messages
 // acknowledged: a message whose state did not reach Redis is negatively

@@ -373,7 +373,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 		if tag == nil {
 			t.Fatalf("DLQ message %d carries no tag: %s", seq, raw.Data)
 		}
-		if dl.Reason != tag[1] || raw.Subject != e.Names.DLQ(tag[1]) {
+		if dl.Reason != tag[1] || raw.Subject != e.Names.DLQOf(dl.Subject, tag[1]) {
 			t.Errorf("DLQ message %d (%s): reason %q on %s, want %q", seq, tag[0], dl.Reason, raw.Subject, tag[1])
 		}
 		if dl.Subject != e.Names.Submit(grp("g")) || dl.Error == "" || dl.V != contracts.Version {
@@ -631,7 +631,7 @@ func TestSealCancelAndGroupEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		gid, ok := wantDLQ[dl.Reason]
-		if !ok || dl.Subject != e.Names.Submit(grp(gid)) || raw.Subject != e.Names.DLQ(dl.Reason) {
+		if !ok || dl.Subject != e.Names.Submit(grp(gid)) || raw.Subject != e.Names.DLQOf(dl.Subject, dl.Reason) {
 			t.Fatalf("unexpected dead letter %s on %s", raw.Data, raw.Subject)
 		}
 		delete(wantDLQ, dl.Reason)

@@ -63,8 +63,8 @@ func TestOverQuotaIsDeadLettered(t *testing.T) {
 		if !ok {
 			t.Fatalf("dead letter of %s: %s", dl.Subject, dl.Error)
 		}
-		if dl.Reason != fetcher.ReasonOverQuota || dl.On != e.Names.DLQ(fetcher.ReasonOverQuota) || dl.On != "bulkaction.dlq.over_quota" {
-			t.Errorf("%s: reason %q on %s, want over_quota on bulkaction.dlq.over_quota", dl.Subject, dl.Reason, dl.On)
+		if dl.Reason != fetcher.ReasonOverQuota || dl.On != e.Names.DLQOf(dl.Subject, fetcher.ReasonOverQuota) || !strings.HasSuffix(dl.On, ".over_quota") {
+			t.Errorf("%s: reason %q on %s, want over_quota on bulkaction.dlq.<tenant>.over_quota", dl.Subject, dl.Reason, dl.On)
 		}
 		for _, s := range w.needs {
 			if !strings.Contains(dl.Error, s) {

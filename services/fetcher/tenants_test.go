@@ -291,7 +291,7 @@ func TestSubjectMismatchIsDeadLettered(t *testing.T) {
 		t.Fatalf("%d dead letters, want %d", len(dls), len(bad))
 	}
 	for i, dl := range dls {
-		if dl.Reason != contracts.ReasonSubjectMismatch || dl.On != e.Names.DLQ(contracts.ReasonSubjectMismatch) ||
+		if dl.Reason != contracts.ReasonSubjectMismatch || dl.On != e.Names.DLQOf(subject, contracts.ReasonSubjectMismatch) ||
 			dl.Subject != subject || string(dl.Message) != bad[i] || dl.Error == "" {
 			t.Errorf("dead letter %d: reason %q on %s, subject %s, message %s, error %q; want subject_mismatch of %s",
 				i, dl.Reason, dl.On, dl.Subject, dl.Message, dl.Error, bad[i])

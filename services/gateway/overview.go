@@ -617,14 +617,17 @@ func (u *uiAPI) dlq(ctx context.Context) *DLQView {
 		v.Error = "DLQ not read: " + err.Error()
 		return v
 	}
-	prefix := strings.TrimSuffix(all, ">")
+	byReason := map[string]int64{} // a subject per tenant and reason
 	for subj, n := range counts {
-		reason, ok := strings.CutPrefix(subj, prefix)
+		_, reason, ok := u.g.deps.Names.DLQReason(subj)
 		if !ok {
 			continue
 		}
-		v.ByReason = append(v.ByReason, ReasonCount{Reason: reason, Count: int64(n)})
+		byReason[reason] += int64(n)
 		v.Total += int64(n)
+	}
+	for reason, n := range byReason {
+		v.ByReason = append(v.ByReason, ReasonCount{Reason: reason, Count: n})
 	}
 	slices.SortFunc(v.ByReason, func(a, b ReasonCount) int { return strings.Compare(a.Reason, b.Reason) })
 	return v

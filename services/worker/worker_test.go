@@ -779,7 +779,7 @@ func TestInvalidReadyMessageIsDeadLettered(t *testing.T) {
 		if dl.Message != nil {
 			body = string(dl.Message)
 		}
-		if dl.Subject != subjects[body] || m.Subject != b.names.DLQ(dl.Reason) {
+		if dl.Subject != subjects[body] || m.Subject != b.names.DLQOf(dl.Subject, dl.Reason) {
 			t.Fatalf("dead letter %+v on %s", dl, m.Subject)
 		}
 		got[body] = dl
