@@ -163,4 +163,23 @@
 // one Worker, -e2e.workers) and a processor that does nothing. BullMQ's jobs
 // are removed on completion, as asynq and the pipeline keep no finished
 // jobs; each BullMQ workload has a queue of its own.
+//
+// `make bench-gateway` runs BenchmarkGateway and BenchmarkGatewayIsolation.
+// BenchmarkGateway measures the gateway's own capacity, one tenant with its
+// limits off: a million jobs in one NDJSON POST against the Go SDK
+// (gateway_vs_sdk_submit), and the delay of events to 2,000 SSE subscribers.
+// BenchmarkGatewayIsolation measures how well one tenant is shielded from
+// another at the gateway's default limits: the gateway runs as a process of
+// its own (the built binary), a well-behaved tenant submits requests of 500
+// jobs at 40 per second for 10 s alone and again while another tenant, from
+// a process of its own (internal/gatewayflood), sends 8 endless uploads,
+// tries to hold 500 event streams open and reads its failures (200 jobs of
+// 200 KiB payloads) and the overview in loops. Figures:
+// isolation_throughput_ratio (the well-behaved tenant's accepted jobs per
+// second during the flood over alone; goal at least 0.8),
+// isolation_p99_ratio (its requests' p99 time to the answer, during over
+// alone; goal at most 2), isolation_flood_gateway_peak_rss_mib (the
+// gateway's peak resident memory during the flood; goal at most 512), the
+// gateway's CPU seconds in each phase, and the flood's requests by answer.
+// The -iso.* flags change the phases, the pace and the flood.
 package bench
