@@ -3,17 +3,22 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // parseJobFast decodes the common form of a job object without
-// reflection: keys jobId, type and payload (each at most once, in any
-// order), strings without escapes, and any valid JSON payload. It reports
-// ok false for anything else, which the caller then decodes with
-// decodeJob to get the precise error or the rarer forms right. The
-// payload is a sub-slice of data.
+// reflection: keys jobId, type and payload (each at most once, spelt
+// exactly, in any order), strings without escapes, valid UTF-8 throughout,
+// and any valid JSON payload. It reports ok false for anything else, which
+// the caller then decodes with decodeJobSlow to get the precise error or
+// the rarer forms right; on what it takes, it gives the job decodeJobSlow
+// gives (FuzzDecodeJob). The payload is a sub-slice of data.
 func parseJobFast(data []byte) (j contracts.SubmitJob, ok bool) {
+	if !utf8.Valid(data) {
+		return j, false
+	}
 	i := skipWS(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return j, false

@@ -132,7 +132,7 @@ func TestBadInputNamesLineAndFieldAndPublishesNothing(t *testing.T) {
 		{"missing type at line 3", "application/x-ndjson", `{"jobId":"a","type":"sleep"}` + "\n\n" + `{"jobId":"b"}` + "\n", 400, 3, 1, "type"},
 		{"bad job id", "application/x-ndjson", good + `{"jobId":"a b","type":"sleep"}` + "\n", 400, 6, 5, "jobId"},
 		{"payload too large", "application/x-ndjson", good + `{"jobId":"big","type":"sleep","payload":"` + strings.Repeat("x", 2000) + `"}` + "\n", 400, 6, 5, "payload"},
-		{"unknown field", "application/x-ndjson", `{"jobId":"a","type":"sleep","paylod":1}` + "\n", 400, 1, 0, ""},
+		{"unknown field", "application/x-ndjson", `{"jobId":"a","type":"sleep","paylod":1}` + "\n", 400, 1, 0, "paylod"},
 		{"array element", "application/json", `[{"jobId":"a","type":"sleep"},{"jobId":"b","type":""}]`, 400, 0, 1, "type"},
 		{"not an array", "application/json", `{"jobId":"a"}`, 400, 0, -1, ""},
 		{"wrong media type", "text/plain", good, 415, 0, -1, ""},

@@ -301,6 +301,14 @@ func (g *Gateway) badBody(w http.ResponseWriter, r *http.Request, pos position, 
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
 		return
 	}
+	var ve *contracts.ValidationError
+	if errors.As(err, &ve) {
+		// a job's field: a key spelt in another case or given twice, invalid UTF-8
+		fe := fieldError(err)
+		fe.Line, fe.Index = pos.line, &pos.index
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": "+err.Error(), fe)
+		return
+	}
 	fe := FieldError{Line: pos.line, Detail: err.Error()}
 	if pos.index >= 0 {
 		fe.Index = &pos.index
@@ -428,7 +436,7 @@ func (s *ndjsonSource) next() (contracts.SubmitJob, position, error) {
 		if err != nil && (!errors.Is(err, io.EOF) || len(line) == 0) {
 			return contracts.SubmitJob{}, position{line: s.line, index: s.index + 1}, err
 		}
-		line = bytes.TrimSpace(line)
+		line = bytes.Trim(line, " \t\r") // JSON's whitespace, not Unicode's
 		if len(line) == 0 {
 			continue
 		}
@@ -562,14 +570,27 @@ func (g *guardReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// jobFields are the fields of a job object.
+var jobFields = []string{"jobId", "type", "payload"}
+
 // decodeJob decodes one job object strictly: unknown fields are errors,
-// so a misspelt "payload" is not silently dropped.
+// so a misspelt "payload" is not silently dropped, and so are a field
+// spelt in another case ("jobid"), a field given twice and invalid UTF-8
+// (a *contracts.ValidationError naming the field).
 func decodeJob(data []byte, j *contracts.SubmitJob) error {
 	if fast, ok := parseJobFast(data); ok {
 		*j = fast
 		return nil
 	}
-	if len(data) == 0 || data[0] != '{' {
+	return decodeJobSlow(data, j)
+}
+
+// decodeJobSlow is decodeJob without its fast path.
+func decodeJobSlow(data []byte, j *contracts.SubmitJob) error {
+	if err := contracts.CheckObject(data, jobFields...); err != nil {
+		return err
+	}
+	if i := skipWS(data, 0); i == len(data) || data[i] != '{' {
 		return errors.New("a job must be a JSON object {\"jobId\", \"type\", \"payload\"}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -96,10 +100,55 @@ func paramError(name, value, want string) FieldError {
 	return FieldError{Field: name, Detail: "bad value " + strconv.Quote(value), Limit: want}
 }
 
-// writeJSON answers with a JSON body.
+// writeJSON answers with a JSON body. The body is valid UTF-8 whatever v
+// holds: encoding/json replaces invalid UTF-8 in strings but copies a
+// json.RawMessage (a job's payload) as it is, so a payload stored before
+// the gateway refused invalid UTF-8 has each run of invalid bytes
+// replaced with U+FFFD (they can only be inside JSON strings, so the body
+// stays JSON).
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, nil, http.StatusInternalServerError, slugInternal, "internal error")
+		return
+	}
+	if !utf8.Valid(b) {
+		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// decodeBody decodes body, a JSON object of the given fields, into v
+// strictly: it refuses (with a FieldError naming the field) an unknown
+// field, a field spelt in another case or given twice, invalid UTF-8, a
+// field of the wrong type and anything after the object.
+func decodeBody(body []byte, v any, fields ...string) *FieldError {
+	if err := contracts.CheckObject(body, fields...); err != nil {
+		fe := fieldError(err)
+		return &fe
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON object")
+	}
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		want := "value of another type"
+		switch k := te.Type.Kind(); {
+		case k == reflect.String:
+			want = "string"
+		case k >= reflect.Int && k <= reflect.Uint64:
+			want = "integer"
+		}
+		return &FieldError{Field: te.Field, Detail: "JSON " + te.Value, Limit: "a JSON " + want}
+	}
+	return &FieldError{Detail: err.Error(), Limit: "a JSON object of " + strings.Join(fields, ", ")}
 }
