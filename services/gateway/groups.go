@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/cli"
@@ -49,12 +50,41 @@ func viewOf(info *redisq.GroupInfo) *GroupView {
 	return v
 }
 
+// MaxFullViewLimit is the most groups of a page of GET /v1/groups with
+// view=full: each is a full status read (about ten Redis round trips), so
+// a page costs at most this many, and READY's room is measured once per
+// page rather than once per group.
+const MaxFullViewLimit = 50
+
+// statusOptions are the options of a group's full status read; with
+// shared, READY's room is measured by the first read that needs it and
+// reused by the others (one page of GET /v1/groups?view=full).
+func (g *Gateway) statusOptions(shared bool) cli.StatusOptions {
+	var opt cli.StatusOptions
+	if g.cfg.ReadyCapacity <= 0 {
+		return opt
+	}
+	opt.Room = handoff.NewRoom(g.deps, g.cfg.ReadyCapacity).Measure
+	if shared {
+		measure := opt.Room
+		var once sync.Once
+		var rooms handoff.Rooms
+		var err error
+		opt.Room = func(ctx context.Context) (handoff.Rooms, error) {
+			once.Do(func() { rooms, err = measure(ctx) })
+			return rooms, err
+		}
+	}
+	return opt
+}
+
 // fullView reads everything about one group; nil when it does not exist.
 func (g *Gateway) fullView(ctx context.Context, ref contracts.GroupRef) (*GroupView, error) {
-	var opt cli.StatusOptions
-	if g.cfg.ReadyCapacity > 0 {
-		opt.Room = handoff.NewRoom(g.deps, g.cfg.ReadyCapacity).Measure
-	}
+	return g.fullViewWith(ctx, ref, g.statusOptions(false))
+}
+
+// fullViewWith is fullView with the status read's options.
+func (g *Gateway) fullViewWith(ctx context.Context, ref contracts.GroupRef, opt cli.StatusOptions) (*GroupView, error) {
 	s, err := cli.StatusWith(ctx, g.q, ref, opt)
 	if errors.Is(err, cli.ErrGroupNotFound) {
 		return nil, nil
@@ -135,7 +165,8 @@ func (g *Gateway) getGroup(w http.ResponseWriter, r *http.Request) {
 type GroupList = api.GroupList
 
 // listGroups: GET /v1/groups?state=&limit=&cursor=&view=. A tenant key
-// lists its tenant; an admin key every tenant, or one with ?tenant=.
+// lists its tenant; an admin key every tenant, or one with ?tenant=. With
+// view=full a page holds at most MaxFullViewLimit groups.
 func (g *Gateway) listGroups(w http.ResponseWriter, r *http.Request) {
 	p := principal(r)
 	q := r.URL.Query()
@@ -174,8 +205,8 @@ func (g *Gateway) listGroups(w http.ResponseWriter, r *http.Request) {
 	case "", "summary":
 	case "full":
 		full = true
-		if o.Limit > 200 {
-			errs = append(errs, paramError("limit", q.Get("limit"), "1 to 200 with view=full"))
+		if o.Limit > MaxFullViewLimit {
+			errs = append(errs, paramError("limit", q.Get("limit"), fmt.Sprintf("1 to %d with view=full", MaxFullViewLimit)))
 		}
 	default:
 		errs = append(errs, paramError("view", v, "summary or full"))
@@ -194,10 +225,11 @@ func (g *Gateway) listGroups(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := GroupList{Groups: make([]*GroupView, 0, len(infos))}
+	opt := g.statusOptions(true)
 	for _, info := range infos {
 		v := viewOf(info)
 		if full {
-			fv, err := g.fullView(r.Context(), info.Group)
+			fv, err := g.fullViewWith(r.Context(), info.Group, opt)
 			if err != nil {
 				g.unavailable(w, r, err)
 				return
