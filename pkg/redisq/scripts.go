@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,22 +15,24 @@ import (
 var luaFS embed.FS
 
 // loadScript builds a script from lua/<name>.lua with the shared helpers of
-// lua/lib.lua in front of it.
-func loadScript(name string) *redis.Script {
-	lib, err := luaFS.ReadFile("lua/lib.lua")
-	if err != nil {
-		panic(err)
+// lua/lib.lua in front of it, and then those of lua/<lib>.lua of each of
+// libs (helpers only some scripts use, such as zcopy).
+func loadScript(name string, libs ...string) *redis.Script {
+	var b strings.Builder
+	for _, part := range append(append([]string{"lib"}, libs...), name) {
+		src, err := luaFS.ReadFile("lua/" + part + ".lua")
+		if err != nil {
+			panic(err)
+		}
+		b.Write(src)
+		b.WriteByte('\n')
 	}
-	body, err := luaFS.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(string(lib) + "\n" + string(body))
+	return redis.NewScript(b.String())
 }
 
 var (
 	enqueueScript  = loadScript("enqueue")
-	admitScript    = loadScript("admit")
+	admitScript    = loadScript("admit", "zcopy")
 	recordScript   = loadScript("record")
 	sealScript     = loadScript("seal")
 	cancelScript   = loadScript("cancel")

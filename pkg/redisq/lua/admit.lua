@@ -83,15 +83,7 @@ local gated = mode ~= 'fair'
 local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms
 
-local rooms, other_room = nil, 0
-local ready_seq = tonumber(ARGV[16] or '')
-local room_checked = {}
-if ARGV[14] ~= '' then
-  rooms = {}
-  for t, r in string.gmatch(ARGV[14], '([^=,]+)=(%d+)') do rooms[t] = tonumber(r) end
-  other_room = rooms['*'] or 0
-  rooms['*'] = nil
-end
+local rooms = ready_rooms(ARGV[14], ARGV[16])
 local held = {}
 -- per-type rate limits: tlimits (nil = none), their states in this call,
 -- the groups each held and the soonest wait among them
@@ -179,186 +171,26 @@ local function level_clock(li)
 end
 
 -- A tenant's ZSET of waiting groups (P tenant:<t>:groups:<level>) with at
--- most ZQ_COPY_MAX groups, and at most 16 + 4 N (a call that takes N > 1
--- jobs reads no much larger ZSET whole), is read once per call and served
--- from a copy kept in the script: groups are
--- picked, re-scored and removed in the copy, in exactly the ZSET's order
--- (by score, then by member, bytewise), and the changes are written back
--- at the end of the call, one ZADD and one ZREM per ZSET. So a group served
--- several times in a call, or many groups of one tenant, cost no ZSET read
--- or write per job. A larger ZSET is read and written in place.
-local ZQ_COPY_MAX = 1024
-local zqs = {}
-
--- bytes_less orders two members as a ZSET does (memcmp, then length).
-local function bytes_less(a, b)
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
-
-local function zq_before(s1, m1, s2, m2)
-  return s1 < s2 or (s1 == s2 and bytes_less(m1, m2))
-end
-
--- zq returns the copy of ZSET tq (entries e[lo..hi] = { m, s } in order),
--- or false when tq is read and written in place.
-local function zq(tq)
-  local z = zqs[tq]
-  if z ~= nil then return z end
-  z = false
-  if want > 1 and redis.call('ZCARD', tq) <= math.min(ZQ_COPY_MAX, 16 + 4 * want) then
-    local r = redis.call('ZRANGE', tq, 0, -1, 'WITHSCORES')
-    z = { e = {}, lo = 1, hi = 0, dirty = {} }
-    for i = 1, #r, 2 do
-      z.hi = z.hi + 1
-      z.e[z.hi] = { m = r[i], s = tonumber(r[i + 1]) }
-    end
-  end
-  zqs[tq] = z
-  return z
-end
-
-local function zq_find(z, m)
-  for i = z.lo, z.hi do
-    if z.e[i].m == m then return i end
-  end
-  return nil
-end
-
--- zq_rem takes member m out of tenant ZSET tq.
-local function zq_rem(tq, m)
-  local z = zq(tq)
-  if not z then
-    redis.call('ZREM', tq, m)
-    return
-  end
-  local i = zq_find(z, m)
-  if i == nil then return end
-  if i == z.lo then
-    z.e[i] = nil
-    z.lo = z.lo + 1
-  else
-    for j = i, z.hi - 1 do z.e[j] = z.e[j + 1] end
-    z.e[z.hi] = nil
-    z.hi = z.hi - 1
-  end
-  z.dirty[m] = true
-end
-
--- zq_add sets member m's score in tenant ZSET tq (ZADD).
-local function zq_add(tq, m, score)
-  local z = zq(tq)
-  if not z then
-    redis.call('ZADD', tq, fmt(score), m)
-    return
-  end
-  zq_rem(tq, m)
-  -- from the end: a re-scored group usually goes last
-  local i = z.hi
-  while i >= z.lo and zq_before(score, m, z.e[i].s, z.e[i].m) do
-    z.e[i + 1] = z.e[i]
-    i = i - 1
-  end
-  z.e[i + 1] = { m = m, s = score }
-  z.hi = z.hi + 1
-  z.dirty[m] = true
-end
-
--- zq_score is member m's score in tenant ZSET tq, as a string.
-local function zq_score(tq, m)
-  local z = zq(tq)
-  if not z then return redis.call('ZSCORE', tq, m) end
-  local i = zq_find(z, m)
-  return i and fmt(z.e[i].s)
-end
-
--- zq_empty says whether tenant ZSET tq has no member left.
-local function zq_empty(tq)
-  local z = zq(tq)
-  if not z then return redis.call('EXISTS', tq) == 0 end
-  return z.hi < z.lo
-end
-
--- zq_first is the first member of tenant ZSET tq of tenant t whose group
--- is not held in this call, or nil.
-local function zq_first(t, tq)
-  local z = zq(tq)
-  if not z then
-    local r = redis.call('ZRANGE', tq, 0, nheld[tq] or 0)
-    if nblocked == 0 then return r[1] end
-    for j = 1, #r do
-      if not held_group[t .. ':' .. r[j]] then return r[j] end
-    end
-    return nil
-  end
-  for i = z.lo, z.hi do
-    local m = z.e[i].m
-    if nblocked == 0 or not held_group[t .. ':' .. m] then return m end
-  end
-  return nil
-end
-
--- zq_flush writes the copies' changes back to their ZSETs. A ZSET of which
--- many members changed is written anew, in descending order: a small ZSET
--- is a listpack, where changing a member's score finds it and moves it one
--- by one (parsing the scores it passes), while each member added in
--- descending order goes in at the head. The order and scores are the same.
-local function zq_flush()
-  for tq, z in pairs(zqs) do
-    local ndirty = 0
-    if z then
-      for _ in pairs(z.dirty) do ndirty = ndirty + 1 end
-    end
-    if ndirty >= 8 and ndirty * 4 >= z.hi - z.lo + 1 then
-      redis.call('DEL', tq)
-      local add = {}
-      for i = z.hi, z.lo, -1 do
-        add[#add + 1] = fmt(z.e[i].s)
-        add[#add + 1] = z.e[i].m
-      end
-      for i = 1, #add, BULK do
-        redis.call('ZADD', tq, unpack(add, i, math.min(i + BULK - 1, #add)))
-      end
-    elseif ndirty > 0 then
-      local score = {}
-      for i = z.lo, z.hi do score[z.e[i].m] = z.e[i].s end
-      local add, rem = {}, {}
-      for m in pairs(z.dirty) do
-        if score[m] then
-          add[#add + 1] = fmt(score[m])
-          add[#add + 1] = m
-        else
-          rem[#rem + 1] = m
-        end
-      end
-      for i = 1, #rem, BULK do
-        redis.call('ZREM', tq, unpack(rem, i, math.min(i + BULK - 1, #rem)))
-      end
-      for i = 1, #add, BULK do
-        redis.call('ZADD', tq, unpack(add, i, math.min(i + BULK - 1, #add)))
-      end
-    end
-  end
-end
+-- most 16 + 4 N groups, and at most 1024 (a call that takes N > 1 jobs
+-- reads no much larger ZSET whole), is served from a copy (zcopy.lua), so a
+-- group served several times in a call, or many groups of one tenant, cost
+-- no ZSET read or write per job; a larger ZSET is read and written in place.
+local zq = zc_new(want > 1 and math.min(1024, 16 + 4 * want) or -1)
 
 -- tenant_group finds the first group of tenant t in its ZSET tq that may be
 -- served: empty groups leave the queue, and so do paused groups and groups
 -- at their in-flight limit, which keep their score (parkedScore).
 local function tenant_group(t, tq)
   while true do
-    local pick = zq_first(t, tq)
+    local pick = zc_first(zq, tq, nheld[tq] or 0, nblocked > 0 and held_group or nil, t .. ':')
     if pick == nil then return nil end
     local gk = t .. ':' .. pick
     local g = group(gk)
     if g.len <= 0 then
-      zq_rem(tq, pick)
+      zc_rem(zq, tq, pick)
     elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
-      local pscore = zq_score(tq, pick)
-      zq_rem(tq, pick)
+      local pscore = zc_score(zq, tq, pick)
+      zc_rem(zq, tq, pick)
       redis.call('HSET', g.meta, 'parkedScore', pscore)
     else
       g.tq, g.gid = tq, pick
@@ -427,7 +259,7 @@ local function next_group()
           cur = { li = li, t = t, tscore = tscore, s = s, tq = tq, rival = rival, rival_score = rival_score }
           return gk, g, li, t, tscore, s
         end
-        if zq_empty(tq) then
+        if zc_empty(zq, tq) then
           redis.call('ZREM', fq, t) -- no group left: the tenant leaves the level
         else
           skipped[li][t] = true
@@ -477,14 +309,7 @@ while admitted + parked < want do
   end
   if jid and rooms then
     ty = d.type or ''
-    if rooms[ty] == nil then rooms[ty] = other_room end
-    if ready_seq and not room_checked[ty] and rooms[ty] > 0 then
-      -- what others handed to READY since the caller measured it
-      room_checked[ty] = true
-      local pending = ready_pending(prefix, ty, ready_seq, now)
-      if pending == false then rooms[ty] = 0 else rooms[ty] = rooms[ty] - pending end
-    end
-    if rooms[ty] <= 0 then
+    if not ready_take(rooms, prefix, ty, now) then
       -- no room for its type: put the job back and pass the group by
       redis.call('LPUSH', g.jobs, jid)
       passed = true
@@ -492,8 +317,6 @@ while admitted + parked < want do
       nheld[g.tq] = (nheld[g.tq] or 0) + 1
       nblocked = nblocked + 1
       held[ty] = (held[ty] or 0) + 1
-    else
-      rooms[ty] = rooms[ty] - 1
     end
   end
   if jid and tlimits and not passed then
@@ -501,7 +324,7 @@ while admitted + parked < want do
     local w = tg and type_wait(tg, now, window_end, burst_ms) or 0
     if w > 0 then
       -- its type's rate is used up: held as for READY room
-      if ty then rooms[ty] = rooms[ty] + 1 end
+      if ty then ready_give_back(rooms, ty) end
       redis.call('LPUSH', g.jobs, jid)
       passed, tg = true, false
       held_group[gk] = true
@@ -528,7 +351,7 @@ while admitted + parked < want do
           denied_share = denied_share + 1
         end
         if not allowed then
-          if ty then rooms[ty] = rooms[ty] + 1 end
+          if ty then ready_give_back(rooms, ty) end
           park(prefix, gk, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
           parked = parked + 1
         end
@@ -539,7 +362,7 @@ while admitted + parked < want do
           redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
           inflight[#inflight + 1] = now + lease_ms
           inflight[#inflight + 1] = gk .. ':' .. jid
-          if ready_seq and ty then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end
+          if ty and rooms.seq then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end
         else
           redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
         end
@@ -568,14 +391,14 @@ while admitted + parked < want do
       if g.max > 0 and g.inflight >= g.max then
         -- at its in-flight limit: out of the queue, keeping its place until
         -- a slot frees (requeue_group)
-        zq_rem(g.tq, g.gid)
+        zc_rem(zq, g.tq, g.gid)
         redis.call('HSET', g.meta, 'parkedScore', fmt(score))
         left = true
       else
-        zq_add(g.tq, g.gid, score)
+        zc_add(zq, g.tq, g.gid, score)
       end
     else
-      zq_rem(g.tq, g.gid)
+      zc_rem(zq, g.tq, g.gid)
       left = true
       if g.declared and g.total >= tonumber(g.declared) and (g.status == 'RUNNING' or g.status == 'CREATED') then
         g.status = 'AGGREGATING'
@@ -599,7 +422,7 @@ while admitted + parked < want do
       if lagged then tclock[li] = vl + 1e-6 end
       tscore = vl + 1 / s.weight
     end
-    if left and zq_empty(g.tq) then
+    if left and zc_empty(zq, g.tq) then
       redis.call('ZREM', KEYS[li], t)
       cur = nil -- the tenant left the level
     elseif jid then
@@ -615,7 +438,7 @@ while admitted + parked < want do
 end
 
 flush_cur()
-zq_flush()
+zc_flush(zq)
 
 if admitted + parked >= want then
   wake = 0

@@ -663,6 +663,44 @@ local function ready_pending(prefix, ty, seq, now)
   return redis.call('ZCARD', key)
 end
 
+-- READY's room per job type, as admission and release take it: spec is
+-- '*=other,type=room,...' (a type not listed has the room other; '' or nil:
+-- no per-type limit, and ready_rooms returns nil), seq READY's last
+-- sequence when the rooms were measured ('' or nil: none). The first job
+-- of a type taken against a measurement with a sequence also takes off
+-- what other admitters handed to READY since (ready_pending), or the whole
+-- room when the measurement is older than the pruned entries.
+local function ready_rooms(spec, seq)
+  if spec == nil or spec == '' then return nil end
+  local by = {}
+  for t, r in string.gmatch(spec, '([^=,]+)=(%d+)') do by[t] = tonumber(r) end
+  local other = by['*'] or 0
+  by['*'] = nil
+  return { by = by, other = other, seq = tonumber(seq or ''), checked = {} }
+end
+
+-- ready_take says whether a job of type ty may go to READY now, and takes
+-- its room when it may (rooms nil: it may, and nothing is taken).
+local function ready_take(rooms, prefix, ty, now)
+  if rooms == nil then return true end
+  local by = rooms.by
+  if by[ty] == nil then by[ty] = rooms.other end
+  if rooms.seq and not rooms.checked[ty] and by[ty] > 0 then
+    rooms.checked[ty] = true
+    local pending = ready_pending(prefix, ty, rooms.seq, now)
+    if pending == false then by[ty] = 0 else by[ty] = by[ty] - pending end
+  end
+  if by[ty] <= 0 then return false end
+  by[ty] = by[ty] - 1
+  return true
+end
+
+-- ready_give_back returns the room a job of type ty took (ready_take) and
+-- then did not use.
+local function ready_give_back(rooms, ty)
+  if rooms ~= nil then rooms.by[ty] = rooms.by[ty] + 1 end
+end
+
 -- group_revive brings an abandoned group back to life (abandon.lua marked
 -- it with abandonedAt and gave its keys the group TTL): its keys lose their
 -- TTLs (PERSIST), so it cannot expire mid-life; so do the hashes of its jobs

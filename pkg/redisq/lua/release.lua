@@ -53,28 +53,9 @@ local now = now_ms(ARGV[4])
 local mode = ARGV[5]
 local limit, window_ms, burst_ms = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local job_ttl = tonumber(ARGV[9])
-local rooms, other_room, ready_seq, ready_held = nil, 0, tonumber(ARGV[13] or ''), {}
-if (ARGV[12] or '') ~= '' then
-  rooms = {}
-  for t, r in string.gmatch(ARGV[12], '([^=,]+)=(%d+)') do rooms[t] = tonumber(r) end
-  other_room = rooms['*'] or 0
-  rooms['*'] = nil
-end
-local room_checked = {}
+local rooms = ready_rooms(ARGV[12], ARGV[13])
+local ready_seq, ready_held = tonumber(ARGV[13] or ''), {}
 local reserved = {} -- READY reservations, added before the script returns
--- room_for says whether a job of type ty may go to READY now, taking its room.
-local function room_for(ty)
-  if rooms == nil then return true end
-  if rooms[ty] == nil then rooms[ty] = other_room end
-  if ready_seq and not room_checked[ty] and rooms[ty] > 0 then
-    room_checked[ty] = true
-    local pending = ready_pending(prefix, ty, ready_seq, now)
-    if pending == false then rooms[ty] = 0 else rooms[ty] = rooms[ty] - pending end
-  end
-  if rooms[ty] <= 0 then return false end
-  rooms[ty] = rooms[ty] - 1
-  return true
-end
 
 local window = math.floor(now / window_ms)
 local gkey = prefix .. 'rate-limit:global:' .. window
@@ -143,7 +124,7 @@ for i, mem in ipairs(due) do
         redis.call('HSET', job_key, 'status', 'QUEUED')
         g.requeue = true
         rate_held[ty] = (rate_held[ty] or 0) + 1
-      elseif g.status and not room_for(ty) then
+      elseif g.status and not ready_take(rooms, prefix, ty, now) then
         -- its type's READY room is full: back into its group, held there
         redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
         redis.call('HSET', job_key, 'status', 'QUEUED')
