@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/bulkaction/bulkaction/internal/loop"
 )
 
 // Figure is one measured value, printed as
@@ -87,45 +89,33 @@ func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // the rate is not lowered by slow sends). It returns the number of jobs sent.
 func pace(ctx context.Context, rate float64, d, tick time.Duration, send func(n int) error) (int, error) {
 	start := time.Now()
-	t := time.NewTicker(tick)
-	defer t.Stop()
 	sent := 0
-	for {
-		el := time.Since(start)
-		if el > d {
-			el = d
-		}
+	var err error
+	if !loop.Until(ctx, tick, func(context.Context) bool {
+		el := min(time.Since(start), d)
 		if due := int(rate*el.Seconds()) - sent; due > 0 {
-			if err := send(due); err != nil {
-				return sent, err
+			if err = send(due); err != nil {
+				return false
 			}
 			sent += due
 		}
-		if el >= d {
-			return sent, nil
-		}
-		select {
-		case <-ctx.Done():
-			return sent, ctx.Err()
-		case <-t.C:
-		}
+		return el < d
+	}, loop.Now()) {
+		return sent, ctx.Err()
 	}
+	return sent, err
 }
 
 // waitFor polls cond every interval until it returns true, returns an
 // error, or ctx ends.
 func waitFor(ctx context.Context, interval time.Duration, cond func() (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	var err error
+	if !loop.Until(ctx, interval, func(context.Context) bool {
+		var ok bool
+		ok, err = cond()
+		return err == nil && !ok
+	}, loop.Now()) {
+		return ctx.Err()
 	}
+	return err
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/bulkaction/bulkaction/internal/loop"
 )
 
 // millionSystem starts one system for the million run on env and returns
@@ -114,24 +116,18 @@ func sampleMemory(ctx context.Context, env *Env, interval time.Duration, f func(
 	var serr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
+		loop.Until(sctx, interval, func(sctx context.Context) bool {
 			v, err := env.UsedMemory(sctx)
 			if err != nil {
 				if sctx.Err() == nil {
 					serr = err
 				}
-				return
+				return false
 			}
 			m.Samples++
 			m.PeakRedisBytes = max(m.PeakRedisBytes, v)
-		}
+			return true
+		})
 	})
 	r, err := f()
 	cancel()

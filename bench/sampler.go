@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 )
 
@@ -37,25 +38,18 @@ func (p *Pipeline) sampleDepths(ctx context.Context) (stop func() Depths) {
 	names := p.conns.Names
 	streams := []string{names.StreamSubmit(), names.StreamReady(), names.StreamResult()}
 	wg.Go(func() {
-		t := time.NewTicker(SampleInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		loop.Until(ctx, SampleInterval, func(ctx context.Context) bool {
 			var v [3]uint64
 			for i, s := range streams {
 				n, err := natsutil.Unsettled(ctx, p.conns.JS, s)
 				if err != nil {
-					return
+					return false
 				}
 				v[i] = n
 			}
 			inf, err := p.conns.Redis.ZCard(ctx, p.conns.Queue.Keys().Inflight()).Result()
 			if err != nil {
-				return
+				return false
 			}
 			d.Samples++
 			d.Submit += float64(v[0])
@@ -65,7 +59,8 @@ func (p *Pipeline) sampleDepths(ctx context.Context) (stop func() Depths) {
 			if v[1] < uint64(p.cfg.WorkerCount) {
 				d.ReadyBelowWorkersShare++
 			}
-		}
+			return true
+		})
 	})
 	return func() Depths {
 		cancel()
