@@ -546,6 +546,9 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 		n, _ := strconv.Atoi(v)
 		settings.MaxMsgSize = int32(n)
 	}
+	if v := opts.Settings["STREAM_DLQ_MAX_MSGS_PER_SUBJECT"]; v != "" {
+		settings.DLQMaxMsgsPerSubject, _ = strconv.ParseInt(v, 10, 64)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

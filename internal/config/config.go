@@ -102,6 +102,9 @@ type Config struct {
 	SubmitReplayWindow   time.Duration `envconfig:"SUBMIT_REPLAY_WINDOW" default:"1h" desc:"how long SUBMIT keeps a message after the fetchers applied it to Redis, so that a Redis restored from an older snapshot (or a failover that lost recent writes) gets back what was applied after it (0 = none; applied messages are purged sooner once SUBMIT is half full)"`
 	StreamReadyMaxBytes  int           `envconfig:"STREAM_READY_MAX_BYTES" default:"0" desc:"byte limit of the READY stream: once full, admissions and releases wait and the jobs stay queued or leased (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
 	StreamResultMaxBytes int           `envconfig:"STREAM_RESULT_MAX_BYTES" default:"0" desc:"byte limit of the RESULT stream: once full, workers hold their finished jobs and retry the result until the aggregators make room (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
+	StreamEventsMaxBytes int           `envconfig:"STREAM_EVENTS_MAX_BYTES" default:"0" desc:"byte limit of the EVENTS stream: past it the oldest events are dropped (an event stream resumed from a dropped one starts at the oldest kept and says so) (0 = 1 GiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit, STREAM_MAX_AGE only; else at least MAX_MSG_SIZE)"`
+	StreamDLQMaxBytes    int           `envconfig:"STREAM_DLQ_MAX_BYTES" default:"0" desc:"byte limit of the DLQ stream: past it the oldest dead letters are dropped (0 = 1 GiB, 16 MiB with STREAM_STORAGE=memory; -1 = no limit, STREAM_MAX_AGE only; else at least MAX_MSG_SIZE)"`
+	StreamDLQPerSubject  int           `envconfig:"STREAM_DLQ_MAX_MSGS_PER_SUBJECT" default:"1000" desc:"dead letters the DLQ keeps of one tenant and one reason (one subject, bulkaction.dlq.<tenant>.<reason>): past it the oldest of that tenant and reason are dropped, so one tenant's garbage does not push out another's (-1 = no limit)"`
 
 	GatewayAddr           string        `envconfig:"GATEWAY_ADDR" default:":8090" desc:"listen address of the gateway's HTTP API (/v1) and dashboard (/ui/)"`
 	GatewayKeysFile       string        `envconfig:"GATEWAY_KEYS_FILE" default:"" desc:"the gateway's API keys: a file of lines <sha256:hex> <tenant, or * for admin> [name] (bulkaction gateway key makes them), re-read when it changes; required by the gateway target"`
@@ -175,10 +178,14 @@ func (c *Config) Validate() error {
 	for _, b := range []struct {
 		name string
 		v    int
-	}{{"STREAM_SUBMIT_MAX_BYTES", c.StreamSubmitMaxBytes}, {"STREAM_READY_MAX_BYTES", c.StreamReadyMaxBytes}, {"STREAM_RESULT_MAX_BYTES", c.StreamResultMaxBytes}} {
+	}{{"STREAM_SUBMIT_MAX_BYTES", c.StreamSubmitMaxBytes}, {"STREAM_READY_MAX_BYTES", c.StreamReadyMaxBytes}, {"STREAM_RESULT_MAX_BYTES", c.StreamResultMaxBytes},
+		{"STREAM_EVENTS_MAX_BYTES", c.StreamEventsMaxBytes}, {"STREAM_DLQ_MAX_BYTES", c.StreamDLQMaxBytes}} {
 		if b.v < -1 || (b.v > 0 && b.v < c.MaxMsgSize) {
 			return bad(b.name, b.v, fmt.Sprintf("must be -1 (no limit), 0 (the default) or at least MAX_MSG_SIZE (%d), so that the largest message fits", c.MaxMsgSize))
 		}
+	}
+	if c.StreamDLQPerSubject < -1 || c.StreamDLQPerSubject == 0 {
+		return bad("STREAM_DLQ_MAX_MSGS_PER_SUBJECT", c.StreamDLQPerSubject, "must be -1 (no limit) or at least 1")
 	}
 	if _, err := c.TypeLimitsPerWindow(); err != nil {
 		return bad("TYPE_RATE_LIMITS", c.TypeRateLimits, err.Error())

@@ -24,6 +24,10 @@ func TestStreamByteLimits(t *testing.T) {
 		{"BULKACTION_STREAM_RESULT_MAX_BYTES", "-2", false},
 		{"BULKACTION_STREAM_RESULT_MAX_BYTES", "4096", false},
 		{"BULKACTION_STREAM_RESULT_MAX_BYTES", "lots", false},
+		{"BULKACTION_STREAM_EVENTS_MAX_BYTES", "-1", true},
+		{"BULKACTION_STREAM_EVENTS_MAX_BYTES", "4096", false},
+		{"BULKACTION_STREAM_DLQ_MAX_BYTES", "1048576", true},
+		{"BULKACTION_STREAM_DLQ_MAX_BYTES", "-2", false},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			t.Setenv(tc.name, tc.value)
@@ -38,5 +42,19 @@ func TestStreamByteLimits(t *testing.T) {
 				t.Fatalf("error does not state the limit: %v", err)
 			}
 		})
+	}
+}
+
+func TestDLQPerSubjectSetting(t *testing.T) {
+	c, err := Load()
+	if err != nil || c.StreamDLQPerSubject != 1000 {
+		t.Fatalf("default %d, %v; want 1000", c.StreamDLQPerSubject, err)
+	}
+	for v, ok := range map[string]bool{"-1": true, "1": true, "0": false, "-2": false} {
+		t.Setenv("BULKACTION_STREAM_DLQ_MAX_MSGS_PER_SUBJECT", v)
+		_, err := Load()
+		if ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "STREAM_DLQ_MAX_MSGS_PER_SUBJECT")) {
+			t.Errorf("%s: err = %v, want ok=%v", v, err, ok)
+		}
 	}
 }

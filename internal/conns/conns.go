@@ -87,6 +87,8 @@ func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
 		DuplicateWindow: cfg.DuplicateWindow, MaxMsgSize: maxMsgSize(cfg.MaxMsgSize),
 		SubmitMaxBytes: int64(cfg.StreamSubmitMaxBytes), ReadyMaxBytes: int64(cfg.StreamReadyMaxBytes),
 		ResultMaxBytes: int64(cfg.StreamResultMaxBytes),
+		EventsMaxBytes: int64(cfg.StreamEventsMaxBytes), DLQMaxBytes: int64(cfg.StreamDLQMaxBytes),
+		DLQMaxMsgsPerSubject: int64(cfg.StreamDLQPerSubject),
 	}
 }
 

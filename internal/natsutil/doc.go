@@ -8,8 +8,8 @@
 //	<PREFIX>_SUBMIT  <prefix>.submit.>  work queue (consumed by the fetcher)
 //	<PREFIX>_READY   <prefix>.ready.>   work queue (one pull consumer per job type)
 //	<PREFIX>_RESULT  <prefix>.result.>  work queue (consumed by the aggregator)
-//	<PREFIX>_EVENTS  <prefix>.events.>  limits (group state changes, kept 7 days)
-//	<PREFIX>_DLQ     <prefix>.dlq.>     limits (rejected messages, kept 7 days)
+//	<PREFIX>_EVENTS  <prefix>.events.>  limits (group state changes, kept 7 days, 1 GiB)
+//	<PREFIX>_DLQ     <prefix>.dlq.>     limits (rejected messages, kept 7 days, 1 GiB, 1000 per tenant and reason)
 //
 // Every stream keeps a duplicate window (2 minutes by default) so that a
 // publisher retrying with the same Nats-Msg-Id stores the message once.

@@ -3,6 +3,7 @@ package natsutil_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -19,12 +20,16 @@ func TestStreamConfigsByteLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		s    natsutil.StreamSettings
-		want [3]int64 // SUBMIT, READY, RESULT
+		want [5]int64 // SUBMIT, READY, RESULT, EVENTS, DLQ
+		per  int64    // DLQ messages per subject
 	}{
-		{"file defaults", natsutil.StreamSettings{}, [3]int64{1 << 30, 256 << 20, 256 << 20}},
-		{"memory defaults", natsutil.StreamSettings{Storage: jetstream.MemoryStorage}, [3]int64{64 << 20, 32 << 20, 32 << 20}},
-		{"set", natsutil.StreamSettings{SubmitMaxBytes: 5 << 20, ReadyMaxBytes: 3 << 20, ResultMaxBytes: natsutil.NoLimit},
-			[3]int64{5 << 20, 3 << 20, -1}},
+		{"file defaults", natsutil.StreamSettings{}, [5]int64{1 << 30, 256 << 20, 256 << 20, 1 << 30, 1 << 30}, 1000},
+		{"memory defaults", natsutil.StreamSettings{Storage: jetstream.MemoryStorage}, [5]int64{64 << 20, 32 << 20, 32 << 20, 32 << 20, 16 << 20}, 1000},
+		{"set", natsutil.StreamSettings{SubmitMaxBytes: 5 << 20, ReadyMaxBytes: 3 << 20, ResultMaxBytes: natsutil.NoLimit,
+			EventsMaxBytes: 7 << 20, DLQMaxBytes: natsutil.NoLimit, DLQMaxMsgsPerSubject: 50},
+			[5]int64{5 << 20, 3 << 20, -1, 7 << 20, -1}, 50},
+		{"no per-subject limit", natsutil.StreamSettings{DLQMaxMsgsPerSubject: natsutil.NoLimit},
+			[5]int64{1 << 30, 256 << 20, 256 << 20, 1 << 30, 1 << 30}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfgs := natsutil.StreamConfigs(contracts.Names{}, tc.s)
@@ -34,10 +39,13 @@ func TestStreamConfigsByteLimits(t *testing.T) {
 					if c.MaxBytes != tc.want[i] || c.Discard != jetstream.DiscardNew {
 						t.Errorf("%s: max bytes %d discard %v, want %d DiscardNew", c.Name, c.MaxBytes, c.Discard, tc.want[i])
 					}
-				default: // EVENTS and DLQ: bounded by age, the oldest dropped
-					if c.MaxBytes != -1 || c.Discard != jetstream.DiscardOld {
-						t.Errorf("%s: max bytes %d discard %v, want -1 DiscardOld", c.Name, c.MaxBytes, c.Discard)
+				default: // EVENTS and DLQ: bounded by age and size, the oldest dropped
+					if c.MaxBytes != tc.want[i] || c.Discard != jetstream.DiscardOld || c.MaxAge != natsutil.DefaultMaxAge {
+						t.Errorf("%s: max bytes %d discard %v max age %s, want %d DiscardOld", c.Name, c.MaxBytes, c.Discard, c.MaxAge, tc.want[i])
 					}
+				}
+				if i == 4 && c.MaxMsgsPerSubject != tc.per {
+					t.Errorf("%s: %d messages per subject, want %d", c.Name, c.MaxMsgsPerSubject, tc.per)
 				}
 			}
 		})
@@ -45,9 +53,16 @@ func TestStreamConfigsByteLimits(t *testing.T) {
 }
 
 func TestEnsureStreamsRejectsNegativeByteLimits(t *testing.T) {
-	err := natsutil.EnsureStreams(context.Background(), nil, contracts.Names{}, natsutil.StreamSettings{ReadyMaxBytes: -2})
-	if err == nil || !strings.Contains(err.Error(), "ReadyMaxBytes") {
-		t.Fatalf("err = %v, want one naming ReadyMaxBytes", err)
+	for name, s := range map[string]natsutil.StreamSettings{
+		"ReadyMaxBytes":        {ReadyMaxBytes: -2},
+		"EventsMaxBytes":       {EventsMaxBytes: -2},
+		"DLQMaxBytes":          {DLQMaxBytes: -3},
+		"DLQMaxMsgsPerSubject": {DLQMaxMsgsPerSubject: -2},
+	} {
+		err := natsutil.EnsureStreams(context.Background(), nil, contracts.Names{}, s)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("err = %v, want one naming %s", err, name)
+		}
 	}
 }
 
@@ -73,6 +88,91 @@ func TestEnsureStreamsAddsLimitsToExistingStreams(t *testing.T) {
 	}
 	if c := st.CachedInfo().Config; c.MaxBytes != 8<<20 || c.Discard != jetstream.DiscardNew {
 		t.Fatalf("READY after EnsureStreams: max bytes %d discard %v", c.MaxBytes, c.Discard)
+	}
+	for _, name := range []string{n.StreamEvents(), n.StreamDLQ()} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := st.CachedInfo().Config
+		if c.MaxBytes != 1<<30 || c.Discard != jetstream.DiscardOld || (name == n.StreamDLQ()) != (c.MaxMsgsPerSubject == 1000) {
+			t.Errorf("%s after EnsureStreams: max bytes %d discard %v, %d per subject", name, c.MaxBytes, c.Discard, c.MaxMsgsPerSubject)
+		}
+	}
+}
+
+// The DLQ is bounded in bytes, and one tenant's flood of dead letters
+// drops its own oldest ones, not another tenant's: each tenant and reason
+// is a subject with its own count.
+func TestDLQBoundedPerTenant(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	n := contracts.Names{}
+	const limit, per = 256 << 10, 20
+	s := natsutil.StreamSettings{DLQMaxBytes: limit, DLQMaxMsgsPerSubject: per, MaxMsgSize: 16 << 10}
+	if err := natsutil.EnsureStreams(ctx, js, n, s); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subject string, i int) {
+		t.Helper()
+		if _, err := js.Publish(ctx, subject, []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, strings.Repeat("x", 4000)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The evidence of tenant good, then 300 dead letters (~1.2 MB) of
+	// tenant bad, of two reasons.
+	good := n.DLQOf(n.Submit(contracts.Group("good", "g1")), contracts.ReasonBadJSON)
+	publish(good, 0)
+	for i := range 300 {
+		publish(n.DLQ("bad", []string{contracts.ReasonBadJSON, contracts.ReasonInvalidField}[i%2]), i)
+	}
+	st, err := js.Stream(ctx, n.StreamDLQ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(n.DLQAll()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Bytes > limit {
+		t.Errorf("DLQ holds %d bytes, limit %d", info.State.Bytes, limit)
+	}
+	if got := info.State.Subjects[good]; got != 1 {
+		t.Errorf("tenant good keeps %d dead letters on %s, want 1: %v", got, good, info.State.Subjects)
+	}
+	for _, r := range []string{contracts.ReasonBadJSON, contracts.ReasonInvalidField} {
+		if got := info.State.Subjects[n.DLQ("bad", r)]; got != per {
+			t.Errorf("tenant bad keeps %d dead letters of %s, want the newest %d", got, r, per)
+		}
+	}
+	m, err := st.GetLastMsgForSubject(ctx, n.DLQ("bad", contracts.ReasonInvalidField))
+	if err != nil || !strings.Contains(string(m.Data), `"i":299`) {
+		t.Errorf("last kept dead letter of bad: %v, want the newest (299)", err)
+	}
+}
+
+// Past its byte limit, EVENTS drops its oldest events.
+func TestEventsBounded(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	n := contracts.Names{}
+	const limit = 128 << 10
+	if err := natsutil.EnsureStreams(ctx, js, n, natsutil.StreamSettings{EventsMaxBytes: limit, MaxMsgSize: 16 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := js.Publish(ctx, n.Events(contracts.Group("acme", fmt.Sprintf("g%d", i))), []byte(strings.Repeat("e", 4000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, n.StreamEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.CachedInfo().State; s.Bytes > limit || s.FirstSeq == 1 || s.LastSeq != 100 {
+		t.Fatalf("EVENTS holds %d bytes (limit %d), sequences %d..%d", s.Bytes, limit, s.FirstSeq, s.LastSeq)
 	}
 }
 
@@ -164,7 +264,7 @@ func TestStreamsUsage(t *testing.T) {
 	if s := got["SUBMIT"]; s.Msgs != 0 || s.LimitBytes != natsutil.DefaultSubmitMaxBytes {
 		t.Errorf("SUBMIT usage %+v", s)
 	}
-	if e := got["EVENTS"]; e.LimitBytes != 0 || len(us) != 5 {
+	if e := got["EVENTS"]; e.LimitBytes != natsutil.DefaultEventsMaxBytes || len(us) != 5 {
 		t.Errorf("EVENTS usage %+v, %d streams", e, len(us))
 	}
 }

@@ -36,6 +36,19 @@ const (
 	DefaultMemoryReadyMaxBytes int64 = 32 << 20
 	// DefaultMemoryResultMaxBytes is the byte limit of RESULT on memory storage.
 	DefaultMemoryResultMaxBytes int64 = 32 << 20
+
+	// DefaultEventsMaxBytes and DefaultDLQMaxBytes are the byte limits of
+	// EVENTS and DLQ on file storage: past them the oldest messages go.
+	DefaultEventsMaxBytes int64 = 1 << 30
+	DefaultDLQMaxBytes    int64 = 1 << 30
+	// DefaultMemoryEventsMaxBytes and DefaultMemoryDLQMaxBytes are the byte
+	// limits of EVENTS and DLQ on memory storage.
+	DefaultMemoryEventsMaxBytes int64 = 32 << 20
+	DefaultMemoryDLQMaxBytes    int64 = 16 << 20
+	// DefaultDLQMaxMsgsPerSubject is how many dead letters the DLQ keeps of
+	// one tenant and reason (one subject, [contracts.Names.DLQ]): past it
+	// the oldest of that tenant and reason go, and no one else's.
+	DefaultDLQMaxMsgsPerSubject int64 = 1000
 )
 
 // NoLimit as a MaxBytes field of [StreamSettings] leaves the stream without
@@ -68,6 +81,18 @@ type StreamSettings struct {
 	// 32 MiB in memory (the server reserves a stream's limit when it
 	// creates it); [NoLimit] means none.
 	SubmitMaxBytes, ReadyMaxBytes, ResultMaxBytes int64
+	// EventsMaxBytes and DLQMaxBytes are the byte limits of the EVENTS and
+	// DLQ streams. Past them the oldest messages are dropped (DiscardOld):
+	// both are logs, bounded by age and by size. 0 means the default of the
+	// storage: 1 GiB each on file storage, 32 MiB and 16 MiB in memory;
+	// [NoLimit] means none (bounded by MaxAge only).
+	EventsMaxBytes, DLQMaxBytes int64
+	// DLQMaxMsgsPerSubject is how many dead letters of one tenant and one
+	// reason the DLQ keeps: past it the oldest of that tenant and reason
+	// are dropped, so one tenant's garbage cannot push out another's
+	// evidence before the DLQ as a whole is full. 0 means 1000; [NoLimit]
+	// means none.
+	DLQMaxMsgsPerSubject int64
 }
 
 func (s StreamSettings) withDefaults() StreamSettings {
@@ -83,17 +108,25 @@ func (s StreamSettings) withDefaults() StreamSettings {
 	if s.MaxMsgSize == 0 {
 		s.MaxMsgSize = DefaultMaxMsgSize
 	}
-	def := [3]int64{DefaultSubmitMaxBytes, DefaultReadyMaxBytes, DefaultResultMaxBytes}
+	def := [5]int64{DefaultSubmitMaxBytes, DefaultReadyMaxBytes, DefaultResultMaxBytes, DefaultEventsMaxBytes, DefaultDLQMaxBytes}
 	if s.Storage == jetstream.MemoryStorage {
-		def = [3]int64{DefaultMemorySubmitMaxBytes, DefaultMemoryReadyMaxBytes, DefaultMemoryResultMaxBytes}
+		def = [5]int64{DefaultMemorySubmitMaxBytes, DefaultMemoryReadyMaxBytes, DefaultMemoryResultMaxBytes,
+			DefaultMemoryEventsMaxBytes, DefaultMemoryDLQMaxBytes}
 	}
-	for i, p := range []*int64{&s.SubmitMaxBytes, &s.ReadyMaxBytes, &s.ResultMaxBytes} {
+	if s.DLQMaxMsgsPerSubject == 0 {
+		s.DLQMaxMsgsPerSubject = DefaultDLQMaxMsgsPerSubject
+	}
+	for i, p := range []*int64{&s.SubmitMaxBytes, &s.ReadyMaxBytes, &s.ResultMaxBytes, &s.EventsMaxBytes, &s.DLQMaxBytes} {
 		if *p == 0 {
 			*p = def[i]
 		}
 	}
 	return s
 }
+
+// SubmitLimit is SUBMIT's byte limit under s: SubmitMaxBytes, or the
+// storage's default when it is 0; [NoLimit] when it has none.
+func (s StreamSettings) SubmitLimit() int64 { return s.withDefaults().SubmitMaxBytes }
 
 func (s StreamSettings) validate() error {
 	switch {
@@ -109,7 +142,8 @@ func (s StreamSettings) validate() error {
 	for _, b := range []struct {
 		name string
 		v    int64
-	}{{"SubmitMaxBytes", s.SubmitMaxBytes}, {"ReadyMaxBytes", s.ReadyMaxBytes}, {"ResultMaxBytes", s.ResultMaxBytes}} {
+	}{{"SubmitMaxBytes", s.SubmitMaxBytes}, {"ReadyMaxBytes", s.ReadyMaxBytes}, {"ResultMaxBytes", s.ResultMaxBytes},
+		{"EventsMaxBytes", s.EventsMaxBytes}, {"DLQMaxBytes", s.DLQMaxBytes}, {"DLQMaxMsgsPerSubject", s.DLQMaxMsgsPerSubject}} {
 		if b.v < NoLimit {
 			return fmt.Errorf("natsutil: %s %d: must be >= -1", b.name, b.v)
 		}
@@ -125,8 +159,9 @@ func (s StreamSettings) validate() error {
 // has passed (docs/ARCHITECTURE.md §6.7). The three have byte limits with
 // the DiscardNew policy: a full stream refuses a publish ([IsStreamFull])
 // rather than drop a message it holds. EVENTS and DLQ use the limits policy
-// and expire messages after MaxAge. Zero fields of s take the defaults
-// documented on [StreamSettings].
+// and drop their oldest messages after MaxAge or past their byte limit; the
+// DLQ also keeps at most DLQMaxMsgsPerSubject of each tenant and reason.
+// Zero fields of s take the defaults documented on [StreamSettings].
 func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig {
 	s = s.withDefaults()
 	mk := func(name, subject, desc string, retention jetstream.RetentionPolicy, maxAge time.Duration, maxBytes int64) jetstream.StreamConfig {
@@ -152,12 +187,14 @@ func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig
 			Discard:     discard,
 		}
 	}
+	dlq := mk(n.StreamDLQ(), n.DLQAll(), "bulkaction rejected messages, one subject per tenant and reason", jetstream.LimitsPolicy, s.MaxAge, s.DLQMaxBytes)
+	dlq.MaxMsgsPerSubject = s.DLQMaxMsgsPerSubject
 	return []jetstream.StreamConfig{
 		mk(n.StreamSubmit(), n.SubmitAll(), "bulkaction job submissions, seals and cancels (a retained log)", jetstream.LimitsPolicy, 0, s.SubmitMaxBytes),
 		mk(n.StreamReady(), n.ReadyAll(), "bulkaction admitted jobs, one subject per job type", jetstream.WorkQueuePolicy, 0, s.ReadyMaxBytes),
 		mk(n.StreamResult(), n.ResultAll(), "bulkaction job results", jetstream.WorkQueuePolicy, 0, s.ResultMaxBytes),
-		mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge, NoLimit),
-		mk(n.StreamDLQ(), n.DLQAll(), "bulkaction rejected messages", jetstream.LimitsPolicy, s.MaxAge, NoLimit),
+		mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge, s.EventsMaxBytes),
+		dlq,
 	}
 }
 
