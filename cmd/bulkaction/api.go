@@ -151,7 +151,7 @@ func statusOf(g *apiclient.Group) *cli.GroupStatus {
 	if st.Congestion != "" {
 		s.Congestion = redisq.CongestionLevel(st.Congestion)
 	}
-	s.BackoffMs, s.Throttles, s.At = st.BackoffMs, st.Throttles, st.At
+	s.BackoffMs, s.Retries, s.Throttles, s.At = st.BackoffMs, st.Retries, st.Throttles, st.At
 	s.Refused = cli.RefusalsFromAPI(g.Refused)
 	for _, h := range st.Waiting {
 		ch := cli.Hold{Hold: redisq.Hold{Reason: redisq.HoldReason(h.Reason), AtLeast: h.AtLeast}, Detail: h.Detail}

@@ -122,8 +122,8 @@ func TestDevDemoSmall(t *testing.T) {
 						row = f // the table comes before the verdicts
 					}
 				}
-				// group priority state jobs succeeded failed makespan throttles/job finished-at
-				if len(row) != 9 || row[1] != string(g.Priority) || row[2] != "COMPLETED" || row[3] != strconv.Itoa(g.Jobs) {
+				// group priority state jobs succeeded failed makespan retries/job throttles/job finished-at
+				if len(row) != 10 || row[1] != string(g.Priority) || row[2] != "COMPLETED" || row[3] != strconv.Itoa(g.Jobs) {
 					t.Errorf("summary row of %s = %q", name, row)
 					continue
 				}

@@ -53,8 +53,9 @@ the derived fields tenant, groupId, state, total, jobs, done, succeeded,
 failed, cancelled, pending, inFlight, nonReady, position, tenantPosition,
 waitingGroups, waitingTenants, waiting ([{reason, detail, until?}]),
 readyRoomChecked, rate, rateWindowSeconds, etaSeconds, congestionLevel,
-backoffMs, throttles and retries (the same count: every retry of a job,
-after a rate limit or a retryable error), throttlesPerJob, elapsedSeconds,
+backoffMs, retries (every retry of a job, after a rate limit or a retryable
+error), throttles (the retries after a rate limit: a 429 from the job's
+downstream), throttlesPerJob, elapsedSeconds,
 at. A paused group has no rate and no ETA; a sealed group that has run every
 job it received and has fewer distinct jobs than its total waits for the
 missing jobs (reason awaiting_jobs) and has no ETA.`,
@@ -142,8 +143,8 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	row("waiting", "%s", s.WaitingText())
 	row("rate", "%s", rateText(s))
 	row("eta", "%s", etaText(s))
-	row("congestion", "%s (backoff %s; %s, %.2f per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond,
-		plural(s.Throttles, "retry"), s.ThrottlesPerJob())
+	row("congestion", "%s (backoff %s; %s, %s, %.2f throttles per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond,
+		plural(s.Retries, "retry"), plural(s.Throttles, "throttle"), s.ThrottlesPerJob())
 	if !s.StartedAt.IsZero() {
 		row("elapsed", "%s since the first admission", s.Elapsed().Round(100*time.Millisecond))
 	}

@@ -95,10 +95,13 @@ type GroupStatus struct {
 	Congestion redisq.CongestionLevel
 	// BackoffMs is the backoff the group's next retry would get.
 	BackoffMs int64
-	// Throttles counts the times a job of the group was sent back to the
+	// Retries counts the times a job of the group was sent back to the
 	// non-ready queue: retries after a rate limit (429) and after a
 	// retryable error alike. It stays readable after the group ends (for
-	// GROUP_TTL). Status prints it as retries.
+	// GROUP_TTL).
+	Retries int64
+	// Throttles counts the retries that followed a rate limit (a 429 from
+	// the job's downstream): 0 when only ordinary errors were retried.
 	Throttles int64
 	// Refused is what the pipeline refused of the group's submissions
 	// after accepting them (redisq.Queue.GroupRefusals); nil when nothing.
@@ -124,7 +127,8 @@ func (s *GroupStatus) Target() int64 {
 // Ended reports whether the group is COMPLETED or CANCELLED.
 func (s *GroupStatus) Ended() bool { return s.State.Terminal() }
 
-// ThrottlesPerJob is Throttles divided by the jobs received (0 without jobs).
+// ThrottlesPerJob is Throttles (rate limits, not other retries) divided by
+// the jobs received (0 without jobs).
 func (s *GroupStatus) ThrottlesPerJob() float64 {
 	if s.Jobs == 0 {
 		return 0
@@ -239,7 +243,7 @@ func StatusWith(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt 
 		Declared:    info.Declared, Jobs: info.Jobs, Done: info.Done,
 		Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
 		Pending: info.Pending, NonReady: info.NonReady,
-		Congestion: cong.Level, BackoffMs: cong.CurrentBackoffMs, Throttles: cong.TotalThrottleCount,
+		Congestion: cong.Level, BackoffMs: cong.CurrentBackoffMs, Retries: cong.TotalThrottleCount, Throttles: info.Throttles,
 		CreatedAt: msTime(info.CreatedAtMs), StartedAt: msTime(info.StartedAtMs), FinishedAt: msTime(info.FinishedAtMs),
 		At: now.Val(), Meta: info.Meta,
 	}
@@ -459,8 +463,8 @@ func (s *GroupStatus) eta() float64 {
 // waitingTenants, waiting (what holds the group: [{reason, detail,
 // until?}], empty when nothing does), readyRoomChecked, rate (jobs/s),
 // rateWindowSeconds (what rate was measured over), etaSeconds (null when
-// unknown), congestionLevel, backoffMs, throttles and retries (the same
-// count: every retry, after a 429 or a retryable error), throttlesPerJob,
+// unknown), congestionLevel, backoffMs, retries (every retry, after a 429
+// or a retryable error), throttles (the retries after a 429), throttlesPerJob,
 // elapsedSeconds, at (RFC 3339) and, when the pipeline refused some of its
 // submissions, refused ({messages, jobs, lastReason, lastError, lastAt,
 // byReason}).
@@ -507,7 +511,7 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["congestionLevel"] = s.Congestion
 	m["backoffMs"] = s.BackoffMs
 	m["throttles"] = s.Throttles
-	m["retries"] = s.Throttles
+	m["retries"] = s.Retries
 	m["throttlesPerJob"] = round2(s.ThrottlesPerJob())
 	m["elapsedSeconds"] = round2(s.Elapsed().Seconds())
 	m["at"] = s.At.UTC().Format(time.RFC3339Nano)

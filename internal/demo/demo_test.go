@@ -75,7 +75,7 @@ func TestForScale(t *testing.T) {
 
 func sampleSummary() *Summary {
 	return &Summary{Biggest: 0, Elapsed: 61 * time.Second, Groups: []GroupResult{
-		{ID: "acme/big", Priority: "normal", Jobs: 1000, State: "COMPLETED", Succeeded: 990, Failed: 10, Makespan: 60 * time.Second, Throttles: 150, FinishedAt: 61 * time.Second, BiggestPercent: 100},
+		{ID: "acme/big", Priority: "normal", Jobs: 1000, State: "COMPLETED", Succeeded: 990, Failed: 10, Makespan: 60 * time.Second, Retries: 170, Throttles: 150, FinishedAt: 61 * time.Second, BiggestPercent: 100},
 		{ID: "globex/mid", Priority: "normal", Jobs: 40, State: "COMPLETED", Succeeded: 40, Makespan: 8 * time.Second, FinishedAt: 9 * time.Second, BiggestPercent: 14},
 		{ID: "initech/tiny", Priority: "normal", Jobs: 10, State: "COMPLETED", Succeeded: 10, Makespan: 2 * time.Second, FinishedAt: 3 * time.Second, BiggestPercent: 4},
 		{ID: "umbrella/vip", Priority: "high", Jobs: 20, State: "COMPLETED", Succeeded: 20, Makespan: time.Second, SubmittedAt: 5 * time.Second, FinishedAt: 6500 * time.Millisecond, BiggestPercent: 9},
@@ -93,7 +93,7 @@ func TestSummaryWrite(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"group", "priority", "jobs", "succeeded", "failed", "makespan", "throttles/job",
+		"group", "priority", "jobs", "succeeded", "failed", "makespan", "retries/job", "throttles/job",
 		"umbrella/vip (high priority, submitted at 5.0s) finished at 6.5s while acme/big was 9% done.",
 		"globex/mid and initech/tiny finished by 9.0s while acme/big was 14% done: the small tenants did not wait behind the big one.",
 	} {
@@ -107,7 +107,7 @@ func TestSummaryWrite(t *testing.T) {
 			bigLine = l
 		}
 	}
-	if f := strings.Fields(bigLine); len(f) != 9 || f[3] != "1000" || f[4] != "990" || f[5] != "10" || f[6] != "60.0s" || f[7] != "0.15" {
+	if f := strings.Fields(bigLine); len(f) != 10 || f[3] != "1000" || f[4] != "990" || f[5] != "10" || f[6] != "60.0s" || f[7] != "0.17" || f[8] != "0.15" {
 		t.Errorf("big's row = %q", bigLine)
 	}
 

@@ -66,7 +66,8 @@ type tracked struct {
 	submitted  time.Duration // since the start; -1 while not submitted
 	last       *cli.GroupStatus
 	hist       []*cli.GroupStatus // readings of the last rateWindow, oldest first
-	throttles  int64              // the most throttles seen (Redis drops them at the end)
+	retries    int64              // the most retries seen
+	throttles  int64              // the most throttles seen
 	endedAt    time.Duration      // since the start, when first seen ended
 	bigPercent float64            // the biggest group's progress when this one ended
 	ended      bool
@@ -85,7 +86,7 @@ func (t *tracked) live() *cli.GroupStatus {
 
 func (t *tracked) observe(s *cli.GroupStatus) {
 	t.last = s
-	t.throttles = max(t.throttles, s.Throttles)
+	t.retries, t.throttles = max(t.retries, s.Retries), max(t.throttles, s.Throttles)
 	t.hist = append(t.hist, s)
 	for len(t.hist) > 2 && s.At.Sub(t.hist[1].At) >= rateWindow {
 		t.hist = t.hist[1:]

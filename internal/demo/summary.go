@@ -26,8 +26,12 @@ type GroupResult struct {
 	// Makespan is the time from the group's first admission to its end;
 	// 0 while it has not ended.
 	Makespan time.Duration
-	// Throttles counts the times one of its jobs went back to the
-	// non-ready queue (the most seen while it ran).
+	// Retries counts the times one of its jobs went back to the
+	// non-ready queue, after an error or a rate limit (the most seen while
+	// it ran).
+	Retries int64
+	// Throttles counts the retries after a rate limit (a 429 from its
+	// downstream), the most seen while it ran.
 	Throttles int64
 	// SubmittedAt and FinishedAt are times since the start of the demo;
 	// FinishedAt is 0 while the group has not ended.
@@ -38,11 +42,16 @@ type GroupResult struct {
 }
 
 // ThrottlesPerJob is Throttles divided by Jobs.
-func (g GroupResult) ThrottlesPerJob() float64 {
-	if g.Jobs == 0 {
+func (g GroupResult) ThrottlesPerJob() float64 { return perJob(g.Throttles, g.Jobs) }
+
+// RetriesPerJob is Retries divided by Jobs.
+func (g GroupResult) RetriesPerJob() float64 { return perJob(g.Retries, g.Jobs) }
+
+func perJob(n int64, jobs int) float64 {
+	if jobs == 0 {
 		return 0
 	}
-	return float64(g.Throttles) / float64(g.Jobs)
+	return float64(n) / float64(jobs)
 }
 
 // Summary is the outcome of a demo run. The zero value has no groups, and
@@ -69,7 +78,7 @@ func (s *Summary) AllCompleted() bool {
 func summarize(groups []*tracked, big int, elapsed time.Duration) *Summary {
 	s := &Summary{Biggest: big, Elapsed: elapsed}
 	for _, t := range groups {
-		g := GroupResult{ID: t.Tenant + "/" + t.id, Priority: t.Priority.OrDefault(), Jobs: t.Jobs, Throttles: t.throttles, SubmittedAt: max(t.submitted, 0)}
+		g := GroupResult{ID: t.Tenant + "/" + t.id, Priority: t.Priority.OrDefault(), Jobs: t.Jobs, Retries: t.retries, Throttles: t.throttles, SubmittedAt: max(t.submitted, 0)}
 		if st := t.last; st != nil {
 			g.State, g.Succeeded, g.Failed, g.Cancelled = st.State, st.Succeeded, st.Failed, st.Cancelled
 			if st.Ended() {
@@ -141,11 +150,12 @@ func (s *Summary) Verdicts() []string {
 }
 
 // Write prints the summary table (group, priority, jobs, succeeded,
-// failed, makespan, throttles per job, finished at) and the verdicts.
+// failed, makespan, retries and throttles per job, finished at) and the
+// verdicts.
 func (s *Summary) Write(w io.Writer) error {
 	fmt.Fprintf(w, "\nSummary (%s):\n", secs(s.Elapsed))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "group\tpriority\tstate\tjobs\tsucceeded\tfailed\tmakespan\tthrottles/job\tfinished at")
+	fmt.Fprintln(tw, "group\tpriority\tstate\tjobs\tsucceeded\tfailed\tmakespan\tretries/job\tthrottles/job\tfinished at")
 	for _, g := range s.Groups {
 		state := string(g.State)
 		if state == "" {
@@ -158,8 +168,8 @@ func (s *Summary) Write(w io.Writer) error {
 		if g.Makespan > 0 {
 			span = secs(g.Makespan)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.2f\t%s\n",
-			g.ID, g.Priority, state, g.Jobs, g.Succeeded, g.Failed, span, g.ThrottlesPerJob(), fin)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.2f\t%.2f\t%s\n",
+			g.ID, g.Priority, state, g.Jobs, g.Succeeded, g.Failed, span, g.RetriesPerJob(), g.ThrottlesPerJob(), fin)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

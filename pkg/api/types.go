@@ -67,7 +67,12 @@ type GroupStatus struct {
 	ETA        *time.Time `json:"eta"`
 	Congestion string     `json:"congestion"`
 	BackoffMs  int64      `json:"backoffMs"`
-	Throttles  int64      `json:"throttles"`
+	// Retries counts the times a job of the group was sent back to the
+	// backoff queue, after a retryable error or a rate limit alike.
+	Retries int64 `json:"retries"`
+	// Throttles counts the retries after a rate limit (a 429 from the
+	// job's downstream).
+	Throttles int64 `json:"throttles"`
 	// Waiting says why the group waits; empty when nothing holds it.
 	Waiting []Hold    `json:"waiting"`
 	At      time.Time `json:"at"`

@@ -404,7 +404,11 @@ type GroupInfo struct {
 	FinishedAtMs int64
 	// LastProgressAtMs is when the group's last result was recorded.
 	LastProgressAtMs int64
-	Meta             map[string]string // the raw meta hash
+	// Throttles counts the attempts of the group's jobs a downstream rate
+	// limited (retried with [Throttled]); retries after ordinary errors are
+	// not counted here (every retry is in [CongestionState]).
+	Throttles int64
+	Meta      map[string]string // the raw meta hash
 }
 
 // Group reads a group's meta, its pending count and its non-ready count in
@@ -451,8 +455,8 @@ func groupInfo(g contracts.GroupRef, h map[string]string, pending, nonReady int6
 		Priority: contracts.Priority(h["priorityLevel"]), BasePriority: n("basePriority"),
 		MaxInFlight: n("maxInFlight"), InFlight: n("inFlight"), PausedFrom: contracts.GroupState(h["pausedFrom"]),
 		Pending: pending, NonReady: nonReady, CreatedAtMs: n("createdAt"), StartedAtMs: n("startedAt"), FinishedAtMs: n("finishedAt"),
-		LastProgressAtMs: n("lastProgressAt"),
-		Meta:             h,
+		LastProgressAtMs: n("lastProgressAt"), Throttles: n("throttles"),
+		Meta: h,
 	}
 }
 

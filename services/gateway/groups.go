@@ -105,7 +105,7 @@ func (g *Gateway) fullViewWith(ctx context.Context, ref contracts.GroupRef, opt 
 	st := &GroupStatus{
 		WaitingGroups: s.Waiting, WaitingTenants: s.WaitingTenants,
 		Rate: round2(s.Rate), RateWindowSeconds: round2(s.RateWindow.Seconds()),
-		Congestion: string(s.Congestion), BackoffMs: s.BackoffMs, Throttles: s.Throttles,
+		Congestion: string(s.Congestion), BackoffMs: s.BackoffMs, Retries: s.Retries, Throttles: s.Throttles,
 		Waiting: make([]api.Hold, 0, len(s.Holds)), At: s.At.UTC(),
 	}
 	for _, h := range s.Holds {

@@ -103,7 +103,7 @@ export function mount(root, {params}) {
     setText(kv.eta, ENDED.has(v.state) ? '—' : s.etaSeconds !== null && s.etaSeconds !== undefined ? dur(s.etaSeconds) + ' (' + time(s.eta) + ')' : 'no rate yet');
     const pl = ENDED.has(v.state) ? null : place(s, tenant);
     setText(kv.position, pl ? pl.sentence : v.state === 'PAUSED' ? 'paused: not in line until resumed' : 'not in line');
-    setText(kv.congestion, s.congestion ? `${s.congestion} (backoff ${num(s.backoffMs)} ms, ${num(s.throttles)} throttles)` : '—');
+    setText(kv.congestion, s.congestion ? `${s.congestion} (backoff ${num(s.backoffMs)} ms, ${count(s.retries, 'retry', 'retries')}, ${count(s.throttles, 'throttle', 'throttles')})` : '—');
     kv.congestion.className = s.congestion ? 'cong-' + s.congestion : '';
     setText(kv.waiting, holds(s) || (ENDED.has(v.state) ? '—' : 'nothing holds it'));
     setText(kv.priority, `${v.priority} (base ${v.basePriority})${v.maxInFlight ? ', at most ' + num(v.maxInFlight) + ' in flight' : ''}`);
@@ -223,4 +223,9 @@ export function mount(root, {params}) {
   // status (rate, ETA, position) changes between events too
   const timer = setInterval(() => { if (!view || !ENDED.has(view.state)) loadView(); }, 2000);
   return () => { clearInterval(timer); ac.abort(); };
+}
+
+// count is "1 retry" or "3 retries" ("—" when unknown).
+function count(n, one, many) {
+  return `${num(n)} ${n === 1 ? one : many}`;
 }

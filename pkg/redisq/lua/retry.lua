@@ -20,7 +20,8 @@
 -- ARGV[12]: error text
 -- ARGV[13]: job TTL in seconds
 -- ARGV[14]: '1' = the attempt was rate limited (a 429): counted in the job's
---           'throttles', not as an error
+--           'throttles', not as an error, and in the group meta's 'throttles'
+--           (every retry is counted in the congestion statistics)
 -- ARGV[15]: ALPHA
 -- Returns: { outcome, delayMs, nonReadyCount } where outcome is 'parked',
 --   'stale' (the attempt is not current) or 'cancelled' (the group was
@@ -43,6 +44,9 @@ if ARGV[12] ~= '' then
 end
 if ARGV[14] == '1' then
   redis.call('HINCRBY', KEYS[1], 'throttles', 1)
+  if redis.call('EXISTS', KEYS[2]) == 1 then -- never a meta of its own
+    redis.call('HINCRBY', KEYS[2], 'throttles', 1)
+  end
 end
 local rate = tenant_share(tonumber(ARGV[8]), redis.call('SCARD', KEYS[3]), tenant_weight(KEYS[4], tenant))
 local retry_after = tonumber(ARGV[7])
