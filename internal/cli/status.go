@@ -14,6 +14,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -106,6 +107,9 @@ type GroupStatus struct {
 	// Refused is what the pipeline refused of the group's submissions
 	// after accepting them (redisq.Queue.GroupRefusals); nil when nothing.
 	Refused *redisq.Refusals
+	// Callback is the delivery state of the group's completion callback
+	// (CallbackOf); nil when it has none.
+	Callback *api.Callback
 	// CreatedAt, StartedAt (first admission) and FinishedAt are zero when
 	// not (yet) set.
 	CreatedAt, StartedAt, FinishedAt time.Time
@@ -274,6 +278,9 @@ func StatusWith(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt 
 		return nil, err
 	}
 	if s.Refused, err = q.GroupRefusals(ctx, g); err != nil {
+		return nil, err
+	}
+	if s.Callback, err = CallbackOf(ctx, q, g); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -517,6 +524,9 @@ func (s *GroupStatus) MarshalJSON() ([]byte, error) {
 	m["at"] = s.At.UTC().Format(time.RFC3339Nano)
 	if s.Refused != nil {
 		m["refused"] = refusedJSON(s.Refused)
+	}
+	if s.Callback != nil {
+		m["callback"] = s.Callback
 	}
 	return json.Marshal(m)
 }

@@ -95,6 +95,8 @@ func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {
 			SSEWriteTimeout: cfg.GatewaySSEWriteTimeout, TenantRequestRate: int64(cfg.GatewayTenantRequestRate),
 			TenantJobRate: int64(cfg.GatewayTenantJobRate), TenantConcurrentRequests: int64(cfg.GatewayTenantConcurrentReqs),
 			TenantSSEStreams: int64(cfg.GatewayTenantSSEStreams)},
+		Callbacks: gateway.CallbackConfig{AllowedHosts: cfg.HTTPAllowedHosts, AllowAnyHost: s.opts.HTTPAnyHost,
+			SecretGrace: cfg.CallbackSecretGrace},
 	}, s.Deps)
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ type Group struct {
 	// Refused is what the pipeline refused of the group's submissions
 	// after accepting them, in the full view only; nil when nothing was.
 	Refused *Refusals `json:"refused,omitempty"`
+	// Callback is the delivery state of the group's completion callback;
+	// absent when it has none.
+	Callback *Callback `json:"callback,omitempty"`
 }
 
 // Ended reports whether the group is COMPLETED or CANCELLED.

@@ -285,8 +285,8 @@ func TestCallbackSignedWithBothSecretsDuringRotation(t *testing.T) {
 }
 
 // A host name that resolves to a loopback address the allow-list does not
-// hold is refused at dial time: no request is sent, and the delivery fails
-// with the address named.
+// hold (the name is listed, its address is not) is refused: no request is
+// sent, and the delivery fails with the loopback address named.
 func TestCallbackToLoopbackWithoutAllowEntryFails(t *testing.T) {
 	b := setup(t)
 	b.setSecret(t, tenant, webhook.NewSecret(), 0)

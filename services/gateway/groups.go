@@ -130,6 +130,7 @@ func (g *Gateway) fullViewWith(ctx context.Context, ref contracts.GroupRef, opt 
 		return nil, err
 	}
 	v.Refused = refusalsView(s.Refused)
+	v.Callback = s.Callback
 	return v, nil
 }
 

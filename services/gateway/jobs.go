@@ -55,7 +55,7 @@ func groupRef(w http.ResponseWriter, r *http.Request) (contracts.GroupRef, bool)
 }
 
 // groupSettings reads the optional priority, basePriority, maxInFlight and
-// total query parameters.
+// total query parameters (callbackUrl: callbackURLParam).
 func groupSettings(r *http.Request) (*contracts.GroupSettings, *int64, []FieldError) {
 	q := r.URL.Query()
 	var s contracts.GroupSettings
@@ -117,6 +117,13 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	settings, total, errs := groupSettings(r)
+	if cb, cerrs := g.callbackURLParam(r); cb != "" || len(cerrs) > 0 {
+		errs = append(errs, cerrs...)
+		if settings == nil {
+			settings = &contracts.GroupSettings{}
+		}
+		settings.CallbackURL = cb
+	}
 	if len(errs) > 0 {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter", errs...)
 		return

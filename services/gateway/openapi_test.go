@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -851,6 +852,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	s := newServer(t, func(c *config.Config) {
 		c.MaxMsgSize, c.MaxPayloadBytes = 64<<10, 8<<10
 		c.GatewayBodyIdleTimeout = time.Second
+		c.HTTPAllowedHosts, c.CallbackRetryFor = []string{"127.0.0.1"}, time.Second
 	})
 	c := &checker{t: t, d: doc(t), s: s, seen: map[string]bool{}}
 	const (
@@ -945,6 +947,28 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	c.check("POST", retry, s.do("POST", "/v1/groups/mixed/retry-failed", "acme", strings.NewReader(`{"groupId":"mixed-again"}`)), 409)
 	c.check("POST", retry, s.do("POST", "/v1/groups/mixed/retry-failed", "acme", strings.NewReader(`{"groupId":"mixed"}`)), 400)
 	c.check("POST", retry, s.do("POST", "/v1/groups/none/retry-failed", "acme", nil), 404)
+
+	// Completion callbacks: the tenant's secret; a callback that fails (no
+	// receiver listens) and is retried by hand; one not due yet.
+	cbs, cbr := "/v1/callback-secret", "/v1/groups/{groupId}/callback/retry"
+	c.check("GET", cbs, s.do("GET", cbs, "acme", nil), 200)
+	c.check("GET", cbs, s.do("GET", cbs, "*", nil), 400)
+	c.check("POST", cbs, s.do("POST", cbs, "acme", nil), 201)
+	c.check("POST", cbs, s.do("POST", cbs, "*", nil), 400)
+	c.check("GET", cbs, s.do("GET", cbs+"?tenant=acme", "*", nil), 200)
+	nobody := "callbackUrl=" + url.QueryEscape("http://127.0.0.1:9/done")
+	c.check("POST", jobs, s.do("POST", "/v1/groups/cb/jobs?total=1&"+nobody, "acme", strings.NewReader(ndjson("c", 1, `{"ms":1}`)), nd), 202)
+	c.check("POST", jobs, s.do("POST", "/v1/groups/cb-open/jobs?"+nobody, "acme", strings.NewReader(ndjson("c", 1, `{"ms":1}`)), nd), 202)
+	c.check("POST", jobs, s.do("POST", "/v1/groups/cb-bad/jobs?callbackUrl=ftp%3A%2F%2Fx", "acme", strings.NewReader(ndjson("c", 1, `{"ms":1}`)), nd), 400)
+	testkit.WaitFor(t, "the callback failed", 30*time.Second, func() bool {
+		return strings.Contains(string(s.do("GET", "/v1/groups/cb", "acme", nil).body), `"state":"failed"`)
+	})
+	c.check("GET", group, s.do("GET", "/v1/groups/cb", "acme", nil), 200)
+	c.check("POST", cbr, s.do("POST", "/v1/groups/cb/callback/retry", "acme", nil), 200)
+	testkit.WaitFor(t, "the group", 10*time.Second, func() bool { return s.do("GET", "/v1/groups/cb-open", "acme", nil).code == 200 })
+	c.check("POST", cbr, s.do("POST", "/v1/groups/cb-open/callback/retry", "acme", nil), 409)
+	c.check("POST", cbr, s.do("POST", "/v1/groups/none/callback/retry", "acme", nil), 404)
+	c.check("POST", cbr, s.do("POST", "/v1/groups/cb/callback/retry", "*", nil), 400)
 
 	// The dashboard's operations.
 	c.check("GET", "/v1/groups/{groupId}/progress", s.do("GET", "/v1/groups/mixed/progress", "acme", nil), 200)

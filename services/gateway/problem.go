@@ -46,6 +46,7 @@ const (
 	slugRateLimited   = "rate-limited"
 	slugBodyTimeout   = "body-timeout"
 	slugInternal      = "internal-error"
+	slugCbNotFailed   = "callback-not-failed"
 )
 
 var titles = map[string]string{
@@ -68,6 +69,7 @@ var titles = map[string]string{
 	slugRateLimited:   "Tenant limit exceeded",
 	slugBodyTimeout:   "Request body timed out",
 	slugInternal:      "Internal error",
+	slugCbNotFailed:   "Callback has not failed",
 }
 
 // writeProblem answers with a problem+json body.

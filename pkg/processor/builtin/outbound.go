@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -30,8 +31,9 @@ func NewOutbound(opts Options) (*Outbound, error) {
 // CheckURL returns an error when a request to u would be refused before it is sent: a scheme
 // other than http or https, no host, user information, a host that AllowedHosts does not list
 // (a [*HostError]), or a host that is an IP address in a restricted range (loopback, private,
-// link-local, ...) that no IP or range entry holds (a [*HostError] naming the address). A host
-// name is not resolved here: the address it resolves to is checked when [Outbound.Client]
+// link-local, ...) that no IP or range entry holds (a [*HostError] naming the address), as is
+// "localhost" (and names under it, which resolve to loopback addresses). A host name is not
+// resolved here: the address it resolves to is checked when [Outbound.Client]
 // connects.
 func (o *Outbound) CheckURL(u *url.URL) error {
 	if u.Scheme != "http" && u.Scheme != "https" {
@@ -48,6 +50,10 @@ func (o *Outbound) CheckURL(u *url.URL) error {
 	}
 	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
 		return o.hosts.checkAddr(u.Host, ip, effectivePort(u))
+	}
+	if h := strings.TrimSuffix(asciiLower(u.Hostname()), "."); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		// RFC 6761: such names resolve to a loopback address
+		return o.hosts.checkAddr(u.Host, netip.MustParseAddr("127.0.0.1"), effectivePort(u))
 	}
 	return nil
 }
