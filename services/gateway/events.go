@@ -204,9 +204,11 @@ func (s *sseWriter) comment(text string) error {
 // events: GET /v1/groups/{groupId}/events, Server-Sent Events. Without
 // Last-Event-ID it starts with the group's latest event (its current state
 // and counts; built from Redis, without an id, when the group has no event
-// yet); with it, it replays every event after that id from the EVENTS
-// stream; then it streams new events, and ends after the group's final
-// one. A comment line keeps an idle stream open every Heartbeat.
+// yet); with it, it replays every event after that id that the EVENTS
+// stream still keeps (a comment says so when the stream dropped events
+// after that id; when it keeps none of the group's, the stream starts with
+// its state built from Redis); then it streams new events, and ends after
+// the group's final one. A comment line keeps an idle stream open every Heartbeat.
 func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 	ref, ok := groupRef(w, r)
 	if !ok {
@@ -238,6 +240,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 
 	subject := g.deps.Names.Events(ref)
 	var first []hubEvent
+	var kept uint64 // the oldest event EVENTS keeps, when resuming
 	var prev contracts.GroupState
 	replaying := false
 	if resume != "" {
@@ -260,6 +263,15 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 		// The events after it are read and written one at a time below,
 		// so a replay from 0 holds one event in memory, not the group's.
 		prev, replaying = g.replayPrev(ctx, subject, after), true
+		if last[0].seq == 0 {
+			// None of its events is kept (EVENTS dropped them, or it has
+			// none yet): its state now, from Redis, is where it resumes.
+			first, replaying = last, false
+		}
+		if kept, err = g.firstKept(ctx); err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
 	} else {
 		// A group submitted a moment ago may not be stored yet: give
 		// the fetcher a little time before answering 404.
@@ -291,6 +303,12 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w), prev: prev}
 	if err := sw.comment("bulkaction events of " + ref.String()); err != nil {
 		return
+	}
+	if after+1 < kept {
+		msg := fmt.Sprintf("events before id %d are no longer kept; the replay starts at the oldest kept one", kept)
+		if err := sw.comment(msg); err != nil {
+			return
+		}
 	}
 	sent := after
 	for _, e := range first {
@@ -370,6 +388,16 @@ func (g *Gateway) latest(ctx context.Context, ref contracts.GroupRef, subject st
 		return nil, err
 	}
 	return []hubEvent{{ev: ev, data: data}}, nil
+}
+
+// firstKept returns the sequence of the oldest event EVENTS keeps: the
+// ones before it were dropped (STREAM_MAX_AGE, STREAM_EVENTS_MAX_BYTES).
+func (g *Gateway) firstKept(ctx context.Context) (uint64, error) {
+	info, err := g.hub.stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.FirstSeq, nil
 }
 
 // replayPrev returns the state of the group's event at sequence after (so
