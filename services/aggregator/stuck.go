@@ -129,8 +129,9 @@ func (a *Aggregator) repair(ctx context.Context, g contracts.GroupRef, settled t
 	return r, true
 }
 
-// maintain finishes cancels cut short and abandons unsealed groups idle for
-// GroupIdleTTL, before each stuck check.
+// maintain finishes cancels cut short, prunes expired claims and the index
+// entries of expired groups (a bounded step each time) and abandons
+// unsealed groups idle for GroupIdleTTL, before each stuck check.
 func (a *Aggregator) maintain(ctx context.Context) {
 	done, err := a.d.Queue.FinishCancels(ctx, maxSweepsPerCheck)
 	for _, c := range done {
@@ -143,6 +144,9 @@ func (a *Aggregator) maintain(ctx context.Context) {
 	}
 	if _, err := a.d.Queue.PruneClaims(ctx); err != nil && ctx.Err() == nil {
 		a.log.Warn("pruning expired claims failed", "err", err)
+	}
+	if _, err := a.d.Queue.PruneGroupIndexes(ctx, 0); err != nil && ctx.Err() == nil {
+		a.log.Warn("pruning the group indexes of expired groups failed", "err", err)
 	}
 	gone, err := a.d.Queue.AbandonIdle(ctx, a.cfg.GroupIdleTTL)
 	for _, g := range gone {
