@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
@@ -66,8 +69,6 @@ type Config struct {
 	GroupTTL time.Duration
 	// Limits bound requests and tenants.
 	Limits Limits
-	// Callbacks configures completion callbacks (callbacks.go).
-	Callbacks CallbackConfig
 }
 
 // Gateway serves the HTTP API.
@@ -252,9 +253,6 @@ func (g *Gateway) table() []route {
 		{method: "GET", pattern: "/v1/overview", op: "getOverview", h: ui.overview},
 		{method: "GET", pattern: "/v1/overview/events", op: "overviewEvents", h: ui.overviewEvents},
 		{method: "GET", pattern: "/v1/tenants", op: "listTenants", h: ui.listTenants},
-		{method: "POST", pattern: "/v1/groups/{groupId}/callback/retry", op: "retryCallback", h: g.retryCallback, idempotent: true},
-		{method: "GET", pattern: "/v1/callback-secret", op: "getCallbackSecret", h: g.getCallbackSecret},
-		{method: "POST", pattern: "/v1/callback-secret", op: "rotateCallbackSecret", h: g.rotateCallbackSecret},
 	}
 }
 
@@ -268,19 +266,32 @@ func (g *Gateway) routes() *http.ServeMux {
 		if rt.idempotent {
 			h = g.idem.wrap(h)
 		}
-		if !rt.public {
-			h = g.auth(g.door(rt, h))
+		if rt.public {
+			h = checkQuery(rt.op, h)
+		} else {
+			h = g.auth(checkQuery(rt.op, g.door(rt, h)))
 		}
 		mux.Handle(rt.method+" "+rt.pattern, g.observe(rt.op, h))
 	}
 	mux.Handle("GET /ui/{path...}", g.observe("dashboard", g.ui))
+	mux.Handle("GET /ui", g.observe("dashboard", g.uiRedirect))
 	mux.Handle("GET /{$}", g.observe("dashboard", g.uiRedirect))
 	return mux
 }
 
 // serve answers a request no route takes with a problem: 405 with Allow
-// when the path has routes for other methods, else 404.
+// when the path has routes for other methods, else 404. A path that is not
+// clean (an empty segment, as in /v1/groups//jobs, or a . or .. segment) is
+// 404 too: ServeMux would redirect it to its clean form, which may be
+// another operation (GET /v1/groups//jobs to the group "jobs").
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+	if !cleanPath(r.URL.Path) {
+		g.observe("notFound", func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such route: "+r.Method+" "+strconv.Quote(r.URL.Path)+
+				" (a path has no empty, . or .. segment)")
+		}).ServeHTTP(w, r)
+		return
+	}
 	if _, pattern := g.mux.Handler(r); pattern != "" {
 		g.mux.ServeHTTP(w, r)
 		return
@@ -304,6 +315,89 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	g.observe("notFound", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	}).ServeHTTP(w, r)
+}
+
+// cleanPath reports whether p is absolute and has no empty segment (but
+// for a final slash), and no . or .. segment.
+func cleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for seg := range strings.SplitSeq(p[1:], "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return !strings.Contains(p, "//")
+}
+
+// checkQuery refuses, with 400 invalid-parameter naming it, a query
+// parameter that the operation op does not take (its OpenAPI parameters),
+// one given twice that is not an array, and one whose name or value has
+// malformed percent-encoding or invalid UTF-8: url.Values would drop the
+// malformed pair, and keep the first of two, without a word.
+func checkQuery(op string, next http.HandlerFunc) http.HandlerFunc {
+	allowed := queryParams[op]
+	names := make([]string, 0, len(allowed))
+	for name := range allowed {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	takes := "no query parameters"
+	if len(names) > 0 {
+		takes = "one of " + strings.Join(names, ", ")
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if fe := queryError(r.URL.RawQuery, allowed, takes); fe != nil {
+			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter "+strconv.Quote(fe.Field)+": "+fe.Detail, *fe)
+			return
+		}
+		next(w, r)
+	}
+}
+
+// queryError returns what is wrong with a raw query, nil when nothing is.
+func queryError(raw string, allowed map[string]queryParam, takes string) *FieldError {
+	var seen map[string]bool
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil || !utf8.ValidString(name) {
+			return &FieldError{Field: clipParam(k), Detail: "malformed name", Limit: "percent-encoded UTF-8 (RFC 3986)"}
+		}
+		if strings.Contains(pair, ";") {
+			// url.Values drops the whole pair
+			return &FieldError{Field: clipParam(name), Detail: "a semicolon in " + strconv.Quote(clipParam(pair)), Limit: "parameters separated by &, a semicolon percent-encoded (%3B)"}
+		}
+		p, ok := allowed[name]
+		if !ok {
+			return &FieldError{Field: clipParam(name), Detail: "unknown parameter", Limit: takes}
+		}
+		if value, err := url.QueryUnescape(v); err != nil || !utf8.ValidString(value) {
+			return &FieldError{Field: name, Detail: "malformed value " + strconv.Quote(clipParam(v)), Limit: "percent-encoded UTF-8 (RFC 3986)"}
+		}
+		if seen[name] && !p.repeats {
+			return &FieldError{Field: name, Detail: "given more than once", Limit: "at most once"}
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// clipParam shortens a parameter name or value for a problem.
+func clipParam(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:64], "") + "…"
 }
 
 // auth checks the API key and puts the Principal in the context.

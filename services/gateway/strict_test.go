@@ -3,9 +3,11 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -122,5 +124,136 @@ func TestFailuresServedAsValidJSON(t *testing.T) {
 	}
 	if got := fl.Failures[0].Payload["to"]; got != "\uFFFD" {
 		t.Errorf("payload.to %q, want U+FFFD for the invalid bytes", got)
+	}
+}
+
+// TestStrictQuery: a query parameter the operation does not take, one
+// given twice that is not an array, a semicolon and malformed
+// percent-encoding are refused with 400 naming the parameter, not
+// ignored; an array parameter may repeat.
+func TestStrictQuery(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	s.submit("acme", "q1", "?total=1", ndjson("j", 1, `{"ms":1}`))
+	cases := []struct{ method, path, field, detail string }{
+		{"GET", "/v1/groups/q1/failures?limit=%zz", "limit", "malformed value"},
+		{"GET", "/v1/groups/q1/failures?limit=5%", "limit", "malformed value"},
+		{"GET", "/v1/groups/q1/failures?li%zzmit=5", "li%zzmit", "malformed name"},
+		{"GET", "/v1/groups/q1/failures?cursor=%ff", "cursor", "malformed value"},
+		{"GET", "/v1/groups?limt=5", "limt", "unknown parameter"},
+		{"GET", "/v1/groups/q1?view=full", "view", "unknown parameter"},
+		{"GET", "/v1/groups?limit=5&limit=6", "limit", "more than once"},
+		{"GET", "/v1/tenants?tenant=acme", "tenant", "unknown parameter"},
+		{"GET", "/v1/openapi.json?v=2", "v", "unknown parameter"},
+		{"POST", "/v1/groups/q1/seal?total=1;create=true", "total", "semicolon"},
+		{"POST", "/v1/groups/q1/seal?total=1&total=2", "total", "more than once"},
+		{"POST", "/v1/groups/q2/jobs?totl=1", "totl", "unknown parameter"},
+	}
+	for _, c := range cases {
+		r := s.do(c.method, c.path, "acme", strings.NewReader(""), "Content-Type: application/x-ndjson")
+		if r.code != http.StatusBadRequest {
+			t.Errorf("%s %s: %d %s, want 400", c.method, c.path, r.code, r.body)
+			continue
+		}
+		p := r.problem(t)
+		if len(p.Errors) != 1 || p.Errors[0].Field != c.field || !strings.Contains(p.Errors[0].Detail, c.detail) || p.Errors[0].Limit == "" {
+			t.Errorf("%s %s: %+v, want field %q, %q", c.method, c.path, p.Errors, c.field, c.detail)
+		}
+	}
+	for _, path := range []string{"/v1/groups?state=RUNNING&state=COMPLETED", "/v1/groups?state=RUNNING,COMPLETED&limit=5&view=full",
+		"/v1/groups/q1?tenant=acme", "/v1/groups/q1/failures?limit=5&cursor=", "/v1/groups?&limit=5&"} {
+		if r := s.do("GET", path, "acme", nil); r.code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, r.code, r.body)
+		}
+	}
+	// The key is checked first: no key, no word on the query.
+	if r := s.do("GET", "/v1/groups?limt=5", "", nil); r.code != http.StatusUnauthorized {
+		t.Errorf("without a key: %d %s", r.code, r.body)
+	}
+	if r := s.do("GET", "/v1/groups/q2", "acme", nil); r.code != http.StatusNotFound {
+		t.Errorf("a refused submit created its group: %d %s", r.code, r.body)
+	}
+}
+
+// TestUncleanPaths: an unknown or unclean path is 404 problem+json (a
+// known path with another method 405 with Allow), never a redirect or
+// text/html; the dashboard's paths keep working.
+func TestUncleanPaths(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	s.submit("acme", "jobs", "?total=1", ndjson("j", 1, `{"ms":1}`))
+	noFollow := &http.Client{Timeout: time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path string, withKey bool) reply {
+		t.Helper()
+		req, err := http.NewRequest(method, s.base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withKey {
+			req.Header.Set("Authorization", "Bearer "+s.keys["acme"])
+		}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return reply{code: resp.StatusCode, header: resp.Header, body: b}
+	}
+	cases := []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"GET", "/v1/groups//jobs", 404, ""},
+		{"POST", "/v1/groups//jobs", 404, ""},
+		{"GET", "//v1/groups", 404, ""},
+		{"GET", "/v1//groups", 404, ""},
+		{"GET", "/v1/groups/jobs/./failures", 404, ""},
+		{"GET", "/v1/groups/x/../jobs", 404, ""},
+		{"GET", "/v1/groups/jobs/.", 404, ""},
+		{"GET", "/v1/groups/", 404, ""},
+		{"GET", "/v1/groups/jobs/", 404, ""},
+		{"GET", "/v1/overview/", 404, ""},
+		{"GET", "/v1", 404, ""},
+		{"GET", "/v1/", 404, ""},
+		{"GET", "/nope", 404, ""},
+		{"GET", "/ui//js/app.js", 404, ""},
+		{"GET", "/ui/../v1/groups", 404, ""},
+		{"GET", "/v1/groups/jobs/jobs", 405, "POST"},
+		{"DELETE", "/v1/groups", 405, "GET"},
+		{"PUT", "/v1/groups/jobs", 405, "GET"},
+		{"POST", "/ui/", 405, "GET"},
+	}
+	for _, c := range cases {
+		r := send(c.method, c.path, true)
+		if r.code != c.code || r.header.Get("Location") != "" {
+			t.Errorf("%s %s: %d (Location %q) %s, want %d", c.method, c.path, r.code, r.header.Get("Location"), r.body, c.code)
+			continue
+		}
+		r.problem(t)
+		if got := r.header.Get("Allow"); c.allow != "" && !strings.Contains(got, c.allow) {
+			t.Errorf("%s %s: Allow %q, want %s", c.method, c.path, got, c.allow)
+		}
+	}
+	// The group named "jobs" is reached by its own clean path only.
+	if r := send("GET", "/v1/groups/jobs", true); r.code != http.StatusOK {
+		t.Errorf("GET /v1/groups/jobs: %d %s", r.code, r.body)
+	}
+	for _, c := range []struct {
+		path, ctype string
+		code        int
+		location    string
+	}{
+		{"/ui/", "text/html", 200, ""},
+		{"/ui/js/app.js", "javascript", 200, ""},
+		{"/ui/groups", "text/html", 200, ""},
+		{"/ui", "", http.StatusFound, "/ui/"},
+		{"/", "", http.StatusFound, "/ui/"},
+	} {
+		r := send("GET", c.path, false)
+		if r.code != c.code || !strings.Contains(r.header.Get("Content-Type"), c.ctype) || r.header.Get("Location") != c.location {
+			t.Errorf("GET %s: %d %q (Location %q), want %d %q %q", c.path, r.code, r.header.Get("Content-Type"), r.header.Get("Location"), c.code, c.ctype, c.location)
+		}
 	}
 }
