@@ -121,6 +121,7 @@ type Config struct {
 	GatewayTenantJobRate        int           `envconfig:"GATEWAY_TENANT_JOB_RATE" default:"50000" desc:"jobs per second one tenant may submit through the gateways, 10 s worth at once; past that the gateway reads the tenant's jobs at this rate (refused requests' jobs count too), and a request finding the tenant more than 10 s in debt is refused with 429 (0 = no limit)"`
 	GatewayTenantConcurrentReqs int           `envconfig:"GATEWAY_TENANT_CONCURRENT_REQUESTS" default:"32" desc:"requests of one tenant running at once over every gateway replica, event streams not counted; one more is refused with 429 (0 = no limit)"`
 	GatewayTenantSSEStreams     int           `envconfig:"GATEWAY_TENANT_SSE_STREAMS" default:"100" desc:"event streams (SSE) one tenant may keep open over every gateway replica; one more is refused with 429 (0 = no limit)"`
+	GatewayTenantSubmitBytes    int           `envconfig:"GATEWAY_TENANT_SUBMIT_BYTES" default:"0" desc:"most bytes of one tenant's submissions through the gateway that SUBMIT may hold before the fetchers apply them; a jobs request that would go past it is refused whole, 429 (413 when it is larger than the room itself), so that no tenant fills SUBMIT for the others (0 = a quarter of SUBMIT's byte limit; -1 = no limit; else at least MAX_MSG_SIZE; a tenant's own: field <tenant>:submitBytes of the door-limits HASH)"`
 }
 
 // Load reads the environment. An unparsable or out-of-range value is an
@@ -255,6 +256,9 @@ func (c *Config) Validate() error {
 		if r.v < r.min {
 			return bad(r.name, r.v, fmt.Sprintf("must be at least %d", r.min))
 		}
+	}
+	if v := c.GatewayTenantSubmitBytes; v < -1 || (v > 0 && v < c.MaxMsgSize) {
+		return bad("GATEWAY_TENANT_SUBMIT_BYTES", v, fmt.Sprintf("must be -1 (no limit), 0 (a quarter of SUBMIT's limit) or at least MAX_MSG_SIZE (%d), so that the largest message fits", c.MaxMsgSize))
 	}
 	if c.SubmitReplayWindow < 0 {
 		return bad("SUBMIT_REPLAY_WINDOW", c.SubmitReplayWindow, "must not be negative (0 = none)")

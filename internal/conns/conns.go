@@ -92,6 +92,23 @@ func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
 	}
 }
 
+// TenantSubmitBytes is the gateway's room per tenant on SUBMIT
+// (GATEWAY_TENANT_SUBMIT_BYTES): the setting, or a quarter of SUBMIT's byte
+// limit (none when SUBMIT has none); 0 means no limit.
+func TenantSubmitBytes(cfg *config.Config) int64 {
+	switch v := int64(cfg.GatewayTenantSubmitBytes); {
+	case v > 0:
+		return v
+	case v < 0:
+		return 0
+	}
+	submit := StreamSettings(cfg).SubmitLimit()
+	if submit <= 0 {
+		return 0
+	}
+	return max(submit/4, int64(cfg.MaxMsgSize))
+}
+
 // maxMsgSize converts MAX_MSG_SIZE to the streams' int32, saturating
 // rather than wrapping (config.Validate keeps it at most 64 MiB).
 func maxMsgSize(n int) int32 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
@@ -94,7 +95,7 @@ func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {
 			ReadHeaderTimeout: cfg.GatewayReadHeaderTimeout, BodyIdleTimeout: cfg.GatewayBodyIdleTimeout,
 			SSEWriteTimeout: cfg.GatewaySSEWriteTimeout, TenantRequestRate: int64(cfg.GatewayTenantRequestRate),
 			TenantJobRate: int64(cfg.GatewayTenantJobRate), TenantConcurrentRequests: int64(cfg.GatewayTenantConcurrentReqs),
-			TenantSSEStreams: int64(cfg.GatewayTenantSSEStreams)},
+			TenantSSEStreams: int64(cfg.GatewayTenantSSEStreams), TenantSubmitBytes: conns.TenantSubmitBytes(cfg)},
 		Callbacks: gateway.CallbackConfig{AllowedHosts: cfg.HTTPAllowedHosts, AllowAnyHost: s.opts.HTTPAnyHost,
 			SecretGrace: cfg.CallbackSecretGrace},
 	}, s.Deps)

@@ -22,6 +22,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/jspub"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // publishChunk bounds the bytes of spooled messages read back and
@@ -215,7 +216,17 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		g.unavailable(w, r, err)
 		return
 	}
-	if err := g.publishSpool(r.Context(), sp, rename); err != nil {
+	var room *redisq.SubmitRoom
+	if enc.msgs > 0 {
+		if room = g.reserveSubmitRoom(w, r, ref.Tenant, sp.bytes); room == nil {
+			return
+		}
+	}
+	published, err := g.publishSpool(r.Context(), sp, rename)
+	if room != nil {
+		g.settleSubmitRoom(context.WithoutCancel(r.Context()), room, published > 0)
+	}
+	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
@@ -337,12 +348,13 @@ func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error)
 
 // publishSpool publishes the spooled messages, a chunk at a time; rename,
 // when set, may give a message another id (a retry of a refused message).
-func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats.Msg)) error {
+// It returns how many chunks it published, whole or in part.
+func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats.Msg)) (published int, err error) {
 	it, err := sp.reader()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	for {
+	for ; ; published++ {
 		var msgs []*nats.Msg
 		size := 0
 		for size < publishChunk {
@@ -351,7 +363,7 @@ func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats
 				break
 			}
 			if err != nil {
-				return err
+				return published, err
 			}
 			if rename != nil {
 				rename(m)
@@ -360,11 +372,11 @@ func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats
 			size += len(m.Data)
 		}
 		if len(msgs) == 0 {
-			return nil
+			return published, nil
 		}
 		for _, err := range jspub.PublishWindow(ctx, g.deps.JS, msgs, 256) {
 			if err != nil {
-				return fmt.Errorf("gateway: publish jobs: %w", err)
+				return published + 1, fmt.Errorf("gateway: publish jobs: %w", err)
 			}
 		}
 	}
@@ -729,6 +741,7 @@ type spool struct {
 	subject  string
 	chunks   [][]byte
 	memUsed  int
+	bytes    int64 // what the messages take on SUBMIT: subjects, ids and data
 	f        *os.File
 	w        *bufio.Writer
 }
@@ -743,6 +756,7 @@ func (s *spool) write(msgID string, parts ...[]byte) error {
 	binary.LittleEndian.PutUint32(hdr[:4], uint32(len(msgID)))
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(n))
 	size := len(hdr) + len(msgID) + n
+	s.bytes += int64(len(s.subject) + len(msgID) + n)
 	if s.f == nil && s.memUsed+size <= s.memLimit {
 		last := len(s.chunks) - 1
 		if last < 0 || cap(s.chunks[last])-len(s.chunks[last]) < size {

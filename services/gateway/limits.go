@@ -65,6 +65,10 @@ type Limits struct {
 	// running and event streams open at once. 0 = no limit.
 	TenantRequestRate, TenantJobRate           int64
 	TenantConcurrentRequests, TenantSSEStreams int64
+	// TenantSubmitBytes is the most bytes of a tenant's submissions SUBMIT
+	// may hold before the fetchers apply them: a jobs request that would
+	// pass it is refused whole (submitroom.go). 0 = no limit.
+	TenantSubmitBytes int64
 }
 
 func (l *Limits) fill() {

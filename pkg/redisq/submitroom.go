@@ -1,0 +1,105 @@
+package redisq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+)
+
+var submitRoomScript = loadScript("submit_room")
+
+func init() { allScripts["submit_room"] = submitRoomScript }
+
+// SubmitRoomLease is how long a reservation of [Queue.ReserveSubmitRoom]
+// holds its bytes without being settled or released: a gateway that dies
+// while it publishes gives them back after it.
+const SubmitRoomLease = 5 * time.Minute
+
+// submitRoomTTL is how long a tenant's room keys live after its last
+// request.
+const submitRoomTTL = 24 * time.Hour
+
+// SubmitRoomField is the field suffix of a tenant's own room on SUBMIT in
+// [Keys.DoorLimits]: "<tenant>:submitBytes", in bytes, 0 = unlimited.
+const SubmitRoomField = "submitBytes"
+
+// SubmitRoom is a tenant's reservation of room on SUBMIT for one request.
+type SubmitRoom struct {
+	// OK: the request's bytes fit in the tenant's room; they are held
+	// until [SubmitRoom.Settle] or [SubmitRoom.Release].
+	OK bool
+	// Limit is the tenant's room in bytes (0 = unlimited).
+	Limit int64
+	// Held is what the tenant held before this request: bytes published and
+	// not yet applied by the fetchers, or being published.
+	Held int64
+	// Bytes is the request's size.
+	Bytes int64
+
+	q      *Queue
+	tenant string
+	token  string
+}
+
+// ReserveSubmitRoom reserves bytes of a tenant's room on SUBMIT for a
+// request about to be published: what the tenant's earlier requests hold
+// there (published, and not at or below ackFloor, the fetchers' ack floor
+// on SUBMIT) plus bytes must stay within its limit, its own in
+// [Keys.DoorLimits] (field "<tenant>:submitBytes") or else defaultLimit
+// (0 = unlimited). Every gateway replica shares the tenant's count.
+func (q *Queue) ReserveSubmitRoom(ctx context.Context, tenant string, bytes, defaultLimit int64, ackFloor uint64) (*SubmitRoom, error) {
+	if err := contracts.ValidateTenant(tenant); err != nil {
+		return nil, fmt.Errorf("redisq: submit room: %w", err)
+	}
+	now, err := q.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	r := &SubmitRoom{q: q, tenant: tenant, token: hex.EncodeToString(b[:]), Bytes: bytes}
+	v, err := q.run(ctx, "submit_room", submitRoomScript, q.submitRoomKeys(tenant), "reserve", tenant, now.UnixMilli(),
+		submitRoomTTL.Milliseconds(), max(defaultLimit, 0), strconv.FormatUint(ackFloor, 10), r.token, bytes, SubmitRoomLease.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("redisq: submit room of %s: %w", tenant, err)
+	}
+	l := toList(v)
+	r.OK, r.Held, r.Limit = toInt(l[0]) == 1, toInt(l[1]), toInt(l[2])
+	return r, nil
+}
+
+// Settle records that the request is published: its bytes count until the
+// fetchers' ack floor on SUBMIT reaches seq (SUBMIT's last sequence once its
+// last message was acknowledged). A reservation that was refused or is
+// unlimited records nothing.
+func (r *SubmitRoom) Settle(ctx context.Context, seq uint64) error {
+	return r.end(ctx, "settle", strconv.FormatUint(seq, 10))
+}
+
+// Release gives the reservation back: nothing of the request was published.
+func (r *SubmitRoom) Release(ctx context.Context) error { return r.end(ctx, "release") }
+
+func (r *SubmitRoom) end(ctx context.Context, mode string, extra ...any) error {
+	if r == nil || !r.OK || r.Limit == 0 {
+		return nil
+	}
+	now, err := r.q.Now(ctx)
+	if err != nil {
+		return err
+	}
+	args := append([]any{mode, r.tenant, now.UnixMilli(), submitRoomTTL.Milliseconds(), r.token, r.Bytes}, extra...)
+	if _, err := r.q.run(ctx, "submit_room", submitRoomScript, r.q.submitRoomKeys(r.tenant), args...); err != nil {
+		return fmt.Errorf("redisq: submit room of %s: %w", r.tenant, err)
+	}
+	return nil
+}
+
+func (q *Queue) submitRoomKeys(tenant string) []string {
+	return []string{q.keys.DoorLimits(), q.keys.DoorState(tenant, "submit-published"),
+		q.keys.DoorState(tenant, "submit-reserved"), q.keys.DoorState(tenant, "submit-bytes")}
+}
