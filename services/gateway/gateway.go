@@ -69,6 +69,8 @@ type Config struct {
 	GroupTTL time.Duration
 	// Limits bound requests and tenants.
 	Limits Limits
+	// Callbacks configures completion callbacks (callbacks.go).
+	Callbacks CallbackConfig
 }
 
 // Gateway serves the HTTP API.
@@ -253,6 +255,9 @@ func (g *Gateway) table() []route {
 		{method: "GET", pattern: "/v1/overview", op: "getOverview", h: ui.overview},
 		{method: "GET", pattern: "/v1/overview/events", op: "overviewEvents", h: ui.overviewEvents},
 		{method: "GET", pattern: "/v1/tenants", op: "listTenants", h: ui.listTenants},
+		{method: "POST", pattern: "/v1/groups/{groupId}/callback/retry", op: "retryCallback", h: g.retryCallback, idempotent: true},
+		{method: "GET", pattern: "/v1/callback-secret", op: "getCallbackSecret", h: g.getCallbackSecret},
+		{method: "POST", pattern: "/v1/callback-secret", op: "rotateCallbackSecret", h: g.rotateCallbackSecret},
 	}
 }
 
