@@ -389,8 +389,9 @@ func validateJobs(jobs []SubmitJob, lim Limits, canonical bool) error {
 	return nil
 }
 
-// Validate checks one job of a jobs submission on its own: its id, its type
-// and its payload's size in compact JSON form, reporting the fields as
+// Validate checks one job of a jobs submission on its own: its id, its type,
+// that its payload is valid UTF-8 ([CheckUTF8]) and the payload's size in
+// compact JSON form, reporting the fields as
 // jobId, type and payload ([ItemError] names the job's index). It returns a
 // [*ValidationError], or nil.
 func (j *SubmitJob) Validate(lim Limits) error { return j.validate(lim, false) }
@@ -407,6 +408,9 @@ func (j *SubmitJob) Canonicalize(lim Limits) error {
 	if err := ValidateType(j.Type); err != nil {
 		return err
 	}
+	if err := CheckUTF8("payload", j.Payload); err != nil {
+		return err
+	}
 	c, err := canonicalPayload(j.Payload)
 	if err != nil {
 		return err
@@ -420,6 +424,9 @@ func (j *SubmitJob) validate(lim Limits, canonical bool) error {
 		return err
 	}
 	if err := ValidateType(j.Type); err != nil {
+		return err
+	}
+	if err := CheckUTF8("payload", j.Payload); err != nil {
 		return err
 	}
 	return checkPayload(j.Payload, lim, canonical)
