@@ -27,7 +27,7 @@ func cliCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newDevCmd(), newSubmitCmd(), newStatusCmd(), newWatchCmd(), newCancelCmd(),
 		newControlCmd(contracts.KindPause), newControlCmd(contracts.KindResume), newTenantCmd(), newStatsCmd(),
-		newGroupsCmd(),
+		newGroupsCmd(), newCallbackCmd(),
 	}
 }
 

@@ -137,6 +137,9 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 	}
 	row("jobs", "%d received, %s", s.Jobs, sealed)
 	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
+	if s.Callback != nil {
+		row("callback", "%s", cli.CallbackText(s.Callback))
+	}
 	row("by state", "%d queued + %d in READY or running + %d backing off + %d done + %d cancelled = %s",
 		s.Pending, s.InFlight, s.NonReady, s.Done, s.Cancelled, plural(s.Jobs, "job"))
 	row("position", "%s", positionText(s))

@@ -19,6 +19,7 @@ import (
 func newSubmitCmd() *cobra.Command {
 	var (
 		group, jobType, priority, file, tenant, format string
+		callbackURL                                    string
 		basePriority, maxInFlight                      int64
 		chunk                                          int
 	)
@@ -52,7 +53,8 @@ Before publishing, submit reads the group's state (when Redis is
 reachable) and refuses, publishing nothing, a group that already ended, a
 group sealed at another number of jobs, and --priority, --base-priority or
 --max-in-flight for an existing group that has other settings (a group
-keeps the settings it was created with). It also refuses a submission that
+keeps the settings it was created with). --callback-url gives a new group a
+completion callback (see bulkaction callback). It also refuses a submission that
 its tenant's quotas would refuse (see bulkaction tenant quota): one that
 would create a group while the tenant has its most active groups, or whose
 new jobs would take the tenant beyond its most queued jobs.`,
@@ -89,7 +91,10 @@ new jobs would take the tenant beyond its most queued jobs.`,
 			if maxInFlight < 0 || maxInFlight > contracts.MaxInFlight {
 				return fmt.Errorf("--max-in-flight %d: must be within [0, %d] (0 = unlimited)", maxInFlight, int64(contracts.MaxInFlight))
 			}
-			settings := contracts.GroupSettings{Priority: prio, BasePriority: basePriority, MaxInFlight: maxInFlight}
+			settings := contracts.GroupSettings{Priority: prio, BasePriority: basePriority, MaxInFlight: maxInFlight, CallbackURL: callbackURL}
+			if err := (contracts.GroupSettings{CallbackURL: callbackURL}).Validate(); err != nil {
+				return fmt.Errorf("--callback-url: %w", err)
+			}
 			if prio == contracts.PriorityNormal {
 				settings.Priority = "" // the default, sent as such
 			}
@@ -167,6 +172,7 @@ new jobs would take the tenant beyond its most queued jobs.`,
 	f.StringVar(&priority, "priority", "normal", "group priority level: high, normal or low")
 	f.Int64Var(&basePriority, "base-priority", 0, "added to the group's fair-queue score (smaller is served earlier)")
 	f.Int64Var(&maxInFlight, "max-in-flight", 0, "most of the group's jobs admitted and not finished at once (0 = unlimited)")
+	f.StringVar(&callbackURL, "callback-url", "", "completion callback: POST the group's final event, signed with the tenant's callback secret, to this http(s) URL when it ends (see bulkaction callback)")
 	f.StringVarP(&file, "file", "f", "", "JSONL file of jobs, - for standard input")
 	f.IntVar(&chunk, "chunk", cli.DefaultChunk, "jobs per publish call")
 	addTenantFlag(cmd, &tenant)

@@ -24,6 +24,8 @@ type SubmitOptions struct {
 	// Total, when set, seals the group at that many jobs once the
 	// submission is stored.
 	Total *int64
+	// CallbackURL is the completion callback of a new group ("" = none).
+	CallbackURL string
 }
 
 func (o SubmitOptions) query() url.Values {
@@ -39,6 +41,9 @@ func (o SubmitOptions) query() url.Values {
 	}
 	if o.Total != nil {
 		q.Set("total", strconv.FormatInt(*o.Total, 10))
+	}
+	if o.CallbackURL != "" {
+		q.Set("callbackUrl", o.CallbackURL)
 	}
 	return q
 }
