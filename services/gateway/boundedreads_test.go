@@ -278,3 +278,154 @@ func TestListGroupsFullViewBounded(t *testing.T) {
 		t.Errorf("summary view at 1000: %d %s", r.code, r.body)
 	}
 }
+
+// TestOverviewSharedAndScoped: a tenant's overview and tenants list show
+// its own figures and the worker types of its own jobs, never another
+// tenant's name or types; and however many viewers poll the overview and
+// the tenants list, of whatever scope, Redis is read about once per
+// reading period, as for one viewer.
+func TestOverviewSharedAndScoped(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	ctx := context.Background()
+	q := s.st.Deps.Queue
+	// hooli's jobs are of a type only it uses, which a worker serves
+	if err := q.AnnounceTypes(ctx, []string{"hooli-secret"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	s.submit("acme", "mine", "?total=2", ndjson("a", 2, `{"ms":1}`))
+	r := s.do("POST", "/v1/groups/theirs/jobs", "hooli", strings.NewReader(`{"jobId":"h1","type":"hooli-secret","payload":{}}`+"\n"),
+		"Content-Type: application/x-ndjson")
+	if r.code != http.StatusAccepted {
+		t.Fatalf("hooli's submit: %d %s", r.code, r.body)
+	}
+	s.waitState("acme", "mine", "COMPLETED")
+	s.group("hooli", "theirs")
+
+	types := func(who, query string) (map[string]bool, reply) {
+		t.Helper()
+		r := s.do("GET", "/v1/overview"+query, who, nil)
+		if r.code != http.StatusOK {
+			t.Fatalf("%s's overview: %d %s", who, r.code, r.body)
+		}
+		var ov gateway.Overview
+		r.json(t, &ov)
+		out := map[string]bool{}
+		for _, w := range ov.Workers {
+			out[w.Type] = true
+		}
+		return out, r
+	}
+	testkit.WaitFor(t, "the system's overview to list both types", 30*time.Second, func() bool {
+		all, _ := types("*", "")
+		return all["hooli-secret"] && all["sleep"]
+	})
+	mine, r := types("acme", "")
+	if !mine["sleep"] || mine["hooli-secret"] || strings.Contains(string(r.body), "hooli") {
+		t.Errorf("acme's overview shows another tenant's types: %s", r.body)
+	}
+	theirs, r := types("hooli", "")
+	if !theirs["hooli-secret"] || theirs["sleep"] {
+		t.Errorf("hooli's overview: %s", r.body)
+	}
+	if asAdmin, r := types("*", "?tenant=acme"); !asAdmin["sleep"] || asAdmin["hooli-secret"] {
+		t.Errorf("acme's overview read by an admin: %s", r.body)
+	}
+	if r := s.do("GET", "/v1/tenants", "acme", nil); r.code != http.StatusOK || strings.Contains(string(r.body), "hooli") {
+		t.Errorf("acme's tenants: %d %s", r.code, r.body)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if name, data := firstEvent(sctx, t, s, "acme", "/v1/overview/events"); name != "overview" || !strings.Contains(data, `"sleep"`) ||
+		strings.Contains(data, "hooli") {
+		t.Errorf("acme's overview stream: %s %s", name, data)
+	}
+
+	// Many viewers, every scope, polling as fast as they can.
+	prefix := s.cfg.RedisPrefix
+	workerTypes := strconv.Quote(prefix + "worker-types")
+	weights := strconv.Quote(prefix + "tenant-weights")
+	mon := monitor(t, s.cfg.RedisURL)
+	pollers := []struct{ who, path string }{
+		{"*", "/v1/overview"}, {"*", "/v1/overview?tenant=acme"}, {"*", "/v1/tenants"}, {"acme", "/v1/overview"},
+		{"hooli", "/v1/overview"}, {"acme", "/v1/tenants"},
+	}
+	start := time.Now()
+	const window = 2 * time.Second
+	done := make(chan int)
+	for i := 0; i < 3; i++ {
+		for _, p := range pollers {
+			go func() {
+				n := 0
+				for time.Since(start) < window {
+					req, _ := http.NewRequest("GET", s.base+p.path, nil)
+					req.Header.Set("Authorization", "Bearer "+s.keys[p.who])
+					if resp, err := s.httpc.Do(req); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						if resp.StatusCode == http.StatusOK {
+							n++
+						}
+					}
+				}
+				done <- n
+			}()
+		}
+	}
+	polls := 0
+	for i := 0; i < 3*len(pollers); i++ {
+		polls += <-done
+	}
+	elapsed := time.Since(start)
+	reads := map[string]int{}
+	for _, l := range mon.until(q.Client()) {
+		low := strings.ToLower(l)
+		switch {
+		case strings.Contains(low, `"zrange" `+strings.ToLower(workerTypes)):
+			reads["worker types"]++
+		case strings.Contains(low, `"hgetall" `+strings.ToLower(weights)):
+			reads["weights"]++
+		}
+	}
+	most := int(elapsed/(900*time.Millisecond)) + 2
+	t.Logf("%d polls by %d viewers in %v: Redis read the worker types %d times, the weights %d times",
+		polls, 3*len(pollers), elapsed, reads["worker types"], reads["weights"])
+	if polls < 3*len(pollers) {
+		t.Fatalf("only %d polls answered", polls)
+	}
+	for what, n := range reads {
+		if n > most {
+			t.Errorf("%d polls read the %s %d times in %v: want a reading shared by every viewer (at most %d)", polls, what, n, elapsed, most)
+		}
+	}
+}
+
+// firstEvent reads the first Server-Sent Event of a stream: its name and
+// data.
+func firstEvent(ctx context.Context, t *testing.T, s *server, who, path string) (name, data string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", s.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.keys[who])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "event: "):
+			name = l[7:]
+		case strings.HasPrefix(l, "data: "):
+			data += l[6:]
+		case l == "" && data != "":
+			return name, data
+		}
+	}
+	return name, data
+}

@@ -38,14 +38,18 @@ const (
 	OverviewHistory = 300
 	// OverviewEvery is the period of GET /v1/overview/events.
 	OverviewEvery = time.Second
-	// overviewFresh is how long a computed overview is reused (every
-	// dashboard watching the same scope shares one reading a second).
+	// overviewFresh is how long a reading of the dashboard's figures is
+	// reused: every viewer of every scope, and every handler of the
+	// overview and the tenants, shares one reading at most this old.
 	overviewFresh = 900 * time.Millisecond
+	// snapshotTimeout bounds one reading, which every waiting viewer shares.
+	snapshotTimeout = 10 * time.Second
 )
 
 // uiAPI holds the dashboard API's state: the admitted-rate ring and the
-// overview cache. table() makes one per call; only the one behind the
-// mux's handlers is ever used, and it starts nothing until a request.
+// shared reading of the figures. table() makes one per call; only the one
+// behind the mux's handlers is ever used, and it starts nothing until a
+// request.
 type uiAPI struct {
 	g *Gateway
 
@@ -53,13 +57,28 @@ type uiAPI struct {
 	ring     []rateSample // oldest first, consecutive or not
 	sampling bool
 
-	cacheMu sync.Mutex
-	cache   map[string]cachedOverview
+	snapMu  sync.Mutex
+	snap    *snapshot     // the latest reading
+	reading *snapshotCall // the reading under way, which callers wait for
 }
 
-type cachedOverview struct {
-	at time.Time
-	ov *Overview
+// snapshot is one reading of everything the overview and the tenants list
+// show, for every tenant and the system: Redis's figures, READY's and the
+// DLQ's counts and READY's consumers per type. Every scope is derived from
+// it, so the cost of the dashboard does not grow with its viewers.
+type snapshot struct {
+	at        time.Time
+	d         *redisq.Dashboard
+	consumers map[string]*WorkerTypeView // READY's consumers per type
+	ready     *ReadyView
+	dlq       *DLQView
+}
+
+// snapshotCall is a reading under way.
+type snapshotCall struct {
+	done chan struct{}
+	s    *snapshot
+	err  error
 }
 
 // rateSample is one window's admitted counts.
@@ -71,7 +90,7 @@ type rateSample struct {
 	tenants map[string]int64
 }
 
-func newUIAPI(g *Gateway) *uiAPI { return &uiAPI{g: g, cache: map[string]cachedOverview{}} }
+func newUIAPI(g *Gateway) *uiAPI { return &uiAPI{g: g} }
 
 // nowMs is the time the rate limiter sees (Redis TIME, or the queue's
 // clock when it has one).
@@ -386,120 +405,130 @@ func (u *uiAPI) overviewEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// read returns the overview of tenant ("" = the system), at most
-// overviewFresh old.
+// read returns the overview of tenant ("" = the system), from a reading at
+// most overviewFresh old.
 func (u *uiAPI) read(ctx context.Context, tenant string) (*Overview, error) {
-	u.startSampling()
-	u.cacheMu.Lock()
-	c, ok := u.cache[tenant]
-	u.cacheMu.Unlock()
-	if ok && time.Since(c.at) < overviewFresh {
-		return c.ov, nil
-	}
-	ov, err := u.compute(ctx, tenant)
+	sn, err := u.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u.cacheMu.Lock()
-	u.cache[tenant] = cachedOverview{at: time.Now(), ov: ov}
-	for k, v := range u.cache { // forget scopes nobody reads
-		if time.Since(v.at) > time.Minute {
-			delete(u.cache, k)
-		}
-	}
-	u.cacheMu.Unlock()
-	return ov, nil
+	return u.overviewOf(sn, tenant), nil
 }
 
-func (u *uiAPI) compute(ctx context.Context, tenant string) (*Overview, error) {
+// snapshot returns the latest reading when it is at most overviewFresh old,
+// else makes one: concurrent callers wait for the one reading under way
+// rather than start their own (whoever leaves does not cancel it for the
+// others).
+func (u *uiAPI) snapshot(ctx context.Context) (*snapshot, error) {
+	u.startSampling()
+	u.snapMu.Lock()
+	if s := u.snap; s != nil && time.Since(s.at) < overviewFresh {
+		u.snapMu.Unlock()
+		return s, nil
+	}
+	call := u.reading
+	if call == nil {
+		call = &snapshotCall{done: make(chan struct{})}
+		u.reading = call
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotTimeout)
+			defer cancel()
+			s, err := u.readSnapshot(rctx)
+			u.snapMu.Lock()
+			call.s, call.err = s, err
+			if err == nil {
+				u.snap = s
+			}
+			u.reading = nil
+			u.snapMu.Unlock()
+			close(call.done)
+		}()
+	}
+	u.snapMu.Unlock()
+	select {
+	case <-call.done:
+		return call.s, call.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// readSnapshot reads every figure once: the rate sample, Redis's figures of
+// every tenant (redisq ReadDashboard), READY's consumers, READY's depth and
+// the dead letters.
+func (u *uiAPI) readSnapshot(ctx context.Context) (*snapshot, error) {
 	if err := u.sample(ctx); err != nil {
 		return nil, err
 	}
-	q, keys := u.g.q, u.g.q.Keys()
-	rdb := q.Client()
-	ov := &Overview{Scope: "system", Tenant: tenant, At: time.Now().UTC(), Workers: []WorkerTypeView{}}
-	if tenant != "" {
-		ov.Scope = "tenant"
-	}
-	// counts
-	pipe := rdb.Pipeline()
-	weight := pipe.HGet(ctx, keys.TenantWeights(), tenant)
-	active := pipe.SMembers(ctx, keys.ActiveTenants())
-	var backoff *redis.StringCmd
-	var backoffAll *redis.IntCmd
-	var quotaTenants *redis.StringSliceCmd
-	if tenant == "" {
-		backoffAll = pipe.ZCard(ctx, keys.NonReadyQueue())
-		quotaTenants = pipe.SMembers(ctx, keys.QuotaTenants())
-	} else {
-		backoff = pipe.Get(ctx, keys.TenantNonReady(tenant))
-	}
-	workers := pipe.ZRangeWithScores(ctx, keys.WorkerTypes(), 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	tenants := []string{tenant}
-	if tenant == "" {
-		ov.BackoffJobs = backoffAll.Val()
-		ov.ActiveTenants = int64(len(active.Val()))
-		tenants = quotaTenants.Val()
-	} else {
-		ov.BackoffJobs = max(metaInt64(backoff.Val()), 0)
-		if slices.Contains(active.Val(), tenant) {
-			ov.ActiveTenants = 1
-		}
-	}
-	if len(tenants) > 0 {
-		pipe := rdb.Pipeline()
-		groups := make([]*redis.IntCmd, len(tenants))
-		queued := make([]*redis.StringCmd, len(tenants))
-		for i, t := range tenants {
-			groups[i] = pipe.SCard(ctx, keys.TenantActiveGroups(t))
-			queued[i] = pipe.Get(ctx, keys.TenantQueuedJobs(t))
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
-		}
-		for i := range tenants {
-			ov.ActiveGroups += groups[i].Val()
-			ov.QueuedJobs += max(metaInt64(queued[i].Val()), 0)
-		}
-	}
-	inflight, err := u.inFlight(ctx, tenants)
+	d, err := u.g.q.ReadDashboard(ctx, u.g.q.Config().GroupTTL.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range inflight {
-		ov.InFlightJobs += n
-	}
-	nActive := int64(len(active.Val()))
-	if tenant != "" && !slices.Contains(active.Val(), tenant) {
-		nActive++ // an idle tenant that asks for capacity joins the active ones
-	}
-	ov.Rate = u.rateView(tenant, nActive, weightFrom(weight.Val()))
-	// workers
-	nowMs := time.Now().UnixMilli()
-	if c := q.Config().Clock; c != nil {
-		nowMs = c().UnixMilli()
-	}
-	byType := map[string]*WorkerTypeView{}
-	for _, z := range workers.Val() {
-		t, _ := z.Member.(string)
-		until := time.UnixMilli(int64(z.Score)).UTC()
-		byType[t] = &WorkerTypeView{Type: t, Live: int64(z.Score) > nowMs, AnnouncedUntil: &until}
-	}
-	if err := u.consumers(ctx, byType); err != nil {
+	s := &snapshot{at: time.Now(), d: d, consumers: map[string]*WorkerTypeView{}}
+	if err := u.consumers(ctx, s.consumers); err != nil {
 		u.g.log.Debug("dashboard: READY consumers not read", "err", err)
 	}
-	for _, v := range byType {
-		ov.Workers = append(ov.Workers, *v)
+	s.ready = u.ready(ctx)
+	s.dlq = u.dlq(ctx)
+	return s, nil
+}
+
+// overviewOf derives the overview of tenant ("" = the system) from a
+// reading. A tenant sees its own figures only, and of the worker types
+// those of its own jobs (the types it submitted jobs of within
+// BULKACTION_GROUP_TTL): never another tenant's name, types or figures.
+func (u *uiAPI) overviewOf(s *snapshot, tenant string) *Overview {
+	d := s.d
+	ov := &Overview{Scope: "system", Tenant: tenant, At: s.at.UTC(), Workers: []WorkerTypeView{}}
+	var types map[string]bool // nil: every type
+	if tenant == "" {
+		ov.BackoffJobs = d.NonReady
+		ov.ActiveTenants = int64(len(d.Active))
+		for _, f := range d.Tenants {
+			ov.ActiveGroups += f.ActiveGroups
+			ov.QueuedJobs += f.QueuedJobs
+			ov.InFlightJobs += f.InFlightJobs
+		}
+		ov.Ready, ov.DLQ = s.ready, s.dlq
+	} else {
+		ov.Scope = "tenant"
+		f := d.Tenant(tenant)
+		ov.BackoffJobs, ov.ActiveGroups, ov.QueuedJobs, ov.InFlightJobs = f.BackingOffJobs, f.ActiveGroups, f.QueuedJobs, f.InFlightJobs
+		if slices.Contains(d.Active, tenant) {
+			ov.ActiveTenants = 1
+		}
+		types = make(map[string]bool, len(f.Types))
+		for _, t := range f.Types {
+			types[t] = true
+		}
+	}
+	nActive := int64(len(d.Active))
+	if tenant != "" && !slices.Contains(d.Active, tenant) {
+		nActive++ // an idle tenant that asks for capacity joins the active ones
+	}
+	ov.Rate = u.rateView(tenant, nActive, weightFrom(d.Weights[tenant]))
+	// workers: the announced types and READY's consumers
+	nowMs := d.AtMs
+	byType := map[string]*WorkerTypeView{}
+	for _, wt := range d.WorkerTypes {
+		until := time.UnixMilli(wt.UntilMs).UTC()
+		byType[wt.Type] = &WorkerTypeView{Type: wt.Type, Live: wt.UntilMs > nowMs, AnnouncedUntil: &until}
+	}
+	for t, c := range s.consumers {
+		v := byType[t]
+		if v == nil {
+			v = &WorkerTypeView{Type: t}
+			byType[t] = v
+		}
+		v.Consumers, v.Running, v.WaitingPulls = c.Consumers, c.Running, c.WaitingPulls
+	}
+	for t, v := range byType {
+		if types == nil || types[t] {
+			ov.Workers = append(ov.Workers, *v)
+		}
 	}
 	slices.SortFunc(ov.Workers, func(a, b WorkerTypeView) int { return strings.Compare(a.Type, b.Type) })
-	if tenant == "" {
-		ov.Ready = u.ready(ctx)
-		ov.DLQ = u.dlq(ctx)
-	}
-	return ov, nil
+	return ov
 }
 
 // rateView builds the rate part from the ring.
@@ -731,56 +760,6 @@ func weightFrom(s string) int64 {
 func metaInt64(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
-}
-
-// inFlight counts, per tenant, the jobs of its active groups that were
-// admitted and have not finished: jobs - done - cancelled - queued -
-// backing off, per group, as the group views count them. Two round trips:
-// the tenants' active groups, then each group's counters.
-func (u *uiAPI) inFlight(ctx context.Context, tenants []string) (map[string]int64, error) {
-	out := make(map[string]int64, len(tenants))
-	if len(tenants) == 0 {
-		return out, nil
-	}
-	keys, rdb := u.g.q.Keys(), u.g.q.Client()
-	pipe := rdb.Pipeline()
-	sets := make([]*redis.StringSliceCmd, len(tenants))
-	for i, t := range tenants {
-		sets[i] = pipe.SMembers(ctx, keys.TenantActiveGroups(t))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	type cmds struct {
-		tenant  string
-		meta    *redis.SliceCmd
-		pending *redis.IntCmd
-		backoff *redis.StringCmd
-	}
-	var cs []cmds
-	pipe = rdb.Pipeline()
-	for i, t := range tenants {
-		for _, id := range sets[i].Val() {
-			g := contracts.GroupRef{Tenant: t, ID: id}
-			cs = append(cs, cmds{t, pipe.HMGet(ctx, keys.GroupMeta(g), "totalJobs", "doneJobs", "cancelledCount"),
-				pipe.LLen(ctx, keys.GroupJobs(g)), pipe.Get(ctx, keys.CongestionCount(g))})
-		}
-	}
-	if len(cs) == 0 {
-		return out, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	for _, c := range cs {
-		v := c.meta.Val()
-		n := func(i int) int64 {
-			s, _ := v[i].(string)
-			return metaInt64(s)
-		}
-		out[c.tenant] += max(n(0)-n(1)-n(2)-c.pending.Val()-metaInt64(c.backoff.Val()), 0)
-	}
-	return out, nil
 }
 
 // ratio is a/b rounded to 4 digits, nil when b is 0.

@@ -1,14 +1,10 @@
 package gateway
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -76,46 +72,28 @@ type TenantQuotaView struct {
 }
 
 // listTenants: GET /v1/tenants. An admin key lists every tenant it can
-// find; a tenant key gets its own tenant only.
+// find; a tenant key gets its own tenant only. Both are derived from the
+// dashboard's shared reading (uiAPI.snapshot), at most overviewFresh old.
 func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
 	p := principal(r)
-	u.startSampling()
-	if err := u.sample(ctx); err != nil {
-		u.g.unavailable(w, r, err)
-		return
-	}
-	q, keys := u.g.q, u.g.q.Keys()
-	rdb := q.Client()
-	pipe := rdb.Pipeline()
-	weights := pipe.HGetAll(ctx, keys.TenantWeights())
-	active := pipe.SMembers(ctx, keys.ActiveTenants())
-	quotaTenants := pipe.SMembers(ctx, keys.QuotaTenants())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		u.g.unavailable(w, r, err)
-		return
-	}
-	var tenants []string
-	if p.Admin {
-		tenants = append(tenants, active.Val()...)
-		tenants = append(tenants, quotaTenants.Val()...)
-		for t := range weights.Val() {
-			tenants = append(tenants, t)
-		}
-		slices.Sort(tenants)
-		tenants = slices.Compact(tenants)
-		tenants = slices.DeleteFunc(tenants, func(t string) bool { return contracts.ValidateTenant(t) != nil })
-	} else {
-		tenants = []string{p.Tenant}
-	}
-	inflight, err := u.inFlight(ctx, tenants)
+	sn, err := u.snapshot(r.Context())
 	if err != nil {
 		u.g.unavailable(w, r, err)
 		return
 	}
-	cfg := q.Config()
+	d := sn.d
+	var tenants []string
+	if p.Admin {
+		for t := range d.Tenants {
+			tenants = append(tenants, t)
+		}
+		slices.Sort(tenants)
+	} else {
+		tenants = []string{p.Tenant}
+	}
+	cfg := u.g.q.Config()
 	out := TenantList{Tenants: make([]TenantView, 0, len(tenants)), WindowMs: u.windowMs(), GlobalLimit: int64(cfg.GlobalLimit),
-		At: time.Now().UTC()}
+		At: sn.at.UTC()}
 	u.ringMu.Lock()
 	var last *rateSample
 	if n := len(u.ring); n > 0 {
@@ -126,31 +104,16 @@ func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
 	if last != nil && p.Admin {
 		out.Admitted = &last.global
 	}
-	nActive := int64(len(active.Val()))
+	nActive := int64(len(d.Active))
 	var activeWeights int64
-	for _, t := range active.Val() {
-		activeWeights += weightFrom(weights.Val()[t])
+	for _, t := range d.Active {
+		activeWeights += weightFrom(d.Weights[t])
 	}
-	pipe = rdb.Pipeline()
-	backoff := make([]*redis.StringCmd, len(tenants))
-	for i, t := range tenants {
-		backoff[i] = pipe.Get(ctx, keys.TenantNonReady(t))
-	}
-	if len(tenants) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			u.g.unavailable(w, r, err)
-			return
-		}
-	}
-	for i, t := range tenants {
-		tq, err := q.TenantQuota(ctx, t)
-		if err != nil {
-			u.g.unavailable(w, r, err)
-			return
-		}
-		v := TenantView{Tenant: t, Weight: weightFrom(weights.Val()[t]), Active: slices.Contains(active.Val(), t),
-			QueuedJobs: tq.QueuedJobs, ActiveGroups: tq.ActiveGroups, InFlightJobs: inflight[t],
-			BackingOffJobs: max(metaInt64(backoff[i].Val()), 0)}
+	for _, t := range tenants {
+		f := d.Tenant(t)
+		v := TenantView{Tenant: t, Weight: weightFrom(d.Weights[t]), Active: slices.Contains(d.Active, t),
+			QueuedJobs: f.QueuedJobs, ActiveGroups: f.ActiveGroups, InFlightJobs: f.InFlightJobs,
+			BackingOffJobs: f.BackingOffJobs}
 		n, sum := nActive, activeWeights
 		if !v.Active {
 			n, sum = n+1, sum+v.Weight
@@ -162,7 +125,7 @@ func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
 			v.Admitted = &a
 			v.RateShare = ratio(a, last.global)
 		}
-		v.Quotas = quotaView(tq)
+		v.Quotas = quotaView(&f.Quota)
 		out.Tenants = append(out.Tenants, v)
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -60,6 +60,7 @@ local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local n = #KEYS - 3
 local FIRST = 14
+local TENANT_TYPES_MAX = 1000 -- redisq TenantTypesMax
 
 local units = {}
 if ARGV[11] == '' then
@@ -150,6 +151,7 @@ end
 
 local out = {}
 local new_ids = {}
+local new_types = {} -- the types of the jobs added, for the tenant's type index
 local written = {} -- ids of the jobs written by earlier units of this call
 local refusals = {}
 local created = 0
@@ -197,6 +199,7 @@ for u, size in ipairs(units) do
         redis.call('HSET', job_key, unpack(payload_fields(f, ARGV[a + 3])))
         written[jid] = true
         new_ids[#new_ids + 1] = jid
+        new_types[ARGV[a + 2]] = true
         out[k] = 'A'
       end
       queued = queued + #cand
@@ -239,6 +242,19 @@ if added > 0 then
   end
   redis.call('HINCRBY', meta_key, 'totalJobs', added)
   quota_count(prefix, tenant, added)
+  -- the tenant's type index (redisq Keys.TenantTypes): each type added,
+  -- scored now; the newest TENANT_TYPES_MAX kept
+  local types_key, tz = prefix .. 'tenant:' .. tenant .. ':types', {}
+  for ty in pairs(new_types) do
+    tz[#tz + 1] = now
+    tz[#tz + 1] = ty
+  end
+  for k = 1, #tz, BULK do
+    redis.call('ZADD', types_key, unpack(tz, k, math.min(k + BULK - 1, #tz)))
+  end
+  if redis.call('ZCARD', types_key) > TENANT_TYPES_MAX then
+    redis.call('ZREMRANGEBYRANK', types_key, 0, -(TENANT_TYPES_MAX + 1))
+  end
   -- the meta as it is now, and the list's length (RPUSH): not read again
   requeue_group(prefix, gk, now, alpha,
     { status, level, base, total + added, m[7], m[11], maxinf, m[12] }, jobs_len)
