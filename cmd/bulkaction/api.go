@@ -357,7 +357,7 @@ func (a *apiVerb) cancel(cmd *cobra.Command, id string, wait, create bool) error
 	if !wait {
 		return nil
 	}
-	s, err := a.follow(ctx, id, time.Hour, nil, nil)
+	s, err := a.follow(ctx, id, time.Hour, runningNote(out, id), nil)
 	if err != nil {
 		return err
 	}

@@ -131,6 +131,25 @@ func (s *GroupStatus) Target() int64 {
 // Ended reports whether the group is COMPLETED or CANCELLED.
 func (s *GroupStatus) Ended() bool { return s.State.Terminal() }
 
+// Settled reports whether the group has ended with every job accounted
+// for: COMPLETED, or CANCELLED once the jobs that were running when it was
+// cancelled have finished (succeeded + failed + cancelled = jobs), as its
+// final event says ([contracts.GroupEvent.Final]).
+func (s *GroupStatus) Settled() bool {
+	return s.State == contracts.StateCompleted || s.State == contracts.StateCancelled && s.Succeeded+s.Failed+s.Cancelled >= s.Jobs
+}
+
+// Unsettled counts the jobs of a cancelled group that were handed to
+// workers before the cancel and have not settled yet: those already
+// running finish, the others are counted cancelled (0 once the group has
+// settled, and for a group in any other state).
+func (s *GroupStatus) Unsettled() int64 {
+	if s.State != contracts.StateCancelled {
+		return 0
+	}
+	return max(s.Jobs-s.Succeeded-s.Failed-s.Cancelled, 0)
+}
+
 // ThrottlesPerJob is Throttles (rate limits, not other retries) divided by
 // the jobs received (0 without jobs).
 func (s *GroupStatus) ThrottlesPerJob() float64 {

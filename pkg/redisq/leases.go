@@ -334,12 +334,31 @@ var (
 	soloScript     = loadScript("solo")
 	handBackScript = loadScript("handback")
 	renewScript    = loadScript("renew")
+	startScript    = loadScript("start")
 )
 
 func init() {
 	allScripts["solo"] = soloScript
 	allScripts["handback"] = handBackScript
 	allScripts["renew"] = renewScript
+	allScripts["start"] = startScript
+}
+
+// Start checks, just before a worker starts a job it claimed a while
+// before (the job waited for a slot), that its group has not been
+// cancelled since: the job of a cancelled group is counted as cancelled
+// instead of run, as at claim time ([ClaimCancelled]), leaves its group's
+// in-flight count, and its claim ends. It returns [ClaimRun] (start it),
+// ClaimCancelled, or [ClaimStale] when the job is no longer RUNNING as that
+// attempt.
+func (q *Queue) Start(ctx context.Context, d Delivery) (ClaimOutcome, error) {
+	v, err := q.run(ctx, "start", startScript,
+		[]string{q.keys.Job(d.Group, d.JobID), q.keys.GroupMeta(d.Group), q.keys.Claims()},
+		q.keys.Prefix(), groupKey(d.Group), d.JobID, d.Attempt, q.now(), secs(q.cfg.JobTTL))
+	if err != nil {
+		return "", err
+	}
+	return ClaimOutcome(toStr(v)), nil
 }
 
 // RenewClaims extends the claims of jobs a worker holds (claimed, running

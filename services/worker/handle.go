@@ -168,13 +168,20 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 			go func() {
 				defer jobs.done()
 				defer w.results.leave(c.runner)
-				if c.extra && !w.slots.Acquire(jobs.base) {
+				// A further job of a message runs in a slot of its own; one
+				// that had to wait for it checks that its group was not
+				// cancelled meanwhile (cancel stops what has not started).
+				waited := c.extra && w.slots.TryAcquire(1) == 0
+				if waited && !w.slots.Acquire(jobs.base) {
 					w.settle(c, consume.Retry(0, nil)) // the shutdown grace is over
 					return
 				}
 				var once sync.Once
 				c.free = func() { once.Do(func() { w.slots.Release(1) }) }
 				defer c.free()
+				if waited && w.cancelledBeforeStart(base, c) {
+					return
+				}
 				w.run(c, jobs)
 			}()
 			continue
@@ -201,6 +208,28 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 		}
 	}
 	w.publishCounts(base, cancelled)
+}
+
+// cancelledBeforeStart reports whether c's group was cancelled after the
+// claim, while c waited for a slot ([redisq.Queue.Start]): the job was then
+// counted as cancelled instead of run, its delivery is settled and its
+// group's counts published. A job no longer RUNNING as its attempt is
+// dropped the same way; if Redis cannot tell, the job runs.
+func (w *Worker) cancelledBeforeStart(base context.Context, c claimed) bool {
+	ctx, cancel := context.WithTimeout(base, settleTimeout)
+	out, err := w.d.Queue.Start(ctx, redisq.Delivery{Group: c.job.Ref(), JobID: c.job.JobID, Attempt: c.job.Attempt})
+	cancel()
+	if err != nil || out == redisq.ClaimRun {
+		return false
+	}
+	w.log.Debug("delivery dropped before its start", "tenant", c.job.Tenant, "group", c.job.GroupID, "job", c.job.JobID,
+		"attempt", c.job.Attempt, "claim", string(out))
+	w.count(c, telemetry.StatusDropped)
+	w.settle(c, consume.Ack())
+	if out == redisq.ClaimCancelled {
+		w.publishCounts(base, []contracts.GroupRef{c.job.Ref()})
+	}
+	return true
 }
 
 // publishCounts publishes the current counts of groups whose counts the
