@@ -218,7 +218,9 @@ type Overview struct {
 	// InFlightJobs counts the jobs of those groups admitted and not
 	// finished (handed to READY, running or being recorded).
 	InFlightJobs int64 `json:"inFlightJobs"`
-	// Workers are the job types workers announced, live or lately gone.
+	// Workers are the job types workers announced, live or lately gone, or
+	// READY has consumers for; in the tenant scope only the types of the
+	// tenant's own jobs (redisq TenantTypes), with the type's figures.
 	Workers []WorkerTypeView `json:"workers"`
 	// DLQ counts the dead letters by reason; null in the tenant scope.
 	DLQ *DLQView `json:"dlq"`
