@@ -22,8 +22,12 @@
 // Jobs travel in messages of up to [Options.BatchSize] jobs (100 by
 // default), each kept within the message limit. [Client.SubmitGroup] also
 // gives the group its settings (priority level, base priority, in-flight
-// limit); they apply when the message creates the group, and a group that
-// already exists keeps its own (its event stream carries a notice).
+// limit, completion callback); they apply when the message creates the
+// group, and a group that already exists keeps its own (its event stream
+// carries a notice). A [contracts.GroupSettings.CallbackURL] has the group's
+// final event POSTed there when it ends, signed in the Standard Webhooks
+// format with the tenant's callback secret (receivers check it with any
+// Standard Webhooks library, or package webhook's Verify).
 //
 // Every jobs, seal and cancel message carries a Nats-Msg-Id derived from the
 // group and job ids, so repeating a call after an error is safe: JetStream
