@@ -103,3 +103,42 @@ func (q *Queue) submitRoomKeys(tenant string) []string {
 	return []string{q.keys.DoorLimits(), q.keys.DoorState(tenant, "submit-published"),
 		q.keys.DoorState(tenant, "submit-reserved"), q.keys.DoorState(tenant, "submit-bytes")}
 }
+
+// SetTenantSubmitRoom sets a tenant's own room on SUBMIT in bytes: limit >=
+// 0, 0 meaning unlimited, or [QuotaDefault] to remove it (the gateway's
+// GATEWAY_TENANT_SUBMIT_BYTES applies again).
+func (q *Queue) SetTenantSubmitRoom(ctx context.Context, tenant string, limit int64) error {
+	if err := contracts.ValidateTenant(tenant); err != nil {
+		return fmt.Errorf("redisq: submit room: %w", err)
+	}
+	if limit < QuotaDefault {
+		return fmt.Errorf("redisq: submit room of %s: %d: must be >= 0 (0 = unlimited)", tenant, limit)
+	}
+	field := tenant + ":" + SubmitRoomField
+	var err error
+	if limit == QuotaDefault {
+		err = q.rdb.HDel(ctx, q.keys.DoorLimits(), field).Err()
+	} else {
+		err = q.rdb.HSet(ctx, q.keys.DoorLimits(), field, limit).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redisq: submit room of %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// TenantSubmitRoom returns a tenant's own room on SUBMIT; ok is false when
+// it has none (the gateway's default applies).
+func (q *Queue) TenantSubmitRoom(ctx context.Context, tenant string) (limit int64, ok bool, err error) {
+	if err := contracts.ValidateTenant(tenant); err != nil {
+		return 0, false, fmt.Errorf("redisq: submit room: %w", err)
+	}
+	v, err := q.rdb.HGet(ctx, q.keys.DoorLimits(), tenant+":"+SubmitRoomField).Int64()
+	if isNil(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("redisq: submit room of %s: %w", tenant, err)
+	}
+	return v, true, nil
+}
