@@ -227,7 +227,23 @@ func progressLine(s *cli.GroupStatus) string {
 	if len(s.Holds) > 0 {
 		line += " waiting " + holdReasons(s)
 	}
+	if n := s.Unsettled(); n > 0 {
+		line += fmt.Sprintf(" (%s still with workers)", plural(n, "job"))
+	}
 	return line
+}
+
+// runningNote returns a follow update that says once that a cancelled
+// group waits for the jobs workers had when it was cancelled.
+func runningNote(out io.Writer, id string) func(*cli.GroupStatus) {
+	said := false
+	return func(s *cli.GroupStatus) {
+		if n := s.Unsettled(); n > 0 && !said {
+			said = true
+			fmt.Fprintf(out, "group %s is cancelled; waiting for the %s workers already had: those running finish, the others are cancelled\n",
+				id, plural(n, "job"))
+		}
+	}
 }
 
 // holdReasons lists the reasons that hold a group, comma-separated.
@@ -261,7 +277,9 @@ func newWatchCmd() *cobra.Command {
 		Use:   "watch GROUP",
 		Short: "Follow a group's progress until it ends",
 		Long: `Watch shows a group's progress (a bar on a terminal, a plain line every
---interval otherwise) until the group ends, then prints its counts.
+--interval otherwise) until the group ends, then prints its counts. A
+cancelled group is followed until the jobs that were running when it was
+cancelled have finished, so that its counts add up.
 
 A group that does not exist yet is waited for up to --appear-timeout (jobs
 just submitted are stored within moments), then watch fails: the id is
@@ -333,7 +351,9 @@ func appearWait(out io.Writer, g contracts.GroupRef, timeout time.Duration, subm
 	}
 }
 
-// follow reads the group every watchPoll until it has ended, passing each
+// follow reads the group every watchPoll until it has ended and settled
+// (a cancelled group's running jobs have finished, so its counts add up:
+// [cli.GroupStatus.Settled]), passing each
 // reading to update (its rate and ETA are status's: over the group's last
 // 30 s of progress); missing is called at each reading that finds no
 // group (nil: wait on), and its error ends the wait. It returns the last
@@ -365,7 +385,7 @@ func follow(ctx context.Context, c *cli.Conn, g contracts.GroupRef, update func(
 			if update != nil {
 				update(last)
 			}
-			return !s.Ended()
+			return !s.Settled()
 		}
 		return true
 	}
@@ -388,7 +408,7 @@ type plainWatch struct {
 }
 
 func (v *plainWatch) update(s *cli.GroupStatus) {
-	if s.Ended() || time.Since(v.last) < v.every {
+	if s.Settled() || time.Since(v.last) < v.every {
 		return
 	}
 	v.last = time.Now()
@@ -450,8 +470,9 @@ func newCancelCmd() *cobra.Command {
 		Short: "Cancel a group: queued and backed-off jobs are dropped and counted as cancelled",
 		Long: `Cancel asks for a group to end early: its queued and backed-off jobs are
 dropped and counted as cancelled; jobs already running finish and are
-counted. With --wait it waits until the group has ended and prints its
-counts. A group that has already ended is left as it is. A group that does
+counted. With --wait it waits until the group has ended and those jobs
+have finished, and prints its counts (succeeded + failed + cancelled = its
+jobs). A group that has already ended is left as it is. A group that does
 not exist is refused (a mistyped id would otherwise create an empty
 cancelled group); --create cancels it before its first job, so that jobs
 sent to it later are refused.`,
@@ -496,7 +517,7 @@ sent to it later are refused.`,
 			if !wait {
 				return nil
 			}
-			s, err := follow(ctx, c, g, nil, nil)
+			s, err := follow(ctx, c, g, runningNote(out, g.ID), nil)
 			if err != nil {
 				return err
 			}
