@@ -7,7 +7,7 @@ TOOLS    := $(CURDIR)/.tools/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint
 
-.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway lint fmt vet fuzz redis chromium python clean
+.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
 
 all: build
 
@@ -20,7 +20,7 @@ run: build
 	$(BIN) dev --demo
 
 ## test: the whole suite against real redis-server and embedded NATS, and the deployment checks
-test: redis python chromium test-deployments
+test: redis python chromium openapi-tools test-deployments
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
@@ -81,6 +81,28 @@ bench-gateway: redis
 # passes -e2e.* flags, e.g. -e2e.only pipeline,bullmq or -e2e.million 0)
 bench-e2e: redis
 	cd bench && $(GO) test -run '^$$' -bench BenchmarkE2E -benchtime 1x -count 1 -timeout 45m . -args $(E2E_FLAGS)
+
+# The OpenAPI document's tools, from npm at pinned versions, installed once
+# into .tools/node (services/gateway's TestOpenAPIGeneratedClients runs them).
+SPECTRAL_VERSION := 6.16.3
+OPENAPI_TS_VERSION := 7.13.0
+TYPESCRIPT_VERSION := 5.9.3
+OPENAPI_TOOLS := $(CURDIR)/.tools/node
+OPENAPI_TOOLS_STAMP := $(OPENAPI_TOOLS)/.installed-$(SPECTRAL_VERSION)-$(OPENAPI_TS_VERSION)-$(TYPESCRIPT_VERSION)
+
+## openapi-tools: Spectral, openapi-typescript and tsc for the OpenAPI document's test (npm, pinned, into .tools/node)
+openapi-tools: $(OPENAPI_TOOLS_STAMP)
+
+$(OPENAPI_TOOLS_STAMP):
+	mkdir -p $(OPENAPI_TOOLS)
+	cd $(OPENAPI_TOOLS) && npm install --no-audit --no-fund --save-exact \
+		@stoplight/spectral-cli@$(SPECTRAL_VERSION) openapi-typescript@$(OPENAPI_TS_VERSION) typescript@$(TYPESCRIPT_VERSION)
+	touch $@
+
+## openapi-lint: lint the gateway's OpenAPI document with Spectral and type it with openapi-typescript (api.d.ts into .tools/node)
+openapi-lint: openapi-tools
+	$(OPENAPI_TOOLS)/node_modules/.bin/spectral lint --ruleset services/gateway/testdata/openapi/spectral.yaml --fail-severity warn services/gateway/openapi.json
+	$(OPENAPI_TOOLS)/node_modules/.bin/openapi-typescript services/gateway/openapi.json -o $(OPENAPI_TOOLS)/api.d.ts
 
 ## lint: gofmt, go vet and golangci-lint (the boundary rules of .golangci.yml)
 lint: $(GOLANGCI_LINT)

@@ -573,8 +573,11 @@ func TestOpenAPIExamples(t *testing.T) {
 					if s == "" {
 						t.Errorf("%s: not NDJSON text", what)
 					}
+					if err := d.validateValue(t, mptr+"/schema", value); err != nil {
+						t.Errorf("%s: %v", what, err)
+					}
 					for i, line := range lines {
-						if err := d.validate(t, mptr+"/schema", []byte(line)); err != nil {
+						if err := d.validate(t, mptr+"/x-itemSchema", []byte(line)); err != nil {
 							t.Errorf("%s, line %d: %v", what, i+1, err)
 						}
 					}
@@ -669,7 +672,9 @@ func readSSE(r io.Reader) ([]sseEv, error) {
 
 // validateEvent checks an event of a text/event-stream media type (at
 // mptr): its name is documented in x-sse-events, its data valid against
-// that event's data schema.
+// that event's data schema, and the event parsed ({"event", "id", "data"})
+// valid against the media type's x-itemSchema, the type generated clients
+// get for it.
 func (d *apiDoc) validateEvent(t *testing.T, mptr string, ev sseEv) error {
 	t.Helper()
 	eptr := mptr + pointer("x-sse-events", ev.name)
@@ -678,6 +683,20 @@ func (d *apiDoc) validateEvent(t *testing.T, mptr string, ev sseEv) error {
 	}
 	if err := d.validate(t, eptr+"/data", ev.data); err != nil {
 		return fmt.Errorf("event %s %s: %w", ev.id, ev.name, err)
+	}
+	if d.get(mptr+"/x-itemSchema") == nil {
+		return fmt.Errorf("%s has no x-itemSchema", mptr)
+	}
+	parsed := map[string]any{"event": ev.name, "data": json.RawMessage(ev.data)}
+	if ev.id != "" {
+		parsed["id"] = ev.id
+	}
+	b, err := json.Marshal(parsed)
+	if err != nil {
+		return fmt.Errorf("event %s %s: %w", ev.id, ev.name, err)
+	}
+	if err := d.validate(t, mptr+"/x-itemSchema", b); err != nil {
+		return fmt.Errorf("event %s %s against x-itemSchema: %w", ev.id, ev.name, err)
 	}
 	return nil
 }
@@ -773,6 +792,11 @@ func (c *checker) request(method, tmpl, mediaType, body string) {
 	}
 	items := []string{body}
 	if mediaType == "application/x-ndjson" {
+		// the body is text, each line a job of x-itemSchema
+		if c.d.get(ptr).(map[string]any)["type"] != "string" {
+			c.t.Errorf("%s %s: the %s schema is not a string", method, tmpl, mediaType)
+		}
+		ptr = o.ptr + pointer("requestBody", "content", mediaType, "x-itemSchema")
 		items = strings.Split(strings.TrimSpace(body), "\n")
 	}
 	for _, it := range items {
