@@ -333,12 +333,14 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		// Servers this run did not start keep the ids of earlier runs.
 		suffix = "-" + strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)
 	}
-	return runDemo(ctx, st, w, demo.Options{Out: out, Terminal: live, Suffix: suffix, Log: log})
+	return runDemo(ctx, st, w, demo.Options{Out: out, Terminal: live, Suffix: suffix, Log: log}, b.uiURL())
 }
 
 // runDemo runs the demo workload w on the running stack st, stops the
 // stack and prints the summary. o's Client and Queue are filled in here.
-func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Options) error {
+// uiURL is the dashboard's address the end of the demo names (the
+// banner's, signing in with dev's key).
+func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Options, uiURL string) error {
 	cfg := st.Config()
 	fmt.Fprintf(o.Out, "demo (%s): %d groups, %d %s jobs, global limit %d jobs/s, %d worker slots\n\n",
 		w.Scale, len(w.Groups), w.TotalJobs(), w.JobType, cfg.GlobalRps, cfg.WorkerCount)
@@ -355,15 +357,14 @@ func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Optio
 	o.Queue = st.Conns.Queue
 	sum, runErr := demo.Run(demoCtx, w, o)
 	printed := false
-	if o.Terminal && runErr == nil && sum != nil && st.Gateway != nil {
+	if o.Terminal && runErr == nil && sum != nil && uiURL != "" {
 		// In a terminal the system stays up after the demo, so that the
 		// dashboard and the API can still be looked at.
 		if err := sum.Write(o.Out); err != nil {
 			return err
 		}
 		printed = true
-		fmt.Fprintf(o.Out, "\nThe demo is over; everything keeps running (dashboard http://%s/ui/). Ctrl-C stops.\n",
-			browsable(st.Gateway.Addr().String()))
+		fmt.Fprintf(o.Out, "\nThe demo is over; everything keeps running (dashboard %s). Ctrl-C stops.\n", uiURL)
 		select {
 		case <-ctx.Done():
 		case <-st.Failed():
@@ -405,6 +406,20 @@ type banner struct {
 	externalNats bool
 }
 
+// uiURL is the dashboard's address ("" without a gateway). With dev's own
+// key it signs in by itself: a fragment never reaches the server; the
+// dashboard signs in with it and takes it out of the address bar.
+func (d banner) uiURL() string {
+	if d.apiAddr == "" {
+		return ""
+	}
+	u := "http://" + browsable(d.apiAddr) + "/ui/"
+	if d.apiKey != "" {
+		u += "#key=" + d.apiKey
+	}
+	return u
+}
+
 func (d banner) String() string {
 	var b strings.Builder
 	cfg, env := d.cfg, d.env
@@ -414,12 +429,10 @@ func (d banner) String() string {
 		apiURL = "http://" + browsable(d.apiAddr)
 		fmt.Fprintf(&b, "  API    %s/v1/groups%s\n", apiURL, everyInterface(d.apiAddr))
 		if d.apiKey != "" {
-			// A fragment never reaches the server; the dashboard signs in
-			// with it and takes it out of the address bar.
-			fmt.Fprintf(&b, "  UI     %s/ui/#key=%s (dashboard, signs in with the key)\n", apiURL, d.apiKey)
+			fmt.Fprintf(&b, "  UI     %s (dashboard, signs in with the key)\n", d.uiURL())
 			fmt.Fprintf(&b, "  key    %s (admin, dev only: kept in the data directory)\n", d.apiKey)
 		} else {
-			fmt.Fprintf(&b, "  UI     %s/ui/ (dashboard)\n", apiURL)
+			fmt.Fprintf(&b, "  UI     %s (dashboard)\n", d.uiURL())
 		}
 	}
 	ownNote := everyInterface(net.JoinHostPort(d.listenHost, "0"))
