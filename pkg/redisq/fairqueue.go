@@ -278,7 +278,7 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 	groupAt := map[contracts.GroupRef]int{} // index in res.Groups
 	for ci, c := range calls {
 		rep := toList(replies[ci])
-		if len(rep) != 6+groupReplyWidth {
+		if len(rep) != 7+groupReplyWidth {
 			return nil, fmt.Errorf("redisq: enqueue script: %d reply values", len(rep))
 		}
 		codes := toStr(rep[0])
@@ -296,8 +296,9 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 			Created: toInt(rep[1]) == 1,
 			Settings: contracts.GroupSettings{
 				Priority: contracts.Priority(toStr(rep[2])).OrDefault(), BasePriority: toInt(rep[3]), MaxInFlight: toInt(rep[4]),
+				CallbackURL: toStr(rep[6]),
 			},
-			Counts: parseCounts(rep[6:]),
+			Counts: parseCounts(rep[7:]),
 		}
 		if eg.Created {
 			res.Created = append(res.Created, c.g)

@@ -371,6 +371,13 @@ func settingsNotice(want, have contracts.GroupSettings) string {
 	if want.BasePriority != have.BasePriority {
 		diffs = append(diffs, fmt.Sprintf("basePriority %d (the group keeps %d)", want.BasePriority, have.BasePriority))
 	}
+	if want.CallbackURL != have.CallbackURL {
+		have := have.CallbackURL
+		if have == "" {
+			have = "none"
+		}
+		diffs = append(diffs, fmt.Sprintf("callbackUrl %q (the group keeps %s)", want.CallbackURL, have))
+	}
 	if want.MaxInFlight != have.MaxInFlight {
 		diffs = append(diffs, fmt.Sprintf("maxInFlight %d (the group keeps %d)", want.MaxInFlight, have.MaxInFlight))
 	}

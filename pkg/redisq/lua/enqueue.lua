@@ -30,7 +30,7 @@
 --           (callbackUrl); the script that ends the group schedules its
 --           delivery (lib.lua callback_schedule)
 -- ARGV[14+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
--- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, <group reply> }
+-- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, callbackUrl, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
 --   'S' rejected (beyond the sealed total), 'C' rejected (group cancelled or
@@ -42,6 +42,8 @@
 --   level, basePriority, maxInFlight: the group's settings after the call (a
 --   group keeps those of the job that created it; the requested ones while
 --   the group has none).
+--   callbackUrl: the group's callback URL after the call ('' = none; a
+--   group keeps that of the job that created it).
 --   refusals: 5 values per unit a quota refused: the unit's index (1-based),
 --   'G' or 'Q', the limit, the tenant's count when the unit was judged
 --   (active groups or queued jobs) and the unit's new jobs.
@@ -260,4 +262,5 @@ if added > 0 then
     { status, level, base, total + added, m[7], m[11], maxinf, m[12] }, jobs_len)
 end
 
-return reply(meta_key, concat_all(out), created, level, base, maxinf, refusals)
+return reply(meta_key, concat_all(out), created, level, base, maxinf, refusals,
+  redis.call('HGET', meta_key, 'callbackUrl') or '')
