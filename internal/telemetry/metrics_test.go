@@ -113,6 +113,8 @@ var wantMetricTypes = map[string]dto.MetricType{
 	"bulk_action_stream_bytes":                dto.MetricType_GAUGE,
 	"bulk_action_stream_limit_bytes":          dto.MetricType_GAUGE,
 	"bulk_action_stream_messages":             dto.MetricType_GAUGE,
+	"bulk_action_callbacks_total":             dto.MetricType_COUNTER,
+	"bulk_action_callbacks_pending":           dto.MetricType_GAUGE,
 }
 
 func TestNewMetricsRegistersEveryMetric(t *testing.T) {
