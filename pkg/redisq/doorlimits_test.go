@@ -52,6 +52,34 @@ func TestDoorSlotsOfADeadReplicaComeBack(t *testing.T) {
 	}
 }
 
+// TestDoorRefusalBySlotSpendsARequest: a request refused for a slot has
+// still spent one of the tenant's requests, so a tenant that keeps asking
+// for a stream it cannot have runs out of its request rate.
+func TestDoorRefusalBySlotSpendsARequest(t *testing.T) {
+	q, _ := setup(t, redisq.Config{}, true)
+	ctx := context.Background()
+	d := redisq.DoorDefaults{RequestRate: 1, SSEStreams: 1, Window: 10 * time.Second}
+	enter := func(id string) redisq.DoorVerdict {
+		t.Helper()
+		v, err := q.DoorEnter(ctx, d, redisq.DoorEntry{Tenant: "acme", Slot: redisq.DoorSSEStreams, SlotID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := enter("a"); !v.Allowed || v.RequestsLeft != 9 {
+		t.Fatalf("first stream: %+v", v)
+	}
+	for i := 8; i >= 0; i-- {
+		if v := enter("b"); v.Allowed || v.Refused != redisq.DoorSSEStreams || v.RequestsLeft != int64(i) {
+			t.Fatalf("stream refused with %d requests left: %+v", i, v)
+		}
+	}
+	if v := enter("b"); v.Allowed || v.Refused != redisq.DoorRequestRate {
+		t.Fatalf("after 10 requests in the window: %+v", v)
+	}
+}
+
 // TestDoorRatesAndOwnLimits: the request rate allows its window's worth
 // at once and then one per period; a tenant's own limit replaces the
 // default, 0 lifts it; the job rate lets one request go into debt and

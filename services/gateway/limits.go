@@ -134,7 +134,10 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 		}
 		ctx := r.Context()
 		jobs := rt.op == "submitJobs"
-		if v, refused := g.penalties.check(p.Tenant, jobs, time.Now()); refused {
+		ask := doorAsk{tenant: p.Tenant, jobs: jobs, slot: slot}
+		if v, refused := g.penalties.check(ask, time.Now()); refused {
+			g.penalties.hold(ctx, p.Tenant)
+			v.RetryAfter = max(v.RetryAfter-refusalHold, 0)
 			if v.Requests > 0 {
 				w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
 			}
@@ -144,10 +147,11 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 		id := randomID()
 		v, err := g.q.DoorEnter(ctx, lim.door(), redisq.DoorEntry{Tenant: p.Tenant, Slot: slot, SlotID: id, Jobs: jobs})
 		if err != nil {
+			g.penalties.forget(ask)
 			g.unavailable(w, r, err)
 			return
 		}
-		g.penalties.note(p.Tenant, v, time.Now())
+		g.penalties.note(ask, v, time.Now())
 		if v.Requests > 0 {
 			w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
 			w.Header().Set("RateLimit", rateState(redisq.DoorRequestRate, v.RequestsLeft, v.RequestsReset))
@@ -163,6 +167,7 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 				if err := g.q.DoorLeave(context.WithoutCancel(ctx), lim.door(), p.Tenant, slot, id); err != nil {
 					g.log.Warn("gateway slot not given back; its lease frees it", "tenant", p.Tenant, "err", err)
 				}
+				g.penalties.freed(p.Tenant, slot)
 			}()
 		}
 		next(w, r)

@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -77,15 +80,44 @@ func TestRefusedTenantCostsRedisLittle(t *testing.T) {
 		}
 	}
 	before := doorCalls(t, s)
-	var last reply
-	for range 200 {
-		last = s.do("GET", "/v1/groups", "acme", nil)
-		if last.code != http.StatusTooManyRequests {
-			t.Fatalf("%d %s", last.code, last.body)
-		}
+	start := time.Now()
+	var (
+		last   reply
+		passed int
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+	)
+	for range 20 { // as a client looping on refusals over 20 connections
+		wg.Go(func() {
+			for range 10 {
+				r := s.do("GET", "/v1/groups", "acme", nil)
+				mu.Lock()
+				switch r.code {
+				case http.StatusTooManyRequests:
+					last = r
+				case http.StatusOK: // the rate's one request a second
+					passed++
+				default:
+					t.Errorf("%d %s", r.code, r.body)
+				}
+				mu.Unlock()
+			}
+		})
 	}
-	if calls := doorCalls(t, s) - before; calls > 10 {
-		t.Errorf("200 refused requests ran the door script %d times", calls)
+	wg.Wait()
+	took := time.Since(start)
+	if most := int(took/time.Second) + 1; passed > most {
+		t.Errorf("%d of 200 requests passed in %s at 1 a second", passed, took)
+	}
+	// Redis is asked once per refusal period (250 ms); after a request
+	// passes, the requests already under way ask too (20 connections).
+	if calls, most := doorCalls(t, s)-before, uint64(took/(250*time.Millisecond))+1+20*uint64(passed+1); calls > most {
+		t.Errorf("200 requests in %s ran the door script %d times (at most %d)", took.Round(time.Millisecond), calls, most)
+	}
+	// Refusals given by the gateway itself are held a moment: the looping
+	// client's 10 requests a connection took at least 8 holds' time.
+	if took < 8*250*time.Millisecond {
+		t.Errorf("200 requests over 20 connections answered in %s: refusals were not held", took)
 	}
 	if p := last.problem(t); len(p.Errors) != 1 || p.Errors[0].Field != string(redisq.DoorRequestRate) {
 		t.Errorf("errors %+v", p.Errors)
@@ -107,4 +139,61 @@ func TestRefusedTenantCostsRedisLittle(t *testing.T) {
 	if r := s.do("GET", "/v1/groups", "acme", nil); r.code != http.StatusOK {
 		t.Errorf("after Retry-After: %d %s", r.code, r.body)
 	}
+}
+
+// TestFloodOfStreamsCostsRedisLittle: a tenant that keeps asking for event
+// streams past its cap, over many connections at once, is refused by the
+// gateway itself after Redis refused it once (about one door call per
+// refusal period, not one per request); a stream it closes frees its slot
+// for its next one at once.
+func TestFloodOfStreamsCostsRedisLittle(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(c *config.Config) { c.GatewayTenantSSEStreams = 2 })
+	s.submit("acme", "watched", "", ndjson("w-", 2, "{}"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx1, close1 := context.WithCancel(ctx)
+	for i, c := range []context.Context{ctx1, ctx} {
+		ch, resp := s.sse(c, "acme", "watched", "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %d", i+1, resp.StatusCode)
+		}
+		<-ch
+	}
+	before := doorCalls(t, s)
+	start := time.Now()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		refused int
+	)
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				r := s.do("GET", "/v1/groups/watched/events", "acme", nil)
+				mu.Lock()
+				if r.code == http.StatusTooManyRequests && r.problem(t).Errors[0].Field == string(redisq.DoorSSEStreams) {
+					refused++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if refused != 160 {
+		t.Fatalf("%d of 160 stream requests refused for the stream cap", refused)
+	}
+	// One call per refusal period (250 ms) and a few more for the requests
+	// that were already asking when the first refusal came back.
+	if calls, most := doorCalls(t, s)-before, uint64(took/(250*time.Millisecond))+1+16; calls > most {
+		t.Errorf("160 refused stream requests in %s ran the door script %d times (at most %d)", took.Round(time.Millisecond), calls, most)
+	}
+	close1()
+	testkit.WaitFor(t, "a new stream once one closed", 5*time.Second, func() bool {
+		c, stop := context.WithCancel(ctx)
+		defer stop()
+		_, resp := s.sse(c, "acme", "watched", "")
+		return resp.StatusCode == http.StatusOK
+	})
 }

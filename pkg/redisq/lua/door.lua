@@ -17,7 +17,8 @@
 -- enter: ARGV[5] default requests/s, ARGV[6] default jobs/s, ARGV[7] the
 --   slot's limit name ('' = no slot), ARGV[8] its default cap, ARGV[9] slot
 --   id, ARGV[10] lease ms, ARGV[11] '1' to refuse a tenant with no job rate
---   left. Takes one request and the slot only if every limit allows.
+--   left. Takes the slot only if every limit allows, and one request unless
+--   the request rate refuses (a refusal by another limit spends a request).
 --   Returns {allowed, refused name, its limit, retry ms, request limit per
 --   window, requests left, ms until the window is whole again, slot held}.
 -- charge: ARGV[5] default jobs/s, ARGV[6] jobs. Spends them even past the
@@ -93,10 +94,14 @@ if req_rate > 0 then
   req_reset = math.ceil(req_tat - now)
 end
 
+-- A request refused by a limit past the request rate has still spent a
+-- request: a tenant that keeps asking for a slot it cannot have runs out of
+-- requests like one that asks for anything else.
 if ARGV[11] == '1' and job_rate > 0 then
   local jt = tat(KEYS[3])
   if jt - now >= window then
     local step = 1000 / job_rate
+    if req_tat then store(KEYS[2], req_tat) end
     return {0, 'jobs', job_rate, math.ceil(jt - window - now + step), req_limit, req_left, req_reset, 0}
   end
 end
@@ -106,6 +111,7 @@ if slot_cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   if redis.call('ZCARD', KEYS[4]) >= slot_cap then
     -- When a slot frees is not known: come back in a second.
+    if req_tat then store(KEYS[2], req_tat) end
     return {0, slot_name, slot_cap, 1000, req_limit, req_left, req_reset, 0}
   end
   redis.call('ZADD', KEYS[4], now + lease, ARGV[9])
