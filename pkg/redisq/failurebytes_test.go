@@ -116,3 +116,25 @@ func TestFailuresPageHead(t *testing.T) {
 		t.Fatalf("Failure of a job that did not fail: %v %v", found, err)
 	}
 }
+
+// TestFailuresPageHeadReadsHeadsOnly: a listing with Head reads the heads
+// kept at the failures, not the payloads: a page of payloads far larger
+// in all than MaxFailuresPageBytes comes whole in one call, each entry
+// with its size and first bytes.
+func TestFailuresPageHeadReadsHeadsOnly(t *testing.T) {
+	t.Parallel()
+	q, _ := setup(t, redisq.Config{}, true)
+	g := G("heads")
+	const n, size = 40, 200 << 10 // 8 MB of payloads
+	payloads := failLarge(t, q, g, n, size)
+	fs, next, err := q.FailuresPage(context.Background(), g, redisq.FailuresQuery{Limit: redisq.MaxFailuresPage, Head: 1000})
+	if err != nil || next != "" || len(fs) != n {
+		t.Fatalf("page: %d of %d entries, next %q, %v: the whole payloads were read", len(fs), n, next, err)
+	}
+	for _, f := range fs {
+		if !f.Truncated || f.PayloadBytes != size || !bytes.Equal(f.Payload, payloads[f.JobID][:1000]) ||
+			f.Type != "mail" || f.Error != "boom" || f.Attempts != 1 {
+			t.Errorf("%s: %+v (%d bytes)", f.JobID, f, len(f.Payload))
+		}
+	}
+}

@@ -10,7 +10,8 @@
 -- ARGV[6]: byte budget of the call (0 = none): the call stops taking
 --          entries once the payloads and errors it read add up to it (at
 --          least one entry is taken), so that a page of large payloads is
---          cut short rather than read whole in one call
+--          cut short rather than read whole in one call; a payload's head
+--          kept beside it (payloadHead, lib.lua) counts for its own bytes
 -- Returns: { entries, more } where entries is a flat list of 8 values per
 --   failed job, newest first: jobId, finishedAt (ms, the index's score),
 --   type, attempt (the one that failed), error, payload (or its first
@@ -38,18 +39,31 @@ for i = 1, #page, 2 do
   end
   local jid = page[i]
   local job_key = prefix .. 'job:' .. gk .. ':' .. jid
-  local d = job_read(job_key)
-  local found = '1'
-  if d == nil then
-    found = '0'
-    d = { payload = '' }
-  else
-    local r = redis.call('HMGET', job_key, 'resultAttempt', 'error')
-    d.resultAttempt, d.error = r[1] or nil, r[2] or nil
+  local found, d, p, size = '1', nil, nil, 0
+  if head > 0 then
+    -- a large payload's head kept at its failure (record.lua) is read
+    -- alone: the listing does not read the whole payload
+    local h = redis.call('HMGET', job_key, 'type', 'attempt', 'status', 'resultAttempt', 'error', 'payloadHead')
+    if h[3] and h[6] and #h[6] >= head then
+      d = { type = h[1] or nil, attempt = h[2] or nil, resultAttempt = h[4] or nil, error = h[5] or nil }
+      size = redis.call('HSTRLEN', job_key, 'payload')
+      p = string.sub(h[6], 1, head)
+      read = read + #p + #(d.error or '')
+    end
   end
-  local p, size = d.payload, #d.payload
-  read = read + size + #(d.error or '')
-  if head > 0 and size > head then p = string.sub(p, 1, head) end
+  if d == nil then
+    d = job_read(job_key)
+    if d == nil then
+      found = '0'
+      d = { payload = '' }
+    else
+      local r = redis.call('HMGET', job_key, 'resultAttempt', 'error')
+      d.resultAttempt, d.error = r[1] or nil, r[2] or nil
+    end
+    p, size = d.payload, #d.payload
+    read = read + size + #(d.error or '')
+    if head > 0 and size > head then p = string.sub(p, 1, head) end
+  end
   for _, v in ipairs({ jid, page[i + 1], d.type or '', d.resultAttempt or d.attempt or '0', d.error or '', p, found, size }) do
     out[#out + 1] = v
   end

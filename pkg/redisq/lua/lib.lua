@@ -372,6 +372,11 @@ end
 -- (Go: jobhash.go, JobPayload.)
 local PAYLOAD_CHUNK = 64
 local PAYLOAD_CHUNKS_MAX = 100
+-- A failed job's payload stored whole (above PAYLOAD_CHUNK *
+-- PAYLOAD_CHUNKS_MAX bytes) keeps its first PAYLOAD_HEAD bytes beside it
+-- in the field 'payloadHead' (record.lua), so that a failures listing
+-- reads them alone rather than the whole payload (failures.lua).
+local PAYLOAD_HEAD = 1024
 
 -- payload_fields appends to t the field, value pairs that store payload p.
 local function payload_fields(t, p)

@@ -142,6 +142,10 @@ for _, r in ipairs(recorded) do
   else
     redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4])
   end
+  if ARGV[i + 2] ~= 'SUCCESS' and redis.call('HSTRLEN', job_key, 'payload') > PAYLOAD_HEAD then
+    local p = redis.call('HGET', job_key, 'payload')
+    redis.call('HSET', job_key, 'payloadHead', string.sub(p, 1, PAYLOAD_HEAD))
+  end
   if job_ttl > 0 then
     redis.call('EXPIRE', job_key, job_ttl)
   end
