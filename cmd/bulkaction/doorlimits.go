@@ -22,6 +22,7 @@ const submitRoomFlag = "submit-bytes"
 var doorLimitFlags = map[redisq.DoorLimit]string{
 	redisq.DoorRequestRate:        "request-rate",
 	redisq.DoorJobRate:            "job-rate",
+	redisq.DoorByteRate:           "byte-rate",
 	redisq.DoorConcurrentRequests: "concurrent-requests",
 	redisq.DoorSSEStreams:         "sse-streams",
 }
@@ -31,10 +32,10 @@ var doorLimitFlags = map[redisq.DoorLimit]string{
 func newTenantLimitsCmd() *cobra.Command {
 	values := map[string]*string{}
 	cmd := &cobra.Command{
-		Use:   "limits TENANT [--request-rate N|default] [--job-rate N|default] [--concurrent-requests N|default] [--sse-streams N|default] [--submit-bytes N|default]",
+		Use:   "limits TENANT [--request-rate N|default] [--job-rate N|default] [--byte-rate N|default] [--concurrent-requests N|default] [--sse-streams N|default] [--submit-bytes N|default]",
 		Short: "Show a tenant's limits at the gateway, or set its own",
 		Long: `The gateway limits each tenant's requests per second, jobs per second,
-requests running at once, open event streams, and the bytes of its
+bytes of jobs requests per second, requests running at once, open event streams, and the bytes of its
 submissions SUBMIT may hold before the fetchers apply them. The defaults are
 the BULKACTION_GATEWAY_TENANT_* settings; a tenant's own limits, kept in
 Redis, replace them on every gateway replica from the next request.
@@ -102,6 +103,7 @@ tenant's own limit: a whole number (0 = unlimited, whatever the default) or
 			}
 			defaults := map[redisq.DoorLimit]int64{
 				redisq.DoorRequestRate: int64(cfg.GatewayTenantRequestRate), redisq.DoorJobRate: int64(cfg.GatewayTenantJobRate),
+				redisq.DoorByteRate:           int64(cfg.GatewayTenantByteRate),
 				redisq.DoorConcurrentRequests: int64(cfg.GatewayTenantConcurrentReqs), redisq.DoorSSEStreams: int64(cfg.GatewayTenantSSEStreams),
 			}
 			parts := make([]string, 0, len(redisq.DoorLimits)+1)

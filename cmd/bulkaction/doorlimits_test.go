@@ -22,12 +22,12 @@ func TestTenantLimitsVerb(t *testing.T) {
 		}
 		return out
 	}
-	if out := verb("acme"); !strings.Contains(out, "tenant acme: request-rate default (40), job-rate default (50000), "+
+	if out := verb("acme"); !strings.Contains(out, "tenant acme: request-rate default (40), job-rate default (50000), byte-rate default (67108864), "+
 		"concurrent-requests default (32), sse-streams default (100), submit-bytes default (268435456)") {
 		t.Errorf("defaults: %q", out)
 	}
 	if out := verb("acme", "--request-rate", "500", "--sse-streams", "0", "--submit-bytes", "1048576"); !strings.Contains(out,
-		"request-rate 500, job-rate default (50000), concurrent-requests default (32), sse-streams unlimited, submit-bytes 1048576") {
+		"request-rate 500, job-rate default (50000), byte-rate default (67108864), concurrent-requests default (32), sse-streams unlimited, submit-bytes 1048576") {
 		t.Errorf("set: %q", out)
 	}
 	own, err := s.queue.TenantDoorLimits(ctx, "acme")

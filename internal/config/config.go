@@ -119,6 +119,7 @@ type Config struct {
 	GatewaySSEWriteTimeout      time.Duration `envconfig:"GATEWAY_SSE_WRITE_TIMEOUT" default:"30s" desc:"an event stream whose client takes a write longer than this (it stopped reading) is closed"`
 	GatewayTenantRequestRate    int           `envconfig:"GATEWAY_TENANT_REQUEST_RATE" default:"100" desc:"requests per second of one tenant's keys over every gateway replica, 10 s worth at once; more are refused with 429 (0 = no limit; admin keys are not limited)"`
 	GatewayTenantJobRate        int           `envconfig:"GATEWAY_TENANT_JOB_RATE" default:"50000" desc:"jobs per second one tenant may submit through the gateways, 10 s worth at once; past that the gateway reads the tenant's jobs at this rate (refused requests' jobs count too), and a request finding the tenant more than 10 s in debt is refused with 429 (0 = no limit)"`
+	GatewayTenantByteRate       int           `envconfig:"GATEWAY_TENANT_BYTE_RATE" default:"67108864" desc:"bytes of jobs requests per second one tenant may send through the gateways, 10 s worth at once; past that the gateway reads the tenant's bodies at this rate (refused requests' bytes count too), and a jobs request finding the tenant more than 10 s in debt is refused with 429 (0 = no limit)"`
 	GatewayTenantConcurrentReqs int           `envconfig:"GATEWAY_TENANT_CONCURRENT_REQUESTS" default:"32" desc:"requests of one tenant running at once over every gateway replica, event streams not counted; one more is refused with 429 (0 = no limit)"`
 	GatewayTenantSSEStreams     int           `envconfig:"GATEWAY_TENANT_SSE_STREAMS" default:"100" desc:"event streams (SSE) one tenant may keep open over every gateway replica; one more is refused with 429 (0 = no limit)"`
 	GatewayTenantSubmitBytes    int           `envconfig:"GATEWAY_TENANT_SUBMIT_BYTES" default:"0" desc:"most bytes of one tenant's submissions through the gateway that SUBMIT may hold before the fetchers apply them; a jobs request that would go past it is refused whole, 429 (413 when it is larger than the room itself), so that no tenant fills SUBMIT for the others (0 = a quarter of SUBMIT's byte limit; -1 = no limit; else at least MAX_MSG_SIZE; a tenant's own: field <tenant>:submitBytes of the door-limits HASH)"`
@@ -252,6 +253,7 @@ func (c *Config) Validate() error {
 		v, min int
 	}{{"GATEWAY_MAX_BODY_BYTES", c.GatewayMaxBodyBytes, 1 << 10}, {"GATEWAY_MAX_JOBS_PER_REQUEST", c.GatewayMaxJobsPerRequest, 1},
 		{"GATEWAY_TENANT_REQUEST_RATE", c.GatewayTenantRequestRate, 0}, {"GATEWAY_TENANT_JOB_RATE", c.GatewayTenantJobRate, 0},
+		{"GATEWAY_TENANT_BYTE_RATE", c.GatewayTenantByteRate, 0},
 		{"GATEWAY_TENANT_CONCURRENT_REQUESTS", c.GatewayTenantConcurrentReqs, 0}, {"GATEWAY_TENANT_SSE_STREAMS", c.GatewayTenantSSEStreams, 0}} {
 		if r.v < r.min {
 			return bad(r.name, r.v, fmt.Sprintf("must be at least %d", r.min))

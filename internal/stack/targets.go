@@ -94,7 +94,7 @@ func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {
 		Limits: gateway.Limits{MaxBodyBytes: int64(cfg.GatewayMaxBodyBytes), MaxJobsPerRequest: int64(cfg.GatewayMaxJobsPerRequest),
 			ReadHeaderTimeout: cfg.GatewayReadHeaderTimeout, BodyIdleTimeout: cfg.GatewayBodyIdleTimeout,
 			SSEWriteTimeout: cfg.GatewaySSEWriteTimeout, TenantRequestRate: int64(cfg.GatewayTenantRequestRate),
-			TenantJobRate: int64(cfg.GatewayTenantJobRate), TenantConcurrentRequests: int64(cfg.GatewayTenantConcurrentReqs),
+			TenantJobRate: int64(cfg.GatewayTenantJobRate), TenantByteRate: int64(cfg.GatewayTenantByteRate), TenantConcurrentRequests: int64(cfg.GatewayTenantConcurrentReqs),
 			TenantSSEStreams: int64(cfg.GatewayTenantSSEStreams), TenantSubmitBytes: conns.TenantSubmitBytes(cfg)},
 		Callbacks: gateway.CallbackConfig{AllowedHosts: cfg.HTTPAllowedHosts, AllowAnyHost: s.opts.HTTPAnyHost,
 			SecretGrace: cfg.CallbackSecretGrace},

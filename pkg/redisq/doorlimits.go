@@ -21,6 +21,9 @@ const (
 	DoorRequestRate DoorLimit = "gateway.requestRate"
 	// DoorJobRate is a tenant's submitted jobs per second.
 	DoorJobRate DoorLimit = "gateway.jobRate"
+	// DoorByteRate is a tenant's submitted bytes per second (the bodies
+	// of its jobs requests).
+	DoorByteRate DoorLimit = "gateway.byteRate"
 	// DoorConcurrentRequests is a tenant's requests running at once (SSE
 	// streams not counted).
 	DoorConcurrentRequests DoorLimit = "gateway.concurrentRequests"
@@ -29,7 +32,7 @@ const (
 )
 
 // DoorLimits lists the gateway limits.
-var DoorLimits = []DoorLimit{DoorRequestRate, DoorJobRate, DoorConcurrentRequests, DoorSSEStreams}
+var DoorLimits = []DoorLimit{DoorRequestRate, DoorJobRate, DoorByteRate, DoorConcurrentRequests, DoorSSEStreams}
 
 // field is the limit's field suffix in [Keys.DoorLimits] and its name in
 // door.lua.
@@ -39,6 +42,8 @@ func (l DoorLimit) field() string {
 		return "requests"
 	case DoorJobRate:
 		return "jobs"
+	case DoorByteRate:
+		return "bytes"
 	case DoorConcurrentRequests:
 		return "concurrent"
 	case DoorSSEStreams:
@@ -63,6 +68,8 @@ func (l DoorLimit) Meaning() string {
 		return "requests per second of a tenant"
 	case DoorJobRate:
 		return "jobs per second a tenant may submit"
+	case DoorByteRate:
+		return "bytes of jobs requests per second a tenant may send"
 	case DoorConcurrentRequests:
 		return "requests of a tenant running at once"
 	case DoorSSEStreams:
@@ -72,13 +79,13 @@ func (l DoorLimit) Meaning() string {
 }
 
 // DoorLimits is the HASH of the tenants' own gateway limits: field
-// "<tenant>:requests", "<tenant>:jobs" (per second), "<tenant>:concurrent"
+// "<tenant>:requests", "<tenant>:jobs", "<tenant>:bytes" (per second), "<tenant>:concurrent"
 // or "<tenant>:sse" (at once); 0 = unlimited; a tenant without a field has
 // the gateway's default.
 func (k Keys) DoorLimits() string { return k.prefix + "door-limits" }
 
-// DoorState is one of a tenant's gateway-limit keys: "requests" and "jobs"
-// (the rates' state), "concurrent" and "sse" (the slots held).
+// DoorState is one of a tenant's gateway-limit keys: "requests", "jobs"
+// and "bytes" (the rates' state), "concurrent" and "sse" (the slots held).
 func (k Keys) DoorState(tenant, what string) string {
 	return k.prefix + "door:" + tenant + ":" + what
 }
@@ -141,7 +148,7 @@ func (q *Queue) TenantDoorLimits(ctx context.Context, tenant string) (map[DoorLi
 // unlimited), the window a rate may be spent in at once, and the lease of
 // a slot (renewed while it is held).
 type DoorDefaults struct {
-	RequestRate, JobRate           int64 // per second
+	RequestRate, JobRate, ByteRate int64 // per second
 	ConcurrentRequests, SSEStreams int64
 	Window, Lease                  time.Duration
 }
@@ -154,7 +161,8 @@ type DoorEntry struct {
 	Slot DoorLimit
 	// SlotID names the slot (unique per request).
 	SlotID string
-	// Jobs refuses the request when the tenant has no job rate left.
+	// Jobs refuses the request when the tenant has no job rate or byte
+	// rate left.
 	Jobs bool
 }
 
@@ -195,7 +203,8 @@ func (q *Queue) doorKeys(tenant string, slot DoorLimit) []string {
 	if f == "" {
 		f = DoorConcurrentRequests.field()
 	}
-	return []string{q.keys.DoorLimits(), q.keys.DoorState(tenant, "requests"), q.keys.DoorState(tenant, "jobs"), q.keys.DoorState(tenant, f)}
+	return []string{q.keys.DoorLimits(), q.keys.DoorState(tenant, "requests"), q.keys.DoorState(tenant, "jobs"), q.keys.DoorState(tenant, f),
+		q.keys.DoorState(tenant, "bytes")}
 }
 
 // DoorEnter takes one request of the tenant, and its slot, if every limit
@@ -213,7 +222,7 @@ func (q *Queue) DoorEnter(ctx context.Context, d DoorDefaults, e DoorEntry) (Doo
 		jobs = "1"
 	}
 	v, err := q.run(ctx, "door", doorScript, q.doorKeys(e.Tenant, e.Slot), "enter", e.Tenant, q.now(), d.window(),
-		d.RequestRate, d.JobRate, e.Slot.field(), slotDefault, e.SlotID, d.lease(), jobs)
+		d.RequestRate, d.JobRate, e.Slot.field(), slotDefault, e.SlotID, d.lease(), jobs, d.ByteRate)
 	if err != nil {
 		return DoorVerdict{}, err
 	}
@@ -228,14 +237,16 @@ func (q *Queue) DoorEnter(ctx context.Context, d DoorDefaults, e DoorEntry) (Doo
 		RequestsReset: time.Duration(num(6)) * time.Millisecond, Held: num(7) == 1}, nil
 }
 
-// DoorCharge spends n submitted jobs of the tenant's job rate. It may go
-// past the window: the tenant's next submissions wait until the debt is
-// paid off, so one large request passes and the rate holds over time. It
-// returns how far the debt goes past the window (0 within it): a reader of
-// the tenant's jobs that waits that long before reading more holds the
-// tenant to its rate however many requests it sends at once.
-func (q *Queue) DoorCharge(ctx context.Context, d DoorDefaults, tenant string, n int64) (time.Duration, error) {
-	v, err := q.run(ctx, "door", doorScript, q.doorKeys(tenant, ""), "charge", tenant, q.now(), d.window(), d.JobRate, n)
+// DoorCharge spends n submitted jobs of the tenant's job rate and size
+// bytes of its byte rate. It may go past the window: the tenant's next
+// submissions wait until the debt is paid off, so one large request passes
+// and the rates hold over time. It returns how far the larger debt goes
+// past the window (0 within it): a reader of the tenant's jobs that waits
+// that long before reading more holds the tenant to its rates however many
+// requests it sends at once.
+func (q *Queue) DoorCharge(ctx context.Context, d DoorDefaults, tenant string, n, size int64) (time.Duration, error) {
+	v, err := q.run(ctx, "door", doorScript, q.doorKeys(tenant, ""), "charge", tenant, q.now(), d.window(), d.JobRate, n,
+		d.ByteRate, size)
 	if err != nil {
 		return 0, err
 	}

@@ -123,7 +123,7 @@ func TestDoorRatesAndOwnLimits(t *testing.T) {
 		t.Fatalf("own limits %v, %v", own, err)
 	}
 	// 15 s of the job rate: 5 s past the window, which the reader waits.
-	if wait, err := q.DoorCharge(ctx, d, "acme", 1500); err != nil || wait < 4900*time.Millisecond || wait > 5100*time.Millisecond {
+	if wait, err := q.DoorCharge(ctx, d, "acme", 1500, 0); err != nil || wait < 4900*time.Millisecond || wait > 5100*time.Millisecond {
 		t.Fatalf("charge past the window: wait %s, %v", wait, err)
 	}
 	v = enter("acme", true)
@@ -136,6 +136,18 @@ func TestDoorRatesAndOwnLimits(t *testing.T) {
 	b.clock.advance(v.RetryAfter)
 	if v := enter("acme", true); !v.Allowed {
 		t.Fatalf("after Retry-After: %+v", v)
+	}
+	// The byte rate likewise: 15 s of it in one charge, 5 s past the window.
+	d.ByteRate = 1000
+	if wait, err := q.DoorCharge(ctx, d, "acme", 0, 15_000); err != nil || wait < 4900*time.Millisecond || wait > 5100*time.Millisecond {
+		t.Fatalf("charge of bytes past the window: wait %s, %v", wait, err)
+	}
+	v = enter("acme", true)
+	if v.Allowed || v.Refused != redisq.DoorByteRate || v.Limit != 1000 || v.RetryAfter < 5*time.Second || v.RetryAfter > 5100*time.Millisecond {
+		t.Fatalf("jobs request in byte debt: %+v", v)
+	}
+	if v := enter("acme", false); !v.Allowed {
+		t.Fatalf("a request without jobs while in byte debt: %+v", v)
 	}
 }
 
@@ -165,7 +177,7 @@ func TestDoorScriptRunsOnMiniredis(t *testing.T) {
 	if err := q.DoorLeave(ctx, d, "acme", redisq.DoorConcurrentRequests, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.DoorCharge(ctx, d, "acme", 100); err != nil {
+	if _, err := q.DoorCharge(ctx, d, "acme", 100, 0); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := q.DoorEnter(ctx, d, e); err != nil || v.Allowed || v.Refused != redisq.DoorJobRate {

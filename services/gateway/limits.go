@@ -59,12 +59,13 @@ type Limits struct {
 	// SSEWriteTimeout drops an event stream whose client takes longer to
 	// take a write (0 = DefaultSSEWriteTimeout).
 	SSEWriteTimeout time.Duration
-	// TenantRequestRate and TenantJobRate are a tenant's requests and
-	// submitted jobs per second, of which LimitWindow's worth may be spent
-	// at once; TenantConcurrentRequests and TenantSSEStreams its requests
-	// running and event streams open at once. 0 = no limit.
-	TenantRequestRate, TenantJobRate           int64
-	TenantConcurrentRequests, TenantSSEStreams int64
+	// TenantRequestRate, TenantJobRate and TenantByteRate are a tenant's
+	// requests, submitted jobs and bytes of jobs requests per second, of
+	// which LimitWindow's worth may be spent at once;
+	// TenantConcurrentRequests and TenantSSEStreams its requests running
+	// and event streams open at once. 0 = no limit.
+	TenantRequestRate, TenantJobRate, TenantByteRate int64
+	TenantConcurrentRequests, TenantSSEStreams       int64
 	// TenantSubmitBytes is the most bytes of a tenant's submissions SUBMIT
 	// may hold before the fetchers apply them: a jobs request that would
 	// pass it is refused whole (submitroom.go). 0 = no limit.
@@ -90,7 +91,7 @@ func (l *Limits) fill() {
 }
 
 func (l *Limits) door() redisq.DoorDefaults {
-	return redisq.DoorDefaults{RequestRate: l.TenantRequestRate, JobRate: l.TenantJobRate,
+	return redisq.DoorDefaults{RequestRate: l.TenantRequestRate, JobRate: l.TenantJobRate, ByteRate: l.TenantByteRate,
 		ConcurrentRequests: l.TenantConcurrentRequests, SSEStreams: l.TenantSSEStreams,
 		Window: LimitWindow, Lease: slotLease}
 }
@@ -179,6 +180,8 @@ func policyName(l redisq.DoorLimit) string {
 	switch l {
 	case redisq.DoorJobRate:
 		return "jobs"
+	case redisq.DoorByteRate:
+		return "bytes"
 	case redisq.DoorConcurrentRequests:
 		return "concurrent-requests"
 	case redisq.DoorSSEStreams:
@@ -197,6 +200,8 @@ func ratePolicy(l redisq.DoorLimit, limit int64) string {
 		return name + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.Itoa(int(LimitWindow/time.Second))
 	case redisq.DoorJobRate:
 		return name + ";q=" + strconv.FormatInt(limit*int64(LimitWindow/time.Second), 10) + ";qu=\"jobs\";w=" + strconv.Itoa(int(LimitWindow/time.Second))
+	case redisq.DoorByteRate:
+		return name + ";q=" + strconv.FormatInt(limit*int64(LimitWindow/time.Second), 10) + ";qu=\"content-bytes\";w=" + strconv.Itoa(int(LimitWindow/time.Second))
 	}
 	return name + ";q=" + strconv.FormatInt(limit, 10) + `;qu="concurrent-requests"`
 }
@@ -230,38 +235,53 @@ func (g *Gateway) overLimit(w http.ResponseWriter, r *http.Request, tenant strin
 			Limit: fmt.Sprintf("%s is %d: the most %s", v.Refused, v.Limit, v.Refused.Meaning())})
 }
 
-// paceEvery is how many jobs a request reads between two charges of its
-// tenant's job rate.
-const paceEvery = 1000
+// paceEvery is how many jobs, and paceBytes how many bytes of its body, a
+// request reads between two charges of its tenant's job and byte rates.
+const (
+	paceEvery = 1000
+	paceBytes = 4 << 20
+)
 
-// jobPacer spends a tenant's job rate on the jobs a request reads, as it
-// reads them, accepted or not: once the tenant's burst is spent, reading
-// waits for the rate, so however many requests a tenant sends at once, the
-// gateway parses its jobs at its job rate and no faster (admin keys are not
+// jobPacer spends a tenant's job and byte rates on the jobs a request
+// reads, and the bytes of its body, as it reads them, accepted or not:
+// once the tenant's burst is spent, reading waits for the rates, so however
+// many requests a tenant sends at once, the gateway parses its jobs at its
+// job rate and its bytes at its byte rate, no faster (admin keys are not
 // limited). A failure to charge only logs: the door let the request in.
 type jobPacer struct {
 	g       *Gateway
 	r       *http.Request
 	tenant  string
-	pending int64
+	body    *boundedBody // what the request's body has read, for the bytes
+	pending int64        // jobs read since the last charge
+	charged int64        // bytes charged so far
 }
 
 func (g *Gateway) newJobPacer(r *http.Request, tenant string) *jobPacer {
 	if principal(r).Admin {
 		return nil
 	}
-	return &jobPacer{g: g, r: r, tenant: tenant}
+	body, _ := r.Body.(*boundedBody)
+	return &jobPacer{g: g, r: r, tenant: tenant, body: body}
 }
 
-// read counts one job read; every paceEvery jobs it charges them and waits
-// for the tenant's rate if its burst is spent. It returns false once the
-// request is gone.
+// unread is the bytes of the body read and not yet charged.
+func (p *jobPacer) unread() int64 {
+	if p.body == nil {
+		return 0
+	}
+	return p.body.limit - p.body.left - p.charged
+}
+
+// read counts one job read; every paceEvery jobs or paceBytes bytes it
+// charges them and waits for the tenant's rates if its burst is spent. It
+// returns false once the request is gone.
 func (p *jobPacer) read() bool {
 	if p == nil {
 		return true
 	}
 	p.pending++
-	if p.pending < paceEvery {
+	if p.pending < paceEvery && p.unread() < paceBytes {
 		return true
 	}
 	wait := p.charge()
@@ -278,15 +298,18 @@ func (p *jobPacer) read() bool {
 	}
 }
 
-// charge spends the jobs read since the last charge and returns how long
-// to wait before reading more.
+// charge spends the jobs and bytes read since the last charge and returns
+// how long to wait before reading more.
 func (p *jobPacer) charge() time.Duration {
-	if p == nil || p.pending == 0 {
+	if p == nil {
 		return 0
 	}
-	n := p.pending
-	p.pending = 0
-	wait, err := p.g.q.DoorCharge(context.WithoutCancel(p.r.Context()), p.g.cfg.Limits.door(), p.tenant, n)
+	n, size := p.pending, p.unread()
+	if n == 0 && size <= 0 {
+		return 0
+	}
+	p.pending, p.charged = 0, p.charged+size
+	wait, err := p.g.q.DoorCharge(context.WithoutCancel(p.r.Context()), p.g.cfg.Limits.door(), p.tenant, n, size)
 	if err != nil {
 		p.g.log.Warn("job rate not charged", "tenant", p.tenant, "err", err)
 	}

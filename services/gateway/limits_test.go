@@ -241,6 +241,36 @@ func TestTenantJobRate(t *testing.T) {
 	}
 }
 
+// TestTenantByteRate: the bytes of a tenant's jobs requests are charged to
+// its byte rate whatever the number of jobs: a request of few large jobs
+// that goes past the window leaves the tenant in debt, and its next jobs
+// request is refused (429) until it is paid off; reads and other tenants
+// pass.
+func TestTenantByteRate(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(c *config.Config) { c.GatewayTenantByteRate = 100 << 10 }) // 1,000 KiB per 10 s
+	big := `{"pad":"` + strings.Repeat("x", 10<<10) + `"}`
+	s.submit("acme", "br", "", ndjson("a-", 150, big)) // about 1,500 KiB: 500 KiB past the window
+	r := s.do("POST", "/v1/groups/br/jobs", "acme", strings.NewReader(ndjson("b-", 1, "{}")), "Content-Type: application/x-ndjson")
+	if r.code != http.StatusTooManyRequests {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	p := r.problem(t)
+	if len(p.Errors) != 1 || p.Errors[0].Field != string(redisq.DoorByteRate) {
+		t.Errorf("errors %+v", p.Errors)
+	}
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 4 || ra > 7 {
+		t.Errorf("Retry-After %q, want about 5 s (500 KiB over at 100 KiB/s)", r.header.Get("Retry-After"))
+	}
+	if !strings.Contains(r.header.Get("RateLimit-Policy"), `"bytes";q=1024000;qu="content-bytes";w=10`) {
+		t.Errorf("RateLimit-Policy %q", r.header.Get("RateLimit-Policy"))
+	}
+	s.submit("hooli", "br", "", ndjson("a-", 50, big))
+	if r := s.do("GET", "/v1/groups/br", "acme", nil); r.code != http.StatusOK {
+		t.Errorf("reads are not limited by the byte rate: %d", r.code)
+	}
+}
+
 // TestTenantSSEStreamCap: a tenant's streams past its cap are refused with
 // 429; another tenant's are not; a closed stream gives its slot back.
 func TestTenantSSEStreamCap(t *testing.T) {

@@ -60,7 +60,7 @@ type doorAsk struct {
 func (a doorAsk) keys() []penaltyKey {
 	ks := []penaltyKey{{a.tenant, redisq.DoorRequestRate}, {a.tenant, a.slot}}
 	if a.jobs {
-		ks = append(ks, penaltyKey{a.tenant, redisq.DoorJobRate})
+		ks = append(ks, penaltyKey{a.tenant, redisq.DoorJobRate}, penaltyKey{a.tenant, redisq.DoorByteRate})
 	}
 	return ks
 }
@@ -113,7 +113,7 @@ func (b *penaltyBox) note(a doorAsk, v redisq.DoorVerdict, now time.Time) {
 		return
 	}
 	switch v.Refused {
-	case redisq.DoorRequestRate, redisq.DoorJobRate, redisq.DoorConcurrentRequests, redisq.DoorSSEStreams:
+	case redisq.DoorRequestRate, redisq.DoorJobRate, redisq.DoorByteRate, redisq.DoorConcurrentRequests, redisq.DoorSSEStreams:
 	default:
 		return
 	}

@@ -9,6 +9,7 @@
 -- KEYS[2]: the tenant's request-rate key (GCRA)
 -- KEYS[3]: the tenant's job-rate key (GCRA)
 -- KEYS[4]: the tenant's slot ZSET (concurrent requests or SSE streams)
+-- KEYS[5]: the tenant's byte-rate key (GCRA)
 -- ARGV[1]: mode: enter, charge, renew or leave
 -- ARGV[2]: tenant
 -- ARGV[3]: now override in ms ('' = Redis TIME)
@@ -17,14 +18,15 @@
 -- enter: ARGV[5] default requests/s, ARGV[6] default jobs/s, ARGV[7] the
 --   slot's limit name ('' = no slot), ARGV[8] its default cap, ARGV[9] slot
 --   id, ARGV[10] lease ms, ARGV[11] '1' to refuse a tenant with no job rate
---   left. Takes the slot only if every limit allows, and one request unless
+--   or byte rate left, ARGV[12] default bytes/s. Takes the slot only if every limit allows, and one request unless
 --   the request rate refuses (a refusal by another limit spends a request).
 --   Returns {allowed, refused name, its limit, retry ms, request limit per
 --   window, requests left, ms until the window is whole again, slot held}.
--- charge: ARGV[5] default jobs/s, ARGV[6] jobs. Spends them even past the
---   window (the tenant then waits for the debt to pay off). Returns the ms
---   the debt goes past the window (0 within it): how long the caller should
---   wait before reading more of the tenant's jobs.
+-- charge: ARGV[5] default jobs/s, ARGV[6] jobs, ARGV[7] default bytes/s,
+--   ARGV[8] bytes. Spends them even past the window (the tenant then waits
+--   for the debt to pay off). Returns the ms the larger debt goes past the
+--   window (0 within it): how long the caller should wait before reading
+--   more of the tenant's jobs.
 -- renew: ARGV[5] lease ms, ARGV[6..] slot ids still held.
 -- leave: ARGV[5] slot id.
 -- A limit of 0 is unlimited; a tenant's own limit replaces the default.
@@ -52,12 +54,16 @@ local function store(key, t)
 end
 
 if mode == 'charge' then
-  local rate = limit_of('jobs', ARGV[5])
-  local n = tonumber(ARGV[6])
-  if rate <= 0 or n <= 0 then return 0 end
-  local t = tat(KEYS[3]) + n * 1000 / rate
-  store(KEYS[3], t)
-  return math.max(0, math.ceil(t - now - window))
+  local wait = 0
+  for _, c in ipairs({ { 'jobs', ARGV[5], ARGV[6], KEYS[3] }, { 'bytes', ARGV[7], ARGV[8], KEYS[5] } }) do
+    local rate, n = limit_of(c[1], c[2] or '0'), tonumber(c[3] or '0')
+    if rate > 0 and n > 0 then
+      local t = tat(c[4]) + n * 1000 / rate
+      store(c[4], t)
+      wait = math.max(wait, math.ceil(t - now - window))
+    end
+  end
+  return wait
 end
 
 if mode == 'renew' then
@@ -97,12 +103,16 @@ end
 -- A request refused by a limit past the request rate has still spent a
 -- request: a tenant that keeps asking for a slot it cannot have runs out of
 -- requests like one that asks for anything else.
-if ARGV[11] == '1' and job_rate > 0 then
-  local jt = tat(KEYS[3])
-  if jt - now >= window then
-    local step = 1000 / job_rate
-    if req_tat then store(KEYS[2], req_tat) end
-    return {0, 'jobs', job_rate, math.ceil(jt - window - now + step), req_limit, req_left, req_reset, 0}
+if ARGV[11] == '1' then
+  for _, c in ipairs({ { 'jobs', job_rate, KEYS[3] }, { 'bytes', limit_of('bytes', ARGV[12] or '0'), KEYS[5] } }) do
+    local rate = c[2]
+    if rate > 0 then
+      local jt = tat(c[3])
+      if jt - now >= window then
+        if req_tat then store(KEYS[2], req_tat) end
+        return {0, c[1], rate, math.ceil(jt - window - now + 1000 / rate), req_limit, req_left, req_reset, 0}
+      end
+    end
   end
 end
 
