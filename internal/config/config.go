@@ -104,6 +104,7 @@ type Config struct {
 	StreamResultMaxBytes int           `envconfig:"STREAM_RESULT_MAX_BYTES" default:"0" desc:"byte limit of the RESULT stream: once full, workers hold their finished jobs and retry the result until the aggregators make room (0 = 256 MiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit; else at least MAX_MSG_SIZE)"`
 	StreamEventsMaxBytes int           `envconfig:"STREAM_EVENTS_MAX_BYTES" default:"0" desc:"byte limit of the EVENTS stream: past it the oldest events are dropped (an event stream resumed from a dropped one starts at the oldest kept and says so) (0 = 1 GiB, 32 MiB with STREAM_STORAGE=memory; -1 = no limit, STREAM_MAX_AGE only; else at least MAX_MSG_SIZE)"`
 	StreamDLQMaxBytes    int           `envconfig:"STREAM_DLQ_MAX_BYTES" default:"0" desc:"byte limit of the DLQ stream: past it the oldest dead letters are dropped (0 = 1 GiB, 16 MiB with STREAM_STORAGE=memory; -1 = no limit, STREAM_MAX_AGE only; else at least MAX_MSG_SIZE)"`
+	StreamEventsPerGroup int           `envconfig:"STREAM_EVENTS_MAX_MSGS_PER_GROUP" default:"10000" desc:"events EVENTS keeps of one group (one subject): past it the group's oldest are dropped (its newest, the current state, is always kept), so that a group paused and resumed in a loop neither inflates its own replay nor pushes out other groups' events (-1 = no limit)"`
 	StreamDLQPerSubject  int           `envconfig:"STREAM_DLQ_MAX_MSGS_PER_SUBJECT" default:"1000" desc:"dead letters the DLQ keeps of one tenant and one reason (one subject, bulkaction.dlq.<tenant>.<reason>): past it the oldest of that tenant and reason are dropped, so one tenant's garbage does not push out another's (-1 = no limit)"`
 
 	GatewayAddr           string        `envconfig:"GATEWAY_ADDR" default:":8090" desc:"listen address of the gateway's HTTP API (/v1) and dashboard (/ui/)"`
@@ -185,6 +186,9 @@ func (c *Config) Validate() error {
 		if b.v < -1 || (b.v > 0 && b.v < c.MaxMsgSize) {
 			return bad(b.name, b.v, fmt.Sprintf("must be -1 (no limit), 0 (the default) or at least MAX_MSG_SIZE (%d), so that the largest message fits", c.MaxMsgSize))
 		}
+	}
+	if c.StreamEventsPerGroup < -1 || c.StreamEventsPerGroup == 0 {
+		return bad("STREAM_EVENTS_MAX_MSGS_PER_GROUP", c.StreamEventsPerGroup, "must be -1 (no limit) or at least 1")
 	}
 	if c.StreamDLQPerSubject < -1 || c.StreamDLQPerSubject == 0 {
 		return bad("STREAM_DLQ_MAX_MSGS_PER_SUBJECT", c.StreamDLQPerSubject, "must be -1 (no limit) or at least 1")

@@ -88,7 +88,7 @@ func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
 		SubmitMaxBytes: int64(cfg.StreamSubmitMaxBytes), ReadyMaxBytes: int64(cfg.StreamReadyMaxBytes),
 		ResultMaxBytes: int64(cfg.StreamResultMaxBytes),
 		EventsMaxBytes: int64(cfg.StreamEventsMaxBytes), DLQMaxBytes: int64(cfg.StreamDLQMaxBytes),
-		DLQMaxMsgsPerSubject: int64(cfg.StreamDLQPerSubject),
+		DLQMaxMsgsPerSubject: int64(cfg.StreamDLQPerSubject), EventsMaxMsgsPerSubject: int64(cfg.StreamEventsPerGroup),
 	}
 }
 

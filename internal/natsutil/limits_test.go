@@ -47,6 +47,9 @@ func TestStreamConfigsByteLimits(t *testing.T) {
 				if i == 4 && c.MaxMsgsPerSubject != tc.per {
 					t.Errorf("%s: %d messages per subject, want %d", c.Name, c.MaxMsgsPerSubject, tc.per)
 				}
+				if i == 3 && c.MaxMsgsPerSubject != natsutil.DefaultEventsMaxMsgsPerSubject {
+					t.Errorf("%s: %d messages per subject, want %d", c.Name, c.MaxMsgsPerSubject, natsutil.DefaultEventsMaxMsgsPerSubject)
+				}
 			}
 		})
 	}
@@ -54,10 +57,11 @@ func TestStreamConfigsByteLimits(t *testing.T) {
 
 func TestEnsureStreamsRejectsNegativeByteLimits(t *testing.T) {
 	for name, s := range map[string]natsutil.StreamSettings{
-		"ReadyMaxBytes":        {ReadyMaxBytes: -2},
-		"EventsMaxBytes":       {EventsMaxBytes: -2},
-		"DLQMaxBytes":          {DLQMaxBytes: -3},
-		"DLQMaxMsgsPerSubject": {DLQMaxMsgsPerSubject: -2},
+		"ReadyMaxBytes":           {ReadyMaxBytes: -2},
+		"EventsMaxBytes":          {EventsMaxBytes: -2},
+		"DLQMaxBytes":             {DLQMaxBytes: -3},
+		"DLQMaxMsgsPerSubject":    {DLQMaxMsgsPerSubject: -2},
+		"EventsMaxMsgsPerSubject": {EventsMaxMsgsPerSubject: -2},
 	} {
 		err := natsutil.EnsureStreams(context.Background(), nil, contracts.Names{}, s)
 		if err == nil || !strings.Contains(err.Error(), name) {
@@ -173,6 +177,48 @@ func TestEventsBounded(t *testing.T) {
 	}
 	if s := st.CachedInfo().State; s.Bytes > limit || s.FirstSeq == 1 || s.LastSeq != 100 {
 		t.Fatalf("EVENTS holds %d bytes (limit %d), sequences %d..%d", s.Bytes, limit, s.FirstSeq, s.LastSeq)
+	}
+}
+
+// A group whose events are many (a tenant pausing and resuming it in a
+// loop) keeps only its newest EventsMaxMsgsPerSubject on EVENTS; another
+// group's events stay.
+func TestEventsBoundedPerGroup(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	n := contracts.Names{}
+	const per = 25
+	if err := natsutil.EnsureStreams(ctx, js, n, natsutil.StreamSettings{EventsMaxMsgsPerSubject: per}); err != nil {
+		t.Fatal(err)
+	}
+	quiet, busy := n.Events(contracts.Group("good", "g1")), n.Events(contracts.Group("bad", "spam"))
+	for i := range 3 {
+		if _, err := js.Publish(ctx, quiet, []byte(fmt.Sprintf(`{"i":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 500 {
+		if _, err := js.Publish(ctx, busy, []byte(fmt.Sprintf(`{"i":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, n.StreamEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(n.EventsAll()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.State.Subjects[quiet]; got != 3 {
+		t.Errorf("the quiet group keeps %d events, want 3: %v", got, info.State.Subjects)
+	}
+	if got := info.State.Subjects[busy]; got != per {
+		t.Errorf("the busy group keeps %d events, want its newest %d", got, per)
+	}
+	if m, err := st.GetLastMsgForSubject(ctx, busy); err != nil || string(m.Data) != `{"i":499}` {
+		t.Errorf("the busy group's last event: %v, want its newest", err)
 	}
 }
 

@@ -49,6 +49,11 @@ const (
 	// one tenant and reason (one subject, [contracts.Names.DLQ]): past it
 	// the oldest of that tenant and reason go, and no one else's.
 	DefaultDLQMaxMsgsPerSubject int64 = 1000
+	// DefaultEventsMaxMsgsPerSubject is how many events EVENTS keeps of one
+	// group (its subject): progress events come at most once a second, so
+	// about the last 2.7 hours of a running group's progress, and its
+	// newest event (its current state) always.
+	DefaultEventsMaxMsgsPerSubject int64 = 10_000
 )
 
 // NoLimit as a MaxBytes field of [StreamSettings] leaves the stream without
@@ -93,6 +98,12 @@ type StreamSettings struct {
 	// evidence before the DLQ as a whole is full. 0 means 1000; [NoLimit]
 	// means none.
 	DLQMaxMsgsPerSubject int64
+	// EventsMaxMsgsPerSubject is how many events of one group EVENTS
+	// keeps (0 = DefaultEventsMaxMsgsPerSubject, NoLimit = none): past it
+	// the group's oldest are dropped, so that no group (a tenant pausing and
+	// resuming in a loop) inflates its own replay or pushes out the events
+	// of others.
+	EventsMaxMsgsPerSubject int64
 }
 
 func (s StreamSettings) withDefaults() StreamSettings {
@@ -115,6 +126,9 @@ func (s StreamSettings) withDefaults() StreamSettings {
 	}
 	if s.DLQMaxMsgsPerSubject == 0 {
 		s.DLQMaxMsgsPerSubject = DefaultDLQMaxMsgsPerSubject
+	}
+	if s.EventsMaxMsgsPerSubject == 0 {
+		s.EventsMaxMsgsPerSubject = DefaultEventsMaxMsgsPerSubject
 	}
 	for i, p := range []*int64{&s.SubmitMaxBytes, &s.ReadyMaxBytes, &s.ResultMaxBytes, &s.EventsMaxBytes, &s.DLQMaxBytes} {
 		if *p == 0 {
@@ -143,7 +157,8 @@ func (s StreamSettings) validate() error {
 		name string
 		v    int64
 	}{{"SubmitMaxBytes", s.SubmitMaxBytes}, {"ReadyMaxBytes", s.ReadyMaxBytes}, {"ResultMaxBytes", s.ResultMaxBytes},
-		{"EventsMaxBytes", s.EventsMaxBytes}, {"DLQMaxBytes", s.DLQMaxBytes}, {"DLQMaxMsgsPerSubject", s.DLQMaxMsgsPerSubject}} {
+		{"EventsMaxBytes", s.EventsMaxBytes}, {"DLQMaxBytes", s.DLQMaxBytes}, {"DLQMaxMsgsPerSubject", s.DLQMaxMsgsPerSubject},
+		{"EventsMaxMsgsPerSubject", s.EventsMaxMsgsPerSubject}} {
 		if b.v < NoLimit {
 			return fmt.Errorf("natsutil: %s %d: must be >= -1", b.name, b.v)
 		}
@@ -160,7 +175,8 @@ func (s StreamSettings) validate() error {
 // the DiscardNew policy: a full stream refuses a publish ([IsStreamFull])
 // rather than drop a message it holds. EVENTS and DLQ use the limits policy
 // and drop their oldest messages after MaxAge or past their byte limit; the
-// DLQ also keeps at most DLQMaxMsgsPerSubject of each tenant and reason.
+// DLQ also keeps at most DLQMaxMsgsPerSubject of each tenant and reason, and
+// EVENTS EventsMaxMsgsPerSubject of each group.
 // Zero fields of s take the defaults documented on [StreamSettings].
 func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig {
 	s = s.withDefaults()
@@ -189,11 +205,13 @@ func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig
 	}
 	dlq := mk(n.StreamDLQ(), n.DLQAll(), "bulkaction rejected messages, one subject per tenant and reason", jetstream.LimitsPolicy, s.MaxAge, s.DLQMaxBytes)
 	dlq.MaxMsgsPerSubject = s.DLQMaxMsgsPerSubject
+	events := mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge, s.EventsMaxBytes)
+	events.MaxMsgsPerSubject = s.EventsMaxMsgsPerSubject
 	return []jetstream.StreamConfig{
 		mk(n.StreamSubmit(), n.SubmitAll(), "bulkaction job submissions, seals and cancels (a retained log)", jetstream.LimitsPolicy, 0, s.SubmitMaxBytes),
 		mk(n.StreamReady(), n.ReadyAll(), "bulkaction admitted jobs, one subject per job type", jetstream.WorkQueuePolicy, 0, s.ReadyMaxBytes),
 		mk(n.StreamResult(), n.ResultAll(), "bulkaction job results", jetstream.WorkQueuePolicy, 0, s.ResultMaxBytes),
-		mk(n.StreamEvents(), n.EventsAll(), "bulkaction group state changes", jetstream.LimitsPolicy, s.MaxAge, s.EventsMaxBytes),
+		events,
 		dlq,
 	}
 }
