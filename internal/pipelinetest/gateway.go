@@ -40,6 +40,14 @@ type GatewayStack struct {
 // stops when the test ends.
 func StartGateway(t testing.TB, tenants []string, mutate func(*config.Config)) *GatewayStack {
 	t.Helper()
+	return StartGatewayTargets(t, tenants, stack.AllTargets, mutate)
+}
+
+// StartGatewayTargets is StartGateway running only targets (the gateway
+// among them): a test may start the others later, with the stack's
+// Config, to see what the gateway does without them.
+func StartGatewayTargets(t testing.TB, tenants, targets []string, mutate func(*config.Config)) *GatewayStack {
+	t.Helper()
 	r := testenv.Redis(t)
 	natsURL, _, _ := testenv.NATS(t)
 	cfg, err := config.Load()
@@ -72,7 +80,7 @@ func StartGateway(t testing.TB, tenants []string, mutate func(*config.Config)) *
 	if testing.Verbose() {
 		log = testkit.Logger(t)
 	}
-	st, err := stack.Start(context.Background(), stack.Options{Config: cfg, Targets: stack.AllTargets, Log: log})
+	st, err := stack.Start(context.Background(), stack.Options{Config: cfg, Targets: targets, Log: log})
 	if err != nil {
 		t.Fatalf("stack did not start: %v", err)
 	}
