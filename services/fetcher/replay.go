@@ -42,6 +42,10 @@ const (
 	// replayTimeout bounds one replay; a replay that fails is started again
 	// by the next batch or checkpoint.
 	replayTimeout = 10 * time.Minute
+	// replayLease is how long one fetcher's claim on the replay lasts
+	// unless renewed (at every batch): the fetchers replay one at a time,
+	// and another takes over when the one replaying dies.
+	replayLease = 30 * time.Second
 )
 
 // replayState is a fetcher's share of the position: one replay at a time
@@ -111,6 +115,22 @@ func (f *Fetcher) replaySubmit(ctx context.Context) error {
 	p, err := f.d.Queue.Position(ctx, submitLog)
 	if err != nil || p.Current {
 		return err
+	}
+	// One fetcher replays at a time: the others wait for the position to
+	// become current (awaitCurrent) instead of applying the same range
+	// again, which would be correct (applying is idempotent) but double the
+	// work and the replay's counts.
+	owner := string(f.origin)
+	if ok, err := f.d.Queue.TakeLease(ctx, submitLog, owner, replayLease); err != nil || !ok {
+		return err
+	}
+	defer func() {
+		if err := f.d.Queue.ReleaseLease(context.WithoutCancel(ctx), submitLog, owner); err != nil {
+			f.log.Warn("SUBMIT replay lease not released; it runs out by itself", "err", err)
+		}
+	}()
+	if p, err = f.d.Queue.Position(ctx, submitLog); err != nil || p.Current {
+		return err // another fetcher replayed while this one took the lease
 	}
 	ci, err := f.replay.cons.Info(ctx)
 	if err != nil {
@@ -219,6 +239,11 @@ func (f *Fetcher) applyRange(ctx context.Context, from, last uint64) (replayCoun
 			if rejected, err = f.rejectedBefore(ctx, since, from, last); err != nil {
 				return n, err
 			}
+		}
+		if ok, err := f.d.Queue.TakeLease(ctx, submitLog, string(f.origin), replayLease); err != nil {
+			return n, err
+		} else if !ok {
+			return n, errors.New("another fetcher took over the replay (this one took longer than its lease between two batches)")
 		}
 		c, err := f.reapply(ctx, msgs, rejected)
 		if err != nil {

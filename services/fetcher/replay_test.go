@@ -113,6 +113,62 @@ func TestRedisRestoredFromAnOlderSnapshotGetsSubmitBack(t *testing.T) {
 	}
 }
 
+// TestReplayWaitsForTheFetcherReplaying: after a restore, a fetcher that
+// finds another one replaying (its lease held) does not replay the same
+// range too; what it ingests waits for the position to become current, and
+// once the lease is free the replay runs once.
+func TestReplayWaitsForTheFetcherReplaying(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "rl:"})
+	ctx := context.Background()
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1}, e.Deps()))
+	c := client.New(e.JS, client.Options{})
+	if err := c.Submit(ctx, "a", clientJobs("a", 0, 100)...); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	waitPosition(t, e)
+	snap := dumpKeys(t, rdb, "rl:")
+	if err := c.Submit(ctx, "a", clientJobs("a", 100, 150)...); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	srv.Stop()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for k, d := range snap {
+		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another fetcher is replaying.
+	if ok, err := e.Queue.TakeLease(ctx, "submit", "another fetcher", time.Minute); err != nil || !ok {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	if err := c.Submit(ctx, "d", clientJobs("d", 0, 5)...); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // a replay of its own would take milliseconds
+	if a, d := groupInfo(t, e, grp("a")), groupInfo(t, e, grp("d")); a.Jobs != 100 || d.Jobs != 0 {
+		t.Fatalf("while another fetcher held the replay: a has %d jobs (want the snapshot's 100), d %d (want 0: waiting)", a.Jobs, d.Jobs)
+	}
+	if n := testkit.Value(t, e.Metrics.SubmitReplayed.WithLabelValues("replayed")); n != 0 {
+		t.Fatalf("%v messages replayed under another fetcher's lease", n)
+	}
+	// The other fetcher died: its lease runs out (released here).
+	if err := e.Queue.ReleaseLease(ctx, "submit", "another fetcher"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the replay, then d", 0, func() bool {
+		a, d := groupInfo(t, e, grp("a")), groupInfo(t, e, grp("d"))
+		return a.Jobs == 150 && d.Jobs == 5
+	})
+}
+
 // waitPosition waits until SUBMIT's position in Redis covers every message
 // of SUBMIT.
 func waitPosition(t *testing.T, e *pipelinetest.Env) {
