@@ -13,7 +13,7 @@ import (
 
 var (
 	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
-	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T14); BULKACTION_CHAOS_ONLY too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T16); BULKACTION_CHAOS_ONLY too")
 )
 
 // profile sizes the scenarios.
@@ -46,8 +46,11 @@ type profile struct {
 	t14Jobs, t14Rate, t14Quota int
 	// T15: the well-behaved tenant's jobs, submitted through the gateway
 	// over the flood's duration.
-	t15Jobs   int
-	t15Flood  time.Duration
+	t15Jobs  int
+	t15Flood time.Duration
+	// T16: jobs of the groups whose completion callbacks go through the
+	// faults.
+	t16Jobs   int
 	scenarios []string
 }
 
@@ -69,6 +72,7 @@ var profiles = map[string]profile{
 		t13Pairs: 40, t13Jobs: 600,
 		t14Jobs: 3000, t14Rate: 300, t14Quota: 300,
 		t15Jobs: 2000, t15Flood: 20 * time.Second,
+		t16Jobs:   1000,
 		scenarios: []string{"T1", "T2", "T4", "T5", "T6"},
 	},
 	// long is `make chaos`.
@@ -87,7 +91,8 @@ var profiles = map[string]profile{
 		t13Pairs: 200, t13Jobs: 2400,
 		t14Jobs: 9000, t14Rate: 300, t14Quota: 300,
 		t15Jobs: 12_000, t15Flood: 60 * time.Second,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15"},
+		t16Jobs:   6000,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16"},
 	},
 }
 
@@ -208,6 +213,8 @@ func TestChaos(t *testing.T) {
 				add(t14(p).execute(t))
 			case "T15":
 				add(t15(t, p).execute(t))
+			case "T16":
+				add(t16(t, p).execute(t))
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}

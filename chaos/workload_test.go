@@ -315,7 +315,8 @@ func (e *env) account(plans []*groupPlan, timeout time.Duration) *tally {
 // ---------------------------------------------------------------- T9
 
 // t9 checks, after a run whose groups have all ended, that every key of an
-// ended group has a TTL, and that SUBMIT, READY and RESULT are empty (it
+// ended group has a TTL (but a completion callback still due, which lives
+// until it is delivered or fails), and that SUBMIT, READY and RESULT are empty (it
 // waits for the acknowledgements still due after a kill: a killed
 // process's messages come back after the consumers' AckWait, 30 s).
 func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
@@ -352,7 +353,7 @@ func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
 				return nil
 			})
 			for i, c := range cmds {
-				if c.Val() == -1 { // exists without a TTL (-2 = gone meanwhile)
+				if c.Val() == -1 && !e.callbackDue(ctx, cands[i]) { // exists without a TTL (-2 = gone meanwhile)
 					noTTL++
 					if len(sample) < 3 {
 						sample = append(sample, cands[i])
@@ -450,4 +451,15 @@ func (e *env) dlqCount() (uint64, error) {
 		return 0, err
 	}
 	return info.State.Msgs, nil
+}
+
+// callbackDue reports whether key is a group's completion callback whose
+// delivery is still due (in callbacks:due): it keeps no TTL until it ends.
+func (e *env) callbackDue(ctx context.Context, key string) bool {
+	gk, ok := strings.CutSuffix(strings.TrimPrefix(key, e.prefix+"group:"), ":callback")
+	if !ok {
+		return false
+	}
+	_, err := e.rdb.ZScore(ctx, e.keys.CallbacksDue(), gk).Result()
+	return err == nil
 }
