@@ -21,6 +21,7 @@ export function mount(root, {params}) {
   const pauseBtn = el('button', {type: 'button', class: 'secondary', text: 'Pause'});
   const cancelBtn = el('button', {type: 'button', class: 'secondary', text: 'Cancel'});
   const retryBtn = el('button', {type: 'button', class: 'secondary', text: 'Retry failed'});
+  const cbBtn = el('button', {type: 'button', class: 'secondary', id: 'retry-callback', text: 'Retry callback', hidden: true});
   const gone = el('p', {class: 'error', role: 'alert', id: 'detail-gone'});
   const progress = bar();
   const progText = el('span', {class: 'muted'});
@@ -29,7 +30,8 @@ export function mount(root, {params}) {
   for (const [k, label] of [['jobs', 'Jobs'], ['queued', 'Queued'], ['inFlight', 'In flight'], ['backingOff', 'Backing off'],
     ['succeeded', 'Succeeded'], ['failed', 'Failed'], ['cancelled', 'Cancelled'], ['rate', 'Rate'], ['eta', 'ETA'],
     ['position', 'Position'], ['congestion', 'Congestion'], ['waiting', 'Why waiting'], ['priority', 'Priority'],
-    ['created', 'Created'], ['finished', 'Finished'], ['links', 'Retries']]) {
+    ['created', 'Created'], ['finished', 'Finished'], ['links', 'Retries'],
+    ['callback', 'Callback']]) {
     kv[k] = el('dd', {text: '—'});
     dl.append(el('dt', {text: label}), kv[k]);
   }
@@ -48,7 +50,7 @@ export function mount(root, {params}) {
   const evNote = el('p', {class: 'muted', text: 'Connecting…'});
   root.append(
     el('div', {class: 'head'}, el('a', {href: '#/groups', text: '← Groups'}), el('h1', {text: id}), el('span', {class: 'muted', text: 'tenant ' + tenant}), badge,
-      el('div', {class: 'acts'}, pauseBtn, cancelBtn, retryBtn)),
+      el('div', {class: 'acts'}, pauseBtn, cancelBtn, retryBtn, cbBtn)),
     gone,
     el('div', {class: 'panels two'},
       el('section', {class: 'panel'}, el('h2', {text: 'Status'}), el('div', {style: 'margin-bottom:8px'}, progress, progText), dl),
@@ -123,6 +125,9 @@ export function mount(root, {params}) {
     pauseBtn.disabled = ended;
     cancelBtn.disabled = ended;
     retryBtn.disabled = !(v.failed > 0);
+    setText(kv.callback, callback(v.callback));
+    kv.callback.dataset.state = v.callback ? v.callback.state : '';
+    cbBtn.hidden = !(v.callback && v.callback.state === 'failed');
     if (v.failed !== failedShown) loadFailures();
     renderRefused(v.refused);
   }
@@ -192,12 +197,13 @@ export function mount(root, {params}) {
   async function act(what) {
     if (what === 'cancel' && !(await confirmDialog(`Cancel group ${id} of ${tenant}? Its queued and backed-off jobs are dropped; running jobs finish.`, 'Cancel group'))) return;
     try {
-      const res = await api(groupPath(tenant, id, what === 'retry' ? '/retry-failed' : '/' + what), {method: 'POST', signal: ac.signal});
+      const path = {retry: '/retry-failed', callback: '/callback/retry'}[what] || '/' + what;
+      const res = await api(groupPath(tenant, id, path), {method: 'POST', signal: ac.signal});
       if (what === 'retry') {
         toast(`Retrying ${num(res.jobs)} failed jobs as group ${res.groupId}`);
         location.hash = `#/group/${encodeURIComponent(tenant)}/${encodeURIComponent(res.groupId)}`;
       } else {
-        toast(`${what} sent`);
+        toast(what === 'callback' ? 'Callback delivery retried' : `${what} sent`);
         setTimeout(loadView, 300);
       }
     } catch (e) {
@@ -207,6 +213,7 @@ export function mount(root, {params}) {
   pauseBtn.addEventListener('click', () => act(view && view.state === 'PAUSED' ? 'resume' : 'pause'));
   cancelBtn.addEventListener('click', () => act('cancel'));
   retryBtn.addEventListener('click', () => act('retry'));
+  cbBtn.addEventListener('click', () => act('callback'));
 
   loadView().then(loadProgress);
   stream(groupPath(tenant, id, '/events'), {
@@ -220,12 +227,32 @@ export function mount(root, {params}) {
       return false;
     },
   });
-  // status (rate, ETA, position) changes between events too
-  const timer = setInterval(() => { if (!view || !ENDED.has(view.state)) loadView(); }, 2000);
+  // status (rate, ETA, position) changes between events too, and a
+  // completion callback's delivery after the group's last event
+  const timer = setInterval(() => {
+    if (!view || !ENDED.has(view.state) || (view.callback && view.callback.state === 'pending')) loadView();
+  }, 2000);
   return () => { clearInterval(timer); ac.abort(); };
 }
 
 // count is "1 retry" or "3 retries" ("—" when unknown).
 function count(n, one, many) {
   return `${num(n)} ${n === 1 ? one : many}`;
+}
+
+// callback says where a group's completion callback goes and how its
+// delivery stands ("—" without one).
+function callback(c) {
+  if (!c) return '—';
+  const tries = count(c.attempts, 'attempt', 'attempts');
+  const last = c.lastError ? ` · last: ${c.lastError}` : '';
+  switch (c.state) {
+    case 'delivered':
+      return `delivered ${c.deliveredAt ? time(c.deliveredAt) : ''} after ${tries} · to ${c.url}`;
+    case 'failed':
+      return `failed ${c.failedAt ? time(c.failedAt) : ''} after ${tries}${last} · to ${c.url}`;
+    case 'pending':
+      return `pending: ${tries} so far${c.nextAttemptAt ? ', next at ' + time(c.nextAttemptAt) : ''}${last} · to ${c.url}`;
+  }
+  return `sent when the group ends · to ${c.url}`;
 }
