@@ -80,8 +80,8 @@ func (f *Fetcher) awaitCurrent(ctx context.Context) (bool, error) {
 			return p.Current, err
 		}
 		f.startReplay()
-		if time.Now().After(deadline) {
-			return false, nil
+		if time.Now().After(deadline) || f.replay.base.Err() != nil {
+			return false, nil // redelivered; a stopping fetcher replays nothing more
 		}
 		if !loop.Sleep(ctx, 50*time.Millisecond) {
 			return false, ctx.Err()

@@ -167,6 +167,7 @@ func TestReplayWaitsForTheFetcherReplaying(t *testing.T) {
 		a, d := groupInfo(t, e, grp("a")), groupInfo(t, e, grp("d"))
 		return a.Jobs == 150 && d.Jobs == 5
 	})
+	waitPosition(t, e)
 }
 
 // waitPosition waits until SUBMIT's position in Redis covers every message
