@@ -17,7 +17,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-// The verbs submit, status, watch, cancel, pause, resume and groups talk to
+// The verbs submit, status, watch, cancel, pause, resume, groups and callback talk to
 // the gateway's HTTP API instead of NATS and Redis when --api (or
 // $BULKACTION_API) names it. The API key comes from $BULKACTION_API_KEY
 // only: a flag would leave it in the shell's history.
@@ -33,7 +33,7 @@ const (
 // addAPIFlag adds the persistent --api flag to the root command.
 func addAPIFlag(root *cobra.Command) {
 	root.PersistentFlags().String(apiFlag, os.Getenv(apiEnv),
-		"the gateway's address, e.g. http://127.0.0.1:8090: submit, status, watch, cancel, pause, resume and groups then use the HTTP API "+
+		"the gateway's address, e.g. http://127.0.0.1:8090: submit, status, watch, cancel, pause, resume, groups and callback then use the HTTP API "+
 			"with the key in $"+apiKeyEnv+"; stats and tenant, which read Redis and NATS directly, refuse it (default $"+apiEnv+")")
 }
 

@@ -16,8 +16,9 @@ import (
 
 // newCallbackCmd is `callback`: completion callbacks, `callback retry` (a
 // failed delivery, by hand) and `callback secret` (a tenant's signing
-// secret). Both read and write Redis directly, as an operator does; tenants
-// use the gateway's POST /v1/callback-secret and …/callback/retry.
+// secret). Both read and write Redis directly, as an operator does, or with
+// --api the gateway's POST …/callback/retry and /v1/callback-secret, as a
+// tenant does with its key.
 func newCallbackCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "callback",
@@ -44,8 +45,10 @@ the webhook id and the body stay the same, so receivers can drop a duplicate.
 A delivery that is pending or delivered is left alone, and so said.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := refuseAPI(cmd, "callback retry", false); err != nil {
+			if a, err := newAPI(cmd, tenant); err != nil {
 				return err
+			} else if a != nil {
+				return a.retryCallback(cmd, args[0], asJSON)
 			}
 			g, c, err := dialGroup(cmd.Context(), tenant, args[0], cli.NeedRedis)
 			if err != nil {
@@ -98,11 +101,13 @@ replaces keeps signing beside the new one for BULKACTION_CALLBACK_SECRET_GRACE
 (24h by default), so receivers can switch without losing a delivery.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := refuseAPI(cmd, "callback secret", false); err != nil {
-				return err
-			}
 			if err := contracts.ValidateTenant(tenant); err != nil {
 				return fmt.Errorf("--tenant: %w", err)
+			}
+			if a, err := newAPI(cmd, tenant); err != nil {
+				return err
+			} else if a != nil {
+				return a.callbackSecret(cmd, rotate)
 			}
 			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis)
 			if err != nil {

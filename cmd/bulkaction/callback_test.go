@@ -59,3 +59,27 @@ func TestCallbackVerbs(t *testing.T) {
 		t.Errorf("submit with a bad --callback-url: %v", err)
 	}
 }
+
+// TestCallbackVerbsOverAPI: with --api, `callback secret` reads and
+// rotates the tenant's secret through the gateway with the tenant's key
+// (printed once, as without --api), and `callback retry` answers the
+// gateway's refusals.
+func TestCallbackVerbsOverAPI(t *testing.T) {
+	api, _ := startGateway(t)
+	ctx := context.Background()
+	out, _, err := run(ctx, "", "callback", "secret", "--api", api)
+	if err != nil || !strings.Contains(out, "tenant acme has no callback secret") {
+		t.Fatalf("before any secret: %q, %v", out, err)
+	}
+	secret, errOut, err := run(ctx, "", "callback", "secret", "--api", api, "--rotate")
+	if secret = strings.TrimSpace(secret); err != nil || !strings.HasPrefix(secret, "whsec_") || !strings.Contains(errOut, "new callback secret of tenant acme") {
+		t.Fatalf("--rotate: %q %q, %v", secret, errOut, err)
+	}
+	out, _, err = run(ctx, "", "callback", "secret", "--api", api)
+	if err != nil || !strings.Contains(out, "tenant acme has a callback secret since") || strings.Contains(out, secret) {
+		t.Errorf("after a rotation: %q, %v", out, err)
+	}
+	if _, _, err := run(ctx, "", "callback", "retry", "--api", api, "nope"); err == nil || !strings.Contains(err.Error(), "no callback") {
+		t.Errorf("retry of an unknown group: %v", err)
+	}
+}
