@@ -15,13 +15,29 @@ import (
 
 // next says how the admit loop waits after a round.
 type next struct {
-	wait time.Duration // sleep this long (0 = go on at once)
-	full bool          // READY was full: back off, growing
-	idle bool          // nothing queued: wait for a notification or MaxIdle
+	wait time.Duration // sleep this long from since (0 = go on at once)
+	// since is when the wait starts: when the admission call returned.
+	// The rate gate's wake-up time is a time on its clock, so the rest of
+	// the round (publishing to READY and waiting for the acknowledgements,
+	// the group events) is part of the wait, not added to it: otherwise
+	// every round would hand on its share of the window late by that long,
+	// and a round slower than half the pacer's burst tolerance would leave
+	// part of the window unused. Zero: the wait starts when the round ends.
+	since time.Time
+	full  bool // READY was full: back off, growing
+	idle  bool // nothing queued: wait for a notification or MaxIdle
 	// notify: a notification (new work) ends the wait early. Set when jobs
 	// wait for their types' rate limits: work of other types arriving
 	// meanwhile need not wait for them.
 	notify bool
+}
+
+// left is how much of the wait is left at now.
+func (n next) left(now time.Time) time.Duration {
+	if n.since.IsZero() {
+		return n.wait
+	}
+	return n.wait - now.Sub(n.since)
 }
 
 // admitLoop runs admission rounds until ctx is cancelled. wake receives a
@@ -48,7 +64,7 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 				return
 			}
 		case n.notify:
-			idle.Reset(n.wait)
+			idle.Reset(max(n.left(time.Now()), 0))
 			select {
 			case <-wake:
 			case <-idle.C:
@@ -56,7 +72,7 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 				return
 			}
 		default:
-			if !loop.Sleep(ctx, n.wait) {
+			if !loop.Sleep(ctx, n.left(time.Now())) {
 				return
 			}
 		}
@@ -111,6 +127,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 	// takes from them what other fetchers and dispatchers handed on since,
 	// in the same script, so together they never overfill a type's room.
 	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt, redisq.WithReadySeq(rooms.Seq))
+	admitted := time.Now()
 	if err != nil {
 		f.log.Warn("admission failed", "err", err)
 		return next{wait: errorWait}
@@ -153,7 +170,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 	case res.WakeMs > 0:
 		// the rate gate's wake-up time: the global one's, or, when only
 		// jobs of rate-limited types wait, the first of those types'
-		return next{wait: time.Duration(res.WakeMs) * time.Millisecond, notify: len(res.RateHeld) > 0}
+		return next{wait: time.Duration(res.WakeMs) * time.Millisecond, since: admitted, notify: len(res.RateHeld) > 0}
 	}
 	f.roomQuiet = true
 	return next{idle: true}
