@@ -185,7 +185,7 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 	v.close()
 	cancel(nil)
 	wg.Wait()
-	return summarize(groups, big, time.Since(start)), err
+	return summarize(groups, big, start, time.Since(start), LimitsOf(o.Queue.Config()), w.JobType), err
 }
 
 // submit publishes one group's jobs (after its delay) and seals it.
