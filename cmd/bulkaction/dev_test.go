@@ -156,6 +156,14 @@ func TestDevDemoSmall(t *testing.T) {
 					t.Errorf("%s is not among the groups that finished before acme/newsletter was half done (%s):\n%s", g, early, summary)
 				}
 			}
+			// The last line: the makespan beside what the limits allow for
+			// the admissions made (its figures depend on the machine; `make
+			// bench-demo` measures them).
+			lines := strings.Split(strings.TrimSpace(summary), "\n")
+			if last := lines[len(lines)-1]; !strings.HasPrefix(last, "makespan ") || !strings.Contains(last, ", limit allows ") ||
+				!strings.Contains(last, "×): ") || !strings.Contains(last, " retries) at the global limit of "+strconv.Itoa(w.GlobalRps)+"/s") {
+				t.Errorf("the summary does not end with the makespan and what the limit allows:\n%s", summary)
+			}
 			if !strings.Contains(out, "global: admitted") {
 				t.Errorf("no live lines:\n%s", out)
 			}

@@ -96,6 +96,16 @@ func TestMakespanLine(t *testing.T) {
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line\n%s\nwant\n%s", got, want)
 	}
+	// The groups submitted at once are a few ms in: the line names no start.
+	s.Groups[0].SubmittedAt = 3 * time.Millisecond
+	if got := s.MakespanLine(); got != want {
+		t.Errorf("with the big group 3 ms in:\n%s\nwant\n%s", got, want)
+	}
+	// A late group that binds: the line says from when.
+	s.Groups[3].SubmittedAt = 70 * time.Second
+	if got := s.MakespanLine(); !strings.Contains(got, "limit allows 71.0s (0.86×): 20 admissions (20 first attempts, 0 retries) at the global limit of 20/s from 70.0s;") {
+		t.Errorf("a late group binds: %q", got)
+	}
 	s.Limits = Limits{}
 	if got := s.MakespanLine(); got != "makespan 61.0s, no rate limit" {
 		t.Errorf("without limits: %q", got)

@@ -228,8 +228,8 @@ func (s *Summary) MakespanLine() string {
 	if b.Makespan <= 0 {
 		return fmt.Sprintf("makespan %s, no rate limit", secs(s.Makespan))
 	}
-	from := ""
-	if b.From > 0 {
+	from := "" // said only of a group submitted later: the others are a few ms in
+	if b.From >= 50*time.Millisecond {
 		from = fmt.Sprintf(" from %s", secs(b.From))
 	}
 	return fmt.Sprintf("makespan %s, limit allows %s (%.2f×): %d admissions (%d first attempts, %d retries) at %s%s; first attempts alone %s",
