@@ -7,7 +7,7 @@ TOOLS    := $(CURDIR)/.tools/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint
 
-.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
+.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway bench-demo lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
 
 all: build
 
@@ -60,7 +60,7 @@ python:
 	@scripts/ensure-python.sh
 
 ## bench: every benchmark that reports figures
-bench: bench-redisq bench-admission bench-e2e bench-gateway
+bench: bench-redisq bench-admission bench-e2e bench-gateway bench-demo
 
 ## bench-redisq: fair queue throughput, latency and memory (own redis-server)
 bench-redisq: redis
@@ -69,6 +69,12 @@ bench-redisq: redis
 ## bench-admission: the admission load test, both admission modes
 bench-admission: redis
 	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchtime 1x -count 1 -timeout 30m ./pkg/redisq/bench/ -args -admission
+
+## bench-demo: the full-size demo (`make run`) DEMO_RUNS times (default 3) on miniredis and on redis-server,
+# one run at a time: each run's exit status, WARN lines, load average, and makespan beside what its limits
+# allow for the admissions it made
+bench-demo: build redis
+	@BIN=$(BIN) scripts/bench-demo.sh
 
 ## bench-gateway: jobs accepted per second through the gateway (NDJSON) vs the Go SDK, and SSE
 # delivery delay and memory with many subscribers (GW_FLAGS passes -gw.* flags, e.g. -gw.jobs 100000)
