@@ -14,7 +14,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
-	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // The verbs submit, status, watch, cancel, pause, resume, groups and callback talk to
@@ -112,64 +112,13 @@ func apiError(err error) error {
 	return err
 }
 
-// statusOf is a group's view as the reading status and watch print.
-func statusOf(g *apiclient.Group) *cli.GroupStatus {
-	s := &cli.GroupStatus{
-		Tenant: g.Tenant, GroupID: g.GroupID, State: g.State, Priority: g.Priority, BasePriority: g.BasePriority,
-		MaxInFlight: g.MaxInFlight, Declared: -1, Jobs: g.Jobs, Done: g.Done,
-		Succeeded: g.Succeeded, Failed: g.Failed, Cancelled: g.Cancelled,
-		Pending: g.Queued, NonReady: g.BackingOff, InFlight: g.InFlight, ETASeconds: -1,
-		Congestion: redisq.CongestionNone,
-	}
-	if g.Total != nil {
-		s.Declared = *g.Total
-	}
-	for _, t := range []struct {
-		from *time.Time
-		to   *time.Time
-	}{{g.CreatedAt, &s.CreatedAt}, {g.StartedAt, &s.StartedAt}, {g.FinishedAt, &s.FinishedAt}} {
-		if t.from != nil {
-			*t.to = *t.from
-		}
-	}
-	st := g.Status
-	if st == nil {
-		s.At = time.Now()
-		return s
-	}
-	if st.Position != nil && st.TenantPosition != nil {
-		s.Position, s.TenantPosition = *st.Position, *st.TenantPosition
-	}
-	s.Waiting, s.WaitingTenants = st.WaitingGroups, st.WaitingTenants
-	s.Rate, s.RateWindow = st.Rate, time.Duration(st.RateWindowSeconds*float64(time.Second))
-	if st.ETASeconds != nil {
-		s.ETASeconds = *st.ETASeconds
-	}
-	if s.Ended() {
-		s.ETASeconds = 0
-	}
-	if st.Congestion != "" {
-		s.Congestion = redisq.CongestionLevel(st.Congestion)
-	}
-	s.BackoffMs, s.Retries, s.Throttles, s.At = st.BackoffMs, st.Retries, st.Throttles, st.At
-	s.Refused = cli.RefusalsFromAPI(g.Refused)
-	for _, h := range st.Waiting {
-		ch := cli.Hold{Hold: redisq.Hold{Reason: redisq.HoldReason(h.Reason), AtLeast: h.AtLeast}, Detail: h.Detail}
-		if h.Until != nil {
-			ch.Until = *h.Until
-		}
-		s.Holds = append(s.Holds, ch)
-	}
-	return s
-}
-
 // withEvent is s with the counts and state of a later event.
-func withEvent(s *cli.GroupStatus, e contracts.GroupEvent) *cli.GroupStatus {
+func withEvent(s *status.Group, e contracts.GroupEvent) *status.Group {
 	c := *s
 	c.State, c.Jobs = e.State, e.Jobs
 	c.Succeeded, c.Failed, c.Cancelled, c.Done = e.Succeeded, e.Failed, e.Cancelled, e.Succeeded+e.Failed
 	if e.Total > 0 {
-		c.Declared = e.Total
+		c.Total = e.Total
 	}
 	return &c
 }
@@ -191,7 +140,7 @@ func (a *apiVerb) status(cmd *cobra.Command, id string, asJSON bool) error {
 	if asJSON {
 		return printJSON(cmd, g)
 	}
-	return writeStatus(cmd.OutOrStdout(), statusOf(g))
+	return writeStatus(cmd.OutOrStdout(), status.FromView(g))
 }
 
 // submit sends the jobs read from the file as an NDJSON stream that seals
@@ -266,8 +215,8 @@ func (a *apiVerb) checkGroup(cmd *cobra.Command, id string, want contracts.Group
 // not exist yet is waited for: missing is called at each attempt that
 // finds none (nil: wait on), and its error ends the wait. It returns the
 // group's view after its final event.
-func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, update func(*cli.GroupStatus), missing func() error) (*cli.GroupStatus, error) {
-	var view *cli.GroupStatus
+func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, update func(*status.Group), missing func() error) (*status.Group, error) {
+	var view *status.Group
 	var read time.Time
 	for {
 		err := a.call(func(opts ...apiclient.CallOption) error {
@@ -280,7 +229,7 @@ func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, 
 					if err != nil {
 						return err
 					}
-					view, read = statusOf(g), time.Now()
+					view, read = status.FromView(g), time.Now()
 				}
 				update(withEvent(view, e.Group))
 				return nil
@@ -309,7 +258,7 @@ func (a *apiVerb) follow(ctx context.Context, id string, refresh time.Duration, 
 	if err != nil {
 		return view, err
 	}
-	return statusOf(g), nil
+	return status.FromView(g), nil
 }
 
 // watch follows the group over Server-Sent Events and prints what watch
@@ -341,7 +290,7 @@ func (a *apiVerb) cancel(cmd *cobra.Command, id string, wait, create bool) error
 	case err != nil:
 		return err
 	case g.Ended():
-		fmt.Fprintf(out, "group %s has already ended: %s\n", id, endLine(statusOf(g)))
+		fmt.Fprintf(out, "group %s has already ended: %s\n", id, endLine(status.FromView(g)))
 		return nil
 	}
 	if err := a.call(func(opts ...apiclient.CallOption) error {

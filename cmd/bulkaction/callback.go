@@ -11,6 +11,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 	"github.com/bulkaction/bulkaction/pkg/webhook"
 )
 
@@ -57,7 +58,7 @@ A delivery that is pending or delivered is left alone, and so said.`,
 			defer c.Close()
 			before, err := c.Queue.RetryCallback(cmd.Context(), g)
 			if errors.Is(err, redisq.ErrNoCallback) {
-				if cb, cerr := cli.CallbackOf(cmd.Context(), c.Queue, g); cerr == nil && cb != nil {
+				if cb, cerr := status.CallbackOf(cmd.Context(), c.Queue, g); cerr == nil && cb != nil {
 					return fmt.Errorf("group %s has not ended: its callback is not due yet", g)
 				}
 				return fmt.Errorf("group %s has no callback delivery (no callback URL, no such group, or it expired)", g)
@@ -65,7 +66,7 @@ A delivery that is pending or delivered is left alone, and so said.`,
 			if err != nil {
 				return err
 			}
-			cb, err := cli.CallbackOf(cmd.Context(), c.Queue, g)
+			cb, err := status.CallbackOf(cmd.Context(), c.Queue, g)
 			if err != nil {
 				return err
 			}

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/config"
@@ -25,6 +23,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // system is a NATS server and a Redis key space the verbs talk to, with
@@ -126,6 +125,16 @@ func statusJSON(t *testing.T, ctx context.Context, gid string) map[string]any {
 	return m
 }
 
+// liveJSON is the live part ("status") of a group's view as JSON decodes it.
+func liveJSON(t *testing.T, m map[string]any) map[string]any {
+	t.Helper()
+	live, ok := m["status"].(map[string]any)
+	if !ok {
+		t.Fatalf("status --json has no status object: %v", m)
+	}
+	return live
+}
+
 func TestSubmitWatchStatusCompleted(t *testing.T) {
 	s := startSystem(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -150,12 +159,17 @@ func TestSubmitWatchStatusCompleted(t *testing.T) {
 
 	m := statusJSON(t, ctx, "g1000")
 	for k, want := range map[string]any{
-		"state": "COMPLETED", "status": "COMPLETED", "total": 1000.0, "jobs": 1000.0, "done": 1000.0,
-		"succeeded": 900.0, "failed": 100.0, "cancelled": 0.0, "declaredTotal": 1000.0, "successCount": 900.0,
-		"position": nil, "etaSeconds": 0.0, "tenant": "default", "groupId": "g1000",
+		"state": "COMPLETED", "total": 1000.0, "jobs": 1000.0, "done": 1000.0,
+		"succeeded": 900.0, "failed": 100.0, "cancelled": 0.0, "tenant": "default", "groupId": "g1000",
 	} {
 		if m[k] != want {
 			t.Errorf("status --json %s = %v, want %v", k, m[k], want)
+		}
+	}
+	// The live part is nested under "status", as GET /v1/groups/{id} has it.
+	for k, want := range map[string]any{"position": nil, "etaSeconds": 0.0} {
+		if live := liveJSON(t, m); live[k] != want {
+			t.Errorf("status --json status.%s = %v, want %v", k, live[k], want)
 		}
 	}
 
@@ -274,7 +288,7 @@ func TestCancelEndsWatchWithExitCode3(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &m); err != nil {
 				t.Fatalf("status --json: %v\n%s", err, out)
 			}
-		} else if !errors.Is(err, cli.ErrGroupNotFound) {
+		} else if !errors.Is(err, status.ErrNotFound) {
 			t.Fatalf("status slow: %v", err)
 		}
 		if m["state"] == "RUNNING" && m["done"].(float64) > 0 {
@@ -492,13 +506,14 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		samples++
-		sum := num(m, "pending") + num(m, "inFlight") + num(m, "nonReady") + num(m, "done") + num(m, "cancelled")
+		sum := num(m, "queued") + num(m, "inFlight") + num(m, "backingOff") + num(m, "done") + num(m, "cancelled")
 		if sum != num(m, "jobs") {
-			t.Fatalf("sample %d: pending %d + inFlight %d + nonReady %d + done %d + cancelled %d = %d, jobs %d",
-				samples, num(m, "pending"), num(m, "inFlight"), num(m, "nonReady"), num(m, "done"), num(m, "cancelled"), sum, num(m, "jobs"))
+			t.Fatalf("sample %d: queued %d + inFlight %d + backingOff %d + done %d + cancelled %d = %d, jobs %d",
+				samples, num(m, "queued"), num(m, "inFlight"), num(m, "backingOff"), num(m, "done"), num(m, "cancelled"), sum, num(m, "jobs"))
 		}
-		if rate, _ := m["rate"].(float64); rate == 0 && m["state"] != "COMPLETED" && m["etaSeconds"] != nil {
-			t.Fatalf("sample %d: ETA %v without a rate", samples, m["etaSeconds"])
+		live := liveJSON(t, m)
+		if rate, _ := live["rate"].(float64); rate == 0 && m["state"] != "COMPLETED" && live["etaSeconds"] != nil {
+			t.Fatalf("sample %d: ETA %v without a rate", samples, live["etaSeconds"])
 		}
 		if num(m, "inFlight") > 0 {
 			running++

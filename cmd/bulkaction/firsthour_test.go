@@ -284,7 +284,7 @@ func TestStatusTextPausedAndHeld(t *testing.T) {
 	}
 	testkit.WaitFor(t, "held at its in-flight limit", 20*time.Second, func() bool {
 		m := statusJSON(t, ctx, "held")
-		w, _ := m["waiting"].([]any)
+		w, _ := liveJSON(t, m)["waiting"].([]any)
 		for _, h := range w {
 			if h.(map[string]any)["reason"] == "in_flight_limit" {
 				return true
@@ -319,7 +319,7 @@ func TestStatusTextPausedAndHeld(t *testing.T) {
 	if row("eta") != "none while paused" || row("rate") != "none while paused" || strings.Contains(out, "over the last 0s") {
 		t.Errorf("status of a paused group:\n%s", out)
 	}
-	if m := statusJSON(t, ctx, "held"); m["etaSeconds"] != nil || m["rate"] != 0.0 {
+	if m := liveJSON(t, statusJSON(t, ctx, "held")); m["etaSeconds"] != nil || m["rate"] != 0.0 {
 		t.Errorf("status --json of a paused group: eta %v rate %v", m["etaSeconds"], m["rate"])
 	}
 }
@@ -353,8 +353,8 @@ func TestSealAboveDistinctJobsIsReported(t *testing.T) {
 		t.Errorf("status of a group sealed above its jobs:\n%s", out)
 	}
 	m := statusJSON(t, ctx, "short")
-	w, _ := m["waiting"].([]any)
-	if m["etaSeconds"] != nil || len(w) != 1 || w[0].(map[string]any)["reason"] != "awaiting_jobs" {
+	w, _ := liveJSON(t, m)["waiting"].([]any)
+	if liveJSON(t, m)["etaSeconds"] != nil || len(w) != 1 || w[0].(map[string]any)["reason"] != "awaiting_jobs" {
 		b, _ := json.Marshal(m)
 		t.Errorf("status --json: %s", b)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // watchPoll is how often watch and cancel --wait read the group.
@@ -48,15 +49,16 @@ the last 30 s of its progress (since its first admission when there is too
 little history), the ETA at that rate, and its congestion level. READY's
 room is checked only when NATS answers.
 
-With --json it prints the group's meta hash (numbers as JSON numbers) plus
-the derived fields tenant, groupId, state, total, jobs, done, succeeded,
-failed, cancelled, pending, inFlight, nonReady, position, tenantPosition,
-waitingGroups, waitingTenants, waiting ([{reason, detail, until?}]),
-readyRoomChecked, rate, rateWindowSeconds, etaSeconds, congestionLevel,
-backoffMs, retries (every retry of a job, after a rate limit or a retryable
-error), throttles (the retries after a rate limit: a 429 from the job's
-downstream), throttlesPerJob, elapsedSeconds,
-at. A paused group has no rate and no ETA; a sealed group that has run every
+With --json it prints the group's view as GET /v1/groups/{groupId} answers
+it (docs/api.md), with or without --api: tenant, groupId, state, priority,
+basePriority, maxInFlight, total, jobs, queued, inFlight, backingOff, done,
+succeeded, failed, cancelled, createdAt, startedAt, finishedAt, and under
+"status" position, tenantPosition, waitingGroups, waitingTenants, rate,
+rateWindowSeconds, etaSeconds, eta, congestion, backoffMs, retries (every
+retry of a job, after a rate limit or a retryable error), throttles (the
+retries after a rate limit: a 429 from the job's downstream), waiting
+([{reason, detail, until?, atLeast?}]) and at; refused, callback, retryOf
+and retries when there are. A paused group has no rate and no ETA; a sealed group that has run every
 job it received and has fewer distinct jobs than its total waits for the
 missing jobs (reason awaiting_jobs) and has no ETA.`,
 		Args: cobra.ExactArgs(1),
@@ -73,7 +75,7 @@ missing jobs (reason awaiting_jobs) and has no ETA.`,
 			}
 			defer c.Close()
 			s, err := c.Status(cmd.Context(), g)
-			if errors.Is(err, cli.ErrGroupNotFound) {
+			if errors.Is(err, status.ErrNotFound) {
 				if rf, rerr := c.Queue.GroupRefusals(cmd.Context(), g); rerr == nil && rf != nil {
 					return fmt.Errorf("%w: the pipeline refused its submissions: %s", err, cli.RefusedText(rf))
 				}
@@ -115,14 +117,14 @@ func dialFromEnv(ctx context.Context, need cli.Need) (*cli.Conn, error) {
 }
 
 func notFoundHint(err error) error {
-	if errors.Is(err, cli.ErrGroupNotFound) {
+	if errors.Is(err, status.ErrNotFound) {
 		return fmt.Errorf("%w (never submitted, not ingested yet, or ended longer ago than %s_GROUP_TTL)", err, config.Prefix)
 	}
 	return err
 }
 
 // writeStatus prints a status as a two-column table.
-func writeStatus(w io.Writer, s *cli.GroupStatus) error {
+func writeStatus(w io.Writer, s *status.Group) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
 	row("group", "%s (tenant %s)", s.GroupID, s.Tenant)
@@ -132,8 +134,8 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 		row("max in flight", "%d", s.MaxInFlight)
 	}
 	sealed := "not sealed yet"
-	if s.Declared >= 0 {
-		sealed = fmt.Sprintf("sealed at %d", s.Declared)
+	if s.Total >= 0 {
+		sealed = fmt.Sprintf("sealed at %d", s.Total)
 	}
 	row("jobs", "%d received, %s", s.Jobs, sealed)
 	row("progress", "%d/%d done (%d succeeded, %d failed, %d cancelled)", s.Done, s.Target(), s.Succeeded, s.Failed, s.Cancelled)
@@ -141,7 +143,7 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 		row("callback", "%s", cli.CallbackText(s.Callback))
 	}
 	row("by state", "%d queued + %d in READY or running + %d backing off + %d done + %d cancelled = %s",
-		s.Pending, s.InFlight, s.NonReady, s.Done, s.Cancelled, plural(s.Jobs, "job"))
+		s.Queued, s.InFlight, s.BackingOff, s.Done, s.Cancelled, plural(s.Jobs, "job"))
 	row("position", "%s", positionText(s))
 	row("waiting", "%s", s.WaitingText())
 	row("rate", "%s", rateText(s))
@@ -158,8 +160,8 @@ func writeStatus(w io.Writer, s *cli.GroupStatus) error {
 }
 
 // positionText is the group's place in the fair queue, or why it has none.
-func positionText(s *cli.GroupStatus) string {
-	wait := groupsWait(s.Waiting)
+func positionText(s *status.Group) string {
+	wait := groupsWait(s.WaitingGroups)
 	switch {
 	case s.Position > 0:
 		return fmt.Sprintf("tenant %d of %d waiting tenants; group %d among its tenant's waiting groups (%s in all)",
@@ -168,7 +170,7 @@ func positionText(s *cli.GroupStatus) string {
 		return "none: the group has ended"
 	case s.State == contracts.StatePaused:
 		return fmt.Sprintf("paused: not admitted until resumed (%s)", wait)
-	case s.Pending == 0:
+	case s.Queued == 0:
 		return fmt.Sprintf("none: no job of it is queued (%s)", wait)
 	case len(s.Holds) > 0:
 		return fmt.Sprintf("out of the fair queue while held (see waiting); %s", wait)
@@ -188,7 +190,7 @@ func groupsWait(n int64) string {
 }
 
 // rateText is the rate and what it was measured over.
-func rateText(s *cli.GroupStatus) string {
+func rateText(s *status.Group) string {
 	switch {
 	case s.State == contracts.StatePaused:
 		return "none while paused"
@@ -202,13 +204,13 @@ func rateText(s *cli.GroupStatus) string {
 	return fmt.Sprintf("%.1f jobs/s (over the last %s)", s.Rate, s.RateWindow.Round(time.Second))
 }
 
-func etaText(s *cli.GroupStatus) string {
+func etaText(s *status.Group) string {
 	switch {
 	case s.Ended():
 		return "ended"
 	case s.State == contracts.StatePaused:
 		return "none while paused"
-	case s.Missing() > 0 && s.Pending+s.InFlight+s.NonReady == 0:
+	case s.Missing() > 0 && s.Queued+s.InFlight+s.BackingOff == 0:
 		return "none until the missing jobs are submitted"
 	case s.ETASeconds < 0:
 		return "unknown"
@@ -217,7 +219,7 @@ func etaText(s *cli.GroupStatus) string {
 }
 
 // progressLine is one plain line of watch.
-func progressLine(s *cli.GroupStatus) string {
+func progressLine(s *status.Group) string {
 	pct := 0.0
 	if t := s.Target(); t > 0 {
 		pct = 100 * float64(s.Done+s.Cancelled) / float64(t)
@@ -235,9 +237,9 @@ func progressLine(s *cli.GroupStatus) string {
 
 // runningNote returns a follow update that says once that a cancelled
 // group waits for the jobs workers had when it was cancelled.
-func runningNote(out io.Writer, id string) func(*cli.GroupStatus) {
+func runningNote(out io.Writer, id string) func(*status.Group) {
 	said := false
-	return func(s *cli.GroupStatus) {
+	return func(s *status.Group) {
 		if n := s.Unsettled(); n > 0 && !said {
 			said = true
 			fmt.Fprintf(out, "group %s is cancelled; waiting for the %s workers already had: those running finish, the others are cancelled\n",
@@ -247,7 +249,7 @@ func runningNote(out io.Writer, id string) func(*cli.GroupStatus) {
 }
 
 // holdReasons lists the reasons that hold a group, comma-separated.
-func holdReasons(s *cli.GroupStatus) string {
+func holdReasons(s *status.Group) string {
 	rs := make([]string, len(s.Holds))
 	for i, h := range s.Holds {
 		rs[i] = string(h.Reason)
@@ -256,14 +258,14 @@ func holdReasons(s *cli.GroupStatus) string {
 }
 
 // endLine is the line printed when a group has ended.
-func endLine(s *cli.GroupStatus) string {
+func endLine(s *status.Group) string {
 	return fmt.Sprintf("%s %s: %s (%d succeeded, %d failed, %d cancelled) in %s",
 		s.GroupID, s.State, plural(s.Jobs, "job"), s.Succeeded, s.Failed, s.Cancelled, s.Elapsed().Round(100*time.Millisecond))
 }
 
 // endCode is watch's result for an ended group: nil for COMPLETED,
 // exitCancelled for CANCELLED.
-func endCode(s *cli.GroupStatus) error {
+func endCode(s *status.Group) error {
 	if s.State == contracts.StateCancelled {
 		return exitCancelled
 	}
@@ -308,7 +310,7 @@ errors (including an interrupt and a group that does not exist).`,
 				v = newBarWatch(out)
 			}
 			s, err := follow(ctx, c, g, v.update, appearWait(out, g, appear, func() (bool, error) {
-				return cli.Submitted(ctx, c.JS, c.Names, g)
+				return status.Submitted(ctx, c.JS, c.Names, g)
 			}))
 			v.close(s)
 			if err != nil {
@@ -353,21 +355,21 @@ func appearWait(out io.Writer, g contracts.GroupRef, timeout time.Duration, subm
 
 // follow reads the group every watchPoll until it has ended and settled
 // (a cancelled group's running jobs have finished, so its counts add up:
-// [cli.GroupStatus.Settled]), passing each
+// [status.Group.Settled]), passing each
 // reading to update (its rate and ETA are status's: over the group's last
 // 30 s of progress); missing is called at each reading that finds no
 // group (nil: wait on), and its error ends the wait. It returns the last
 // reading.
-func follow(ctx context.Context, c *cli.Conn, g contracts.GroupRef, update func(*cli.GroupStatus), missing func() error) (*cli.GroupStatus, error) {
+func follow(ctx context.Context, c *cli.Conn, g contracts.GroupRef, update func(*status.Group), missing func() error) (*status.Group, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	var last *cli.GroupStatus
+	var last *status.Group
 	var ended error // why the reading stopped before ctx ended (nil: the group ended)
 	read := func(ctx context.Context) bool {
-		s, err := cli.Status(ctx, c.Queue, g)
+		s, err := status.Read(ctx, c.Queue, g, status.Options{})
 		switch {
-		case errors.Is(err, cli.ErrGroupNotFound):
+		case errors.Is(err, status.ErrNotFound):
 			if missing != nil {
 				if err := missing(); err != nil {
 					ended = err
@@ -397,8 +399,8 @@ func follow(ctx context.Context, c *cli.Conn, g contracts.GroupRef, update func(
 
 // watchView shows watch's readings.
 type watchView interface {
-	update(*cli.GroupStatus)
-	close(last *cli.GroupStatus)
+	update(*status.Group)
+	close(last *status.Group)
 }
 
 type plainWatch struct {
@@ -407,7 +409,7 @@ type plainWatch struct {
 	last  time.Time
 }
 
-func (v *plainWatch) update(s *cli.GroupStatus) {
+func (v *plainWatch) update(s *status.Group) {
 	if s.Settled() || time.Since(v.last) < v.every {
 		return
 	}
@@ -415,21 +417,21 @@ func (v *plainWatch) update(s *cli.GroupStatus) {
 	fmt.Fprintln(v.out, progressLine(s))
 }
 
-func (v *plainWatch) close(*cli.GroupStatus) {}
+func (v *plainWatch) close(*status.Group) {}
 
 // barWatch is a progress bar with done/total, rate, ETA and congestion.
 type barWatch struct {
 	p   *mpb.Progress
 	bar *mpb.Bar
 	mu  sync.Mutex
-	cur *cli.GroupStatus
+	cur *status.Group
 }
 
 func newBarWatch(out io.Writer) *barWatch {
 	return &barWatch{p: mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond))}
 }
 
-func (v *barWatch) update(s *cli.GroupStatus) {
+func (v *barWatch) update(s *status.Group) {
 	v.mu.Lock()
 	v.cur = s
 	v.mu.Unlock()
@@ -451,7 +453,7 @@ func (v *barWatch) update(s *cli.GroupStatus) {
 	v.bar.SetCurrent(s.Done + s.Cancelled)
 }
 
-func (v *barWatch) close(last *cli.GroupStatus) {
+func (v *barWatch) close(last *status.Group) {
 	if v.bar != nil {
 		if last != nil && last.State == contracts.StateCompleted {
 			v.bar.SetTotal(-1, true)
@@ -502,7 +504,7 @@ sent to it later are refused.`,
 				fmt.Fprintf(out, "group %s is not known yet; it will be created cancelled\n", g.ID)
 			}
 			if info != nil && info.State.Terminal() {
-				s, err := cli.Status(ctx, c.Queue, g)
+				s, err := status.Read(ctx, c.Queue, g, status.Options{})
 				if err != nil {
 					return err
 				}
@@ -633,7 +635,7 @@ func checkTarget(ctx context.Context, c *cli.Conn, g contracts.GroupRef, kind co
 	if c.Queue == nil {
 		return nil, nil
 	}
-	info, pending, err := cli.FindGroup(ctx, c.Queue, c.JS, c.Names, g)
+	info, pending, err := status.Find(ctx, c.Queue, c.JS, c.Names, g)
 	switch {
 	case err != nil:
 		return nil, err

@@ -5,21 +5,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // status's text names what holds the group on one row ("—" when nothing
 // does), shows the counting identity and what the rate was measured over.
 func TestWriteStatusWaitingRow(t *testing.T) {
 	at := time.Date(2025, 1, 2, 12, 0, 0, 0, time.Local)
-	s := &cli.GroupStatus{
-		Tenant: "acme", GroupID: "g", State: contracts.StateRunning, Declared: 300, Jobs: 300,
-		Pending: 200, InFlight: 40, NonReady: 12, Done: 45, Cancelled: 3,
+	s := &status.Group{
+		Tenant: "acme", GroupID: "g", State: contracts.StateRunning, Total: 300, Jobs: 300,
+		Queued: 200, InFlight: 40, BackingOff: 12, Done: 45, Cancelled: 3,
 		Rate: 12.5, RateWindow: 30 * time.Second, ETASeconds: 17, At: at, StartedAt: at.Add(-time.Minute),
 		Congestion: redisq.CongestionNone,
-		Holds: []cli.Hold{
+		Holds: []status.Hold{
 			{Hold: redisq.Hold{Reason: redisq.HoldRateShare}, Detail: "rate share used until 12:00:01.500 (tenant acme: 50 of 50 jobs this window)"},
 			{Hold: redisq.Hold{Reason: redisq.HoldBackingOff}, Detail: "12 jobs backing off, next due in 3.2s"},
 		},

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // tenantStatus runs `status --json` of a group with extra args (--tenant)
@@ -57,7 +57,7 @@ func TestTenantFlagAndEnv(t *testing.T) {
 	}
 	// The same id in another tenant, or in the default one, is another group.
 	for _, args := range [][]string{{"--tenant", "globex"}, nil} {
-		if _, err := tenantStatus(ctx, "g", args...); !errors.Is(err, cli.ErrGroupNotFound) {
+		if _, err := tenantStatus(ctx, "g", args...); !errors.Is(err, status.ErrNotFound) {
 			t.Errorf("status g %v: %v, want group not found", args, err)
 		}
 	}
@@ -67,7 +67,7 @@ func TestTenantFlagAndEnv(t *testing.T) {
 	if m, err := tenantStatus(ctx, "g"); err != nil || m["tenant"] != "acme" {
 		t.Errorf("status g with %s_TENANT=acme: %v %v", config.Prefix, err, m)
 	}
-	if _, err := tenantStatus(ctx, "g", "--tenant", "globex"); !errors.Is(err, cli.ErrGroupNotFound) {
+	if _, err := tenantStatus(ctx, "g", "--tenant", "globex"); !errors.Is(err, status.ErrNotFound) {
 		t.Errorf("--tenant globex with %s_TENANT=acme: %v, want group not found", config.Prefix, err)
 	}
 	out, _, err = run(ctx, "", "submit", "-g", "g2", "-t", "sleep", "-f", file)
@@ -107,8 +107,8 @@ func TestPauseAndResumeVerbs(t *testing.T) {
 		m, err = tenantStatus(ctx, "pz")
 		return err == nil && m["state"] == "PAUSED"
 	})
-	if m["position"] != nil || m["tenantPosition"] != nil || m["done"].(float64) >= 200 {
-		t.Errorf("paused group: position %v tenant position %v done %v; want no position and work left", m["position"], m["tenantPosition"], m["done"])
+	if live := liveJSON(t, m); live["position"] != nil || live["tenantPosition"] != nil || m["done"].(float64) >= 200 {
+		t.Errorf("paused group: position %v tenant position %v done %v; want no position and work left", live["position"], live["tenantPosition"], m["done"])
 	}
 	out, _, err = run(ctx, "", "status", "pz")
 	if err != nil || !strings.Contains(out, "PAUSED") || !strings.Contains(out, "position    paused: not admitted until resumed") {

@@ -13,8 +13,11 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/conns"
+	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // Need says which servers a verb talks to; combine with |. The zero value
@@ -192,4 +195,18 @@ func (c *Conn) Close() {
 		_ = c.Redis.Close()
 		c.Redis = nil
 	}
+}
+
+// Status reads a group ([status.Read]) with READY's room measured when c
+// has a JetStream handle.
+func (c *Conn) Status(ctx context.Context, g contracts.GroupRef) (*status.Group, error) {
+	var opt status.Options
+	if c.JS != nil {
+		room := handoff.NewRoom(deps.Deps{NC: c.NC, JS: c.JS, Queue: c.Queue, Names: c.Names}, c.Config.ReadyCapacity())
+		opt.Room = func(ctx context.Context) (map[string]int, int, error) {
+			rooms, err := room.Measure(ctx)
+			return rooms.ByType, rooms.Capacity, err
+		}
+	}
+	return status.Read(ctx, c.Queue, g, opt)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // TestStatusShowsRefusals: a group's status carries what the pipeline
@@ -16,7 +17,7 @@ func TestStatusShowsRefusals(t *testing.T) {
 	q, ctx := setupQueue(t)
 	g := ref("acme", "refused")
 	enqueue(t, q, g, 2, contracts.PriorityNormal)
-	s, err := cli.Status(ctx, q, g)
+	s, err := status.Read(ctx, q, g, status.Options{})
 	if err != nil || s.Refused != nil {
 		t.Fatalf("status before a refusal: refused %+v, %v", s.Refused, err)
 	}
@@ -24,7 +25,7 @@ func TestStatusShowsRefusals(t *testing.T) {
 		Error: "jobs[0], jobs[1] of group acme/refused refused: tenant acme has 4 queued jobs", Jobs: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = cli.Status(ctx, q, g); err != nil || s.Refused == nil || s.Refused.Jobs != 2 {
+	if s, err = status.Read(ctx, q, g, status.Options{}); err != nil || s.Refused == nil || s.Refused.Jobs != 2 {
 		t.Fatalf("status: refused %+v, %v", s.Refused, err)
 	}
 	text := cli.RefusedText(s.Refused)

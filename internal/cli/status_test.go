@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 func setupQueue(t *testing.T) (*redisq.Queue, context.Context) {
@@ -64,30 +64,30 @@ func TestStatusPositionAcrossLevels(t *testing.T) {
 		{ref("globex", "n1"), 1, 3},
 		{ref("globex", "l1"), 1, 4},
 	} {
-		s, err := cli.Status(ctx, q, w.g)
+		s, err := status.Read(ctx, q, w.g, status.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Tenant != w.g.Tenant || s.GroupID != w.g.ID {
 			t.Errorf("%s: status names %s/%s", w.g, s.Tenant, s.GroupID)
 		}
-		if s.Position != w.pos || s.TenantPosition != w.tenantPos || s.Waiting != 5 || s.WaitingTenants != 4 {
+		if s.Position != w.pos || s.TenantPosition != w.tenantPos || s.WaitingGroups != 5 || s.WaitingTenants != 4 {
 			t.Errorf("%s: group position %d, tenant position %d of %d tenants, %d groups waiting; want %d, %d of 4, 5",
-				w.g, s.Position, s.TenantPosition, s.WaitingTenants, s.Waiting, w.pos, w.tenantPos)
+				w.g, s.Position, s.TenantPosition, s.WaitingTenants, s.WaitingGroups, w.pos, w.tenantPos)
 		}
 	}
 
-	s, err := cli.Status(ctx, q, ref("acme", "n2"))
+	s, err := status.Read(ctx, q, ref("acme", "n2"), status.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.State != contracts.StateCreated || s.Jobs != 2 || s.Pending != 2 || s.Declared != -1 || s.Target() != 2 {
+	if s.State != contracts.StateCreated || s.Jobs != 2 || s.Queued != 2 || s.Total != -1 || s.Target() != 2 {
 		t.Errorf("n2 = %+v", s)
 	}
 	if s.Rate != 0 || s.ETASeconds != -1 {
 		t.Errorf("n2 has no rate yet: rate %v, ETA %v; want no ETA without a rate", s.Rate, s.ETASeconds)
 	}
-	if other, err := cli.Status(ctx, q, ref("globex", "n1")); err != nil || other.Jobs != 1 {
+	if other, err := status.Read(ctx, q, ref("globex", "n1"), status.Options{}); err != nil || other.Jobs != 1 {
 		t.Errorf("globex/n1: %v, %+v; want its own group of 1 job", err, other)
 	}
 	b, err := json.Marshal(s)
@@ -98,13 +98,22 @@ func TestStatusPositionAcrossLevels(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
+	// The JSON is the API's view: counts at the top, the live part under
+	// "status".
 	for k, want := range map[string]any{
-		"tenant": "acme", "groupId": "n2", "state": "CREATED", "status": "CREATED", "priorityLevel": "normal",
-		"totalJobs": 2.0, "jobs": 2.0, "pending": 2.0, "position": 2.0, "tenantPosition": 2.0,
-		"waitingGroups": 5.0, "waitingTenants": 4.0, "total": nil, "congestionLevel": "NONE",
+		"tenant": "acme", "groupId": "n2", "state": "CREATED", "priority": "normal",
+		"jobs": 2.0, "queued": 2.0, "total": nil,
 	} {
 		if got, ok := m[k]; !ok || got != want {
 			t.Errorf("json %s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	live, _ := m["status"].(map[string]any)
+	for k, want := range map[string]any{
+		"position": 2.0, "tenantPosition": 2.0, "waitingGroups": 5.0, "waitingTenants": 4.0, "congestion": "NONE",
+	} {
+		if got, ok := live[k]; !ok || got != want {
+			t.Errorf("json status.%s = %v (present %v), want %v", k, got, ok, want)
 		}
 	}
 }
@@ -128,11 +137,11 @@ func TestStatusCompletedCounts(t *testing.T) {
 	if _, err := q.RecordBatch(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	s, err := cli.Status(ctx, q, g)
+	s, err := status.Read(ctx, q, g, status.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.State != contracts.StateCompleted || s.Done != 3 || s.Succeeded != 2 || s.Failed != 1 || s.Declared != 3 {
+	if s.State != contracts.StateCompleted || s.Done != 3 || s.Succeeded != 2 || s.Failed != 1 || s.Total != 3 {
 		t.Errorf("g = %+v", s)
 	}
 	if !s.Ended() || s.Position != 0 || s.TenantPosition != 0 || s.ETASeconds != 0 || s.StartedAt.IsZero() || s.FinishedAt.IsZero() {
@@ -140,21 +149,24 @@ func TestStatusCompletedCounts(t *testing.T) {
 			s.Ended(), s.Position, s.TenantPosition, s.ETASeconds, s.StartedAt, s.FinishedAt)
 	}
 	b, _ := json.Marshal(s)
-	var m map[string]any
+	var m struct {
+		Total, Succeeded, Failed float64
+		Status                   map[string]any
+	}
 	_ = json.Unmarshal(b, &m)
-	if m["position"] != nil || m["tenantPosition"] != nil || m["total"] != 3.0 || m["succeeded"] != 2.0 || m["failed"] != 1.0 || m["etaSeconds"] != 0.0 {
+	if m.Status["position"] != nil || m.Status["tenantPosition"] != nil || m.Total != 3 || m.Succeeded != 2 || m.Failed != 1 || m.Status["etaSeconds"] != 0.0 {
 		t.Errorf("json = %s", b)
 	}
 
-	if _, err := cli.Status(ctx, q, ref("acme", "missing")); !errors.Is(err, cli.ErrGroupNotFound) {
-		t.Errorf("missing group: err = %v, want ErrGroupNotFound", err)
+	if _, err := status.Read(ctx, q, ref("acme", "missing"), status.Options{}); !errors.Is(err, status.ErrNotFound) {
+		t.Errorf("missing group: err = %v, want ErrNotFound", err)
 	}
 	// The group exists for acme only.
-	if _, err := cli.Status(ctx, q, ref("globex", "g")); !errors.Is(err, cli.ErrGroupNotFound) {
-		t.Errorf("another tenant's group: err = %v, want ErrGroupNotFound", err)
+	if _, err := status.Read(ctx, q, ref("globex", "g"), status.Options{}); !errors.Is(err, status.ErrNotFound) {
+		t.Errorf("another tenant's group: err = %v, want ErrNotFound", err)
 	}
 	for _, bad := range []contracts.GroupRef{ref("acme", "bad id"), ref("a.b", "g"), ref("", "g")} {
-		if _, err := cli.Status(ctx, q, bad); err == nil || errors.Is(err, cli.ErrGroupNotFound) {
+		if _, err := status.Read(ctx, q, bad, status.Options{}); err == nil || errors.Is(err, status.ErrNotFound) {
 			t.Errorf("%q: err = %v, want a validation error", bad, err)
 		}
 	}
@@ -171,27 +183,27 @@ func TestStatusPausedKeepsItsPlace(t *testing.T) {
 	if r, err := q.Pause(ctx, p); err != nil || r.Outcome != redisq.Paused {
 		t.Fatalf("pause: %+v, %v", r, err)
 	}
-	s, err := cli.Status(ctx, q, p)
+	s, err := status.Read(ctx, q, p, status.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.State != contracts.StatePaused || s.Position != 0 || s.TenantPosition != 0 || s.Pending != 3 || s.Waiting != 1 {
+	if s.State != contracts.StatePaused || s.Position != 0 || s.TenantPosition != 0 || s.Queued != 3 || s.WaitingGroups != 1 {
 		t.Errorf("paused: state %s position %d/%d pending %d waiting %d; want PAUSED, no position, 3 pending, 1 group waiting",
-			s.State, s.Position, s.TenantPosition, s.Pending, s.Waiting)
+			s.State, s.Position, s.TenantPosition, s.Queued, s.WaitingGroups)
 	}
-	if s, err := cli.Status(ctx, q, o); err != nil || s.Position != 1 {
+	if s, err := status.Read(ctx, q, o, status.Options{}); err != nil || s.Position != 1 {
 		t.Errorf("the other group while p is paused: %v, position %d, want 1", err, s.Position)
 	}
 	if r, err := q.Resume(ctx, p); err != nil || r.Outcome != redisq.Resumed {
 		t.Fatalf("resume: %+v, %v", r, err)
 	}
 	for g, want := range map[contracts.GroupRef]int64{p: 1, o: 2} {
-		s, err := cli.Status(ctx, q, g)
+		s, err := status.Read(ctx, q, g, status.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.State != contracts.StateCreated || s.Position != want || s.Waiting != 2 {
-			t.Errorf("%s after resume: state %s position %d of %d, want CREATED %d of 2", g, s.State, s.Position, s.Waiting, want)
+		if s.State != contracts.StateCreated || s.Position != want || s.WaitingGroups != 2 {
+			t.Errorf("%s after resume: state %s position %d of %d, want CREATED %d of 2", g, s.State, s.Position, s.WaitingGroups, want)
 		}
 	}
 }
@@ -216,12 +228,12 @@ func TestStatusMaxInFlight(t *testing.T) {
 	if len(r.Jobs) != 2 {
 		t.Fatalf("admitted %d jobs, want the limit of 2", len(r.Jobs))
 	}
-	s, err := cli.Status(ctx, q, g)
+	s, err := status.Read(ctx, q, g, status.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.MaxInFlight != 2 || s.InFlight != 2 || s.Pending != 3 {
-		t.Errorf("status: max in flight %d, in flight %d, pending %d; want 2, 2, 3", s.MaxInFlight, s.InFlight, s.Pending)
+	if s.MaxInFlight != 2 || s.InFlight != 2 || s.Queued != 3 {
+		t.Errorf("status: max in flight %d, in flight %d, pending %d; want 2, 2, 3", s.MaxInFlight, s.InFlight, s.Queued)
 	}
 	b, _ := json.Marshal(s)
 	var m map[string]any
@@ -233,8 +245,8 @@ func TestStatusMaxInFlight(t *testing.T) {
 
 func TestSinceRateAndETA(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	prev := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Jobs: 100, Pending: 90, Done: 10, At: t0, Rate: 1}
-	cur := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Jobs: 100, Pending: 65, Done: 30, Cancelled: 5, At: t0.Add(2 * time.Second), Rate: 1}
+	prev := &status.Group{State: contracts.StateRunning, Total: 100, Jobs: 100, Queued: 90, Done: 10, At: t0, Rate: 1}
+	cur := &status.Group{State: contracts.StateRunning, Total: 100, Jobs: 100, Queued: 65, Done: 30, Cancelled: 5, At: t0.Add(2 * time.Second), Rate: 1}
 	got := cur.Since(prev)
 	if got.Rate != 10 || got.ETASeconds != 7 { // (100-30-5)/10 = 6.5 -> 7
 		t.Errorf("Since: rate %v eta %v, want 10 and 7", got.Rate, got.ETASeconds)
@@ -245,7 +257,7 @@ func TestSinceRateAndETA(t *testing.T) {
 	if cur.Since(nil) != cur || cur.Since(cur) != cur {
 		t.Error("Since without an earlier reading must return the reading")
 	}
-	stalled := &cli.GroupStatus{State: contracts.StateRunning, Declared: 100, Jobs: 100, Pending: 90, Done: 10, At: t0.Add(time.Second)}
+	stalled := &status.Group{State: contracts.StateRunning, Total: 100, Jobs: 100, Queued: 90, Done: 10, At: t0.Add(time.Second)}
 	if s := stalled.Since(prev); s.Rate != 0 || s.ETASeconds != -1 {
 		t.Errorf("no progress: rate %v eta %v, want 0 and -1 (unknown)", s.Rate, s.ETASeconds)
 	}

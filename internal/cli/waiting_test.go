@@ -19,6 +19,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // "Why is it waiting" (docs/ARCHITECTURE.md §5): each test builds the
@@ -46,7 +47,7 @@ func enqueueTyped(t *testing.T, q *redisq.Queue, g contracts.GroupRef, n int, ty
 }
 
 // reasons lists a status's hold reasons.
-func reasons(s *cli.GroupStatus) []redisq.HoldReason {
+func reasons(s *status.Group) []redisq.HoldReason {
 	out := []redisq.HoldReason{}
 	for _, h := range s.Holds {
 		out = append(out, h.Reason)
@@ -55,33 +56,35 @@ func reasons(s *cli.GroupStatus) []redisq.HoldReason {
 }
 
 // waitingJSON is the status's "waiting" array as JSON decodes it.
-func waitingJSON(t *testing.T, s *cli.GroupStatus) []map[string]any {
+func waitingJSON(t *testing.T, s *status.Group) []map[string]any {
 	t.Helper()
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var m struct {
-		Waiting []map[string]any `json:"waiting"`
+		Status struct {
+			Waiting []map[string]any `json:"waiting"`
+		} `json:"status"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Waiting == nil {
-		t.Fatalf("json has no waiting array: %s", b)
+	if m.Status.Waiting == nil {
+		t.Fatalf("json has no status.waiting array: %s", b)
 	}
-	return m.Waiting
+	return m.Status.Waiting
 }
 
-func status(t *testing.T, q *redisq.Queue, g contracts.GroupRef) *cli.GroupStatus {
+func readStatus(t *testing.T, q *redisq.Queue, g contracts.GroupRef) *status.Group {
 	t.Helper()
-	s, err := cli.Status(context.Background(), q, g)
+	s, err := status.Read(context.Background(), q, g, status.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum := s.Pending + s.InFlight + s.NonReady + s.Done + s.Cancelled; sum != s.Jobs {
+	if sum := s.Queued + s.InFlight + s.BackingOff + s.Done + s.Cancelled; sum != s.Jobs {
 		t.Errorf("%s: jobs %d != %d queued + %d in flight + %d backing off + %d done + %d cancelled",
-			g, s.Jobs, s.Pending, s.InFlight, s.NonReady, s.Done, s.Cancelled)
+			g, s.Jobs, s.Queued, s.InFlight, s.BackingOff, s.Done, s.Cancelled)
 	}
 	return s
 }
@@ -106,13 +109,13 @@ func TestWaitingPaused(t *testing.T) {
 	live(t, q, "noop")
 	g := ref("acme", "p")
 	enqueue(t, q, g, 3, contracts.PriorityNormal)
-	if s := status(t, q, g); len(s.Holds) != 0 {
+	if s := readStatus(t, q, g); len(s.Holds) != 0 {
 		t.Errorf("queued group: waiting %v, want nothing", reasons(s))
 	}
 	if _, err := q.Pause(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	s := status(t, q, g)
+	s := readStatus(t, q, g)
 	if !sameReasons(reasons(s), redisq.HoldPaused) || s.Holds[0].Detail != "paused until resumed" {
 		t.Errorf("paused: %+v", s.Holds)
 	}
@@ -122,7 +125,7 @@ func TestWaitingPaused(t *testing.T) {
 	if _, err := q.Resume(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	s = status(t, q, g)
+	s = readStatus(t, q, g)
 	if len(s.Holds) != 0 || s.WaitingText() != "—" {
 		t.Errorf("resumed: waiting %v (%q), want nothing", reasons(s), s.WaitingText())
 	}
@@ -142,7 +145,7 @@ func TestWaitingInFlightLimit(t *testing.T) {
 	if r, err := q.Admit(ctx, 10); err != nil || len(r.Jobs) != 2 {
 		t.Fatalf("admit: %v, %+v", err, r)
 	}
-	s := status(t, q, g)
+	s := readStatus(t, q, g)
 	if !sameReasons(reasons(s), redisq.HoldInFlightLimit) {
 		t.Fatalf("waiting %v, want in_flight_limit", reasons(s))
 	}
@@ -159,7 +162,7 @@ func TestWaitingInFlightLimit(t *testing.T) {
 	if _, err := q.Record(ctx, contracts.JobResult{Tenant: g.Tenant, GroupID: g.ID, JobID: "1", Attempt: 1, Status: contracts.ResultSuccess}); err != nil {
 		t.Fatal(err)
 	}
-	if s := status(t, q, g); len(s.Holds) != 0 || s.InFlight != 1 {
+	if s := readStatus(t, q, g); len(s.Holds) != 0 || s.InFlight != 1 {
 		t.Errorf("after a result: waiting %v, in flight %d; want nothing, 1", reasons(s), s.InFlight)
 	}
 }
@@ -188,7 +191,7 @@ func TestWaitingRate(t *testing.T) {
 	}
 	a := ref("acme", "a")
 	enqueue(t, q, a, 5, contracts.PriorityNormal)
-	if s := status(t, q, a); len(s.Holds) != 0 {
+	if s := readStatus(t, q, a); len(s.Holds) != 0 {
 		t.Errorf("before acme's admissions: waiting %v", reasons(s))
 	}
 	if r, err := q.Admit(ctx, 2); err != nil || len(r.Jobs) != 2 {
@@ -202,7 +205,7 @@ func TestWaitingRate(t *testing.T) {
 		t.Fatalf("limiter %+v, want acme 2 of 2, 3 of 4 in all", lim)
 	}
 	end := time.UnixMilli((lim.Window + 1) * windowMs)
-	s := status(t, q, a)
+	s := readStatus(t, q, a)
 	if !sameReasons(reasons(s), redisq.HoldRateShare) {
 		t.Fatalf("share used: waiting %v, want rate_share_used", reasons(s))
 	}
@@ -215,7 +218,7 @@ func TestWaitingRate(t *testing.T) {
 		t.Errorf("json until = %v, want %s", w[0]["until"], end.UTC().Format(time.RFC3339Nano))
 	}
 	// globex has nothing queued: nothing holds its group.
-	if s := status(t, q, ref("globex", "g")); len(s.Holds) != 0 {
+	if s := readStatus(t, q, ref("globex", "g")); len(s.Holds) != 0 {
 		t.Errorf("globex: waiting %v", reasons(s))
 	}
 
@@ -224,7 +227,7 @@ func TestWaitingRate(t *testing.T) {
 	if r, err := q.Admit(ctx, 10); err != nil || len(r.Jobs) != 1 {
 		t.Fatalf("admit the rest: %v %+v", err, r)
 	}
-	s = status(t, q, a)
+	s = readStatus(t, q, a)
 	if !sameReasons(reasons(s), redisq.HoldRateShare, redisq.HoldGlobalRate) {
 		t.Fatalf("limit used: waiting %v, want rate_share_used and global_rate", reasons(s))
 	}
@@ -251,9 +254,9 @@ func TestWaitingBackingOff(t *testing.T) {
 		}
 	}
 	due, _ := q.Client().ZScore(ctx, q.Keys().NonReadyQueue(), g.Tenant+":"+g.ID+":"+r.Jobs[1].ID).Result()
-	s := status(t, q, g)
-	if !sameReasons(reasons(s), redisq.HoldBackingOff) || s.NonReady != 2 || s.Pending != 1 || s.InFlight != 0 {
-		t.Fatalf("waiting %v, %d backing off, %d queued, %d in flight", reasons(s), s.NonReady, s.Pending, s.InFlight)
+	s := readStatus(t, q, g)
+	if !sameReasons(reasons(s), redisq.HoldBackingOff) || s.BackingOff != 2 || s.Queued != 1 || s.InFlight != 0 {
+		t.Fatalf("waiting %v, %d backing off, %d queued, %d in flight", reasons(s), s.BackingOff, s.Queued, s.InFlight)
 	}
 	h := s.Holds[0]
 	if h.Count != 2 || !h.Until.Equal(time.UnixMilli(int64(due))) || h.AtLeast {
@@ -277,12 +280,12 @@ func TestWaitingNoWorker(t *testing.T) {
 	live(t, q, "noop")
 	g := ref("acme", "sms")
 	enqueueTyped(t, q, g, 2, "sms", 0)
-	s := status(t, q, g)
+	s := readStatus(t, q, g)
 	if !sameReasons(reasons(s), redisq.HoldNoWorker) || s.Holds[0].Type != "sms" || s.Holds[0].Detail != "no live worker for job type sms" {
 		t.Fatalf("waiting %+v, want no_worker for sms", s.Holds)
 	}
 	live(t, q, "sms")
-	if s := status(t, q, g); len(s.Holds) != 0 {
+	if s := readStatus(t, q, g); len(s.Holds) != 0 {
 		t.Errorf("with a worker for sms: waiting %v", reasons(s))
 	}
 }
@@ -296,7 +299,7 @@ func TestWaitingReadyFull(t *testing.T) {
 	g := ref("acme", "r")
 	enqueue(t, q, g, 2, contracts.PriorityNormal)
 	rooms := handoff.Rooms{ByType: map[string]int{"noop": 0, "sms": 3}, Capacity: 3}
-	s, err := cli.StatusWith(ctx, q, g, cli.StatusOptions{Room: func(context.Context) (handoff.Rooms, error) { return rooms, nil }})
+	s, err := status.Read(ctx, q, g, status.Options{Room: func(context.Context) (map[string]int, int, error) { return rooms.ByType, rooms.Capacity, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,10 +307,10 @@ func TestWaitingReadyFull(t *testing.T) {
 		t.Fatalf("waiting %+v (room checked %v), want ready_full for noop", s.Holds, s.ReadyRoomChecked)
 	}
 	rooms.ByType["noop"] = 1
-	if s, _ := cli.StatusWith(ctx, q, g, cli.StatusOptions{Room: func(context.Context) (handoff.Rooms, error) { return rooms, nil }}); len(s.Holds) != 0 {
+	if s, _ := status.Read(ctx, q, g, status.Options{Room: func(context.Context) (map[string]int, int, error) { return rooms.ByType, rooms.Capacity, nil }}); len(s.Holds) != 0 {
 		t.Errorf("with room: waiting %v", reasons(s))
 	}
-	if s := status(t, q, g); s.ReadyRoomChecked {
+	if s := readStatus(t, q, g); s.ReadyRoomChecked {
 		t.Error("Status without NATS says READY's room was checked")
 	}
 }
@@ -386,7 +389,7 @@ func TestWaitingEndedHasNone(t *testing.T) {
 	if _, err := q.Cancel(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	s := status(t, q, g)
+	s := readStatus(t, q, g)
 	if !s.Ended() || len(s.Holds) != 0 || len(waitingJSON(t, s)) != 0 {
 		t.Errorf("cancelled group: %s, waiting %v", s.State, reasons(s))
 	}
@@ -435,7 +438,7 @@ func TestStatusRateWindow(t *testing.T) {
 
 	// Samples (age ms, count): the base is the one 31 s old.
 	pushSamples(t, q, g, [2]int64{50_000, 0}, [2]int64{31_000, 20}, [2]int64{29_000, 30}, [2]int64{10_000, 40}, [2]int64{1_000, 48})
-	s := status(t, q, g)
+	s := readStatus(t, q, g)
 	if s.RateWindow < 31*time.Second || s.RateWindow > 32*time.Second {
 		t.Fatalf("rate window %s, want about 31s (from the newest sample at least 30 s old)", s.RateWindow)
 	}
@@ -444,27 +447,27 @@ func TestStatusRateWindow(t *testing.T) {
 		t.Errorf("rate %v eta %v, want %v and %v", s.Rate, s.ETASeconds, wantRate, math.Ceil(50/wantRate))
 	}
 	b, _ := json.Marshal(s)
-	var m map[string]any
+	var m struct{ Status map[string]any }
 	_ = json.Unmarshal(b, &m)
-	if m["rateWindowSeconds"] != math.Round(s.RateWindow.Seconds()*100)/100 || m["etaSeconds"] != s.ETASeconds {
-		t.Errorf("json rate window %v, eta %v", m["rateWindowSeconds"], m["etaSeconds"])
+	if m.Status["rateWindowSeconds"] != math.Round(s.RateWindow.Seconds()*100)/100 || m.Status["etaSeconds"] != s.ETASeconds {
+		t.Errorf("json rate window %v, eta %v", m.Status["rateWindowSeconds"], m.Status["etaSeconds"])
 	}
 
 	// A young group: no sample is 30 s old, the base is the oldest.
 	pushSamples(t, q, g, [2]int64{4_000, 10}, [2]int64{2_000, 30})
-	if s := status(t, q, g); s.RateWindow < 4*time.Second || s.RateWindow > 5*time.Second || math.Abs(s.Rate-40/s.RateWindow.Seconds()) > 1e-9 {
+	if s := readStatus(t, q, g); s.RateWindow < 4*time.Second || s.RateWindow > 5*time.Second || math.Abs(s.Rate-40/s.RateWindow.Seconds()) > 1e-9 {
 		t.Errorf("young group: rate %v over %s, want 40 jobs over about 4s", s.Rate, s.RateWindow)
 	}
 
 	// No progress in the window: rate 0, no ETA.
 	pushSamples(t, q, g, [2]int64{45_000, 50}, [2]int64{35_000, 50})
-	if s := status(t, q, g); s.Rate != 0 || s.ETASeconds != -1 {
+	if s := readStatus(t, q, g); s.Rate != 0 || s.ETASeconds != -1 {
 		t.Errorf("stalled: rate %v eta %v, want 0 and -1", s.Rate, s.ETASeconds)
 	}
 
 	// One sample: since the start.
 	pushSamples(t, q, g, [2]int64{1_000, 49})
-	s = status(t, q, g)
+	s = readStatus(t, q, g)
 	if el := s.Elapsed(); s.RateWindow != el || math.Abs(s.Rate-50/el.Seconds()) > 1e-9 {
 		t.Errorf("one sample: rate %v over %s, want 50 jobs since the start (%s)", s.Rate, s.RateWindow, el)
 	}
@@ -487,7 +490,7 @@ func TestStatusRateWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushSamples(t, q, g, [2]int64{40_000, 0}, [2]int64{1_000, 100})
-	s = status(t, q, g)
+	s = readStatus(t, q, g)
 	if !s.Ended() || s.ETASeconds != 0 || s.RateWindow != s.Elapsed() {
 		t.Errorf("ended: %s, eta %v, rate window %s (elapsed %s)", s.State, s.ETASeconds, s.RateWindow, s.Elapsed())
 	}

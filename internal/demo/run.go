@@ -15,6 +15,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // Defaults of Options.
@@ -64,17 +65,17 @@ type tracked struct {
 	Group
 	id         string
 	submitted  time.Duration // since the start; -1 while not submitted
-	last       *cli.GroupStatus
-	hist       []*cli.GroupStatus // readings of the last rateWindow, oldest first
-	retries    int64              // the most retries seen
-	throttles  int64              // the most throttles seen
-	endedAt    time.Duration      // since the start, when first seen ended
-	bigPercent float64            // the biggest group's progress when this one ended
+	last       *status.Group
+	hist       []*status.Group // readings of the last rateWindow, oldest first
+	retries    int64           // the most retries seen
+	throttles  int64           // the most throttles seen
+	endedAt    time.Duration   // since the start, when first seen ended
+	bigPercent float64         // the biggest group's progress when this one ended
 	ended      bool
 }
 
 // live returns the reading with its rate measured over rateWindow.
-func (t *tracked) live() *cli.GroupStatus {
+func (t *tracked) live() *status.Group {
 	if t.last == nil {
 		return nil
 	}
@@ -84,7 +85,7 @@ func (t *tracked) live() *cli.GroupStatus {
 	return t.last
 }
 
-func (t *tracked) observe(s *cli.GroupStatus) {
+func (t *tracked) observe(s *status.Group) {
 	t.last = s
 	t.retries, t.throttles = max(t.retries, s.Retries), max(t.throttles, s.Throttles)
 	t.hist = append(t.hist, s)
@@ -240,9 +241,9 @@ func poll(ctx context.Context, o Options, groups []*tracked, start time.Time, mu
 		submitted := t.submitted >= 0
 		mu.Unlock()
 		if submitted && !t.ended {
-			s, err := cli.Status(ctx, o.Queue, contracts.Group(t.Tenant, t.id))
+			s, err := status.Read(ctx, o.Queue, contracts.Group(t.Tenant, t.id), status.Options{})
 			switch {
-			case errors.Is(err, cli.ErrGroupNotFound): // not ingested yet
+			case errors.Is(err, status.ErrNotFound): // not ingested yet
 			case err != nil:
 				return nil, err
 			default:

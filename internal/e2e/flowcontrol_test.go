@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
@@ -19,6 +18,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // Flow control end to end (DESIGN.md §5–§6, ARCHITECTURE.md §5 "In-flight
@@ -484,7 +484,7 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 	g := ref("s")
 
 	type sample struct {
-		s   *cli.GroupStatus
+		s   *status.Group
 		err error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -494,8 +494,8 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 		var out []sample
 		defer func() { samples <- out }()
 		for ctx.Err() == nil {
-			st, err := cli.Status(ctx, q, g)
-			if errors.Is(err, cli.ErrGroupNotFound) {
+			st, err := status.Read(ctx, q, g, status.Options{})
+			if errors.Is(err, status.ErrNotFound) {
 				time.Sleep(time.Millisecond)
 				continue
 			}
@@ -525,12 +525,12 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 			t.Fatalf("reading %d: %v", i, sm.err)
 		}
 		s := sm.s
-		sum := s.Pending + s.InFlight + s.NonReady + s.Done + s.Cancelled
+		sum := s.Queued + s.InFlight + s.BackingOff + s.Done + s.Cancelled
 		if s.Jobs != sum {
 			bad++
 			if bad <= 5 {
 				t.Errorf("reading %d (%s): jobs %d != pending %d + inFlight %d + nonReady %d + done %d + cancelled %d = %d",
-					i, s.State, s.Jobs, s.Pending, s.InFlight, s.NonReady, s.Done, s.Cancelled, sum)
+					i, s.State, s.Jobs, s.Queued, s.InFlight, s.BackingOff, s.Done, s.Cancelled, sum)
 			}
 		}
 		if s.Done < prevDone {
@@ -538,12 +538,12 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 		}
 		prevDone = s.Done
 		if s.Rate == 0 && !s.Ended() && s.ETASeconds != -1 {
-			t.Errorf("reading %d (%s, %d/%d done, declared %d): ETA %v s without a rate", i, s.State, s.Done, s.Jobs, s.Declared, s.ETASeconds)
+			t.Errorf("reading %d (%s, %d/%d done, declared %d): ETA %v s without a rate", i, s.State, s.Done, s.Jobs, s.Total, s.ETASeconds)
 		}
-		if s.NonReady > 0 {
+		if s.BackingOff > 0 {
 			withNonReady++
 		}
-		if s.Pending > 0 {
+		if s.Queued > 0 {
 			withPending++
 		}
 		if s.InFlight > 0 {
@@ -552,7 +552,7 @@ func TestStatusAddsUpWhileRunning(t *testing.T) {
 		if !s.StartedAt.IsZero() {
 			started++
 		}
-		if s.Declared < 0 {
+		if s.Total < 0 {
 			beforeSeal++
 		}
 	}

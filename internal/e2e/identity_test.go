@@ -10,12 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // jobStates is one atomic reading (MULTI/EXEC) of a group's counters and of
@@ -166,13 +166,13 @@ func TestCountsMatchJobStates(t *testing.T) {
 			seen[g.ID+" queued"]++
 		}
 
-		s, err := cli.Status(ctx, q, g)
+		s, err := status.Read(ctx, q, g, status.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if raw := s.Jobs - s.Pending - s.NonReady - s.Done - s.Cancelled; raw != s.InFlight {
+		if raw := s.Jobs - s.Queued - s.BackingOff - s.Done - s.Cancelled; raw != s.InFlight {
 			t.Fatalf("%s status: jobs %d - queued %d - backing off %d - done %d - cancelled %d = %d, in flight %d",
-				g.ID, s.Jobs, s.Pending, s.NonReady, s.Done, s.Cancelled, raw, s.InFlight)
+				g.ID, s.Jobs, s.Queued, s.BackingOff, s.Done, s.Cancelled, raw, s.InFlight)
 		}
 		return i.State.Terminal()
 	}

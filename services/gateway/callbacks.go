@@ -6,11 +6,11 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 	"github.com/bulkaction/bulkaction/pkg/webhook"
 )
 
@@ -79,7 +79,7 @@ func (g *Gateway) retryCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	before, err := g.q.RetryCallback(r.Context(), ref)
 	if errors.Is(err, redisq.ErrNoCallback) {
-		cb, cerr := cli.CallbackOf(r.Context(), g.q, ref)
+		cb, cerr := status.CallbackOf(r.Context(), g.q, ref)
 		switch {
 		case cerr != nil:
 			g.unavailable(w, r, cerr)
@@ -94,7 +94,7 @@ func (g *Gateway) retryCallback(w http.ResponseWriter, r *http.Request) {
 		g.unavailable(w, r, err)
 		return
 	}
-	cb, err := cli.CallbackOf(r.Context(), g.q, ref)
+	cb, err := status.CallbackOf(r.Context(), g.q, ref)
 	if err != nil {
 		g.unavailable(w, r, err)
 		return

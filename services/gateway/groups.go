@@ -9,14 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // GroupView is the body of GET /v1/groups/{groupId} and an item of GET
@@ -25,30 +24,6 @@ type GroupView = api.Group
 
 // GroupStatus is the live part of a group's view ([api.GroupStatus]).
 type GroupStatus = api.GroupStatus
-
-func timePtr(ms int64) *time.Time {
-	if ms <= 0 {
-		return nil
-	}
-	t := time.UnixMilli(ms).UTC()
-	return &t
-}
-
-func viewOf(info *redisq.GroupInfo) *GroupView {
-	v := &GroupView{
-		Tenant: info.Group.Tenant, GroupID: info.Group.ID, State: info.State, Priority: info.Priority.OrDefault(),
-		BasePriority: info.BasePriority, MaxInFlight: info.MaxInFlight,
-		Jobs: info.Jobs, Queued: info.Pending, BackingOff: info.NonReady, Done: info.Done,
-		Succeeded: info.Succeeded, Failed: info.Failed, Cancelled: info.Cancelled,
-		CreatedAt: timePtr(info.CreatedAtMs), StartedAt: timePtr(info.StartedAtMs), FinishedAt: timePtr(info.FinishedAtMs),
-	}
-	if info.Declared >= 0 {
-		t := info.Declared
-		v.Total = &t
-	}
-	v.InFlight = max(v.Jobs-v.Done-v.Cancelled-v.Queued-v.BackingOff, 0)
-	return v
-}
 
 // MaxFullViewLimit is the most groups of a page of GET /v1/groups with
 // view=full: each is a full status read (about ten Redis round trips), so
@@ -59,20 +34,25 @@ const MaxFullViewLimit = 50
 // statusOptions are the options of a group's full status read; with
 // shared, READY's room is measured by the first read that needs it and
 // reused by the others (one page of GET /v1/groups?view=full).
-func (g *Gateway) statusOptions(shared bool) cli.StatusOptions {
-	var opt cli.StatusOptions
+func (g *Gateway) statusOptions(shared bool) status.Options {
+	var opt status.Options
 	if g.cfg.ReadyCapacity <= 0 {
 		return opt
 	}
-	opt.Room = handoff.NewRoom(g.deps, g.cfg.ReadyCapacity).Measure
+	room := handoff.NewRoom(g.deps, g.cfg.ReadyCapacity)
+	opt.Room = func(ctx context.Context) (map[string]int, int, error) {
+		rooms, err := room.Measure(ctx)
+		return rooms.ByType, rooms.Capacity, err
+	}
 	if shared {
 		measure := opt.Room
 		var once sync.Once
-		var rooms handoff.Rooms
+		var byType map[string]int
+		var other int
 		var err error
-		opt.Room = func(ctx context.Context) (handoff.Rooms, error) {
-			once.Do(func() { rooms, err = measure(ctx) })
-			return rooms, err
+		opt.Room = func(ctx context.Context) (map[string]int, int, error) {
+			once.Do(func() { byType, other, err = measure(ctx) })
+			return byType, other, err
 		}
 	}
 	return opt
@@ -84,65 +64,18 @@ func (g *Gateway) fullView(ctx context.Context, ref contracts.GroupRef) (*GroupV
 }
 
 // fullViewWith is fullView with the status read's options.
-func (g *Gateway) fullViewWith(ctx context.Context, ref contracts.GroupRef, opt cli.StatusOptions) (*GroupView, error) {
-	s, err := cli.StatusWith(ctx, g.q, ref, opt)
-	if errors.Is(err, cli.ErrGroupNotFound) {
+func (g *Gateway) fullViewWith(ctx context.Context, ref contracts.GroupRef, opt status.Options) (*GroupView, error) {
+	s, err := status.Read(ctx, g.q, ref, opt)
+	if errors.Is(err, status.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	v := &GroupView{
-		Tenant: ref.Tenant, GroupID: ref.ID, State: s.State, Priority: s.Priority.OrDefault(), BasePriority: s.BasePriority,
-		MaxInFlight: s.MaxInFlight, Jobs: s.Jobs, Queued: s.Pending, InFlight: s.InFlight, BackingOff: s.NonReady,
-		Done: s.Done, Succeeded: s.Succeeded, Failed: s.Failed, Cancelled: s.Cancelled,
-		CreatedAt: tp(s.CreatedAt), StartedAt: tp(s.StartedAt), FinishedAt: tp(s.FinishedAt),
-	}
-	if s.Declared >= 0 {
-		t := s.Declared
-		v.Total = &t
-	}
-	st := &GroupStatus{
-		WaitingGroups: s.Waiting, WaitingTenants: s.WaitingTenants,
-		Rate: round2(s.Rate), RateWindowSeconds: round2(s.RateWindow.Seconds()),
-		Congestion: string(s.Congestion), BackoffMs: s.BackoffMs, Retries: s.Retries, Throttles: s.Throttles,
-		Waiting: make([]api.Hold, 0, len(s.Holds)), At: s.At.UTC(),
-	}
-	for _, h := range s.Holds {
-		ah := api.Hold{Reason: string(h.Reason), Detail: h.Detail}
-		if !h.Until.IsZero() {
-			u := h.Until.UTC()
-			ah.Until, ah.AtLeast = &u, h.AtLeast
-		}
-		st.Waiting = append(st.Waiting, ah)
-	}
-	if s.Position > 0 {
-		p, tp := s.Position, s.TenantPosition
-		st.Position, st.TenantPosition = &p, &tp
-	}
-	if s.ETASeconds >= 0 {
-		e := s.ETASeconds
-		at := s.At.Add(time.Duration(e * float64(time.Second))).UTC()
-		st.ETASeconds, st.ETA = &e, &at
-	}
-	v.Status = st
-	if v.RetryOf, v.Retries, err = g.q.Links(ctx, ref); err != nil {
-		return nil, err
-	}
-	v.Refused = refusalsView(s.Refused)
-	v.Callback = s.Callback
-	return v, nil
+	return s.View(), nil
 }
 
-func tp(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
-func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+func round2(f float64) float64 { return status.Round2(f) }
 
 // getGroup: GET /v1/groups/{groupId}.
 func (g *Gateway) getGroup(w http.ResponseWriter, r *http.Request) {
@@ -228,7 +161,7 @@ func (g *Gateway) listGroups(w http.ResponseWriter, r *http.Request) {
 	out := GroupList{Groups: make([]*GroupView, 0, len(infos))}
 	opt := g.statusOptions(true)
 	for _, info := range infos {
-		v := viewOf(info)
+		v := status.Summary(info)
 		if full {
 			fv, err := g.fullViewWith(r.Context(), info.Group, opt)
 			if err != nil {
@@ -353,7 +286,7 @@ func (g *Gateway) groupKnown(w http.ResponseWriter, r *http.Request, ref contrac
 		}
 		create = b
 	}
-	info, pending, err := cli.FindGroup(r.Context(), g.q, g.deps.JS, g.deps.Names, ref)
+	info, pending, err := status.Find(r.Context(), g.q, g.deps.JS, g.deps.Names, ref)
 	if err != nil {
 		g.unavailable(w, r, err)
 		return false

@@ -22,11 +22,11 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
@@ -423,7 +423,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, h := range redisq.HoldReasons {
 		holds = append(holds, string(h))
 	}
-	holds = append(holds, string(cli.HoldAwaitingJobs)) // status adds it to the queue's holds
+	holds = append(holds, string(status.HoldAwaitingJobs)) // status adds it to the queue's holds
 	if got := strs(d.get("/components/schemas/Hold/properties/reason/enum")); !slices.Equal(got, holds) {
 		t.Errorf("hold reasons %v, want %v", got, holds)
 	}

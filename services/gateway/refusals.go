@@ -11,6 +11,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // A 202 means JetStream stored the messages; the pipeline may still refuse
@@ -28,23 +29,7 @@ func (g *Gateway) refusalsOf(ctx context.Context, ref contracts.GroupRef) (*api.
 	if err != nil {
 		return nil, err
 	}
-	return refusalsView(r), nil
-}
-
-// refusalsView is the API's view of a group's refusals; nil for nil.
-func refusalsView(r *redisq.Refusals) *api.Refusals {
-	if r == nil {
-		return nil
-	}
-	out := &api.Refusals{Messages: r.Messages, Jobs: r.Jobs, LastReason: r.Last.Reason, LastError: r.Last.Error,
-		LastAt: r.Last.At, ByReason: make([]api.RefusalCount, 0, len(r.ByReason)), Recent: make([]api.Refusal, 0, len(r.Recent))}
-	for _, c := range r.ByReason {
-		out.ByReason = append(out.ByReason, api.RefusalCount{Reason: c.Reason, Messages: c.Messages, Jobs: c.Jobs})
-	}
-	for _, e := range r.Recent {
-		out.Recent = append(out.Recent, api.Refusal{Reason: e.Reason, Error: e.Error, Jobs: e.Jobs, MessageID: e.MsgID, At: e.At})
-	}
-	return out
+	return status.RefusalsView(r), nil
 }
 
 // groupNotFound answers 404 for a group that does not exist; when the
