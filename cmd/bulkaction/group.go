@@ -647,7 +647,7 @@ func checkTarget(ctx context.Context, c *cli.Conn, g contracts.GroupRef, kind co
 	case !create:
 		return nil, cli.NoSuchGroup(g, createFlag)
 	}
-	now, err := c.Queue.Client().Time(ctx).Result()
+	now, err := c.Queue.Now(ctx)
 	if err != nil {
 		return nil, err
 	}

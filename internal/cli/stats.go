@@ -2,11 +2,7 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -38,9 +34,9 @@ func AdmittedRate(ctx context.Context, q *redisq.Queue) (Rate, error) {
 		return Rate{}, err
 	}
 	window := q.Config().Window.Seconds()
-	prev, err := q.Client().Get(ctx, q.Keys().RateLimitGlobal(st.Window-1)).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Rate{}, fmt.Errorf("reading the admitted rate: %w", err)
+	prev, err := q.GlobalAdmitted(ctx, st.Window-1)
+	if err != nil {
+		return Rate{}, err
 	}
 	return Rate{
 		Admitted: float64(prev) / window, Limit: float64(st.GlobalLimit) / window,
@@ -84,14 +80,11 @@ func Stats(ctx context.Context, c *Conn) (*SystemStats, error) {
 		s.GroupsPerLevel[string(l)] = n
 		s.WaitingGroups += n
 	}
-	pipe := c.Redis.Pipeline()
-	nr := pipe.ZCard(ctx, q.Keys().NonReadyQueue())
-	inf := pipe.ZCard(ctx, q.Keys().Inflight())
-	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("reading the stats: %w", err)
+	sizes, err := q.Sizes(ctx)
+	if err != nil {
+		return nil, err
 	}
-	s.NonReadySize, s.InflightSize, s.At = nr.Val(), inf.Val(), now.Val()
+	s.NonReadySize, s.InflightSize, s.At = sizes.BackingOff, sizes.Inflight, sizes.At
 	if s.Rate, err = AdmittedRate(ctx, q); err != nil {
 		return nil, err
 	}

@@ -198,7 +198,7 @@ func (q *Queue) Congestion(ctx context.Context, g contracts.GroupRef) (*Congesti
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, fmt.Errorf("redisq: congestion %s: %w", g, err)
 	}
-	rate := tenantShare(int64(q.cfg.GlobalLimit), active.Val(), weightOf(weight.Val()))
+	rate := TenantShare(int64(q.cfg.GlobalLimit), active.Val(), ParseTenantWeight(weight.Val()))
 	return q.congestionFrom(g, cnt.Val(), tcnt.Val(), stats.Val(), rate, pending.Val()), nil
 }
 
@@ -279,7 +279,7 @@ func (q *Queue) SystemCongestion(ctx context.Context) (*CongestionSummary, error
 	}
 	var worstBackoff int64 = -1
 	for i, g := range groups {
-		rate := tenantShare(int64(q.cfg.GlobalLimit), active, weightOf(weights[g.Tenant]))
+		rate := TenantShare(int64(q.cfg.GlobalLimit), active, ParseTenantWeight(weights[g.Tenant]))
 		st := q.congestionFrom(g, cs[i].cnt.Val(), tenantCounts[g.Tenant].Val(), cs[i].stats.Val(), rate, cs[i].pending.Val())
 		s.Groups = append(s.Groups, st)
 		s.TotalNonReady += st.NonReadyCount

@@ -202,7 +202,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 			if gated {
 				t := tenants[g.Tenant]
 				tc, _ := t.count.Int64()
-				share := tenantShare(limit, act, weightOf(t.weight.Val()))
+				share := TenantShare(limit, act, ParseTenantWeight(t.weight.Val()))
 				if tc >= share {
 					hs = append(hs, Hold{Reason: HoldRateShare, UntilMs: windowEnd, Count: tc, Limit: share, Tenant: g.Tenant})
 				}

@@ -51,3 +51,92 @@ func (q *Queue) FairPlace(ctx context.Context, g contracts.GroupRef, level contr
 	}
 	return out, nil
 }
+
+// GroupExists reports whether Redis holds g's meta (it was submitted to,
+// or created by a control, and has not expired).
+func (q *Queue) GroupExists(ctx context.Context, g contracts.GroupRef) (bool, error) {
+	n, err := q.rdb.Exists(ctx, q.keys.GroupMeta(g)).Result()
+	if err != nil {
+		return false, fmt.Errorf("redisq: group %s exists: %w", g, err)
+	}
+	return n > 0, nil
+}
+
+// WindowCounts are the admissions of one rate window and what shared it
+// ([Queue.WindowCounts]).
+type WindowCounts struct {
+	// Window is the window number (ms since the epoch / window length).
+	Window int64
+	// Global counts the jobs admitted in the window.
+	Global int64
+	// Active counts the tenants sharing the global limit now.
+	Active int64
+	// Tenants counts the jobs admitted in the window per active tenant
+	// (tenants with none are left out).
+	Tenants map[string]int64
+	// BackingOff counts the jobs in the non-ready queue now.
+	BackingOff int64
+}
+
+// WindowCounts reads the admissions of window (the global count and each
+// active tenant's) with the active tenants and the non-ready queue's size,
+// in two round trips. It changes nothing.
+func (q *Queue) WindowCounts(ctx context.Context, window int64) (*WindowCounts, error) {
+	pipe := q.rdb.Pipeline()
+	gc := pipe.Get(ctx, q.keys.RateLimitGlobal(window))
+	act := pipe.SMembers(ctx, q.keys.ActiveTenants())
+	nr := pipe.ZCard(ctx, q.keys.NonReadyQueue())
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: window counts: %w", err)
+	}
+	out := &WindowCounts{Window: window, Active: int64(len(act.Val())), BackingOff: nr.Val(), Tenants: map[string]int64{}}
+	out.Global, _ = gc.Int64()
+	if tenants := act.Val(); len(tenants) > 0 {
+		pipe := q.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(tenants))
+		for i, t := range tenants {
+			cmds[i] = pipe.Get(ctx, q.keys.RateLimitTenant(t, window))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+			return nil, fmt.Errorf("redisq: window counts: %w", err)
+		}
+		for i, t := range tenants {
+			if n, _ := cmds[i].Int64(); n > 0 {
+				out.Tenants[t] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+// GlobalAdmitted counts the jobs admitted in window (0 in the ungated
+// admission mode, which keeps no counter).
+func (q *Queue) GlobalAdmitted(ctx context.Context, window int64) (int64, error) {
+	n, err := q.rdb.Get(ctx, q.keys.RateLimitGlobal(window)).Int64()
+	if err != nil && !isNil(err) {
+		return 0, fmt.Errorf("redisq: admitted in window %d: %w", window, err)
+	}
+	return n, nil
+}
+
+// QueueSizes are the sizes of the system-wide queues ([Queue.Sizes]).
+type QueueSizes struct {
+	// BackingOff counts the jobs in the non-ready (backoff) queue.
+	BackingOff int64
+	// Inflight counts the admitted jobs not yet confirmed on READY.
+	Inflight int64
+	// At is the Redis time of the reading.
+	At time.Time
+}
+
+// Sizes reads the non-ready and in-flight queues' sizes in one round trip.
+func (q *Queue) Sizes(ctx context.Context) (*QueueSizes, error) {
+	pipe := q.rdb.Pipeline()
+	nr := pipe.ZCard(ctx, q.keys.NonReadyQueue())
+	inf := pipe.ZCard(ctx, q.keys.Inflight())
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisq: queue sizes: %w", err)
+	}
+	return &QueueSizes{BackingOff: nr.Val(), Inflight: inf.Val(), At: now.Val()}, nil
+}

@@ -47,9 +47,9 @@ func (q *Queue) LimiterStatus(ctx context.Context, tenant string) (*LimiterStatu
 	st.GlobalCount, _ = g.Int64()
 	if tc != nil {
 		st.TenantCount, _ = tc.Int64()
-		st.Weight = weightOf(tw.Val())
+		st.Weight = ParseTenantWeight(tw.Val())
 	}
-	st.TenantLimit = tenantShare(st.GlobalLimit, st.Active, st.Weight)
+	st.TenantLimit = TenantShare(st.GlobalLimit, st.Active, st.Weight)
 	return st, nil
 }
 
@@ -58,10 +58,10 @@ func (q *Queue) ActiveTenants(ctx context.Context) ([]string, error) {
 	return q.rdb.SMembers(ctx, q.keys.ActiveTenants()).Result()
 }
 
-// tenantShare is a tenant's share of the global limit per window, and the
+// TenantShare is a tenant's share of the global limit per window, and the
 // rate of its groups' congestion-aware backoff: max(1, floor(limit /
 // active)) * weight (lua/lib.lua's tenant_share).
-func tenantShare(limit, active, weight int64) int64 {
+func TenantShare(limit, active, weight int64) int64 {
 	if active < 1 {
 		active = 1
 	}
@@ -72,8 +72,8 @@ func tenantShare(limit, active, weight int64) int64 {
 	return r * max(weight, 1)
 }
 
-// weightOf reads a stored tenant weight: 1..MaxTenantWeight, absent = 1.
-func weightOf(s string) int64 {
+// ParseTenantWeight reads a stored tenant weight: 1..MaxTenantWeight, absent = 1.
+func ParseTenantWeight(s string) int64 {
 	w, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || w < 1 {
 		return 1

@@ -305,7 +305,7 @@ func (g *Gateway) groupKnown(w http.ResponseWriter, r *http.Request, ref contrac
 		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group: nothing was ever submitted to it"+hint)
 		return false
 	}
-	now, err := g.q.Client().Time(r.Context()).Result()
+	now, err := g.q.Now(r.Context())
 	if err == nil {
 		err = g.q.IndexGroup(r.Context(), ref, now.UnixMilli())
 	}
@@ -343,12 +343,12 @@ func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	exists, err := g.q.Client().Exists(r.Context(), g.q.Keys().GroupMeta(ref)).Result()
+	exists, err := g.q.GroupExists(r.Context(), ref)
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
-	if exists == 0 {
+	if !exists {
 		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
 		return
 	}

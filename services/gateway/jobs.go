@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -262,14 +261,11 @@ func bodyFormat(r *http.Request) (ndjson bool, err error) {
 
 // groupState returns the group's state and whether it exists.
 func (g *Gateway) groupState(ctx context.Context, ref contracts.GroupRef) (contracts.GroupState, bool, error) {
-	st, err := g.q.Client().HGet(ctx, g.q.Keys().GroupMeta(ref), "status").Result()
-	if errors.Is(err, redis.Nil) {
-		return "", false, nil
-	}
+	st, err := g.q.GroupState(ctx, ref)
 	if err != nil {
 		return "", false, err
 	}
-	return contracts.GroupState(st), true, nil
+	return st, st != "", nil
 }
 
 // withinQuota answers 429 when n more jobs (and, for a new group, one more

@@ -7,13 +7,11 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -95,10 +93,7 @@ func newUIAPI(g *Gateway) *uiAPI { return &uiAPI{g: g} }
 // nowMs is the time the rate limiter sees (Redis TIME, or the queue's
 // clock when it has one).
 func (u *uiAPI) nowMs(ctx context.Context) (int64, error) {
-	if c := u.g.q.Config().Clock; c != nil {
-		return c().UnixMilli(), nil
-	}
-	t, err := u.g.q.Client().Time(ctx).Result()
+	t, err := u.g.q.Now(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -120,31 +115,11 @@ func (u *uiAPI) sample(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	keys, rdb := u.g.q.Keys(), u.g.q.Client()
-	pipe := rdb.Pipeline()
-	gc := pipe.Get(ctx, keys.RateLimitGlobal(w))
-	act := pipe.SMembers(ctx, keys.ActiveTenants())
-	nr := pipe.ZCard(ctx, keys.NonReadyQueue())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	c, err := u.g.q.WindowCounts(ctx, w)
+	if err != nil {
 		return err
 	}
-	s := rateSample{window: w, active: int64(len(act.Val())), backoff: nr.Val(), tenants: map[string]int64{}}
-	s.global, _ = gc.Int64()
-	if tenants := act.Val(); len(tenants) > 0 {
-		pipe := rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, len(tenants))
-		for i, t := range tenants {
-			cmds[i] = pipe.Get(ctx, keys.RateLimitTenant(t, w))
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-		for i, t := range tenants {
-			if n, _ := cmds[i].Int64(); n > 0 {
-				s.tenants[t] = n
-			}
-		}
-	}
+	s := rateSample{window: w, active: c.Active, backoff: c.BackingOff, global: c.Global, tenants: c.Tenants}
 	u.ringMu.Lock()
 	defer u.ringMu.Unlock()
 	if len(u.ring) > 0 && u.ring[len(u.ring)-1].window >= w {
@@ -508,7 +483,7 @@ func (u *uiAPI) overviewOf(s *snapshot, tenant string) *Overview {
 	if tenant != "" && !slices.Contains(d.Active, tenant) {
 		nActive++ // an idle tenant that asks for capacity joins the active ones
 	}
-	ov.Rate = u.rateView(tenant, nActive, weightFrom(d.Weights[tenant]))
+	ov.Rate = u.rateView(tenant, nActive, redisq.ParseTenantWeight(d.Weights[tenant]))
 	// workers: the announced types and READY's consumers
 	nowMs := d.AtMs
 	byType := map[string]*WorkerTypeView{}
@@ -736,32 +711,11 @@ func (u *uiAPI) groupProgress(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// share is a tenant's share of the global limit per window: max(1,
-// floor(limit / active)) * weight, as the rate limiter computes it.
-func share(limit, active, weight int64) int64 {
-	r := limit / max(active, 1)
-	return max(r, 1) * max(weight, 1)
-}
-
 // tenantLimit is the most a tenant may be admitted in a window: its share,
 // but never more than the global limit, which caps every tenant together
 // (a weight above 1 can make the share alone larger).
 func tenantLimit(limit, active, weight int64) int64 {
-	return min(share(limit, active, weight), limit)
-}
-
-// weightFrom reads a stored tenant weight (absent or bad = 1).
-func weightFrom(s string) int64 {
-	w, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || w < 1 {
-		return 1
-	}
-	return min(w, redisq.MaxTenantWeight)
-}
-
-func metaInt64(s string) int64 {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
+	return min(redisq.TenantShare(limit, active, weight), limit)
 }
 
 // ratio is a/b rounded to 4 digits, nil when b is 0.

@@ -107,11 +107,11 @@ func (u *uiAPI) listTenants(w http.ResponseWriter, r *http.Request) {
 	nActive := int64(len(d.Active))
 	var activeWeights int64
 	for _, t := range d.Active {
-		activeWeights += weightFrom(d.Weights[t])
+		activeWeights += redisq.ParseTenantWeight(d.Weights[t])
 	}
 	for _, t := range tenants {
 		f := d.Tenant(t)
-		v := TenantView{Tenant: t, Weight: weightFrom(d.Weights[t]), Active: slices.Contains(d.Active, t),
+		v := TenantView{Tenant: t, Weight: redisq.ParseTenantWeight(d.Weights[t]), Active: slices.Contains(d.Active, t),
 			QueuedJobs: f.QueuedJobs, ActiveGroups: f.ActiveGroups, InFlightJobs: f.InFlightJobs,
 			BackingOffJobs: f.BackingOffJobs}
 		n, sum := nActive, activeWeights
