@@ -139,7 +139,7 @@ func New(cfg Config, d deps.Deps) (*Gateway, error) {
 	}
 	g.hub = newHub(d, log)
 	g.dash = newUIAPI(g)
-	g.idem = &idempotency{rdb: d.Queue.Client(), prefix: d.Queue.Keys().Prefix() + "idempotency:", ttl: cfg.IdempotencyTTL, log: log}
+	g.idem = &idempotency{store: d.Queue.Idempotency(), ttl: cfg.IdempotencyTTL, log: log}
 	g.mux = g.routes()
 	return g, nil
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"hash"
 	"io"
@@ -14,7 +13,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // Idempotency-Key handling (seed 004, docs/api.md#idempotency): the first
@@ -40,20 +39,9 @@ const (
 )
 
 type idempotency struct {
-	rdb    redis.UniversalClient
-	prefix string
-	ttl    time.Duration
-	log    *slog.Logger
-}
-
-// idemRecord is what Redis keeps for a key.
-type idemRecord struct {
-	State       string `json:"state"` // "running" or "done"
-	Owner       string `json:"owner,omitempty"`
-	Fingerprint string `json:"fp,omitempty"`
-	Status      int    `json:"status,omitempty"`
-	ContentType string `json:"ct,omitempty"`
-	Body        []byte `json:"body,omitempty"`
+	store *redisq.Idempotency
+	ttl   time.Duration
+	log   *slog.Logger
 }
 
 // fingerprinter hashes a request's method, path, query and body as the
@@ -120,15 +108,15 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 
-// key is the Redis key of an Idempotency-Key, per tenant (or admin).
-func (i *idempotency) key(r *http.Request, k string) string {
+// key names the record of an Idempotency-Key, per tenant (or admin).
+func (i *idempotency) key(r *http.Request, k string) redisq.IdempotencyKey {
 	p := principal(r)
 	scope := "t:" + p.Tenant
 	if p.Admin {
 		scope = "admin"
 	}
 	sum := sha256.Sum256([]byte(k))
-	return i.prefix + scope + ":" + hex.EncodeToString(sum[:16])
+	return redisq.IdempotencyKey{Scope: scope, Hash: hex.EncodeToString(sum[:16])}
 }
 
 func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
@@ -150,8 +138,7 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 		fp := newFingerprinter(r)
 		r.Body = fp
 		owner := randomID()
-		lock, _ := json.Marshal(idemRecord{State: "running", Owner: owner})
-		got, err := i.rdb.SetNX(ctx, rk, lock, idemLock).Result()
+		got, err := i.store.Lock(ctx, rk, owner, idemLock)
 		if err != nil {
 			i.unavailable(w, r, err)
 			return
@@ -189,16 +176,16 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 			// free for a retry.
 			i.release(rk, owner)
 		} else {
-			done, _ := json.Marshal(idemRecord{State: "done", Fingerprint: sum, Status: rec.code,
-				ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()})
+			done := redisq.IdempotencyRecord{State: redisq.IdempotencyDone, Fingerprint: sum, Status: rec.code,
+				ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()}
 			// Stored only while the lock is still this request's: one whose
 			// lock expired and was taken by another request with the key
 			// must not overwrite that request's record.
-			stored, err := completeScript.Run(context.WithoutCancel(ctx), i.rdb, []string{rk}, owner, done, i.ttl.Milliseconds()).Int()
+			stored, err := i.store.Complete(context.WithoutCancel(ctx), rk, owner, done, i.ttl)
 			switch {
 			case err != nil:
 				i.log.Warn("idempotent response not stored", "err", err)
-			case stored == 0:
+			case !stored:
 				i.log.Warn("idempotent response not stored: the Idempotency-Key's lock expired while the request ran",
 					"status", rec.code)
 			}
@@ -216,7 +203,7 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 
 // replay answers a request whose key is taken: the stored response, 409,
 // or after waiting for a running request, one of those.
-func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk string, fp *fingerprinter) {
+func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk redisq.IdempotencyKey, fp *fingerprinter) {
 	sum, err := fp.sum()
 	if err != nil {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
@@ -225,8 +212,8 @@ func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk string, 
 	ctx := r.Context()
 	deadline := time.Now().Add(idemWait)
 	for {
-		raw, err := i.rdb.Get(ctx, rk).Bytes()
-		if errors.Is(err, redis.Nil) {
+		rec, found, err := i.store.Get(ctx, rk)
+		if err == nil && !found {
 			// The first request failed (5xx) and let its key go: this one
 			// may run it, but the body is spent; ask for a retry.
 			w.Header().Set("Retry-After", "1")
@@ -238,12 +225,7 @@ func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk string, 
 			i.unavailable(w, r, err)
 			return
 		}
-		var rec idemRecord
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			i.unavailable(w, r, err)
-			return
-		}
-		if rec.State == "done" {
+		if rec.State == redisq.IdempotencyDone {
 			if rec.Fingerprint != sum {
 				writeProblem(w, r, http.StatusConflict, slugIdemConflict,
 					"this Idempotency-Key was used with another request (method, path, query or body differ)")
@@ -273,7 +255,7 @@ func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk string, 
 }
 
 // renew extends the lock while it is still this request's.
-func (i *idempotency) renew(ctx context.Context, rk, owner string) {
+func (i *idempotency) renew(ctx context.Context, rk redisq.IdempotencyKey, owner string) {
 	t := time.NewTicker(idemLock / 3)
 	defer t.Stop()
 	for {
@@ -281,14 +263,14 @@ func (i *idempotency) renew(ctx context.Context, rk, owner string) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = renewScript.Run(ctx, i.rdb, []string{rk}, owner, idemLock.Milliseconds()).Err()
+			_, _ = i.store.Renew(ctx, rk, owner, idemLock)
 		}
 	}
 }
 
 // release deletes the lock if it is still this request's.
-func (i *idempotency) release(rk, owner string) {
-	_ = releaseScript.Run(context.Background(), i.rdb, []string{rk}, owner).Err()
+func (i *idempotency) release(rk redisq.IdempotencyKey, owner string) {
+	_, _ = i.store.Release(context.Background(), rk, owner)
 }
 
 func (i *idempotency) unavailable(w http.ResponseWriter, r *http.Request, err error) {
@@ -296,30 +278,6 @@ func (i *idempotency) unavailable(w http.ResponseWriter, r *http.Request, err er
 	w.Header().Set("Retry-After", "1")
 	writeProblem(w, r, http.StatusServiceUnavailable, slugUnavailable, "the request could not be completed; retry it")
 }
-
-// The lock's owner is checked in Redis, so a request whose lock expired
-// (and was taken by another) never extends or deletes the other's.
-var (
-	renewScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and cjson.decode(v).owner == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0`)
-	releaseScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and cjson.decode(v).owner == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-	// completeScript replaces the lock with the stored response (ARGV[2],
-	// for ARGV[3] ms; 0 = no expiry) if the lock is still ARGV[1]'s: 1 if
-	// stored, else 0.
-	completeScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and cjson.decode(v).owner == ARGV[1] then
-  if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  else redis.call('SET', KEYS[1], ARGV[2]) end
-  return 1
-end
-return 0`)
-)
 
 func randomID() string {
 	b := make([]byte, 12)

@@ -17,15 +17,34 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
+
+// idemTest is the Idempotency-Key handling with the Redis a test reads
+// its records in.
+type idemTest struct {
+	*idempotency
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// redisKey is the Redis key of an Idempotency-Key's record.
+func (i *idemTest) redisKey(r *http.Request, k string) string {
+	id := i.key(r, k)
+	return i.prefix + "idempotency:" + id.Scope + ":" + id.Hash
+}
 
 // idemServer serves h behind the Idempotency-Key handling on real Redis
 // and HTTP, turning a panic into a 500 as the gateway does.
-func idemServer(t *testing.T, h http.HandlerFunc) (*idempotency, *httptest.Server) {
+func idemServer(t *testing.T, h http.HandlerFunc) (*idemTest, *httptest.Server) {
 	t.Helper()
 	r := testenv.Redis(t)
-	i := &idempotency{rdb: r.Client, prefix: r.Prefix + "idempotency:", ttl: time.Hour,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	q, err := redisq.New(context.Background(), r.Client, redisq.Config{Prefix: r.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := &idemTest{idempotency: &idempotency{store: q.Idempotency(), ttl: time.Hour,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, rdb: r.Client, prefix: r.Prefix}
 	wrapped := i.wrap(h)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -109,7 +128,7 @@ func TestIdempotencyPanicLetsKeyGo(t *testing.T) {
 	if resp, _ := idemPost(t, srv, "x", "k-panic"); resp.StatusCode != http.StatusInternalServerError {
 		t.Fatalf("first: %d, want 500", resp.StatusCode)
 	}
-	rk := i.key(httptest.NewRequest("POST", "/", nil), "k-panic")
+	rk := i.redisKey(httptest.NewRequest("POST", "/", nil), "k-panic")
 	if n, err := i.rdb.Exists(context.Background(), rk).Result(); err != nil || n != 0 {
 		t.Fatalf("the lock of the panicked request is still held (%d, %v)", n, err)
 	}
@@ -131,7 +150,7 @@ func TestIdempotencyCompletionOwnerChecked(t *testing.T) {
 		<-release
 		w.WriteHeader(http.StatusAccepted)
 	})
-	rk := i.key(httptest.NewRequest("POST", "/", nil), "k-owner")
+	rk := i.redisKey(httptest.NewRequest("POST", "/", nil), "k-owner")
 	done := make(chan int, 1)
 	go func() {
 		resp, _, err := post(srv, "first body", "k-owner")
