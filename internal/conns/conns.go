@@ -177,14 +177,11 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	for l, n := range levels {
 		s.GroupsPerLevel[string(l)] = n
 	}
-	k := c.Queue.Keys()
-	pipe := c.Redis.Pipeline()
-	nr := pipe.ZCard(ctx, k.NonReadyQueue())
-	inf := pipe.ZCard(ctx, k.Inflight())
-	if _, err := pipe.Exec(ctx); err != nil {
+	sizes, err := c.Queue.Sizes(ctx)
+	if err != nil {
 		return s, err
 	}
-	s.NonReadySize, s.InflightSize = nr.Val(), inf.Val()
+	s.NonReadySize, s.InflightSize = sizes.BackingOff, sizes.Inflight
 	sum, err := c.Queue.SystemCongestion(ctx)
 	if err != nil {
 		return s, err
