@@ -2,6 +2,7 @@ package redisq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -404,14 +405,33 @@ func (q *Queue) SoloRun(ctx context.Context, g contracts.GroupRef, jobID string,
 }
 
 // HandBack marks claimed jobs handed back on purpose (a worker's shutdown,
-// a failed step), so that their next claim does not make them suspects.
+// a failed step), so that their next claim does not make them suspects,
+// and ends their claims, so that their next delivery runs them at once.
 func (q *Queue) HandBack(ctx context.Context, ds ...Delivery) error {
+	return q.handBack(ctx, "", ds)
+}
+
+// HandBackHeld is [Queue.HandBack] of the jobs among ds that holder holds
+// (claimed with [ClaimHolder]); the others are left alone. A worker whose
+// claim call failed without an answer does not know whether the claim ran:
+// if it did, the jobs are RUNNING under it and their next delivery would be
+// dropped as its own; handing back what it holds lets that delivery run
+// them.
+func (q *Queue) HandBackHeld(ctx context.Context, holder string, ds ...Delivery) error {
+	if holder == "" {
+		return errors.New("redisq: hand back held jobs: no holder")
+	}
+	return q.handBack(ctx, holder, ds)
+}
+
+func (q *Queue) handBack(ctx context.Context, holder string, ds []Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
 	keys := make([]string, 1, 1+len(ds))
 	keys[0] = q.keys.Claims()
-	args := make([]any, 0, 2*len(ds))
+	args := make([]any, 0, 1+2*len(ds))
+	args = append(args, holder)
 	for _, d := range ds {
 		keys = append(keys, q.keys.Job(d.Group, d.JobID))
 		args = append(args, d.Attempt, groupKey(d.Group)+":"+d.JobID)

@@ -357,3 +357,48 @@ func TestSecondDeliveryOfAHeldJobDoesNotRun(t *testing.T) {
 		t.Fatalf("after the claim expired: %+v, want run as a suspect", c)
 	}
 }
+
+// TestHandBackHeldEndsOnlyTheHoldersClaims: a worker whose claim call lost
+// its answer hands back what it holds (HandBackHeld): a job its claim did
+// take runs at its next delivery to it instead of being dropped as its
+// own, and a job another holder runs is left alone (still busy).
+func TestHandBackHeldEndsOnlyTheHoldersClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
+	enqueueJobs(t, q, "lost", "t", 2, 0)
+	var ds []redisq.Delivery
+	for _, j := range admit(t, q, 100).Jobs {
+		if err := q.Confirm(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, redisq.Delivery{Group: j.Group, JobID: j.ID, Attempt: j.Attempt})
+	}
+	claim := func(holder string, d redisq.Delivery) redisq.Claimed {
+		t.Helper()
+		cs, err := q.ClaimBatch(ctx, []redisq.Delivery{d}, redisq.ClaimHolder(holder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs[0]
+	}
+	// a's claim of the first job ran, its answer lost; b holds the second.
+	if c := claim("a", ds[0]); c.Outcome != redisq.ClaimRun {
+		t.Fatalf("a's claim: %+v", c)
+	}
+	if c := claim("b", ds[1]); c.Outcome != redisq.ClaimRun {
+		t.Fatalf("b's claim: %+v", c)
+	}
+	if c := claim("a", ds[0]); c.Outcome != redisq.ClaimStale {
+		t.Fatalf("without the hand-back a's next delivery is dropped as its own: %+v", c)
+	}
+	if err := q.HandBackHeld(ctx, "a", ds...); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim("a", ds[0]); c.Outcome != redisq.ClaimRun || c.Suspect {
+		t.Fatalf("a's next delivery after its hand-back: %+v, want run, not a suspect", c)
+	}
+	if c := claim("a", ds[1]); c.Outcome != redisq.ClaimBusy {
+		t.Fatalf("b's job after a's hand-back: %+v, want still busy", c)
+	}
+}

@@ -139,6 +139,19 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	cctx, cancel := context.WithTimeout(base, settleTimeout)
 	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds, redisq.ClaimHolder(w.holder))
 	cancel()
+	if err != nil {
+		// The claim's answer is lost (a timeout, a dropped connection): its
+		// script may have run, leaving the jobs RUNNING under this worker,
+		// and their next delivery would be dropped as this worker's own
+		// (claim.lua) until the repair took them back. Handing back what
+		// this worker holds ends those claims, so the next delivery runs
+		// them at once; when the claim did not run it changes nothing.
+		hctx, hcancel := context.WithTimeout(context.WithoutCancel(base), settleTimeout)
+		if herr := w.d.Queue.HandBackHeld(hctx, w.holder, ds...); herr != nil {
+			w.warn("claim answer lost and hand-back failed: the jobs, if claimed, run again once their claims expire", "err", herr)
+		}
+		hcancel()
+	}
 	if err == nil {
 		// Every message with a job to run is kept in progress until all
 		// its jobs are settled, those waiting for a slot included.
@@ -157,8 +170,8 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	for i, c := range cs {
 		switch {
 		case err != nil:
-			// Nothing reached Redis: the delivery does not count toward the
-			// poison limit (claims are counted in Redis).
+			// Handed back above in Redis if it was claimed; the delivery
+			// comes again.
 			w.handBack(c, "claim", err)
 		case outcomes[i].Outcome == redisq.ClaimRun:
 			c.claims, c.throttles, c.suspect = outcomes[i].Claims, outcomes[i].Throttles, outcomes[i].Suspect
