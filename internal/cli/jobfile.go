@@ -265,7 +265,7 @@ func validate(n int, j FileJob, spec JobSpec) *LineError {
 		V: contracts.Version, Kind: contracts.KindJobs, Tenant: spec.Group.Tenant, GroupID: spec.Group.ID,
 		Jobs: []contracts.SubmitJob{{JobID: j.ID, Type: j.Type, Payload: j.Payload}},
 	}
-	if spec.Settings != (contracts.GroupSettings{}) {
+	if !spec.Settings.IsZero() {
 		sub.Group = &spec.Settings
 	}
 	if err := sub.Validate(spec.Limits); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestSubmitFileTenantAndSettings(t *testing.T) {
 		}
 		switch sub.Kind {
 		case contracts.KindJobs:
-			if sub.Settings() != set {
+			if !reflect.DeepEqual(sub.Settings(), set) {
 				t.Errorf("message %d: settings %+v, want %+v", seq, sub.Settings(), set)
 			}
 			sizes = append(sizes, len(sub.Jobs))

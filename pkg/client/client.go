@@ -186,7 +186,7 @@ func (c *Client) SubmitGroup(ctx context.Context, groupID string, settings contr
 		return fmt.Errorf("client: submit: %w", err)
 	}
 	var group *contracts.GroupSettings
-	if settings != (contracts.GroupSettings{}) {
+	if !settings.IsZero() {
 		group = &settings
 	}
 	if len(jobs) > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -478,7 +479,7 @@ func TestSubmitGroupSettings(t *testing.T) {
 	sameJobs(t, got, jobs)
 	for _, m := range b.stored(t) {
 		sub := decoded(t, m, contracts.Limits{})
-		if sub.Group == nil || *sub.Group != settings {
+		if sub.Group == nil || !reflect.DeepEqual(*sub.Group, settings) {
 			t.Fatalf("message %d carries group %v, want %+v: %.200s", m.Sequence, sub.Group, settings, m.Data)
 		}
 	}

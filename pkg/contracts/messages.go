@@ -170,10 +170,51 @@ type GroupSettings struct {
 	// user information or fragment, at most [MaxCallbackURLBytes] bytes; "" means none. Where it
 	// may point is decided by the deliverer's outbound rules (the http processor's allowed hosts).
 	CallbackURL string `json:"callbackUrl,omitempty"`
+	// NotBefore holds the group's jobs back until this time, an RFC 3339 date-time with a
+	// time zone offset ("2026-11-27T09:00:00+01:00"): they are accepted, counted and validated
+	// at once but not admitted before it. At most [MaxNotBeforeAhead] after the time the
+	// settings are checked; a time in the past holds nothing; "" means none.
+	NotBefore string `json:"notBefore,omitempty"`
+	// Windows are the group's sending windows: its jobs are admitted only while one of them is
+	// open; in-flight jobs finish when they close. At most [MaxWindows]; none means the
+	// tenant's default windows when it has some, else always open.
+	Windows []Window `json:"windows,omitempty"`
 }
+
+// Window is a weekly sending window: open on each of its Days while the clock of its Zone shows
+// a time within [From, To). A To at or before From ends the window on the next day (a window
+// from 22:00 to 06:00 on fri is open from Friday 22:00 to Saturday 06:00). On a day when the
+// clocks change, the window is open exactly while the local clock shows such a time: a From
+// that does not exist (02:30 when 02:00 jumps to 03:00) opens it at the jump, and an hour that
+// repeats is inside it both times.
+type Window struct {
+	// Zone is an IANA time zone name ("Europe/Berlin", "UTC"); required.
+	Zone string `json:"zone"`
+	// Days are the days the window opens on: "mon", "tue", "wed", "thu", "fri", "sat",
+	// "sun", each at most once; 1 to 7 of them, required.
+	Days []string `json:"days"`
+	// From is the local time the window opens, "HH:MM" from "00:00" to "23:59"; required.
+	From string `json:"from"`
+	// To is the local time the window closes, "HH:MM" from "00:00" to "24:00"; required,
+	// and not equal to From.
+	To string `json:"to"`
+}
+
+// MaxWindows is the most [Window]s of a group or tenant.
+const MaxWindows = 16
+
+// MaxNotBeforeAhead is the furthest a [GroupSettings.NotBefore] may be ahead of the time it is
+// checked.
+const MaxNotBeforeAhead = 366 * 24 * time.Hour
 
 // MaxCallbackURLBytes is the longest [GroupSettings.CallbackURL].
 const MaxCallbackURLBytes = 2048
+
+// IsZero reports whether g sets nothing (every field its zero value).
+func (g GroupSettings) IsZero() bool {
+	return g.Priority == "" && g.BasePriority == 0 && g.MaxInFlight == 0 && g.CallbackURL == "" &&
+		g.NotBefore == "" && len(g.Windows) == 0
+}
 
 // Settings returns s's group settings, the defaults when it has none.
 func (s *Submission) Settings() GroupSettings {

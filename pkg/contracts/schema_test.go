@@ -76,6 +76,7 @@ var messageDefs = []struct {
 	{"submission", reflect.TypeFor[contracts.Submission](), nil},
 	{"submitJob", reflect.TypeFor[contracts.SubmitJob](), nil},
 	{"groupSettings", reflect.TypeFor[contracts.GroupSettings](), nil},
+	{"window", reflect.TypeFor[contracts.Window](), nil},
 	{"readyBatch", reflect.TypeFor[contracts.ReadyBatch](), nil},
 	{"readyJob", reflect.TypeFor[contracts.ReadyJob](), nil},
 	{"resultBatch", reflect.TypeFor[contracts.ResultBatch](), nil},

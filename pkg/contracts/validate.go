@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -339,7 +340,12 @@ func (g GroupSettings) Validate() error {
 			return prefixed("group.", err)
 		}
 	}
-	return nil
+	if g.NotBefore != "" {
+		if err := checkNotBefore(g.NotBefore, time.Now()); err != nil {
+			return prefixed("group.", err)
+		}
+	}
+	return ValidateWindows("group.windows", g.Windows)
 }
 
 // checkCallbackURL checks the form of a callback URL (not where it points: that is the

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -211,6 +213,45 @@ func TestSubmissionValidate(t *testing.T) {
 		{name: "valid jobs", mutate: func(*contracts.Submission) {}},
 		{name: "one job, no settings", mutate: func(s *contracts.Submission) { s.Jobs, s.Group = s.Jobs[:1], nil }},
 		{name: "empty settings", mutate: func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{} }},
+		{name: "notBefore", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{NotBefore: "2026-11-27T09:00:00+01:00"}
+		}},
+		{name: "notBefore not RFC 3339", mutate: func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{NotBefore: "tomorrow"} }, reason: contracts.ReasonInvalidField, field: "group.notBefore", parts: []string{`"tomorrow"`, "RFC 3339"}},
+		{name: "notBefore without offset", mutate: func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{NotBefore: "2026-11-27T09:00:00"} }, reason: contracts.ReasonInvalidField, field: "group.notBefore", parts: []string{"offset"}},
+		{name: "notBefore too far", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{NotBefore: time.Now().AddDate(2, 0, 0).Format(time.RFC3339)}
+		}, reason: contracts.ReasonInvalidField, field: "group.notBefore", parts: []string{"366 days"}},
+		{name: "windows", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "Europe/Berlin", Days: []string{"mon", "fri"}, From: "22:00", To: "06:00"}, {Zone: "UTC", Days: []string{"sun"}, From: "00:00", To: "24:00"}}}
+		}},
+		{name: "window zone unknown", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "Europe/Atlantis", Days: []string{"mon"}, From: "09:00", To: "17:00"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].zone", parts: []string{"Europe/Atlantis", "IANA"}},
+		{name: "window zone Local", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "Local", Days: []string{"mon"}, From: "09:00", To: "17:00"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].zone", parts: []string{"IANA"}},
+		{name: "window day", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "UTC", Days: []string{"mon", "Tuesday"}, From: "09:00", To: "17:00"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].days[1]", parts: []string{`"Tuesday"`, "mon, tue"}},
+		{name: "window no days", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "UTC", From: "09:00", To: "17:00"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].days", parts: []string{"0 days", "1 to 7"}},
+		{name: "window from 24:00", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "UTC", Days: []string{"mon"}, From: "24:00", To: "17:00"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].from", parts: []string{"00:00 to 23:59"}},
+		{name: "window to 9:5", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "UTC", Days: []string{"mon"}, From: "09:00", To: "9:5"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].to", parts: []string{"HH:MM"}},
+		{name: "window empty", mutate: func(s *contracts.Submission) {
+			s.Group = &contracts.GroupSettings{Windows: []contracts.Window{{Zone: "UTC", Days: []string{"mon"}, From: "09:00", To: "09:00"}}}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows[0].to", parts: []string{"equals from"}},
+		{name: "too many windows", mutate: func(s *contracts.Submission) {
+			ws := make([]contracts.Window, contracts.MaxWindows+1)
+			for i := range ws {
+				ws[i] = contracts.Window{Zone: "UTC", Days: []string{"mon"}, From: "09:00", To: "10:00"}
+			}
+			s.Group = &contracts.GroupSettings{Windows: ws}
+		}, reason: contracts.ReasonInvalidField, field: "group.windows", parts: []string{"17 windows", "at most 16"}},
 		{name: "null payload", mutate: func(s *contracts.Submission) { s.Jobs[0].Payload = json.RawMessage(` null `) }},
 		{name: "v 0", mutate: func(s *contracts.Submission) { s.V = 0 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 0", "must be 2"}},
 		{name: "v 1", mutate: func(s *contracts.Submission) { s.V = 1 }, reason: contracts.ReasonBadVersion, field: "v", parts: []string{"got 1", "must be 2"}},
@@ -352,11 +393,11 @@ func TestOtherKindsValidate(t *testing.T) {
 func TestSubmissionSettingsAndRef(t *testing.T) {
 	t.Parallel()
 	s := validJobs()
-	if got := s.Settings(); got != *s.Group {
+	if got := s.Settings(); !reflect.DeepEqual(got, *s.Group) {
 		t.Errorf("Settings = %+v, want %+v", got, *s.Group)
 	}
 	s.Group = nil
-	if got := s.Settings(); got != (contracts.GroupSettings{}) {
+	if got := s.Settings(); !reflect.DeepEqual(got, contracts.GroupSettings{}) {
 		t.Errorf("Settings without group = %+v, want the defaults", got)
 	}
 	if got := s.Ref(); got != acme {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -344,7 +345,7 @@ func TestPauseBeforeTheFirstJob(t *testing.T) {
 	}
 	eg := res.Groups[0]
 	if eg.Created || eg.Counts.State != contracts.StatePaused || eg.Counts.Jobs != 5 ||
-		eg.Settings != (contracts.GroupSettings{Priority: contracts.PriorityHigh, MaxInFlight: 7}) {
+		!reflect.DeepEqual(eg.Settings, contracts.GroupSettings{Priority: contracts.PriorityHigh, MaxInFlight: 7}) {
 		t.Fatalf("enqueue into the paused group: %+v", eg)
 	}
 	if r := admit(t, q, 10); len(r.Jobs) != 0 {
@@ -491,15 +492,15 @@ func TestEnqueueReportsEffectiveSettings(t *testing.T) {
 	first := redisq.Job{Group: G("g"), ID: "a", Type: "t", Priority: contracts.PriorityLow, BasePriority: 5, MaxInFlight: 2}
 	res, err := q.EnqueueJobs(ctx, []redisq.Job{first})
 	want := contracts.GroupSettings{Priority: contracts.PriorityLow, BasePriority: 5, MaxInFlight: 2}
-	if err != nil || len(res.Groups) != 1 || !res.Groups[0].Created || res.Groups[0].Settings != want ||
+	if err != nil || len(res.Groups) != 1 || !res.Groups[0].Created || !reflect.DeepEqual(res.Groups[0].Settings, want) ||
 		res.Groups[0].Counts.Jobs != 1 || fmt.Sprint(res.Created) != fmt.Sprint([]contracts.GroupRef{G("g")}) {
 		t.Fatalf("first: %+v %v", res, err)
 	}
 	res, err = q.EnqueueJobs(ctx, []redisq.Job{{Group: G("g"), ID: "b", Type: "t", MaxInFlight: 9},
 		{Group: G("other/g"), ID: "a", Type: "t"}})
-	if err != nil || len(res.Groups) != 2 || res.Groups[0].Created || res.Groups[0].Settings != want ||
+	if err != nil || len(res.Groups) != 2 || res.Groups[0].Created || !reflect.DeepEqual(res.Groups[0].Settings, want) ||
 		res.Groups[0].Counts.Jobs != 2 || !res.Groups[1].Created ||
-		res.Groups[1].Settings != (contracts.GroupSettings{Priority: contracts.PriorityNormal}) {
+		!reflect.DeepEqual(res.Groups[1].Settings, contracts.GroupSettings{Priority: contracts.PriorityNormal}) {
 		t.Fatalf("second: %+v %v", res, err)
 	}
 	info, _, _ := q.Group(ctx, G("g"))
