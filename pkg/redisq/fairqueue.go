@@ -33,6 +33,12 @@ type Job struct {
 	// a group keeps that of the first job that created it, and the script
 	// that ends the group schedules its delivery ([Queue.ClaimCallbacks]).
 	CallbackURL string
+	// NotBefore (RFC 3339, "" = none) and Windows (none = the tenant's
+	// default windows, if any) are the schedule of the job's group: a group
+	// keeps those of the first job that created it (docs/ARCHITECTURE.md
+	// §5, Schedules).
+	NotBefore string
+	Windows   []contracts.Window
 	// Trace is the W3C traceparent of the job's submission ("" = none); it
 	// is kept with the job so later hops continue the same trace.
 	Trace string
@@ -46,7 +52,7 @@ type Job struct {
 // settings are the group settings j asks for.
 func (j *Job) settings() contracts.GroupSettings {
 	return contracts.GroupSettings{Priority: j.Priority.OrDefault(), BasePriority: j.BasePriority, MaxInFlight: j.MaxInFlight,
-		CallbackURL: j.CallbackURL}
+		CallbackURL: j.CallbackURL, NotBefore: j.NotBefore, Windows: j.Windows}
 }
 
 // EnqueueOutcome says what Enqueue did with one job.
@@ -212,6 +218,7 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		jobs  []any
 		units []int // sizes of the run's units (consecutive jobs with one Message)
 		want  contracts.GroupSettings
+		sched [4]string // scheduleArgs of want
 	}
 	var calls []*call
 	last := map[string]*call{} // per tenant, the call its last job went to
@@ -233,6 +240,11 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 				g:    j.Group,
 				keys: []string{q.keys.GroupMeta(j.Group), q.keys.GroupJobs(j.Group), q.keys.GroupIDs(j.Group)},
 				want: j.settings(),
+			}
+			var err error
+			s := &cur.sched
+			if s[0], s[1], s[2], s[3], err = scheduleArgs(cur.want, q.clockNow()); err != nil {
+				return nil, fmt.Errorf("redisq: enqueue: group %s: %w", j.Group, err)
 			}
 			calls = append(calls, cur)
 			last[j.Group.Tenant] = cur
@@ -264,10 +276,10 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		for k, n := range c.units {
 			units[k] = strconv.Itoa(n)
 		}
-		args := make([]any, 0, 14+len(c.jobs))
+		args := make([]any, 0, 18+len(c.jobs))
 		args = append(args, q.keys.Prefix(), c.g.Tenant, c.g.ID, string(c.want.Priority), c.want.BasePriority,
 			c.want.MaxInFlight, q.cfg.Alpha, q.now(), q.cfg.TenantMaxQueuedJobs, q.cfg.TenantMaxActiveGroups,
-			strings.Join(units, ","), guardKey, mode, c.want.CallbackURL)
+			strings.Join(units, ","), guardKey, mode, c.want.CallbackURL, c.sched[0], c.sched[1], c.sched[2], c.sched[3])
 		return c.keys, append(args, c.jobs...)
 	})
 	if err != nil {
@@ -278,7 +290,7 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 	groupAt := map[contracts.GroupRef]int{} // index in res.Groups
 	for ci, c := range calls {
 		rep := toList(replies[ci])
-		if len(rep) != 7+groupReplyWidth {
+		if len(rep) != 9+groupReplyWidth {
 			return nil, fmt.Errorf("redisq: enqueue script: %d reply values", len(rep))
 		}
 		codes := toStr(rep[0])
@@ -298,7 +310,13 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 				Priority: contracts.Priority(toStr(rep[2])).OrDefault(), BasePriority: toInt(rep[3]), MaxInFlight: toInt(rep[4]),
 				CallbackURL: toStr(rep[6]),
 			},
-			Counts: parseCounts(rep[7:]),
+			Counts: parseCounts(rep[9:]),
+		}
+		if nb, err := strconv.ParseInt(toStr(rep[7]), 10, 64); err == nil {
+			eg.Settings.NotBefore = time.UnixMilli(nb).UTC().Format(time.RFC3339Nano)
+		}
+		if eg.Settings.Windows, err = decodeWindows(toStr(rep[8])); err != nil {
+			return nil, err
 		}
 		if eg.Created {
 			res.Created = append(res.Created, c.g)
@@ -493,6 +511,10 @@ type AdmitResult struct {
 	// When only such jobs wait, WakeMs is the time until the first of
 	// their types has rate again.
 	RateHeld map[string]int
+	// ScheduledMs is how long until the first group passed by for its
+	// notBefore or sending windows is due to be looked at again (-1: none
+	// waits): a caller with nothing else to do calls again by then.
+	ScheduledMs int64
 }
 
 // WakeHeld is the [AdmitResult.WakeMs] of a call that found jobs waiting
@@ -595,7 +617,7 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o 
 	}
 	keys := append(q.keys.FairQueues(), q.keys.VClock(), q.keys.Inflight(),
 		q.keys.ActiveTenants(), q.keys.ActiveSeen(), q.keys.RatePacer(), q.keys.TenantWeights(),
-		q.keys.TenantClock(), q.keys.StuckWatch())
+		q.keys.TenantClock(), q.keys.StuckWatch(), q.keys.ScheduleWait())
 	v, err := q.run(ctx, "admit", admitScript, keys,
 		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
@@ -616,6 +638,7 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o 
 	}
 	res.Held = toCounts(rep[8])
 	res.RateHeld = toCounts(rep[9])
+	res.ScheduledMs = toInt(rep[10])
 	return res, nil
 }
 

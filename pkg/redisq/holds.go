@@ -21,6 +21,13 @@ const (
 	// HoldPaused: the group is PAUSED; nothing of it is admitted until it
 	// is resumed.
 	HoldPaused HoldReason = "paused"
+	// HoldScheduled: the group's notBefore has not come; UntilMs is when
+	// it may start (its notBefore, or its sending windows' next opening
+	// after it).
+	HoldScheduled HoldReason = "scheduled"
+	// HoldOutsideWindow: none of the group's sending windows is open;
+	// UntilMs is when the next one opens. Jobs in flight finish.
+	HoldOutsideWindow HoldReason = "outside_window"
 	// HoldInFlightLimit: jobs are queued, but the group's admitted and
 	// unfinished jobs are at its maxInFlight.
 	HoldInFlightLimit HoldReason = "in_flight_limit"
@@ -51,7 +58,7 @@ const (
 // them. Tenant quotas are not among them: they refuse a submission (it is
 // dead-lettered as over_quota) rather than hold a group.
 var HoldReasons = []HoldReason{
-	HoldPaused, HoldInFlightLimit, HoldRateShare, HoldGlobalRate, HoldNoWorker, HoldTypeRate, HoldReadyFull, HoldBackingOff,
+	HoldPaused, HoldScheduled, HoldOutsideWindow, HoldInFlightLimit, HoldRateShare, HoldGlobalRate, HoldNoWorker, HoldTypeRate, HoldReadyFull, HoldBackingOff,
 }
 
 // Hold is one reason a group waits.
@@ -131,7 +138,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	for i, g := range groups {
 		jobs := q.keys.GroupJobs(g)
 		cs[i] = groupCmds{
-			meta:     pipe.HMGet(ctx, q.keys.GroupMeta(g), "status", "maxInFlight", "inFlight"),
+			meta:     pipe.HMGet(ctx, q.keys.GroupMeta(g), "status", "maxInFlight", "inFlight", "notBefore", "winAt"),
 			pending:  pipe.LLen(ctx, jobs),
 			head:     pipe.LIndex(ctx, jobs, 0),
 			nonReady: pipe.Get(ctx, q.keys.CongestionCount(g)),
@@ -192,10 +199,21 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 		}
 		var hs []Hold
 		pending := cs[i].pending.Val()
+		var sched *Hold // the group's schedule holds it (admit.lua sched_until)
+		if nb, win := metaStr(v[3]), metaStr(v[4]); nb != "" || win != "" {
+			if sc, err := scheduleOf(nb, "", win, now); err == nil && sc.Reason != "" {
+				sched = &Hold{Reason: sc.Reason, UntilMs: sc.HeldUntil.UnixMilli()}
+			}
+		}
 		switch maxIF, inFlight := metaInt(v[1]), metaInt(v[2]); {
 		case state == contracts.StatePaused:
 			hs = append(hs, Hold{Reason: HoldPaused})
+			if sched != nil {
+				hs = append(hs, *sched)
+			}
 		case pending == 0:
+		case sched != nil:
+			hs = append(hs, *sched)
 		case maxIF > 0 && inFlight >= maxIF:
 			hs = append(hs, Hold{Reason: HoldInFlightLimit, Count: inFlight, Limit: maxIF})
 		default:

@@ -163,6 +163,12 @@ func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupIn
 }
 
 // metaInt parses an HMGET field; a missing or malformed field is 0.
+// metaStr reads a string field of an HMGET reply ("" when absent).
+func metaStr(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
 func metaInt(v any) int64 {
 	s, _ := v.(string)
 	n, _ := strconv.ParseInt(s, 10, 64)

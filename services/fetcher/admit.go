@@ -30,6 +30,9 @@ type next struct {
 	// wait for their types' rate limits: work of other types arriving
 	// meanwhile need not wait for them.
 	notify bool
+	// sched: with idle, a group passed by for its schedule is due then
+	// (0 = none): the wait ends by then
+	sched time.Duration
 }
 
 // left is how much of the wait is left at now.
@@ -56,7 +59,11 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 			bp = min(2*bp, maxBackpressureWait)
 			continue
 		case n.idle:
-			idle.Reset(f.cfg.MaxIdle)
+			d := f.cfg.MaxIdle
+			if n.sched > 0 {
+				d = min(d, n.sched)
+			}
+			idle.Reset(d)
 			select {
 			case <-wake:
 			case <-idle.C:
@@ -78,6 +85,35 @@ func (f *Fetcher) admitLoop(ctx context.Context, wake <-chan struct{}) {
 		}
 		bp = minBackpressureWait
 	}
+}
+
+// windowsInterval is how often a fetcher computes again the open
+// intervals of the sending windows that are due (redisq
+// Queue.RefreshWindows): a group created with its tenant's default windows
+// is held until then.
+const windowsInterval = 500 * time.Millisecond
+
+// windowsLoop keeps the groups' sending windows computed ahead
+// (docs/ARCHITECTURE.md §5, Schedules), and wakes admission when it
+// computed some.
+func (f *Fetcher) windowsLoop(ctx context.Context) {
+	loop.Every(ctx, windowsInterval, func(ctx context.Context) {
+		for ctx.Err() == nil {
+			n, err := f.d.Queue.RefreshWindows(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					f.log.Warn("sending windows", "err", err)
+				}
+				return
+			}
+			if n > 0 {
+				f.wakeAdmission()
+			}
+			if n < redisq.RefreshWindowsBatch {
+				return
+			}
+		}
+	})
 }
 
 // roomReuseFor is how long after a round that found nothing more to admit
@@ -173,7 +209,11 @@ func (f *Fetcher) admit(parent context.Context) next {
 		return next{wait: time.Duration(res.WakeMs) * time.Millisecond, since: admitted, notify: len(res.RateHeld) > 0}
 	}
 	f.roomQuiet = true
-	return next{idle: true}
+	n := next{idle: true}
+	if res.ScheduledMs > 0 {
+		n.sched = time.Duration(res.ScheduledMs) * time.Millisecond
+	}
+	return n
 }
 
 // reportHeld counts the groups an admission round held for lack of READY

@@ -269,6 +269,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { ingest.Run(ctx) })
 	wg.Go(func() { f.admitLoop(ctx, f.wake) })
+	wg.Go(func() { f.windowsLoop(ctx) })
 	wg.Go(func() { f.checkpointLoop(ctx, cons) })
 	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.ReadyCapacity,
 		"admitBatch", f.cfg.AdmitBatchSize, "ingestBatch", f.cfg.IngestBatchSize)

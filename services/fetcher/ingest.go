@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -237,6 +239,7 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 			jobs = append(jobs, redisq.Job{
 				Group: s.Ref(), ID: j.JobID, Type: j.Type, Payload: j.Payload,
 				Priority: set.Priority, BasePriority: set.BasePriority, MaxInFlight: set.MaxInFlight, CallbackURL: set.CallbackURL,
+				NotBefore: set.NotBefore, Windows: set.Windows,
 				Trace:   it.trace,
 				Message: m, // the tenant quotas take or refuse a message's new jobs together
 			})
@@ -381,10 +384,42 @@ func settingsNotice(want, have contracts.GroupSettings) string {
 	if want.MaxInFlight != have.MaxInFlight {
 		diffs = append(diffs, fmt.Sprintf("maxInFlight %d (the group keeps %d)", want.MaxInFlight, have.MaxInFlight))
 	}
+	// a submission without a schedule asks for none in particular (a group
+	// may have its tenant's default windows): only one that names another
+	// is reported
+	if want.NotBefore != "" && !sameTime(want.NotBefore, have.NotBefore) {
+		have := have.NotBefore
+		if have == "" {
+			have = "none"
+		}
+		diffs = append(diffs, fmt.Sprintf("notBefore %s (the group keeps %s)", want.NotBefore, have))
+	}
+	if len(want.Windows) > 0 && !reflect.DeepEqual(want.Windows, have.Windows) {
+		diffs = append(diffs, fmt.Sprintf("windows %s (the group keeps %s)", windowsText(want.Windows), windowsText(have.Windows)))
+	}
 	if diffs == nil {
 		return ""
 	}
 	return "group settings not applied: the group exists; a submission asked for " + strings.Join(diffs, ", ")
+}
+
+// sameTime reports whether two RFC 3339 times are the same instant.
+func sameTime(a, b string) bool {
+	ta, err1 := time.Parse(time.RFC3339Nano, a)
+	tb, err2 := time.Parse(time.RFC3339Nano, b)
+	return err1 == nil && err2 == nil && ta.Equal(tb)
+}
+
+// windowsText is sending windows as a notice names them.
+func windowsText(ws []contracts.Window) string {
+	if len(ws) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = fmt.Sprintf("%s %s–%s %s", strings.Join(w.Days, ","), w.From, w.To, w.Zone)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // seal applies a seal message; a non-nil error is a storage error.

@@ -11,6 +11,8 @@
 -- KEYS[9]:    tenant-weights
 -- KEYS[10]:   fair-queue:tenant-clock
 -- KEYS[11]:   stuck-watch
+-- KEYS[12]:   schedule:wait (ZSET of groups passed by for their notBefore
+--             or sending windows, scored by when to look at them again)
 -- ARGV[1]:  key prefix (tenant, group, job, counter and congestion keys are built from it)
 -- ARGV[2]:  N, the most jobs to take (the caller's free READY capacity)
 -- ARGV[3]:  ALPHA
@@ -42,7 +44,8 @@
 --           never overfill a type's room together. A measurement older
 --           than another admitter's of the same type gives that type no
 --           room in this call (held: the caller measures again).
--- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld }
+-- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
+--            scheduled }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace for each
 --            admitted job (gk = "<tenant>:<gid>")
 --   parked:  jobs sent to the non-ready queue (seed mode)
@@ -57,6 +60,8 @@
 --            next job of that many groups in this call
 --   rateHeld: flat list type, groups: the same for job types whose rate
 --            limit held the next job of that many groups
+--   scheduled: ms until the first group passed by for its schedule is
+--            due (-1 = none)
 --
 -- Order (docs/ARCHITECTURE.md §4): levels strictly high -> normal -> low.
 -- Within a level the tenant with the smallest virtual time goes first;
@@ -68,7 +73,9 @@
 -- fair score goes first and is re-scored when served. A tenant whose groups
 -- are all held for READY room in this call is passed by and keeps its
 -- place; a group that is paused or at its in-flight limit leaves the queue
--- keeping its score (parkedScore) until requeue_group puts it back.
+-- keeping its score (parkedScore) until requeue_group puts it back, and so
+-- does a group before its notBefore or outside its sending windows, which
+-- waits in KEYS[12] until then (lib.lua sched_until, sched_wake).
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local alpha = tonumber(ARGV[3])
@@ -113,6 +120,7 @@ if gated then
   end
 end
 
+sched_wake(prefix, KEYS[12], now, alpha)
 local vt = vclock_load(KEYS[4], now)
 
 -- tenant loads a tenant's state once per call; a gated tenant also "asks
@@ -140,11 +148,12 @@ local function group(gk)
   if g then return g end
   local meta_key = prefix .. 'group:' .. gk .. ':meta'
   local m = redis.call('HMGET', meta_key, 'basePriority', 'totalJobs', 'doneJobs', 'status', 'declaredTotal',
-    'inFlight', 'maxInFlight', 'abandonedAt')
+    'inFlight', 'maxInFlight', 'abandonedAt', 'notBefore', 'winAt')
   g = {
     meta = meta_key, jobs = prefix .. 'group:' .. gk .. ':jobs', ids = prefix .. 'group:' .. gk .. ':ids',
     base = num(m[1]), total = num(m[2]), done = num(m[3]), status = m[4], declared = m[5],
     inflight = num(m[6]), max = num(m[7]), leased = 0, abandoned = m[8], left = {},
+    sched = (m[9] or m[10]) and sched_until(m[9], m[10], now) or 0,
   }
   g.len = redis.call('LLEN', g.jobs)
   groups[gk] = g
@@ -188,10 +197,11 @@ local function tenant_group(t, tq)
     local g = group(gk)
     if g.len <= 0 then
       zc_rem(zq, tq, pick)
-    elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
+    elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) or g.sched > 0 then
       local pscore = zc_score(zq, tq, pick)
       zc_rem(zq, tq, pick)
       redis.call('HSET', g.meta, 'parkedScore', pscore)
+      if g.sched > 0 then redis.call('ZADD', KEYS[12], g.sched, gk) end
     else
       g.tq, g.gid = tq, pick
       return gk, g
@@ -489,5 +499,8 @@ if gated then
   type_save(tstate, window_ms, burst_ms)
 end
 
+local first = redis.call('ZRANGE', KEYS[12], 0, 0, 'WITHSCORES')
+local scheduled = -1
+if #first > 0 then scheduled = math.max(1, tonumber(first[2]) - now) end
 return { jobs, parked, wake, started, drained, denied_global, denied_share, now, flat_pairs(held),
-  flat_pairs(rate_held) }
+  flat_pairs(rate_held), scheduled }

@@ -29,8 +29,17 @@
 -- ARGV[14]: callback URL of a new group ('' = none): kept in its meta
 --           (callbackUrl); the script that ends the group schedules its
 --           delivery (lib.lua callback_schedule)
--- ARGV[14+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
--- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, callbackUrl, <group reply> }
+-- ARGV[15]: notBefore of a new group, Unix ms ('' = none): kept in its meta
+--           (notBefore); admission passes the group by until then
+-- ARGV[16]: sending windows of a new group, their JSON ('' = none: its
+--           tenant's default ones, tenant-windows, if any): kept in its
+--           meta (windows) for the fetchers to refresh winAt from
+-- ARGV[17]: the windows' next open intervals, 'open,close,...' Unix ms
+--           (meta winAt, redisq schedule.go)
+-- ARGV[18]: when winAt is to be refreshed, Unix ms (schedule:windows score)
+-- ARGV[18+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, callbackUrl, notBefore,
+--            windows, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
 --   'S' rejected (beyond the sealed total), 'C' rejected (group cancelled or
@@ -44,6 +53,8 @@
 --   the group has none).
 --   callbackUrl: the group's callback URL after the call ('' = none; a
 --   group keeps that of the job that created it).
+--   notBefore, windows: the group's after the call ('' = none; kept from
+--   the job that created it).
 --   refusals: 5 values per unit a quota refused: the unit's index (1-based),
 --   'G' or 'Q', the limit, the tenant's count when the unit was judged
 --   (active groups or queued jobs) and the unit's new jobs.
@@ -61,7 +72,7 @@ local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local n = #KEYS - 3
-local FIRST = 14
+local FIRST = 18
 local TENANT_TYPES_MAX = 1000 -- redisq TenantTypesMax
 
 local units = {}
@@ -231,12 +242,14 @@ if added > 0 then
       'inFlight', 0, 'totalJobs', 0, 'doneJobs', 0, 'successCount', 0, 'failedCount', 0,
       'cancelledCount', 0, 'status', status, 'createdAt', now)
     if ARGV[14] ~= '' then redis.call('HSET', meta_key, 'callbackUrl', ARGV[14]) end
+    sched_keep(prefix, tenant, gk, meta_key, ARGV[15], ARGV[16], ARGV[17], ARGV[18])
     quota_open(prefix, tenant, gid)
     index_group(prefix, tenant, gid, now)
   elseif not m[2] then
     -- the group was sealed or paused before its first job arrived
     redis.call('HSET', meta_key, 'priorityLevel', level, 'basePriority', base, 'maxInFlight', maxinf)
     if ARGV[14] ~= '' then redis.call('HSET', meta_key, 'callbackUrl', ARGV[14]) end
+    sched_keep(prefix, tenant, gk, meta_key, ARGV[15], ARGV[16], ARGV[17], ARGV[18])
     index_group(prefix, tenant, gid, now)
   elseif status == 'AGGREGATING' then
     status = 'RUNNING'
@@ -262,5 +275,6 @@ if added > 0 then
     { status, level, base, total + added, m[7], m[11], maxinf, m[12] }, jobs_len)
 end
 
+local kept = redis.call('HMGET', meta_key, 'callbackUrl', 'notBefore', 'windows')
 return reply(meta_key, concat_all(out), created, level, base, maxinf, refusals,
-  redis.call('HGET', meta_key, 'callbackUrl') or '')
+  kept[1] or '', kept[2] or '', kept[3] or '')

@@ -198,6 +198,63 @@ local function requeue_group(prefix, gk, now, alpha, m, len)
   return false
 end
 
+-- Schedules (docs/ARCHITECTURE.md §5): a group's notBefore (meta
+-- notBefore, Unix ms) and the open intervals of its sending windows (meta
+-- winAt, 'open,close,...' Unix ms in order, computed by the Go side from
+-- the windows and refreshed by the fetchers: redisq schedule.go). The
+-- script's clock decides.
+
+-- sched_keep writes a new group's schedule into its meta, and puts a group
+-- with windows on the refresh list (schedule:windows, scored by when its
+-- winAt is to be computed again). A group created without windows takes
+-- its tenant's default ones (tenant-windows), if any, with no interval
+-- yet: it is held until a fetcher computes them (at once: refresh due 0).
+local function sched_keep(prefix, tenant, gk, meta_key, nb, windows, win_at, refresh_at)
+  if nb ~= '' then redis.call('HSET', meta_key, 'notBefore', nb) end
+  if windows == '' then
+    windows = redis.call('HGET', prefix .. 'tenant-windows', tenant) or ''
+    win_at, refresh_at = '0,0', 0
+  end
+  if windows ~= '' then
+    redis.call('HSET', meta_key, 'windows', windows, 'winAt', win_at)
+    redis.call('ZADD', prefix .. 'schedule:windows', refresh_at, gk)
+  end
+end
+
+-- sched_until returns 0 when a group with notBefore nb and open intervals
+-- win (either nil or '' = none) may be admitted at now, else when to look
+-- at it again: its notBefore, or its next window's opening after that. A
+-- winAt with no interval left (not refreshed in time) holds the group and
+-- says to look again in a second.
+local function sched_until(nb, win, now)
+  local t = now
+  nb = tonumber(nb or '')
+  if nb and nb > t then t = nb end
+  if win and win ~= '' then
+    local due = nil
+    for o, c in string.gmatch(win, '(%d+),(%d+)') do
+      o, c = tonumber(o), tonumber(c)
+      if c > t then
+        due = math.max(o, t)
+        break
+      end
+    end
+    t = due or math.max(t, now + 1000)
+  end
+  if t > now then return t end
+  return 0
+end
+
+-- sched_wake puts back in their tenants' queues, at the place they kept,
+-- the groups passed by for their schedule whose time has come (at most 100
+-- a call; the rest at the next).
+local function sched_wake(prefix, wait_key, now, alpha)
+  local due = redis.call('ZRANGEBYSCORE', wait_key, '-inf', now, 'LIMIT', 0, 100)
+  if #due == 0 then return end
+  redis.call('ZREM', wait_key, unpack(due))
+  for _, gk in ipairs(due) do requeue_group(prefix, gk, now, alpha) end
+end
+
 -- inflight_release: n of the group's jobs left the in-flight states
 -- (LEASED, RUNNING, DEQUEUED). Its inFlight goes down by n, never below 0,
 -- and a group with an in-flight limit that is below it again is queued if
