@@ -155,7 +155,8 @@ func (a *apiVerb) submit(cmd *cobra.Command, id, jobType string, settings contra
 		body[i] = apiclient.Job{ID: j.ID, Type: j.Type, Payload: j.Payload}
 	}
 	total := int64(len(jobs))
-	o := apiclient.SubmitOptions{Priority: settings.Priority, Total: &total, CallbackURL: settings.CallbackURL}
+	o := apiclient.SubmitOptions{Priority: settings.Priority, Total: &total, CallbackURL: settings.CallbackURL,
+		NotBefore: settings.NotBefore, Windows: settings.Windows}
 	if settings.BasePriority != 0 {
 		o.BasePriority = &settings.BasePriority
 	}

@@ -146,6 +146,9 @@ func writeStatus(w io.Writer, s *status.Group) error {
 		s.Queued, s.InFlight, s.BackingOff, s.Done, s.Cancelled, plural(s.Jobs, "job"))
 	row("position", "%s", positionText(s))
 	row("waiting", "%s", s.WaitingText())
+	if s.ScheduleText() != "—" {
+		row("schedule", "%s", s.ScheduleText())
+	}
 	row("rate", "%s", rateText(s))
 	row("eta", "%s", etaText(s))
 	row("congestion", "%s (backoff %s; %s, %s, %.2f throttles per job)", s.Congestion, time.Duration(s.BackoffMs)*time.Millisecond,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
@@ -19,7 +20,8 @@ import (
 func newSubmitCmd() *cobra.Command {
 	var (
 		group, jobType, priority, file, tenant, format string
-		callbackURL                                    string
+		callbackURL, notBefore                         string
+		windows                                        []string
 		basePriority, maxInFlight                      int64
 		chunk                                          int
 	)
@@ -94,6 +96,19 @@ new jobs would take the tenant beyond its most queued jobs.`,
 			settings := contracts.GroupSettings{Priority: prio, BasePriority: basePriority, MaxInFlight: maxInFlight, CallbackURL: callbackURL}
 			if err := (contracts.GroupSettings{CallbackURL: callbackURL}).Validate(); err != nil {
 				return fmt.Errorf("--callback-url: %w", err)
+			}
+			if settings.NotBefore, err = cli.ParseNotBeforeFlag(notBefore, time.Now()); err != nil {
+				return fmt.Errorf("--not-before: %w", err)
+			}
+			for i, w := range windows {
+				win, err := contracts.ParseWindow(fmt.Sprintf("--window[%d]", i), w)
+				if err != nil {
+					return err
+				}
+				settings.Windows = append(settings.Windows, win)
+			}
+			if err := contracts.ValidateWindows("--window", settings.Windows); err != nil {
+				return err
 			}
 			if prio == contracts.PriorityNormal {
 				settings.Priority = "" // the default, sent as such
@@ -173,6 +188,8 @@ new jobs would take the tenant beyond its most queued jobs.`,
 	f.Int64Var(&basePriority, "base-priority", 0, "added to the group's fair-queue score (smaller is served earlier)")
 	f.Int64Var(&maxInFlight, "max-in-flight", 0, "most of the group's jobs admitted and not finished at once (0 = unlimited)")
 	f.StringVar(&callbackURL, "callback-url", "", "completion callback: POST the group's final event, signed with the tenant's callback secret, to this http(s) URL when it ends (see bulkaction callback)")
+	f.StringVar(&notBefore, "not-before", "", "start at: hold the group's jobs back until this time, RFC 3339 (2026-11-27T09:00:00+01:00) or a duration from now (90m)")
+	f.StringArrayVar(&windows, "window", nil, "sending window, repeatable: \"DAYS FROM-TO ZONE\", e.g. \"mon-fri 09:00-17:00 Europe/Berlin\" (jobs are admitted only while one is open)")
 	f.StringVarP(&file, "file", "f", "", "JSONL file of jobs, - for standard input")
 	f.IntVar(&chunk, "chunk", cli.DefaultChunk, "jobs per publish call")
 	addTenantFlag(cmd, &tenant)

@@ -26,6 +26,11 @@ type SubmitOptions struct {
 	Total *int64
 	// CallbackURL is the completion callback of a new group ("" = none).
 	CallbackURL string
+	// NotBefore is a new group's start-at time (RFC 3339, "" = none).
+	NotBefore string
+	// Windows are a new group's sending windows (none = its tenant's
+	// default ones, if any).
+	Windows []contracts.Window
 }
 
 func (o SubmitOptions) query() url.Values {
@@ -44,6 +49,12 @@ func (o SubmitOptions) query() url.Values {
 	}
 	if o.CallbackURL != "" {
 		q.Set("callbackUrl", o.CallbackURL)
+	}
+	if o.NotBefore != "" {
+		q.Set("notBefore", o.NotBefore)
+	}
+	for _, w := range o.Windows {
+		q.Add("window", w.String())
 	}
 	return q
 }

@@ -43,6 +43,14 @@ type Group struct {
 	// Callback is the delivery state of the group's completion callback;
 	// absent when it has none.
 	Callback *Callback `json:"callback,omitempty"`
+	// NotBefore is the group's start-at time, in the full view only;
+	// absent when it has none. Status.Waiting says whether it holds the
+	// group now (reason scheduled).
+	NotBefore *time.Time `json:"notBefore,omitempty"`
+	// Windows are the group's sending windows (its own or its tenant's
+	// defaults), in the full view only; absent when it has none.
+	// Status.Waiting says when one holds it (reason outside_window).
+	Windows []contracts.Window `json:"windows,omitempty"`
 }
 
 // Ended reports whether the group is COMPLETED or CANCELLED.

@@ -3,6 +3,7 @@ package contracts
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -123,4 +124,52 @@ func (w Window) validate() error {
 		return invalidField("to", fmt.Sprintf("%q equals from", w.To), "a time other than from (00:00 to 24:00 is a whole day)")
 	}
 	return nil
+}
+
+// String returns w in the text form [ParseWindow] reads:
+// "mon,tue,wed 09:00-17:00 Europe/Berlin".
+func (w Window) String() string {
+	return strings.Join(w.Days, ",") + " " + w.From + "-" + w.To + " " + w.Zone
+}
+
+// windowTextLimit is the text form a window parameter or flag takes.
+const windowTextLimit = "DAYS FROM-TO ZONE, e.g. \"mon-fri 09:00-17:00 Europe/Berlin\" (days: mon…sun, comma-separated or a range; times HH:MM; an IANA zone)"
+
+// ParseWindow reads a window in its text form, "DAYS FROM-TO ZONE": DAYS
+// a comma-separated list of day names and ranges ("mon-fri", "sat,sun",
+// "fri-mon" wraps), FROM-TO local times HH:MM, ZONE an IANA time zone name;
+// "mon-fri 09:00-17:00 Europe/Berlin". The window is validated; an error
+// is a [*ValidationError] naming field.
+func ParseWindow(field, s string) (Window, error) {
+	parts := strings.Fields(s)
+	if len(parts) != 3 {
+		return Window{}, invalidField(field, strconv.Quote(truncate(s, 80)), windowTextLimit)
+	}
+	var w Window
+	for _, d := range strings.Split(parts[0], ",") {
+		a, b, isRange := strings.Cut(d, "-")
+		wa, ok1 := ParseWeekday(a)
+		wb, ok2 := wa, true
+		if isRange {
+			wb, ok2 = ParseWeekday(b)
+		}
+		if !ok1 || !ok2 {
+			return Window{}, invalidField(field, "day "+strconv.Quote(truncate(d, 16)), windowTextLimit)
+		}
+		for x := wa; ; x = (x + 1) % 7 {
+			w.Days = append(w.Days, Weekdays[x])
+			if x == wb {
+				break
+			}
+		}
+	}
+	from, to, ok := strings.Cut(parts[1], "-")
+	if !ok {
+		return Window{}, invalidField(field, "times "+strconv.Quote(truncate(parts[1], 16)), windowTextLimit)
+	}
+	w.From, w.To, w.Zone = from, to, parts[2]
+	if err := w.validate(); err != nil {
+		return Window{}, prefixed(field+".", err)
+	}
+	return w, nil
 }

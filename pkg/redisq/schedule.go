@@ -248,3 +248,23 @@ func (q *Queue) GroupSchedule(ctx context.Context, g contracts.GroupRef) (Schedu
 	str := func(x any) string { s, _ := x.(string); return s }
 	return scheduleOf(str(v[0]), str(v[1]), str(v[2]), now)
 }
+
+// KeptPosition returns the 1-based place a group passed by for its
+// schedule (or paused, or at its in-flight limit) takes back in its
+// tenant's queue of the level when it returns: one after the groups
+// waiting there with a smaller score than the one it kept (parkedScore);
+// 0 when it kept none.
+func (q *Queue) KeptPosition(ctx context.Context, g contracts.GroupRef, level contracts.Priority) (int64, error) {
+	v, err := q.rdb.HGet(ctx, q.keys.GroupMeta(g), "parkedScore").Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redisq: kept position of %s: %w", g, err)
+	}
+	n, err := q.rdb.ZCount(ctx, q.keys.TenantGroups(g.Tenant, level.OrDefault()), "-inf", "("+v).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redisq: kept position of %s: %w", g, err)
+	}
+	return n + 1, nil
+}

@@ -100,6 +100,9 @@ type Group struct {
 	// Refused is what the pipeline refused of the group's submissions
 	// after accepting them (redisq.Queue.GroupRefusals); nil when nothing.
 	Refused *redisq.Refusals
+	// Schedule is the group's notBefore and sending windows, and whether
+	// and until when they hold it ([redisq.Queue.GroupSchedule]).
+	Schedule redisq.Schedule
 	// Callback is the delivery state of the group's completion callback
 	// ([CallbackOf]); nil when it has none.
 	Callback *api.Callback
@@ -263,6 +266,25 @@ func Read(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, opt Option
 		return nil, err
 	}
 	s.measureRate(samples)
+	if s.Schedule, err = q.GroupSchedule(ctx, g); err != nil {
+		return nil, err
+	}
+	if s.Position == 0 && !s.Schedule.HeldUntil.IsZero() && !s.Ended() {
+		// passed by for its schedule, it keeps its place: its position is
+		// the one it takes back then
+		if s.Position, err = q.KeptPosition(ctx, g, level); err != nil {
+			return nil, err
+		}
+		if s.Position > 0 && place.TenantRank >= 0 {
+			s.TenantPosition = place.TenantRank + 1
+			for _, p := range contracts.Priorities {
+				if p == level {
+					break
+				}
+				s.TenantPosition += place.Tenants[p]
+			}
+		}
+	}
 	s.ETASeconds = s.eta()
 	if err := s.readHolds(ctx, q, g, opt); err != nil {
 		return nil, err
@@ -354,6 +376,10 @@ func (s *Group) describe(h redisq.Hold) Hold {
 	switch h.Reason {
 	case redisq.HoldPaused:
 		out.Detail = "paused until resumed"
+	case redisq.HoldScheduled:
+		out.Detail = "scheduled until " + ScheduleTime(out.Until)
+	case redisq.HoldOutsideWindow:
+		out.Detail = "outside window until " + ScheduleTime(out.Until)
 	case redisq.HoldInFlightLimit:
 		out.Detail = fmt.Sprintf("in-flight limit reached (%d of %d in flight)", h.Count, h.Limit)
 	case redisq.HoldRateShare:
@@ -385,6 +411,32 @@ func (s *Group) describe(h redisq.Hold) Hold {
 		out.Detail = string(h.Reason)
 	}
 	return out
+}
+
+// ScheduleTime writes a time a schedule names: RFC 3339 in the local
+// time zone, to the second.
+func ScheduleTime(t time.Time) string {
+	return t.Local().Format(time.RFC3339)
+}
+
+// ScheduleText describes a group's schedule for the status view: its
+// notBefore and windows, "—" when it has neither.
+func (s *Group) ScheduleText() string {
+	var parts []string
+	if !s.Schedule.NotBefore.IsZero() {
+		parts = append(parts, "not before "+ScheduleTime(s.Schedule.NotBefore))
+	}
+	if len(s.Schedule.Windows) > 0 {
+		ws := make([]string, len(s.Schedule.Windows))
+		for i, w := range s.Schedule.Windows {
+			ws[i] = w.String()
+		}
+		parts = append(parts, "windows "+strings.Join(ws, "; "))
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WaitingText is the holds' details joined by "; ", or "—" when nothing holds
@@ -435,8 +487,13 @@ func (s *Group) eta() float64 {
 	if left <= 0 {
 		return -1 // not sealed: more jobs may come, so there is no ETA
 	}
+	// held by its schedule, it counts from when it may start again
+	wait := 0.0
+	if u := s.Schedule.HeldUntil; !u.IsZero() && u.After(s.At) {
+		wait = u.Sub(s.At).Seconds()
+	}
 	if s.Rate > 0 {
-		return math.Ceil(float64(left) / s.Rate)
+		return math.Ceil(wait + float64(left)/s.Rate)
 	}
 	return -1
 }

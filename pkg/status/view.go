@@ -22,6 +22,11 @@ func (s *Group) View() *api.Group {
 		t := s.Total
 		v.Total = &t
 	}
+	if nb := s.Schedule.NotBefore; !nb.IsZero() {
+		u := nb.UTC()
+		v.NotBefore = &u
+	}
+	v.Windows = s.Schedule.Windows
 	st := &api.GroupStatus{
 		WaitingGroups: s.WaitingGroups, WaitingTenants: s.WaitingTenants,
 		Rate: Round2(s.Rate), RateWindowSeconds: Round2(s.RateWindow.Seconds()),
@@ -86,6 +91,10 @@ func FromView(g *api.Group) *Group {
 	if g.Total != nil {
 		s.Total = *g.Total
 	}
+	if g.NotBefore != nil {
+		s.Schedule.NotBefore = *g.NotBefore
+	}
+	s.Schedule.Windows = g.Windows
 	for _, t := range []struct {
 		from *time.Time
 		to   *time.Time

@@ -54,8 +54,10 @@ func groupRef(w http.ResponseWriter, r *http.Request) (contracts.GroupRef, bool)
 	return g, true
 }
 
-// groupSettings reads the optional priority, basePriority, maxInFlight and
-// total query parameters (callbackUrl: callbackURLParam).
+// groupSettings reads the optional priority, basePriority, maxInFlight,
+// notBefore, window (repeated: one sending window each, in the text form
+// of contracts.ParseWindow) and total query parameters (callbackUrl:
+// callbackURLParam).
 func groupSettings(r *http.Request) (*contracts.GroupSettings, *int64, []FieldError) {
 	q := r.URL.Query()
 	var s contracts.GroupSettings
@@ -84,6 +86,25 @@ func groupSettings(r *http.Request) (*contracts.GroupSettings, *int64, []FieldEr
 	}
 	if n, ok := intParam("maxInFlight", 0, contracts.MaxInFlight); ok {
 		s.MaxInFlight, set = n, true
+	}
+	if v := q.Get("notBefore"); v != "" {
+		s.NotBefore, set = v, true
+		if err := (contracts.GroupSettings{NotBefore: v}).Validate(); err != nil {
+			fe := fieldError(err)
+			fe.Field = "notBefore"
+			errs = append(errs, fe)
+		}
+	}
+	for i, v := range q["window"] {
+		w, err := contracts.ParseWindow(fmt.Sprintf("window[%d]", i), v)
+		if err != nil {
+			errs = append(errs, fieldError(err))
+			continue
+		}
+		s.Windows, set = append(s.Windows, w), true
+	}
+	if len(s.Windows) > contracts.MaxWindows {
+		errs = append(errs, paramError("window", fmt.Sprintf("%d windows", len(s.Windows)), fmt.Sprintf("at most %d", contracts.MaxWindows)))
 	}
 	total, terrs := totalParam(r)
 	errs = append(errs, terrs...)
