@@ -403,11 +403,12 @@ func settingsNotice(want, have contracts.GroupSettings) string {
 	return "group settings not applied: the group exists; a submission asked for " + strings.Join(diffs, ", ")
 }
 
-// sameTime reports whether two RFC 3339 times are the same instant.
+// sameTime reports whether two RFC 3339 times are the same instant to the
+// millisecond (a group keeps its notBefore in milliseconds).
 func sameTime(a, b string) bool {
 	ta, err1 := time.Parse(time.RFC3339Nano, a)
 	tb, err2 := time.Parse(time.RFC3339Nano, b)
-	return err1 == nil && err2 == nil && ta.Equal(tb)
+	return err1 == nil && err2 == nil && ta.UnixMilli() == tb.UnixMilli()
 }
 
 // windowsText is sending windows as a notice names them.

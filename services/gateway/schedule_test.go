@@ -1,0 +1,76 @@
+package gateway_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/testkit"
+)
+
+// TestNotBeforeThroughTheAPI: a group submitted with notBefore 3 s ahead is
+// accepted and counted at once, says it is scheduled until then, and is
+// started (admitted, by the clock of Redis) within a second after it and
+// not before; it then completes.
+func TestNotBeforeThroughTheAPI(t *testing.T) {
+	s := newServer(t, nil)
+	nb := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	q := "?total=5&notBefore=" + url.QueryEscape(nb.Format(time.RFC3339Nano))
+	s.submit("acme", "later", q, ndjson("j", 5, `{"ms":1}`))
+
+	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool { return s.group("acme", "later").Jobs == 5 })
+	v := s.group("acme", "later")
+	if v.State != "CREATED" || v.StartedAt != nil {
+		t.Fatalf("before its notBefore: state %s, started %v", v.State, v.StartedAt)
+	}
+	if v.NotBefore == nil || !v.NotBefore.Equal(nb) {
+		t.Fatalf("notBefore %v, want %v", v.NotBefore, nb)
+	}
+	if v.Status == nil || len(v.Status.Waiting) == 0 || v.Status.Waiting[0].Reason != "scheduled" ||
+		v.Status.Waiting[0].Until == nil || !v.Status.Waiting[0].Until.Equal(nb) ||
+		!strings.HasPrefix(v.Status.Waiting[0].Detail, "scheduled until ") {
+		t.Fatalf("waiting %+v, want scheduled until %v", v.Status, nb)
+	}
+
+	v = s.waitState("acme", "later", "COMPLETED")
+	if v.StartedAt == nil {
+		t.Fatal("no startedAt")
+	}
+	late := v.StartedAt.Sub(nb)
+	t.Logf("started %v after its notBefore", late)
+	if late < 0 || late > time.Second {
+		t.Fatalf("started at %v, %v after its notBefore %v: want within [0, 1s]", v.StartedAt, late, nb)
+	}
+	if v.Succeeded != 5 {
+		t.Fatalf("succeeded %d, want 5", v.Succeeded)
+	}
+}
+
+// TestScheduleParametersRefused: a bad notBefore or window is refused with
+// 400 invalid-parameter naming the parameter and the limit.
+func TestScheduleParametersRefused(t *testing.T) {
+	s := newServer(t, nil)
+	far := time.Now().AddDate(2, 0, 0).Format(time.RFC3339)
+	for _, tc := range []struct{ query, field, limit string }{
+		{"notBefore=tomorrow", "notBefore", "RFC 3339"},
+		{"notBefore=" + url.QueryEscape(far), "notBefore", "366 days"},
+		{"window=" + url.QueryEscape("mon-fri 09:00-17:00 Mars/Olympus"), "window[0].zone", "IANA"},
+		{"window=" + url.QueryEscape("mon-fri 09:00-17:00 UTC") + "&window=" + url.QueryEscape("someday 09:00-17:00 UTC"), "window[1]", "DAYS FROM-TO ZONE"},
+		{"window=" + url.QueryEscape("mon 09:00-25:00 UTC"), "window[0].to", "24:00"},
+	} {
+		r := s.do("POST", "/v1/groups/bad/jobs?"+tc.query, "acme", strings.NewReader(ndjson("j", 1, `{"ms":1}`)), "Content-Type: application/x-ndjson")
+		if r.code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.query, r.code, r.body)
+			continue
+		}
+		p := r.problem(t)
+		if len(p.Errors) == 0 || p.Errors[0].Field != tc.field || !strings.Contains(p.Errors[0].Limit+p.Errors[0].Detail, tc.limit) {
+			t.Errorf("%s: %+v, want field %s and %q", tc.query, p.Errors, tc.field, tc.limit)
+		}
+	}
+	if r := s.do("GET", "/v1/groups/bad", "acme", nil); r.code != http.StatusNotFound {
+		t.Errorf("a refused submission made the group: %d", r.code)
+	}
+}
