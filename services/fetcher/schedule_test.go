@@ -1,0 +1,113 @@
+package fetcher_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
+	"github.com/bulkaction/bulkaction/pkg/client"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/fetcher"
+)
+
+// TestRedisRestoredFromAnOlderSnapshotKeepsSchedules: groups with a
+// notBefore and with sending windows, submitted after the snapshot a Redis
+// comes back from, get their schedule back from SUBMIT's replay: still
+// held, for the same reasons and until the same times.
+func TestRedisRestoredFromAnOlderSnapshotKeepsSchedules(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "rs:"})
+	ctx := context.Background()
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100}, e.Deps()))
+	c := client.New(e.JS, client.Options{})
+
+	if err := c.Submit(ctx, "a", clientJobs("a", 0, 10)...); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	waitPosition(t, e)
+	snap := dumpKeys(t, rdb, "rs:")
+
+	// Applied after the snapshot: lost by the restore, then replayed.
+	nb := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	now := time.Now().UTC()
+	// a window that is not open now: the same hour two days on
+	later := now.Add(48 * time.Hour)
+	ws := []contracts.Window{{Zone: "Europe/Berlin", Days: []string{contracts.Weekdays[later.In(berlin(t)).Weekday()]},
+		From: later.In(berlin(t)).Format("15") + ":00", To: later.In(berlin(t)).Add(time.Hour).Format("15") + ":00"}}
+	if ws[0].To == "00:00" {
+		ws[0].To = "24:00"
+	}
+	if err := c.SubmitGroup(ctx, "scheduled", contracts.GroupSettings{NotBefore: nb.Format(time.RFC3339Nano)}, clientJobs("scheduled", 0, 5)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SubmitGroup(ctx, "windowed", contracts.GroupSettings{Windows: ws}, clientJobs("windowed", 0, 5)...); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	want := map[string]redisq.Schedule{}
+	for _, g := range []string{"scheduled", "windowed"} {
+		sc, err := e.Queue.GroupSchedule(ctx, grp(g))
+		if err != nil || sc.Reason == "" {
+			t.Fatalf("%s before the restore: %+v %v, want held", g, sc, err)
+		}
+		want[g] = sc
+	}
+
+	srv.Stop()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for k, d := range snap {
+		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, _ := e.Queue.Group(ctx, grp("scheduled")); ok {
+		t.Fatal("the restore kept a group submitted after the snapshot")
+	}
+	// Something to ingest after the restore: the fetcher sees the restart.
+	if err := c.Submit(ctx, "d", clientJobs("d", 0, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the groups replayed", 0, func() bool {
+		for _, g := range []string{"scheduled", "windowed"} {
+			if info, ok, err := e.Queue.Group(ctx, grp(g)); err != nil || !ok || info.Jobs != 5 {
+				return false
+			}
+		}
+		return true
+	})
+	for g, w := range want {
+		sc, err := e.Queue.GroupSchedule(ctx, grp(g))
+		if err != nil || sc.Reason != w.Reason || !sc.HeldUntil.Equal(w.HeldUntil) || !sc.NotBefore.Equal(w.NotBefore) ||
+			!reflect.DeepEqual(sc.Windows, w.Windows) {
+			t.Errorf("%s after the replay: %+v %v, want %+v", g, sc, err, w)
+		}
+		if info, _, _ := e.Queue.Group(ctx, grp(g)); info.State != contracts.StateCreated || info.Done != 0 {
+			t.Errorf("%s after the replay: state %s, %d done: it started", g, info.State, info.Done)
+		}
+	}
+	if dl := deadLetters(t, e); len(dl) != 0 {
+		t.Errorf("dead letters %v, want none", dl)
+	}
+}
+
+func berlin(t *testing.T) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
