@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -318,6 +319,36 @@ func (c *Client) Pause(ctx context.Context, groupID string) error {
 // group had when it was paused.
 func (c *Client) Resume(ctx context.Context, groupID string) error {
 	return c.publishControl(ctx, "bulkaction.resume", groupID, contracts.KindResume, nil)
+}
+
+// Reschedule moves the notBefore of a group that has not started yet,
+// earlier or later; a past time lets it start at once. A group that has
+// started keeps going (its events carry a notice).
+func (c *Client) Reschedule(ctx context.Context, groupID string, notBefore time.Time) error {
+	op := string(contracts.KindSchedule)
+	g, err := c.group(groupID)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", op, err)
+	}
+	sub := contracts.Submission{V: contracts.Version, Kind: contracts.KindSchedule, NotBefore: notBefore.Format(time.RFC3339Nano)}
+	sub.Tenant, sub.GroupID = g.Tenant, g.ID
+	if err := sub.Validate(c.limits); err != nil {
+		return fmt.Errorf("client: %s: %w", op, err)
+	}
+	sub.Tenant, sub.GroupID = "", "" // the subject names the group
+	data, err := json.Marshal(&sub)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", op, err)
+	}
+	subject := c.names.Submit(g)
+	ctx, span := c.startSpan(ctx, "bulkaction.schedule", subject, g)
+	defer span.End()
+	if _, err := c.js.PublishMsg(ctx, c.newMsg(ctx, subject, "", data)); err != nil {
+		err = fmt.Errorf("client: %s %s: %w", op, g, err)
+		endWithError(span, err)
+		return err
+	}
+	return nil
 }
 
 // publishControl validates and publishes a seal, cancel, pause or resume

@@ -77,15 +77,18 @@ const (
 	KindPause Kind = "pause"
 	// KindResume lets a paused group's jobs be admitted again.
 	KindResume Kind = "resume"
+	// KindSchedule moves the notBefore of a group that has not started yet (its jobs have
+	// not been admitted): earlier or later, a past time starting it at once.
+	KindSchedule Kind = "schedule"
 )
 
 // Kinds lists every kind, in the order error messages name them. Callers must not modify it.
-var Kinds = []Kind{KindJobs, KindSeal, KindCancel, KindPause, KindResume}
+var Kinds = []Kind{KindJobs, KindSeal, KindCancel, KindPause, KindResume, KindSchedule}
 
 // Valid reports whether k is one of the kinds.
 func (k Kind) Valid() bool {
 	switch k {
-	case KindJobs, KindSeal, KindCancel, KindPause, KindResume:
+	case KindJobs, KindSeal, KindCancel, KindPause, KindResume, KindSchedule:
 		return true
 	}
 	return false
@@ -137,6 +140,9 @@ type Submission struct {
 	// Total is the number of distinct jobs the group has (kind seal only; required there),
 	// within [0, MaxTotal]. Nil means not given.
 	Total *int64 `json:"total,omitempty"`
+	// NotBefore is the group's new notBefore (kind schedule only; required there), an RFC 3339
+	// date-time as [GroupSettings.NotBefore].
+	NotBefore string `json:"notBefore,omitempty"`
 }
 
 // Ref returns the group the submission names.

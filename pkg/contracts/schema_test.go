@@ -427,18 +427,22 @@ func TestSchemaKindBranches(t *testing.T) {
 			s.Jobs = manyJobs(1)
 		case contracts.KindSeal:
 			s.Total = i64(1)
+		case contracts.KindSchedule:
+			s.NotBefore = "2026-11-27T09:00:00+01:00"
 		}
 		return s
 	}
 	set := map[string]func(*contracts.Submission){
-		"jobs":  func(s *contracts.Submission) { s.Jobs = manyJobs(1) },
-		"group": func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{} },
-		"total": func(s *contracts.Submission) { s.Total = i64(1) },
+		"jobs":      func(s *contracts.Submission) { s.Jobs = manyJobs(1) },
+		"group":     func(s *contracts.Submission) { s.Group = &contracts.GroupSettings{} },
+		"total":     func(s *contracts.Submission) { s.Total = i64(1) },
+		"notBefore": func(s *contracts.Submission) { s.NotBefore = "2026-11-27T09:00:00+01:00" },
 	}
 	unset := map[string]func(*contracts.Submission){
-		"jobs":  func(s *contracts.Submission) { s.Jobs = nil },
-		"group": func(s *contracts.Submission) { s.Group = nil },
-		"total": func(s *contracts.Submission) { s.Total = nil },
+		"jobs":      func(s *contracts.Submission) { s.Jobs = nil },
+		"group":     func(s *contracts.Submission) { s.Group = nil },
+		"total":     func(s *contracts.Submission) { s.Total = nil },
+		"notBefore": func(s *contracts.Submission) { s.NotBefore = "" },
 	}
 	for _, k := range contracts.Kinds {
 		b := branches[string(k)]
@@ -446,7 +450,7 @@ func TestSchemaKindBranches(t *testing.T) {
 			t.Fatalf("valid %s: %v", k, err)
 		}
 		props, _ := b["properties"].(map[string]any)
-		for _, field := range []string{"jobs", "group", "total"} {
+		for _, field := range []string{"jobs", "group", "total", "notBefore"} {
 			s := valid(k)
 			set[field](&s)
 			refused := contracts.Reason(s.Validate(contracts.Limits{})) != ""

@@ -293,6 +293,9 @@ func (s *Submission) validate(lim Limits, canonical bool) error {
 	if err := s.Ref().Validate(); err != nil {
 		return err
 	}
+	if s.Kind != KindSchedule && s.NotBefore != "" {
+		return notAllowed("notBefore", s.Kind, KindSchedule)
+	}
 	if s.Kind == KindJobs {
 		if s.Total != nil {
 			return notAllowed("total", s.Kind, KindSeal)
@@ -307,6 +310,15 @@ func (s *Submission) validate(lim Limits, canonical bool) error {
 		return notAllowed("jobs", s.Kind, KindJobs)
 	case s.Group != nil:
 		return notAllowed("group", s.Kind, KindJobs)
+	}
+	if s.Kind == KindSchedule {
+		if s.Total != nil {
+			return notAllowed("total", s.Kind, KindSeal)
+		}
+		if s.NotBefore == "" {
+			return invalidField("notBefore", "missing", "required for kind schedule")
+		}
+		return checkNotBefore(s.NotBefore, time.Now())
 	}
 	if s.Kind != KindSeal {
 		if s.Total != nil {

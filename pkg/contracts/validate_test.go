@@ -597,7 +597,7 @@ func TestGroupEventFinal(t *testing.T) {
 
 func TestKindsAndGroupRef(t *testing.T) {
 	t.Parallel()
-	if got := fmt.Sprint(contracts.Kinds); got != "[jobs seal cancel pause resume]" {
+	if got := fmt.Sprint(contracts.Kinds); got != "[jobs seal cancel pause resume schedule]" {
 		t.Errorf("Kinds = %s", got)
 	}
 	for _, k := range contracts.Kinds {

@@ -268,3 +268,29 @@ func (q *Queue) KeptPosition(ctx context.Context, g contracts.GroupRef, level co
 	}
 	return n + 1, nil
 }
+
+// Reschedule outcomes ([ControlResult.Outcome] of [Queue.Reschedule];
+// also [ControlEnded], [ControlUnknown] and [ControlSuperseded]).
+const (
+	// Rescheduled: the group's notBefore is the new one.
+	Rescheduled ControlOutcome = "rescheduled"
+	// ControlStarted: the group has started (jobs of it were admitted);
+	// its notBefore no longer matters and is left as it was.
+	ControlStarted ControlOutcome = "started"
+)
+
+// Reschedule moves the notBefore of a group that has not started, earlier
+// or later (a past time lets it start at once). With [SubmitSeq], a move
+// older than the last one the group took changes nothing
+// ([ControlSuperseded]).
+func (q *Queue) Reschedule(ctx context.Context, g contracts.GroupRef, notBefore time.Time, opts ...ControlOption) (*ControlResult, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("redisq: reschedule %s: %w", g, err)
+	}
+	v, err := q.run(ctx, "reschedule", rescheduleScript, []string{q.keys.GroupMeta(g), q.keys.ScheduleWait()},
+		groupKey(g), notBefore.UnixMilli(), q.now(), controlSeq(opts))
+	if err != nil {
+		return nil, err
+	}
+	return parseControl(v), nil
+}

@@ -186,3 +186,45 @@ func TestTenantDefaultWindows(t *testing.T) {
 		t.Fatalf("on Sunday: %v", got)
 	}
 }
+
+// TestRescheduleMovesTheStart: a later notBefore holds the group longer, an
+// earlier one starts it sooner; an older move is superseded, and one after
+// the start changes nothing.
+func TestRescheduleMovesTheStart(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	ctx := context.Background()
+	t0 := b.clock.t
+	enqueueScheduled(t, q, "g", 2, t0.Add(time.Second).Format(time.RFC3339Nano), nil)
+	admit(t, q, 10)
+	res, err := q.Reschedule(ctx, G("g"), t0.Add(time.Minute), redisq.SubmitSeq(10))
+	if err != nil || res.Outcome != redisq.Rescheduled {
+		t.Fatalf("later: %+v %v", res, err)
+	}
+	if res, _ := q.Reschedule(ctx, G("g"), t0, redisq.SubmitSeq(9)); res.Outcome != redisq.ControlSuperseded {
+		t.Fatalf("an older move: %+v", res)
+	}
+	b.clock.advance(2 * time.Second)
+	if r := admit(t, q, 10); len(r.Jobs) != 0 {
+		t.Fatalf("admitted at the old notBefore: %v", admittedGroups(r))
+	}
+	if hs := holdsOf(t, q, "g"); len(hs) != 1 || hs[0].UntilMs != t0.Add(time.Minute).UnixMilli() {
+		t.Fatalf("holds %+v", hs)
+	}
+	if res, err := q.Reschedule(ctx, G("g"), t0.Add(3*time.Second), redisq.SubmitSeq(11)); err != nil || res.Outcome != redisq.Rescheduled {
+		t.Fatalf("earlier: %+v %v", res, err)
+	}
+	b.clock.advance(time.Second)
+	if r := admit(t, q, 1); len(r.Jobs) != 1 {
+		t.Fatalf("not admitted at the moved notBefore: %v", admittedGroups(r))
+	}
+	if res, _ := q.Reschedule(ctx, G("g"), t0.Add(time.Hour), redisq.SubmitSeq(12)); res.Outcome != redisq.ControlStarted {
+		t.Fatalf("after the start: %+v", res)
+	}
+	if r := admit(t, q, 10); len(r.Jobs) != 1 {
+		t.Fatalf("a move after the start held the group: %v", admittedGroups(r))
+	}
+	if res, _ := q.Reschedule(ctx, G("nope"), t0, redisq.SubmitSeq(13)); res.Outcome != redisq.ControlUnknown {
+		t.Fatalf("unknown group: %+v", res)
+	}
+}

@@ -34,6 +34,7 @@ var (
 	enqueueScript         = loadScript("enqueue")
 	admitScript           = loadScript("admit", "zcopy")
 	scheduleRefreshScript = loadScript("schedule_refresh")
+	rescheduleScript      = loadScript("reschedule")
 	recordScript          = loadScript("record")
 	sealScript            = loadScript("seal")
 	cancelScript          = loadScript("cancel")

@@ -205,6 +205,8 @@ func (f *Fetcher) store(ctx context.Context, items []*item, guarded bool) (int, 
 			err = f.cancel(ctx, it)
 		case contracts.KindPause, contracts.KindResume:
 			err = f.control(ctx, it)
+		case contracts.KindSchedule:
+			err = f.reschedule(ctx, it)
 		}
 		if err != nil {
 			failed = err
@@ -511,6 +513,44 @@ func (f *Fetcher) control(ctx context.Context, it *item) error {
 		ch.Counts.State = res.Transition
 	} else {
 		ch.Notice = fmt.Sprintf("%s had no effect: %s", it.sub.Kind, res.Outcome)
+	}
+	f.publishEvent(ctx, ch)
+	it.Decide(consume.Ack())
+	return nil
+}
+
+// reschedule applies a schedule message (a group's new notBefore); a
+// non-nil error is a storage error. Schedule messages apply in publish
+// order among themselves (redisq.SubmitSeq). A move is published as a
+// notice on the group's events, as is one that changed nothing (the group
+// has started or ended, or the message was superseded); one for a group
+// that does not exist publishes nothing.
+func (f *Fetcher) reschedule(ctx context.Context, it *item) error {
+	nb, err := contracts.ParseNotBefore(it.sub.NotBefore)
+	if err != nil {
+		return err // validated before: not reached
+	}
+	var seq uint64
+	if md, err := it.Msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	res, err := f.d.Queue.Reschedule(ctx, it.sub.Ref(), nb, redisq.SubmitSeq(seq))
+	if err != nil {
+		return err
+	}
+	it.Span.SetAttributes(attribute.String("bulkaction.control.outcome", string(res.Outcome)))
+	f.d.Metrics.ControlMessages.WithLabelValues(string(it.sub.Kind), string(res.Outcome)).Inc()
+	if res.Outcome == redisq.ControlUnknown {
+		f.log.Debug("schedule of an unknown group", "tenant", it.sub.Tenant, "group", it.sub.GroupID)
+		it.Decide(consume.Ack())
+		return nil
+	}
+	ch := events.Change{Group: it.sub.Ref(), Counts: res.Group, Control: true}
+	if res.Outcome == redisq.Rescheduled {
+		ch.Notice = "notBefore moved to " + nb.UTC().Format(time.RFC3339Nano)
+		f.wakeAdmission()
+	} else {
+		ch.Notice = fmt.Sprintf("schedule had no effect: %s", res.Outcome)
 	}
 	f.publishEvent(ctx, ch)
 	it.Decide(consume.Ack())

@@ -88,6 +88,11 @@ func TestRedisRestoredFromAnOlderSnapshotKeepsSchedules(t *testing.T) {
 		}
 		return true
 	})
+	// (the replay ends by making the position current)
+	testkit.WaitFor(t, "the position current", 0, func() bool {
+		p, err := e.Queue.Position(ctx, "submit")
+		return err == nil && p.Current
+	})
 	for g, w := range want {
 		sc, err := e.Queue.GroupSchedule(ctx, grp(g))
 		if err != nil || sc.Reason != w.Reason || !sc.HeldUntil.Equal(w.HeldUntil) || !sc.NotBefore.Equal(w.NotBefore) ||
@@ -110,4 +115,44 @@ func berlin(t *testing.T) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// TestRescheduleOverNATS: a schedule message moves a waiting group's
+// notBefore (here to now: it starts); one for a started group is a notice
+// and changes nothing; a bad one is dead-lettered naming the field.
+func TestRescheduleOverNATS(t *testing.T) {
+	t.Parallel()
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100}, e.Deps()))
+	c := client.New(e.JS, client.Options{})
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if err := c.SubmitGroup(ctx, "g", contracts.GroupSettings{NotBefore: later.Format(time.RFC3339Nano)}, clientJobs("g", 0, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "held until its notBefore", 0, func() bool {
+		sc, err := e.Queue.GroupSchedule(ctx, grp("g"))
+		return err == nil && sc.Reason == redisq.HoldScheduled && sc.HeldUntil.Equal(later)
+	})
+	sooner := time.Now().Add(300 * time.Millisecond)
+	if err := c.Reschedule(ctx, "g", sooner); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "started at the new notBefore", 10*time.Second, func() bool {
+		info, ok, err := e.Queue.Group(ctx, grp("g"))
+		return err == nil && ok && info.StartedAtMs > 0
+	})
+	info, _, _ := e.Queue.Group(ctx, grp("g"))
+	if started := time.UnixMilli(info.StartedAtMs); started.Before(sooner.Truncate(time.Millisecond)) {
+		t.Fatalf("started at %v, before the new notBefore %v", started, sooner)
+	}
+	if err := c.Reschedule(ctx, "g", later); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the late move counted", 10*time.Second, func() bool {
+		return testkit.Value(t, e.Metrics.ControlMessages.WithLabelValues("schedule", string(redisq.ControlStarted))) == 1
+	})
+	if sc, _ := e.Queue.GroupSchedule(ctx, grp("g")); !sc.NotBefore.Equal(sooner.Truncate(time.Millisecond)) {
+		t.Fatalf("a move after the start changed notBefore to %v", sc.NotBefore)
+	}
 }
