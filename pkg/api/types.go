@@ -139,6 +139,8 @@ type ControlResponse struct {
 	GroupID string         `json:"groupId"`
 	Kind    contracts.Kind `json:"kind"`
 	Total   *int64         `json:"total,omitempty"`
+	// NotBefore is a schedule's new notBefore.
+	NotBefore *time.Time `json:"notBefore,omitempty"`
 }
 
 // Failure is one failed job of a group (GET …/failures).

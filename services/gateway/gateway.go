@@ -247,6 +247,7 @@ func (g *Gateway) table() []route {
 		{method: "POST", pattern: "/v1/groups/{groupId}/cancel", op: "cancelGroup", h: g.control, idempotent: true},
 		{method: "POST", pattern: "/v1/groups/{groupId}/pause", op: "pauseGroup", h: g.control, idempotent: true},
 		{method: "POST", pattern: "/v1/groups/{groupId}/resume", op: "resumeGroup", h: g.control, idempotent: true},
+		{method: "POST", pattern: "/v1/groups/{groupId}/schedule", op: "scheduleGroup", h: g.scheduleGroup, idempotent: true},
 		{method: "GET", pattern: "/v1/groups/{groupId}/failures", op: "listFailures", h: g.listFailures},
 		{method: "GET", pattern: "/v1/groups/{groupId}/failures/{jobId}", op: "getFailure", h: g.getFailure},
 		{method: "POST", pattern: "/v1/groups/{groupId}/retry-failed", op: "retryFailed", h: g.retryFailed, idempotent: true},

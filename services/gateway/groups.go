@@ -265,6 +265,49 @@ func (g *Gateway) sealGroup(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, ControlResponse{Tenant: ref.Tenant, GroupID: ref.ID, Kind: contracts.KindSeal, Total: total})
 }
 
+// scheduleGroup: POST …/schedule with {"notBefore": "<RFC 3339>"}: moves
+// the start of a group that has not started (a schedule message).
+func (g *Gateway) scheduleGroup(w http.ResponseWriter, r *http.Request) {
+	ref, ok := groupRef(w, r)
+	if !ok {
+		return
+	}
+	const hint = `send {"notBefore": "<RFC 3339 date-time>"}`
+	var body struct {
+		NotBefore *string `json:"notBefore"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body could not be read")
+		return
+	}
+	if fe := decodeBody(raw, &body, "notBefore"); fe != nil {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, hint, *fe)
+		return
+	}
+	if body.NotBefore == nil || *body.NotBefore == "" {
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, hint,
+			FieldError{Field: "notBefore", Detail: "missing", Limit: "an RFC 3339 date-time with a time zone offset, e.g. 2026-11-27T09:00:00+01:00"})
+		return
+	}
+	if err := (contracts.GroupSettings{NotBefore: *body.NotBefore}).Validate(); err != nil {
+		fe := fieldError(err)
+		fe.Field = "notBefore"
+		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, hint, fe)
+		return
+	}
+	nb, _ := contracts.ParseNotBefore(*body.NotBefore) // checked above
+	if !g.groupKnown(w, r, ref, contracts.KindSchedule) {
+		return
+	}
+	if err := g.client.ForTenant(ref.Tenant).Reschedule(r.Context(), ref.ID, nb); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	u := nb.UTC()
+	writeJSON(w, http.StatusAccepted, ControlResponse{Tenant: ref.Tenant, GroupID: ref.ID, Kind: contracts.KindSchedule, NotBefore: &u})
+}
+
 // groupKnown answers for a seal, cancel, pause or resume of a group that
 // does not exist, and returns false: 404 unless the request asks to create
 // it with ?create=true (a mistyped id would otherwise create an empty
@@ -276,9 +319,9 @@ func (g *Gateway) groupKnown(w http.ResponseWriter, r *http.Request, ref contrac
 	create := false
 	if v := r.URL.Query().Get("create"); v != "" {
 		b, err := strconv.ParseBool(v)
-		if err != nil || kind == contracts.KindResume {
+		if err != nil || kind == contracts.KindResume || kind == contracts.KindSchedule {
 			limit := "true or false"
-			if kind == contracts.KindResume {
+			if kind == contracts.KindResume || kind == contracts.KindSchedule {
 				limit = "not taken by resume: a group that does not exist has nothing to resume"
 			}
 			writeProblem(w, r, http.StatusBadRequest, slugInvalidParam, "bad query parameter", paramError("create", v, limit))
@@ -292,14 +335,14 @@ func (g *Gateway) groupKnown(w http.ResponseWriter, r *http.Request, ref contrac
 		return false
 	}
 	switch {
-	case info != nil && info.State.Terminal() && (kind == contracts.KindPause || kind == contracts.KindResume):
+	case info != nil && info.State.Terminal() && (kind == contracts.KindPause || kind == contracts.KindResume || kind == contracts.KindSchedule):
 		writeProblem(w, r, http.StatusConflict, slugGroupEnded, fmt.Sprintf("group %s is %s: there is nothing to %s", ref.ID, info.State, kind))
 		return false
 	case info != nil || pending:
 		return true
 	case !create:
 		hint := "; ?create=true " + string(kind) + "s it before its first job"
-		if kind == contracts.KindResume {
+		if kind == contracts.KindResume || kind == contracts.KindSchedule {
 			hint = ""
 		}
 		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group: nothing was ever submitted to it"+hint)

@@ -994,6 +994,14 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	c.check("POST", cbr, s.do("POST", "/v1/groups/none/callback/retry", "acme", nil), 404)
 	c.check("POST", cbr, s.do("POST", "/v1/groups/cb/callback/retry", "*", nil), 400)
 
+	// Moving a group's start.
+	sched := "/v1/groups/{groupId}/schedule"
+	nb := `{"notBefore":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
+	c.check("POST", sched, s.do("POST", "/v1/groups/cb-open/schedule", "acme", strings.NewReader(nb), "Idempotency-Key: sched"), 202)
+	c.check("POST", sched, s.do("POST", "/v1/groups/cb-open/schedule", "acme", strings.NewReader(`{"notBefore":"2026-11-27T09:00:00Z"}`), "Idempotency-Key: sched"), 409)
+	c.check("POST", sched, s.do("POST", "/v1/groups/mixed/schedule", "acme", strings.NewReader(`{"notBefore":"soon"}`)), 400)
+	c.check("POST", sched, s.do("POST", "/v1/groups/none/schedule", "acme", strings.NewReader(nb)), 404)
+
 	// The dashboard's operations.
 	c.check("GET", "/v1/groups/{groupId}/progress", s.do("GET", "/v1/groups/mixed/progress", "acme", nil), 200)
 	c.check("GET", "/v1/groups/{groupId}/progress", s.do("GET", "/v1/groups/mixed/progress", "*", nil), 400)

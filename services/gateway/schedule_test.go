@@ -74,3 +74,42 @@ func TestScheduleParametersRefused(t *testing.T) {
 		t.Errorf("a refused submission made the group: %d", r.code)
 	}
 }
+
+// TestMoveTheStartThroughTheAPI: POST …/schedule moves a waiting group's
+// start later, then to now (it starts); a bad body is refused naming
+// notBefore; an unknown group is 404.
+func TestMoveTheStartThroughTheAPI(t *testing.T) {
+	s := newServer(t, nil)
+	first := time.Now().Add(time.Hour).Truncate(time.Second)
+	s.submit("acme", "moved", "?total=2&notBefore="+url.QueryEscape(first.Format(time.RFC3339)), ndjson("j", 2, `{"ms":1}`))
+	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool { return s.group("acme", "moved").Jobs == 2 })
+
+	later := first.Add(time.Hour)
+	r := s.do("POST", "/v1/groups/moved/schedule", "acme", strings.NewReader(`{"notBefore":"`+later.Format(time.RFC3339)+`"}`), "Content-Type: application/json")
+	if r.code != http.StatusAccepted {
+		t.Fatalf("move later: %d %s", r.code, r.body)
+	}
+	testkit.WaitFor(t, "the later start", 10*time.Second, func() bool {
+		v := s.group("acme", "moved")
+		return v.NotBefore != nil && v.NotBefore.Equal(later) && len(v.Status.Waiting) > 0 &&
+			v.Status.Waiting[0].Until != nil && v.Status.Waiting[0].Until.Equal(later)
+	})
+	for _, body := range []string{`{"notBefore":"soon"}`, `{}`, `{"notBefore":"2026-11-27T09:00:00+01:00","x":1}`} {
+		r := s.do("POST", "/v1/groups/moved/schedule", "acme", strings.NewReader(body), "Content-Type: application/json")
+		if r.code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", body, r.code, r.body)
+			continue
+		}
+		if p := r.problem(t); len(p.Errors) == 0 || (p.Errors[0].Field != "notBefore" && p.Errors[0].Field != "x") {
+			t.Errorf("%s: %+v, want the field named", body, p.Errors)
+		}
+	}
+	if r := s.do("POST", "/v1/groups/nope/schedule", "acme", strings.NewReader(`{"notBefore":"2026-11-27T09:00:00Z"}`)); r.code != http.StatusNotFound {
+		t.Errorf("unknown group: %d %s", r.code, r.body)
+	}
+	now := time.Now().Format(time.RFC3339Nano)
+	if r := s.do("POST", "/v1/groups/moved/schedule", "acme", strings.NewReader(`{"notBefore":"`+now+`"}`)); r.code != http.StatusAccepted {
+		t.Fatalf("move to now: %d %s", r.code, r.body)
+	}
+	s.waitState("acme", "moved", "COMPLETED")
+}
