@@ -26,7 +26,7 @@ const (
 func cliCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newDevCmd(), newSubmitCmd(), newStatusCmd(), newWatchCmd(), newCancelCmd(),
-		newControlCmd(contracts.KindPause), newControlCmd(contracts.KindResume), newTenantCmd(), newStatsCmd(),
+		newControlCmd(contracts.KindPause), newControlCmd(contracts.KindResume), newScheduleCmd(), newTenantCmd(), newStatsCmd(),
 		newGroupsCmd(), newCallbackCmd(),
 	}
 }

@@ -664,7 +664,7 @@ func newTenantCmd() *cobra.Command {
 		Use:   "tenant",
 		Short: "Show or set tenants' weights in the fair queue and their quotas",
 	}
-	cmd.AddCommand(newTenantQuotaCmd(), newTenantLimitsCmd())
+	cmd.AddCommand(newTenantQuotaCmd(), newTenantLimitsCmd(), newTenantWindowsCmd())
 	var force bool
 	weight := &cobra.Command{
 		Use:   "weight [TENANT [WEIGHT]]",

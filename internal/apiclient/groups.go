@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -126,6 +127,22 @@ func (c *Client) RetryFailed(ctx context.Context, groupID, newGroupID string, op
 		r.contentType = "application/json"
 	}
 	var out RetryResult
+	if _, err := c.send(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Schedule moves the start (notBefore) of a group that has not started;
+// its effect shows in the group's status and events.
+func (c *Client) Schedule(ctx context.Context, groupID string, notBefore time.Time, opts ...CallOption) (*ControlResult, error) {
+	body, err := json.Marshal(map[string]string{"notBefore": notBefore.Format(time.RFC3339Nano)})
+	if err != nil {
+		return nil, err
+	}
+	var out ControlResult
+	r := request{method: http.MethodPost, path: groupPath(groupID, "schedule"), contentType: "application/json", opts: options(opts),
+		body: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }}
 	if _, err := c.send(ctx, r, &out); err != nil {
 		return nil, err
 	}
