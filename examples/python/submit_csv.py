@@ -105,7 +105,7 @@ class Client:
             q["tenant"] = self.tenant
         u = self.api + path
         if q:
-            u += "?" + urllib.parse.urlencode(q)
+            u += "?" + urllib.parse.urlencode(q, doseq=True)
         return u
 
     def request(self, method, path, query=None, body=None, headers=None, timeout=120):
@@ -204,6 +204,10 @@ def submit(client, args):
         query["priority"] = args.priority
     if args.max_in_flight is not None:
         query["maxInFlight"] = str(args.max_in_flight)
+    if args.not_before:
+        query["notBefore"] = args.not_before
+    if args.window:
+        query["window"] = args.window  # repeated: one sending window each
     from_stdin = args.csv == "-"
     if not from_stdin:
         query["total"] = str(count_rows(args.csv))
@@ -334,6 +338,9 @@ def main(argv=None):
     p.add_argument("--group", required=True, help="group id (^[A-Za-z0-9_-]{1,128}$)")
     p.add_argument("--priority", choices=["high", "normal", "low"], help="the group's priority level")
     p.add_argument("--max-in-flight", type=int, help="most of the group's jobs running at once (0 = no limit)")
+    p.add_argument("--not-before", help="start at: hold the jobs back until this RFC 3339 time (2026-11-27T09:00:00+01:00)")
+    p.add_argument("--window", action="append",
+                   help='sending window, repeatable: "DAYS FROM-TO ZONE", e.g. "mon-fri 09:00-17:00 Europe/Berlin"')
     p.add_argument("--type", default="", help="job type of rows without a type column")
     p.add_argument("--tenant", default=os.environ.get("BULKACTION_TENANT") or None,
                    help="tenant of the group, for an admin key (default $BULKACTION_TENANT)")

@@ -96,7 +96,8 @@ func (q *Queue) WatchGroups(ctx context.Context, gs ...contracts.GroupRef) error
 // (LastProgressAtMs), or when none was recorded yet their start
 // (StartedAtMs), is more than after before now (Redis TIME, or
 // Config.Clock). after <= 0 reports every RUNNING or AGGREGATING group. A
-// PAUSED group is not stuck.
+// PAUSED group is not stuck, nor is one its schedule holds (outside its
+// sending windows): its leases still expire and are repaired as any.
 //
 // The candidates are [Queue.CandidateGroups]; every candidate is put on the
 // watch list, and groups that have ended (or whose meta expired) are taken
@@ -118,7 +119,7 @@ func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupIn
 	pipe := q.rdb.Pipeline()
 	metas := make([]*redis.SliceCmd, len(cands))
 	for i, g := range cands {
-		metas[i] = pipe.HMGet(ctx, q.keys.GroupMeta(g), "status", "startedAt", "lastProgressAt")
+		metas[i] = pipe.HMGet(ctx, q.keys.GroupMeta(g), "status", "startedAt", "lastProgressAt", "notBefore", "winAt")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: stuck groups: %w", err)
@@ -135,6 +136,9 @@ func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupIn
 		case contracts.StateRunning, contracts.StateAggregating:
 		default:
 			continue
+		}
+		if sc, err := scheduleOf(metaStr(v[3]), "", metaStr(v[4]), now); err == nil && !sc.HeldUntil.IsZero() {
+			continue // outside its sending windows: it waits on purpose
 		}
 		last := metaInt(v[2])
 		if last == 0 {
