@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -422,4 +423,24 @@ func TestDashboardThousandGroups(t *testing.T) {
 	// scrolling to the end draws the last group
 	b.do("scroll to the end", chromedp.Evaluate[chromedp.Void](`document.getElementById('groups-body').scrollTop = 1e9`))
 	b.wait("the oldest group", `document.querySelector('.grow[data-key="acme/g0001"]') !== null`, 10*time.Second)
+}
+
+// TestDashboardShowsSchedules: a group waiting for its notBefore, with
+// sending windows, shows in its detail why it waits, its schedule and its
+// next start.
+func TestDashboardShowsSchedules(t *testing.T) {
+	s := newServer(t, nil)
+	b := newBrowser(t, s)
+	b.login("acme")
+	nb := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	s.submit("acme", "later", "?total=2&notBefore="+url.QueryEscape(nb)+"&window="+url.QueryEscape("mon-sun 00:00-24:00 Europe/Berlin"), ndjson("j", 2, `{"ms":1}`))
+	b.do("open the group", chromedp.Evaluate[chromedp.Void](`location.hash = '#/group/acme/later'`))
+	b.wait("why it waits", `(document.getElementById('detail-waiting')?.textContent || '').startsWith('scheduled until ')`, 30*time.Second)
+	sched := b.eval(`document.getElementById('detail-schedule').textContent`)
+	for _, want := range []string{"starts at ", "sends within mon,tue,wed,thu,fri,sat,sun 00:00–24:00 Europe/Berlin", "next start "} {
+		if !strings.Contains(sched, want) {
+			t.Errorf("schedule %q, want %q in it", sched, want)
+		}
+	}
+	b.screenshot("group-scheduled")
 }

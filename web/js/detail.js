@@ -29,12 +29,14 @@ export function mount(root, {params}) {
   const dl = el('dl', {class: 'kv'});
   for (const [k, label] of [['jobs', 'Jobs'], ['queued', 'Queued'], ['inFlight', 'In flight'], ['backingOff', 'Backing off'],
     ['succeeded', 'Succeeded'], ['failed', 'Failed'], ['cancelled', 'Cancelled'], ['rate', 'Rate'], ['eta', 'ETA'],
-    ['position', 'Position'], ['congestion', 'Congestion'], ['waiting', 'Why waiting'], ['priority', 'Priority'],
+    ['position', 'Position'], ['congestion', 'Congestion'], ['waiting', 'Why waiting'], ['schedule', 'Schedule'], ['priority', 'Priority'],
     ['created', 'Created'], ['finished', 'Finished'], ['links', 'Retries'],
     ['callback', 'Callback']]) {
     kv[k] = el('dd', {text: '—'});
     dl.append(el('dt', {text: label}), kv[k]);
   }
+  kv.waiting.id = 'detail-waiting';
+  kv.schedule.id = 'detail-schedule';
   const ch = lineChart('Jobs done over time', [['done', 'done + cancelled'], ['failed', 'failed'], ['total', 'total']]);
   const chartNote = el('p', {class: 'muted'});
   const failBody = el('tbody');
@@ -108,6 +110,7 @@ export function mount(root, {params}) {
     setText(kv.congestion, s.congestion ? `${s.congestion} (backoff ${num(s.backoffMs)} ms, ${count(s.retries, 'retry', 'retries')}, ${count(s.throttles, 'throttle', 'throttles')})` : '—');
     kv.congestion.className = s.congestion ? 'cong-' + s.congestion : '';
     setText(kv.waiting, holds(s) || (ENDED.has(v.state) ? '—' : 'nothing holds it'));
+    setText(kv.schedule, schedule(v, s));
     setText(kv.priority, `${v.priority} (base ${v.basePriority})${v.maxInFlight ? ', at most ' + num(v.maxInFlight) + ' in flight' : ''}`);
     setText(kv.created, v.createdAt ? new Date(v.createdAt).toLocaleString() : '—');
     // A cancelled group's finishedAt is the cancel; jobs already running
@@ -255,4 +258,18 @@ function callback(c) {
       return `pending: ${tries} so far${c.nextAttemptAt ? ', next at ' + time(c.nextAttemptAt) : ''}${last} · to ${c.url}`;
   }
   return `sent when the group ends · to ${c.url}`;
+}
+
+// schedule says when a group may start and when it may send: its notBefore,
+// its sending windows, and the next start while one of them holds it.
+function schedule(v, s) {
+  const parts = [];
+  if (v.notBefore) parts.push('starts at ' + new Date(v.notBefore).toLocaleString());
+  if (v.windows && v.windows.length) {
+    parts.push('sends within ' + v.windows.map(w => `${w.days.join(',')} ${w.from}–${w.to} ${w.zone}`).join('; '));
+  }
+  if (parts.length === 0) return '—';
+  const held = (s.waiting || []).find(h => h.reason === 'scheduled' || h.reason === 'outside_window');
+  if (held && held.until && !ENDED.has(v.state)) parts.push('next start ' + new Date(held.until).toLocaleString());
+  return parts.join(' · ');
 }
