@@ -11,6 +11,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
 // newScheduleCmd is `schedule GROUP --not-before T`: moves the start of a
@@ -63,7 +64,7 @@ duration from now (90m), or now.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "schedule of group %s (tenant %s) accepted: not before %s\n", args[0], api.tenant, cli.ScheduleTime(nb))
+				fmt.Fprintf(cmd.OutOrStdout(), "schedule of group %s (tenant %s) accepted: not before %s\n", args[0], api.tenant, status.ScheduleTime(nb))
 				return nil
 			}
 			g, c, err := dialControl(cmd, tenant, args[0])
@@ -79,7 +80,7 @@ duration from now (90m), or now.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "schedule of group %s (tenant %s) accepted: not before %s; \"bulkaction status --tenant %s %s\" shows it\n",
-				g.ID, g.Tenant, cli.ScheduleTime(nb), g.Tenant, g.ID)
+				g.ID, g.Tenant, status.ScheduleTime(nb), g.Tenant, g.ID)
 			return nil
 		},
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/pkg/status"
@@ -49,5 +51,49 @@ func TestWriteStatusWaitingRow(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "waiting     —\n") || strings.Contains(progressLine(s), "waiting") {
 		t.Errorf("a group running freely:\n%s\n%s", b.String(), progressLine(s))
+	}
+}
+
+// A group waiting for its notBefore, with sending windows, says so in
+// status: scheduled until then, its schedule on a row, and its position
+// kept among its tenant's groups.
+func TestStatusOfAScheduledGroup(t *testing.T) {
+	env := testenv.Redis(t)
+	ctx := context.Background()
+	q, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix, Mode: redisq.ModeFair})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := time.Now().Add(time.Hour).Truncate(time.Second)
+	ws := []contracts.Window{{Zone: "UTC", Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, From: "00:00", To: "24:00"}}
+	g := contracts.Group("acme", "later")
+	if _, err := q.EnqueueJobs(ctx, []redisq.Job{
+		{Group: g, ID: "a", Type: "t", NotBefore: nb.Format(time.RFC3339), Windows: ws},
+		{Group: contracts.Group("acme", "now"), ID: "a", Type: "t"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Admit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	s, err := status.Read(ctx, q, g, status.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := writeStatus(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"waiting     scheduled until " + status.ScheduleTime(nb) + "\n",
+		"schedule    not before " + status.ScheduleTime(nb) + ", windows mon,tue,wed,thu,fri,sat,sun 00:00-24:00 UTC\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if s.Position != 1 {
+		t.Errorf("position %d, want 1 (the place it keeps)", s.Position)
 	}
 }
