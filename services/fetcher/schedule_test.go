@@ -3,9 +3,11 @@ package fetcher_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
@@ -154,5 +156,38 @@ func TestRescheduleOverNATS(t *testing.T) {
 	})
 	if sc, _ := e.Queue.GroupSchedule(ctx, grp("g")); !sc.NotBefore.Equal(sooner.Truncate(time.Millisecond)) {
 		t.Fatalf("a move after the start changed notBefore to %v", sc.NotBefore)
+	}
+}
+
+// TestBadScheduleIsDeadLettered: a jobs message with a window in an unknown
+// time zone, or a schedule message without a notBefore, is dead-lettered
+// as invalid_field naming the field and the limit; nothing is stored.
+func TestBadScheduleIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100}, e.Deps()))
+	for _, body := range []string{
+		`{"v":2,"kind":"jobs","jobs":[{"jobId":"a","type":"t"}],"group":{"windows":[{"zone":"Mars/Olympus","days":["mon"],"from":"09:00","to":"17:00"}]}}`,
+		`{"v":2,"kind":"schedule"}`,
+	} {
+		m := nats.NewMsg(e.Names.Submit(grp("bad")))
+		m.Data = []byte(body)
+		if _, err := e.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dl []deadLetter
+	testkit.WaitFor(t, "two dead letters", 10*time.Second, func() bool { dl = deadLetters(t, e); return len(dl) == 2 })
+	for i, want := range []string{"group.windows[0].zone", "notBefore"} {
+		if dl[i].Reason != contracts.ReasonInvalidField || !strings.Contains(dl[i].Error, want) {
+			t.Errorf("dead letter %d: %s %q, want invalid_field naming %s", i, dl[i].Reason, dl[i].Error, want)
+		}
+	}
+	if !strings.Contains(dl[0].Error, "IANA") {
+		t.Errorf("dead letter %q does not say the limit", dl[0].Error)
+	}
+	if _, ok, _ := e.Queue.Group(ctx, grp("bad")); ok {
+		t.Error("a refused message stored its group")
 	}
 }
