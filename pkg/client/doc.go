@@ -28,6 +28,11 @@
 // final event POSTed there when it ends, signed in the Standard Webhooks
 // format with the tenant's callback secret (receivers check it with any
 // Standard Webhooks library, or package webhook's Verify).
+// [contracts.GroupSettings.NotBefore] holds the group's jobs back until a
+// time ([Client.Reschedule] moves it before the group starts), and
+// [contracts.GroupSettings.Windows] admits them only while one of the
+// group's sending windows is open (a weekly IANA-zone window, e.g. from the
+// text form of [contracts.ParseWindow]).
 //
 // Every jobs, seal and cancel message carries a Nats-Msg-Id derived from the
 // group and job ids, so repeating a call after an error is safe: JetStream
