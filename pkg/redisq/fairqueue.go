@@ -527,6 +527,9 @@ type AdmitOption func(*admitOptions)
 type admitOptions struct {
 	rooms string // '' = no per-type limit
 	seq   string // READY's last sequence when rooms were measured ('' = none)
+	// learned, when set, folds learned destination rates into the type
+	// limits (WithLearnedRates)
+	learned *DestRates
 }
 
 // WithReadySeq says that the rooms of [WithTypeRooms] were measured when
@@ -607,7 +610,7 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o 
 	if n <= 0 {
 		return &AdmitResult{}, nil
 	}
-	typeLimits := q.typeLimits
+	typeLimits := q.limitsWith(o.learned)
 	if mode == ModeFair {
 		typeLimits = "" // no rate gate
 	}

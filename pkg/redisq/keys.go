@@ -268,6 +268,14 @@ func (k Keys) GroupCallback(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":callback"
 }
 
+// DestRates is the ZSET of the destinations whose rate is learned
+// (docs/ARCHITECTURE.md §5), scored by their last report in ms.
+func (k Keys) DestRates() string { return k.prefix + "dest-rates" }
+
+// DestRate is the HASH of one destination's learned rate (dest_report.lua).
+// Destinations are tokens (no ':'), so no destination's key is another key.
+func (k Keys) DestRate(dest string) string { return k.prefix + "dest-rate:" + dest }
+
 // CallbacksDue is the ZSET of pending callback deliveries (member: group
 // key "<tenant>:<gid>"), scored by when each is due (ms); a leased one by
 // when its lease runs out.

@@ -182,7 +182,7 @@ func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*Relea
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
-		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.typeLimits, q.cfg.Alpha, o.rooms, o.seq, micros(q.cfg.ScriptTimeBudget))
+		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.limitsWith(o.learned), q.cfg.Alpha, o.rooms, o.seq, micros(q.cfg.ScriptTimeBudget))
 	if err != nil {
 		return nil, err
 	}

@@ -108,6 +108,10 @@ type Config struct {
 	// rest to the next call; default [DefaultScriptTimeBudget], negative
 	// means no budget (the job counts alone bound the calls).
 	ScriptTimeBudget time.Duration
+	// Adaptive configures the adaptive rate per destination
+	// ([Queue.ReportDestinations], [WithLearnedRates]); its zero value
+	// means its defaults.
+	Adaptive AdaptiveConfig
 	// Observer, when set, receives every script's duration.
 	Observer Observer
 	// Clock, when set, replaces Redis TIME inside scripts (tests only).
@@ -157,6 +161,7 @@ func (c *Config) setDefaults() {
 	if c.HistoryLen == 0 {
 		c.HistoryLen = DefaultHistoryLen
 	}
+	c.Adaptive.setDefaults()
 }
 
 func (c *Config) validate() error {
@@ -186,6 +191,9 @@ func (c *Config) validate() error {
 	}
 	if c.ClaimTTL < time.Second {
 		return fmt.Errorf("redisq: claim TTL %s: must be at least 1s", c.ClaimTTL)
+	}
+	if err := c.Adaptive.validate(); err != nil {
+		return err
 	}
 	for t, n := range c.TypeLimits {
 		if err := contracts.ValidateType(t); err != nil {
@@ -260,7 +268,7 @@ var allScripts = map[string]*redis.Script{
 	"seal": sealScript, "cancel": cancelScript, "release": releaseScript,
 	"reclaim": reclaimScript, "claim": claimScript, "retry": retryScript, "correct": correctScript,
 	"pause": pauseScript, "resume": resumeScript, "progress": progressScript,
-	"correct_quotas": quotasScript, "position": positionScript,
+	"correct_quotas": quotasScript, "position": positionScript, "dest_report": destReportScript,
 }
 
 func (q *Queue) loadScripts(ctx context.Context) error {

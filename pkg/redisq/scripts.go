@@ -47,6 +47,7 @@ var (
 	resumeScript          = loadScript("resume")
 	progressScript        = loadScript("progress")
 	quotasScript          = loadScript("correct_quotas")
+	destReportScript      = loadScript("dest_report")
 )
 
 // Observer receives the duration of every script call (for metrics). The

@@ -1,0 +1,221 @@
+package redisq
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Defaults of [AdaptiveConfig]; bulkaction's settings use the same values.
+const (
+	// DefaultAdaptiveIncrease is the additive increase: jobs/s added to a
+	// destination's rate per second while it accepts.
+	DefaultAdaptiveIncrease = 5.0
+	// DefaultAdaptiveDecrease is the multiplicative decrease on a throttle.
+	DefaultAdaptiveDecrease = 0.8
+	// DefaultAdaptiveFloor is the least learned rate, jobs/s.
+	DefaultAdaptiveFloor = 1.0
+	// DefaultAdaptiveDecreaseHold is the least time between two decreases.
+	DefaultAdaptiveDecreaseHold = time.Second
+	// DefaultAdaptiveMaxDestinations bounds the destinations tracked.
+	DefaultAdaptiveMaxDestinations = 1000
+	// DefaultAdaptiveForgetAfter is how long a destination not reported is kept.
+	DefaultAdaptiveForgetAfter = 10 * time.Minute
+)
+
+// AdaptiveConfig configures the adaptive rate per destination
+// (docs/ARCHITECTURE.md §5): an AIMD controller per destination whose
+// state is in Redis, shared by every fetcher and worker. Zero values mean
+// the defaults stated per field.
+type AdaptiveConfig struct {
+	// Increase is added to a destination's rate, in jobs/s, per second of
+	// reports in which it accepted jobs and was used at half its rate or
+	// more; default [DefaultAdaptiveIncrease] (5).
+	Increase float64
+	// Decrease multiplies the rate on a throttle (0 < Decrease < 1);
+	// default [DefaultAdaptiveDecrease] (0.8).
+	Decrease float64
+	// Floor is the least rate, jobs/s; default [DefaultAdaptiveFloor] (1).
+	Floor float64
+	// Ceiling is the most rate, jobs/s; 0, the default, means none.
+	Ceiling float64
+	// DecreaseHold is the least time between two decreases, so that the
+	// throttles of one overshoot, already in flight, count once; default
+	// [DefaultAdaptiveDecreaseHold] (1 s).
+	DecreaseHold time.Duration
+	// MaxDestinations bounds the destinations tracked at once; a new one
+	// past it is refused (not learned); default
+	// [DefaultAdaptiveMaxDestinations] (1000).
+	MaxDestinations int
+	// ForgetAfter forgets a destination not reported for this long; default
+	// [DefaultAdaptiveForgetAfter] (10 min).
+	ForgetAfter time.Duration
+}
+
+func (c *AdaptiveConfig) setDefaults() {
+	if c.Increase == 0 {
+		c.Increase = DefaultAdaptiveIncrease
+	}
+	if c.Decrease == 0 {
+		c.Decrease = DefaultAdaptiveDecrease
+	}
+	if c.Floor == 0 {
+		c.Floor = DefaultAdaptiveFloor
+	}
+	if c.DecreaseHold == 0 {
+		c.DecreaseHold = DefaultAdaptiveDecreaseHold
+	}
+	if c.MaxDestinations == 0 {
+		c.MaxDestinations = DefaultAdaptiveMaxDestinations
+	}
+	if c.ForgetAfter == 0 {
+		c.ForgetAfter = DefaultAdaptiveForgetAfter
+	}
+}
+
+func (c *AdaptiveConfig) validate() error {
+	switch {
+	case c.Increase <= 0:
+		return fmt.Errorf("redisq: adaptive increase %g: must be above 0", c.Increase)
+	case c.Decrease <= 0 || c.Decrease >= 1:
+		return fmt.Errorf("redisq: adaptive decrease %g: must be between 0 and 1, both excluded", c.Decrease)
+	case c.Floor <= 0:
+		return fmt.Errorf("redisq: adaptive floor %g: must be above 0", c.Floor)
+	case c.Ceiling != 0 && c.Ceiling < c.Floor:
+		return fmt.Errorf("redisq: adaptive ceiling %g: must be 0 (none) or at least the floor %g", c.Ceiling, c.Floor)
+	case c.DecreaseHold < 0:
+		return fmt.Errorf("redisq: adaptive decrease hold %s: must not be negative", c.DecreaseHold)
+	case c.MaxDestinations < 1:
+		return fmt.Errorf("redisq: adaptive max destinations %d: must be at least 1", c.MaxDestinations)
+	case c.ForgetAfter < time.Second:
+		return fmt.Errorf("redisq: adaptive forget-after %s: must be at least 1s", c.ForgetAfter)
+	}
+	return nil
+}
+
+// DestOutcome is what a worker saw of one destination since its last
+// report.
+type DestOutcome struct {
+	// Destination names the downstream (a job type by default).
+	Destination string
+	// Accepted counts jobs the destination did not throttle.
+	Accepted int
+	// Throttled counts jobs it throttled (a 429, a 503 with Retry-After).
+	Throttled int
+	// RetryAfter is the longest Retry-After among them; 0 = none.
+	RetryAfter time.Duration
+}
+
+// ReportDestinations moves the learned rate of each destination by the
+// outcomes (dest_report.lua, one call for all): additive increase while it
+// accepts, multiplicative decrease on a throttle (at most once per
+// DecreaseHold), a stop until a Retry-After passes (at most MaxBackoff), a
+// floor and a ceiling. It returns the destinations refused because
+// MaxDestinations were tracked already (they are not learned).
+func (q *Queue) ReportDestinations(ctx context.Context, outs []DestOutcome) (refused []string, err error) {
+	if len(outs) == 0 {
+		return nil, nil
+	}
+	a := q.cfg.Adaptive
+	args := []any{q.keys.Prefix(), q.now(), a.Increase, a.Decrease, a.Floor, a.Ceiling, ms(a.DecreaseHold),
+		a.MaxDestinations, ms(a.ForgetAfter), ms(q.cfg.MaxBackoff)}
+	for _, o := range outs {
+		args = append(args, o.Destination, o.Accepted, o.Throttled, ms(max(o.RetryAfter, 0)))
+	}
+	v, err := q.run(ctx, "dest_report", destReportScript, []string{q.keys.DestRates()}, args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range toList(toList(v)[0]) {
+		refused = append(refused, toStr(d))
+	}
+	return refused, nil
+}
+
+// DestRate is one destination's learned state.
+type DestRate struct {
+	// Destination names the downstream.
+	Destination string
+	// Rate is the learned rate in jobs/s; 0 = not learned yet (no throttle
+	// seen): the destination is not limited.
+	Rate float64
+	// StopUntilMs is when a Retry-After stop ends (ms since the epoch);
+	// 0 = none.
+	StopUntilMs int64
+}
+
+// DestRates are the learned rates read at NowMs (Redis TIME).
+type DestRates struct {
+	NowMs int64
+	Rates []DestRate
+}
+
+// Stopped says whether d is stopped by a Retry-After at r.NowMs.
+func (r *DestRates) Stopped(d DestRate) bool { return d.StopUntilMs > r.NowMs }
+
+// DestinationRates reads every tracked destination's learned rate, in name
+// order, in one round trip of a pipeline after the index.
+func (q *Queue) DestinationRates(ctx context.Context) (*DestRates, error) {
+	names, err := q.rdb.ZRange(ctx, q.keys.DestRates(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: destination rates: %w", err)
+	}
+	slices.Sort(names)
+	pipe := q.rdb.Pipeline()
+	tm := pipe.Time(ctx)
+	cmds := make([]interface{ Val() []any }, len(names))
+	for i, n := range names {
+		cmds[i] = pipe.HMGet(ctx, q.keys.DestRate(n), "rate", "stop")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisq: destination rates: %w", err)
+	}
+	out := &DestRates{NowMs: tm.Val().UnixMilli()}
+	if q.cfg.Clock != nil {
+		out.NowMs = q.cfg.Clock().UnixMilli()
+	}
+	for i, n := range names {
+		v := cmds[i].Val()
+		r, _ := strconv.ParseFloat(toStr(v[0]), 64)
+		out.Rates = append(out.Rates, DestRate{Destination: n, Rate: r, StopUntilMs: toInt(v[1])})
+	}
+	return out, nil
+}
+
+// WithLearnedRates makes the call's per-type rate limits the learned rates
+// of the destinations that are job types, each capped by the type's own
+// limit ([Config.TypeLimits]): a learned rate of r jobs/s allows
+// max(1, floor(r × Window)) jobs per window, a destination stopped by a
+// Retry-After none. Types not learned keep their own limits. nil changes
+// nothing.
+func WithLearnedRates(r *DestRates) AdmitOption {
+	return func(o *admitOptions) { o.learned = r }
+}
+
+// limitsWith is the scripts' type-limit argument with the learned rates of
+// r folded in.
+func (q *Queue) limitsWith(r *DestRates) string {
+	if r == nil || len(r.Rates) == 0 {
+		return q.typeLimits
+	}
+	limits := make(map[string]int, len(q.cfg.TypeLimits)+len(r.Rates))
+	for t, n := range q.cfg.TypeLimits {
+		limits[t] = n
+	}
+	for _, d := range r.Rates {
+		if d.Rate <= 0 && !r.Stopped(d) {
+			continue
+		}
+		n := max(1, int(math.Floor(d.Rate*q.cfg.Window.Seconds())))
+		if r.Stopped(d) {
+			n = 0
+		}
+		if s, ok := limits[d.Destination]; !ok || n < s {
+			limits[d.Destination] = n
+		}
+	}
+	return typeLimitsArg(limits)
+}

@@ -1,0 +1,230 @@
+package redisq_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// The adaptive rate controller (docs/ARCHITECTURE.md §5, dest_report.lua),
+// with a fixed clock.
+
+func report(t *testing.T, q *redisq.Queue, outs ...redisq.DestOutcome) []string {
+	t.Helper()
+	refused, err := q.ReportDestinations(context.Background(), outs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return refused
+}
+
+func learned(t *testing.T, q *redisq.Queue, dest string) (redisq.DestRate, *redisq.DestRates) {
+	t.Helper()
+	r, err := q.DestinationRates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range r.Rates {
+		if d.Destination == dest {
+			return d, r
+		}
+	}
+	t.Fatalf("destination %q not tracked: %+v", dest, r.Rates)
+	return redisq.DestRate{}, nil
+}
+
+func wantRate(t *testing.T, q *redisq.Queue, dest string, want float64) {
+	t.Helper()
+	d, _ := learned(t, q, dest)
+	if math.Abs(d.Rate-want) > 1e-9 {
+		t.Fatalf("rate of %s = %g, want %g", dest, d.Rate, want)
+	}
+}
+
+func ok(dest string, n int) redisq.DestOutcome {
+	return redisq.DestOutcome{Destination: dest, Accepted: n}
+}
+
+func throttled(dest string, n int, after time.Duration) redisq.DestOutcome {
+	return redisq.DestOutcome{Destination: dest, Throttled: n, RetryAfter: after}
+}
+
+// TestAdaptiveNotLimitedBeforeThrottle: accepted jobs alone learn no rate.
+func TestAdaptiveNotLimitedBeforeThrottle(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{}, true)
+	for range 5 {
+		report(t, q, ok("mail", 500))
+		b.clock.advance(time.Second)
+	}
+	wantRate(t, q, "mail", 0)
+}
+
+// TestAdaptiveDecrease: the first throttle starts the rate at Decrease ×
+// what was accepted in the last second; further throttles within the
+// hold count once; after it, each multiplies again.
+func TestAdaptiveDecrease(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 3, 0))
+	wantRate(t, q, "api", 80)
+	b.clock.advance(500 * time.Millisecond)
+	report(t, q, throttled("api", 10, 0))
+	wantRate(t, q, "api", 80) // within the hold: the same overshoot
+	b.clock.advance(500 * time.Millisecond)
+	report(t, q, throttled("api", 1, 0))
+	wantRate(t, q, "api", 64)
+}
+
+// TestAdaptiveIncrease: while it accepts and is used at half its rate or
+// more, the rate grows by Increase per second (at most a second's worth
+// per report); an idle destination does not grow.
+func TestAdaptiveIncrease(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Increase: 10}}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 80
+	b.clock.advance(500 * time.Millisecond)
+	report(t, q, ok("api", 60))
+	wantRate(t, q, "api", 85)
+	b.clock.advance(10 * time.Second)
+	report(t, q, ok("api", 60))
+	wantRate(t, q, "api", 95) // capped at one second's increase
+	b.clock.advance(time.Second)
+	report(t, q, ok("api", 60))
+	wantRate(t, q, "api", 105)
+	b.clock.advance(5 * time.Second)
+	report(t, q, ok("api", 2)) // used far below its rate: no increase
+	wantRate(t, q, "api", 105)
+}
+
+// TestAdaptiveFloorAndCeiling: decreases stop at the floor, increases at
+// the ceiling.
+func TestAdaptiveFloorAndCeiling(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Floor: 20, Ceiling: 90, Increase: 50, Decrease: 0.5}}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0))
+	wantRate(t, q, "api", 50)
+	for range 5 {
+		b.clock.advance(time.Second)
+		report(t, q, throttled("api", 1, 0))
+	}
+	wantRate(t, q, "api", 20)
+	for range 5 {
+		b.clock.advance(time.Second)
+		report(t, q, ok("api", 1000))
+	}
+	wantRate(t, q, "api", 90)
+}
+
+// TestAdaptiveRetryAfterStops: a Retry-After stops the destination until
+// then: admission holds its jobs, and takes them again once it passes, at
+// the learned rate.
+func TestAdaptiveRetryAfterStops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{}, true)
+	enqueueJobs(t, q, "a/x", "api", 100, 0)
+	report(t, q, ok("api", 50))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 3*time.Second)) // 40/s, stopped 3 s
+	d, r := learned(t, q, "api")
+	if !r.Stopped(d) || d.StopUntilMs != r.NowMs+3000 {
+		t.Fatalf("stop until %d at %d, want 3 s later", d.StopUntilMs, r.NowMs)
+	}
+	res, err := q.Admit(ctx, 100, redisq.WithLearnedRates(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) != 0 || res.RateHeld["api"] == 0 {
+		t.Fatalf("stopped destination: admitted %d, rate held %v", len(res.Jobs), res.RateHeld)
+	}
+	b.clock.advance(3 * time.Second)
+	_, r = learned(t, q, "api")
+	res, err = q.Admit(ctx, 100, redisq.WithLearnedRates(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) == 0 || len(res.Jobs) > 40 {
+		t.Fatalf("after the stop: admitted %d, want 1..40 (the learned 40/s)", len(res.Jobs))
+	}
+}
+
+// TestAdaptiveGatesAdmission: the learned rate is the type's limit per
+// window; a static per-type limit below it still caps it; without
+// WithLearnedRates nothing changes.
+func TestAdaptiveGatesAdmission(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		static map[string]int
+		want   int
+	}{
+		{"learned", nil, 40},
+		{"static caps", map[string]int{"api": 25}, 25},
+		{"static above", map[string]int{"api": 70}, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q, b := setup(t, redisq.Config{Mode: redisq.ModeSeed, TypeLimits: tc.static}, true)
+			enqueueJobs(t, q, "a/x", "api", 300, 0)
+			enqueueJobs(t, q, "b/y", "other", 300, 0)
+			report(t, q, ok("api", 50))
+			b.clock.advance(time.Second)
+			report(t, q, throttled("api", 1, 0)) // 40/s
+			_, r := learned(t, q, "api")
+			res, err := q.Admit(ctx, 400, redisq.WithLearnedRates(r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := byType(res.Jobs); got["api"] != tc.want || got["other"] != 300 {
+				t.Fatalf("admitted %v, want api=%d other=300", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdaptiveOffUnchanged: admission without learned rates ignores them.
+func TestAdaptiveOffUnchanged(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeSeed}, true)
+	enqueueJobs(t, q, "a/x", "api", 300, 0)
+	report(t, q, ok("api", 50))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, time.Minute))
+	res, err := q.Admit(context.Background(), 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) != 300 {
+		t.Fatalf("admitted %d, want all 300", len(res.Jobs))
+	}
+}
+
+// TestAdaptiveCardinality: past MaxDestinations a new destination is
+// refused; a known one goes on; a forgotten one frees its place.
+func TestAdaptiveCardinality(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{MaxDestinations: 2, ForgetAfter: time.Minute}}, true)
+	if r := report(t, q, ok("a", 1), ok("b", 1), ok("c", 1)); len(r) != 1 || r[0] != "c" {
+		t.Fatalf("refused %v, want [c]", r)
+	}
+	if r := report(t, q, ok("a", 1)); len(r) != 0 {
+		t.Fatalf("refused %v, want none", r)
+	}
+	b.clock.advance(30 * time.Second)
+	report(t, q, ok("a", 1))
+	b.clock.advance(45 * time.Second) // b is forgotten
+	if r := report(t, q, ok("c", 1)); len(r) != 0 {
+		t.Fatalf("refused %v after b was forgotten, want none", r)
+	}
+}

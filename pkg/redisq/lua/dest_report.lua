@@ -1,0 +1,96 @@
+-- dest_report.lua: the adaptive rate controller (docs/ARCHITECTURE.md §5):
+-- takes the outcomes workers counted per destination since their last
+-- report and moves each destination's learned rate (AIMD).
+-- KEYS[1]:  dest-rates (ZSET destination -> last report ms)
+-- ARGV[1]:  key prefix (P dest-rate:<dest> is built from it)
+-- ARGV[2]:  now override in ms ('' = Redis TIME)
+-- ARGV[3]:  additive increase, jobs/s per second of accepted reports
+-- ARGV[4]:  multiplicative decrease factor (0 < f < 1)
+-- ARGV[5]:  floor, jobs/s
+-- ARGV[6]:  ceiling, jobs/s (0 = none)
+-- ARGV[7]:  decrease hold in ms: at most one decrease per hold
+-- ARGV[8]:  most destinations tracked
+-- ARGV[9]:  ms after which a destination not reported is forgotten
+-- ARGV[10]: longest stop a Retry-After may set, ms
+-- ARGV[11..]: 4 values per destination: its name, jobs accepted, jobs
+--             throttled, and the longest Retry-After in ms (0 = none)
+-- Returns: { refused } destinations not tracked because the bound was reached
+--
+-- State per destination (HASH P dest-rate:<dest>): rate (jobs/s; absent =
+-- not learned yet: no limit), inc (ms of the last increase or throttle),
+-- dec (ms of the last decrease), stop (ms until which it is stopped), sec,
+-- acc (jobs accepted in second sec), prev (in the second before).
+local prefix = ARGV[1]
+local now = now_ms(ARGV[2])
+local inc = tonumber(ARGV[3])
+local factor = tonumber(ARGV[4])
+local rfloor = tonumber(ARGV[5])
+local ceiling = tonumber(ARGV[6])
+local hold = tonumber(ARGV[7])
+local max_dests = tonumber(ARGV[8])
+local stale = tonumber(ARGV[9])
+local max_stop = tonumber(ARGV[10])
+
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - stale)
+local count = redis.call('ZCARD', KEYS[1])
+local refused = {}
+
+local function clamp(r)
+  if ceiling > 0 and r > ceiling then r = ceiling end
+  if r < rfloor then r = rfloor end
+  return r
+end
+
+for i = 11, #ARGV, 4 do
+  local dest = ARGV[i]
+  local accepted, throttled, after = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local known = redis.call('ZSCORE', KEYS[1], dest)
+  if not known and count >= max_dests then
+    refused[#refused + 1] = dest
+  else
+    if not known then count = count + 1 end
+    local key = prefix .. 'dest-rate:' .. dest
+    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev')
+    local rate = tonumber(h[1])
+    local t_inc, t_dec, stop = num(h[2]), num(h[3]), num(h[4])
+    local sec, acc, prev = num(h[5]), num(h[6]), num(h[7])
+    local s = math.floor(now / 1000)
+    if s ~= sec then
+      if s == sec + 1 then prev = acc else prev = 0 end
+      acc, sec = 0, s
+    end
+    acc = acc + accepted
+    if throttled > 0 then
+      if rate == nil then
+        -- first throttle: start below what it accepted in the last second
+        rate = clamp(math.max(prev, acc) * factor)
+        t_dec = now
+      elseif now - t_dec >= hold then
+        rate = clamp(rate * factor)
+        t_dec = now
+      end
+      t_inc = now
+      if after > 0 then
+        local until_ms = now + math.min(after, max_stop)
+        if until_ms > stop then stop = until_ms end
+      end
+    elseif accepted > 0 and rate ~= nil then
+      local dt = math.min(now - t_inc, 1000)
+      -- grow only while used at half its rate or more: an idle destination
+      -- does not earn a rate it never tried
+      if dt > 0 and math.max(acc, prev) * 2 >= rate then
+        rate = clamp(rate + inc * dt / 1000)
+      end
+      if dt > 0 then t_inc = now end
+    end
+    local fields = { 'inc', t_inc, 'dec', t_dec, 'stop', stop, 'sec', sec, 'acc', acc, 'prev', prev }
+    if rate ~= nil then
+      fields[#fields + 1] = 'rate'
+      fields[#fields + 1] = fmt(rate)
+    end
+    redis.call('HSET', key, unpack(fields))
+    redis.call('PEXPIRE', key, stale)
+    redis.call('ZADD', KEYS[1], now, dest)
+  end
+end
+return { refused }
