@@ -383,7 +383,9 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 		span.RecordError(perr)
 	}
 
-	switch kind, after := processor.Classify(perr); kind {
+	kind, after := processor.Classify(perr)
+	w.countDestination(job.Type, kind, after, perr)
+	switch kind {
 	case processor.OutcomeSuccess:
 		w.publishResult(c, contracts.ResultSuccess, "", elapsed)
 	case processor.OutcomeFailed:

@@ -238,8 +238,9 @@ type Worker struct {
 	// warnLimit keeps failures that hit every job (Redis or NATS down) from
 	// logging one warning per job.
 	warnLimit telemetry.WarnLimiter
-	held      *heldFile  // nil without Config.StateDir
-	exec      *executors // nil without IsolationProcess
+	held      *heldFile     // nil without Config.StateDir
+	exec      *executors    // nil without IsolationProcess
+	dests     *destReporter // nil without Config.AdaptiveRate
 	// holder names this worker in the claims it makes
 	// ([redisq.ClaimHolder]): unique per Worker.
 	holder string
@@ -265,7 +266,14 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 	if cfg.Isolation == IsolationProcess {
 		x = &executors{argv: cfg.ExecutorCommand, size: cfg.Concurrency}
 	}
+	var dests *destReporter
+	// With the adaptive rate on (redisq.AdaptiveConfig.Enabled), the
+	// outcomes per destination go to its controller.
+	if d.Queue.Config().Adaptive.Enabled {
+		dests = newDestReporter()
+	}
 	return &Worker{
+		dests:     dests,
 		holder:    newHolderID(),
 		exec:      x,
 		cfg:       cfg,
@@ -374,6 +382,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	beat.Go(func() { jobs.beat(beatCtx, w.cfg.AckWait/3) })
 	beat.Go(func() { w.renewClaims(beatCtx, jobs) })
 	beat.Go(func() { loop.Every(beatCtx, AnnounceEvery, func(context.Context) { w.announce(ctx) }) })
+	if w.dests != nil {
+		beat.Go(func() { loop.Every(beatCtx, DestReportEvery, w.reportDestinations) })
+		defer w.reportDestinations(beatCtx) // what the last jobs saw
+	}
 	defer func() {
 		stopBeat()
 		beat.Wait()
