@@ -63,6 +63,15 @@ type Config struct {
 	DispatchIntervalMs int     `envconfig:"DISPATCH_INTERVAL_MS" default:"50" desc:"dispatcher's longest sleep between releases"`
 	DispatchBatchSize  int     `envconfig:"DISPATCH_BATCH_SIZE" default:"500" desc:"most jobs one release call moves"`
 
+	AdaptiveRateEnabled          bool          `envconfig:"ADAPTIVE_RATE_ENABLED" default:"false" desc:"learn per destination (a job's type) the rate it accepts from its 429s and admit no faster: workers report accepted and throttled jobs, admission and releases take the learned rate as the type's limit, split between tenants in fair order (docs/operations.md)"`
+	AdaptiveRateIncrease         float64       `envconfig:"ADAPTIVE_RATE_INCREASE" default:"5" desc:"additive increase of a destination's learned rate, jobs/s per second while it accepts and is used at half its rate or more"`
+	AdaptiveRateDecrease         float64       `envconfig:"ADAPTIVE_RATE_DECREASE" default:"0.8" desc:"multiplicative decrease of a destination's learned rate on a 429 or 503 (between 0 and 1, both excluded); the first throttle starts it at this times what the destination accepted in the last second"`
+	AdaptiveRateFloor            float64       `envconfig:"ADAPTIVE_RATE_FLOOR" default:"1" desc:"least learned rate of a destination, jobs/s (above 0)"`
+	AdaptiveRateCeiling          float64       `envconfig:"ADAPTIVE_RATE_CEILING" default:"0" desc:"most learned rate of a destination, jobs/s (0 = none; TYPE_RATE_LIMITS still caps it)"`
+	AdaptiveRateDecreaseHold     time.Duration `envconfig:"ADAPTIVE_RATE_DECREASE_HOLD" default:"1s" desc:"least time between two decreases of a destination's rate, so the throttles of one overshoot count once (0 = 1s)"`
+	AdaptiveRateMaxDestinations  int           `envconfig:"ADAPTIVE_RATE_MAX_DESTINATIONS" default:"1000" desc:"most destinations whose rate is learned at once; a new one past it is refused (not learned, logged) until one is forgotten after 10 minutes without reports"`
+	AdaptiveRateTimeoutThrottles bool          `envconfig:"ADAPTIVE_RATE_TIMEOUT_THROTTLES" default:"false" desc:"count a job that timed out as a throttle of its destination (decreasing its learned rate) rather than as accepted"`
+
 	TenantMaxQueuedJobs   int `envconfig:"TENANT_MAX_QUEUED_JOBS" default:"0" desc:"most jobs a tenant may have accepted and not finished, in its groups that have not ended; a jobs message that would go beyond is dead-lettered as over_quota (0 = unlimited; per-tenant limits: bulkaction tenant quota)"`
 	TenantMaxActiveGroups int `envconfig:"TENANT_MAX_ACTIVE_GROUPS" default:"0" desc:"most groups a tenant may have that exist and have not ended; a jobs message that would create one more is dead-lettered as over_quota (0 = unlimited; per-tenant limits: bulkaction tenant quota)"`
 
@@ -192,6 +201,20 @@ func (c *Config) Validate() error {
 	}
 	if c.StreamDLQPerSubject < -1 || c.StreamDLQPerSubject == 0 {
 		return bad("STREAM_DLQ_MAX_MSGS_PER_SUBJECT", c.StreamDLQPerSubject, "must be -1 (no limit) or at least 1")
+	}
+	switch {
+	case c.AdaptiveRateIncrease <= 0:
+		return bad("ADAPTIVE_RATE_INCREASE", c.AdaptiveRateIncrease, "must be above 0")
+	case c.AdaptiveRateDecrease <= 0 || c.AdaptiveRateDecrease >= 1:
+		return bad("ADAPTIVE_RATE_DECREASE", c.AdaptiveRateDecrease, "must be between 0 and 1, both excluded")
+	case c.AdaptiveRateFloor <= 0:
+		return bad("ADAPTIVE_RATE_FLOOR", c.AdaptiveRateFloor, "must be above 0")
+	case c.AdaptiveRateCeiling != 0 && c.AdaptiveRateCeiling < c.AdaptiveRateFloor:
+		return bad("ADAPTIVE_RATE_CEILING", c.AdaptiveRateCeiling, "must be 0 (none) or at least ADAPTIVE_RATE_FLOOR")
+	case c.AdaptiveRateDecreaseHold < 0:
+		return bad("ADAPTIVE_RATE_DECREASE_HOLD", c.AdaptiveRateDecreaseHold, "must not be negative")
+	case c.AdaptiveRateMaxDestinations < 1:
+		return bad("ADAPTIVE_RATE_MAX_DESTINATIONS", c.AdaptiveRateMaxDestinations, "must be at least 1")
 	}
 	if _, err := c.TypeLimitsPerWindow(); err != nil {
 		return bad("TYPE_RATE_LIMITS", c.TypeRateLimits, err.Error())

@@ -71,6 +71,13 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 		JobTTL:            cfg.JobTTL,
 		GroupTTL:          cfg.GroupTTL,
 
+		Adaptive: redisq.AdaptiveConfig{
+			Enabled: cfg.AdaptiveRateEnabled, TimeoutThrottles: cfg.AdaptiveRateTimeoutThrottles,
+			Increase: cfg.AdaptiveRateIncrease, Decrease: cfg.AdaptiveRateDecrease, Floor: cfg.AdaptiveRateFloor,
+			Ceiling: cfg.AdaptiveRateCeiling, DecreaseHold: cfg.AdaptiveRateDecreaseHold,
+			MaxDestinations: cfg.AdaptiveRateMaxDestinations,
+		},
+
 		TenantMaxQueuedJobs:   int64(cfg.TenantMaxQueuedJobs),
 		TenantMaxActiveGroups: int64(cfg.TenantMaxActiveGroups),
 	}

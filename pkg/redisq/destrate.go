@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -31,6 +32,13 @@ const (
 // state is in Redis, shared by every fetcher and worker. Zero values mean
 // the defaults stated per field.
 type AdaptiveConfig struct {
+	// Enabled turns the adaptive rate on: workers report outcomes per
+	// destination, and admission and releases honour the learned rates
+	// ([Queue.LearnedRates]). false, the default, leaves both as they were.
+	Enabled bool
+	// TimeoutThrottles counts a job that timed out as a throttle of its
+	// destination; false, the default, as accepted.
+	TimeoutThrottles bool
 	// Increase is added to a destination's rate, in jobs/s, per second of
 	// reports in which it accepted jobs and was used at half its rate or
 	// more; default [DefaultAdaptiveIncrease] (5).
@@ -218,4 +226,36 @@ func (q *Queue) limitsWith(r *DestRates) string {
 		}
 	}
 	return typeLimitsArg(limits)
+}
+
+// LearnedRatesTTL is how long [Queue.LearnedRates] reuses a reading.
+const LearnedRatesTTL = 250 * time.Millisecond
+
+// learnedCache keeps the last reading of the learned rates.
+type learnedCache struct {
+	mu sync.Mutex
+	at time.Time
+	r  *DestRates
+}
+
+// LearnedRates returns the learned rates for [WithLearnedRates], read at
+// most once per [LearnedRatesTTL]; nil when the adaptive rate is off. When
+// Redis cannot be read it returns the last reading (nil at first) and the
+// error.
+func (q *Queue) LearnedRates(ctx context.Context) (*DestRates, error) {
+	if !q.cfg.Adaptive.Enabled {
+		return nil, nil
+	}
+	c := q.learned
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.r != nil && time.Since(c.at) < LearnedRatesTTL {
+		return c.r, nil
+	}
+	r, err := q.DestinationRates(ctx)
+	if err != nil {
+		return c.r, err
+	}
+	c.r, c.at = r, time.Now()
+	return r, nil
 }

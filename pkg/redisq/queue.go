@@ -236,6 +236,7 @@ type Queue struct {
 	obs  Observer
 	// typeLimits is cfg.TypeLimits as the scripts take it.
 	typeLimits string
+	learned    *learnedCache
 }
 
 // New returns a Queue on rdb. It checks cfg and loads the scripts.
@@ -244,7 +245,8 @@ func New(ctx context.Context, rdb redis.UniversalClient, cfg Config) (*Queue, er
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	q := &Queue{rdb: rdb, keys: NewKeys(cfg.Prefix), cfg: cfg, obs: cfg.Observer, typeLimits: typeLimitsArg(cfg.TypeLimits)}
+	q := &Queue{rdb: rdb, keys: NewKeys(cfg.Prefix), cfg: cfg, obs: cfg.Observer, typeLimits: typeLimitsArg(cfg.TypeLimits),
+		learned: &learnedCache{}}
 	if err := q.loadScripts(ctx); err != nil {
 		return nil, err
 	}

@@ -255,7 +255,14 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 	// Each released job takes its type's room, net of what fetchers and
 	// other dispatchers handed on since the measurement, in the script: a
 	// due job whose type has no room left goes back into its group's queue.
-	res, err := p.d.Queue.Release(ctx, want, redisq.WithTypeRooms(rooms.ByType, rooms.Capacity), redisq.WithReadySeq(rooms.Seq))
+	// a due job meets its destination's learned rate too: a parked job
+	// does not come due faster than the rate allows
+	learned, lerr := p.d.Queue.LearnedRates(ctx)
+	if lerr != nil {
+		p.log.Warn("reading the learned destination rates: using the last ones", "err", lerr)
+	}
+	res, err := p.d.Queue.Release(ctx, want, redisq.WithTypeRooms(rooms.ByType, rooms.Capacity), redisq.WithReadySeq(rooms.Seq),
+		redisq.WithLearnedRates(learned))
 	if err != nil {
 		p.log.Warn("release failed", "err", err)
 		return p.cfg.Interval, stateNormal

@@ -162,7 +162,14 @@ func (f *Fetcher) admit(parent context.Context) next {
 	// The rooms were measured at READY's sequence rooms.Seq: the admission
 	// takes from them what other fetchers and dispatchers handed on since,
 	// in the same script, so together they never overfill a type's room.
-	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt, redisq.WithReadySeq(rooms.Seq))
+	// With the adaptive rate on, the learned rates of destinations are
+	// per-type limits of this call (capped by the static ones).
+	learned, lerr := f.d.Queue.LearnedRates(ctx)
+	if lerr != nil {
+		f.log.Warn("reading the learned destination rates: using the last ones", "err", lerr)
+	}
+	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt, redisq.WithReadySeq(rooms.Seq),
+		redisq.WithLearnedRates(learned))
 	admitted := time.Now()
 	if err != nil {
 		f.log.Warn("admission failed", "err", err)
