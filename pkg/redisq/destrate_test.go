@@ -228,3 +228,15 @@ func TestAdaptiveCardinality(t *testing.T) {
 		t.Fatalf("refused %v after b was forgotten, want none", r)
 	}
 }
+
+// TestAdaptiveFirstThrottleEarly: a destination throttled less than a
+// second after its first report starts at Decrease × its accepted count
+// per second so far (at least 200 ms of it).
+func TestAdaptiveFirstThrottleEarly(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{}, true)
+	report(t, q, ok("api", 30))
+	b.clock.advance(500 * time.Millisecond)
+	report(t, q, ok("api", 20), throttled("api", 5, 0))
+	wantRate(t, q, "api", 80) // 50 in 0.5 s: 100/s × 0.8
+}

@@ -19,7 +19,8 @@
 -- State per destination (HASH P dest-rate:<dest>): rate (jobs/s; absent =
 -- not learned yet: no limit), inc (ms of the last increase or throttle),
 -- dec (ms of the last decrease), stop (ms until which it is stopped), sec,
--- acc (jobs accepted in second sec), prev (in the second before).
+-- acc (jobs accepted in second sec), prev (in the second before), first
+-- (ms of its first report).
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local inc = tonumber(ARGV[3])
@@ -50,10 +51,10 @@ for i = 11, #ARGV, 4 do
   else
     if not known then count = count + 1 end
     local key = prefix .. 'dest-rate:' .. dest
-    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev')
+    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev', 'first')
     local rate = tonumber(h[1])
     local t_inc, t_dec, stop = num(h[2]), num(h[3]), num(h[4])
-    local sec, acc, prev = num(h[5]), num(h[6]), num(h[7])
+    local sec, acc, prev, first = num(h[5]), num(h[6]), num(h[7]), tonumber(h[8]) or now
     local s = math.floor(now / 1000)
     if s ~= sec then
       if s == sec + 1 then prev = acc else prev = 0 end
@@ -63,7 +64,10 @@ for i = 11, #ARGV, 4 do
     if throttled > 0 then
       if rate == nil then
         -- first throttle: start below what it accepted in the last second
-        rate = clamp(math.max(prev, acc) * factor)
+        -- (reported for less than a second: its count so far, per second)
+        local seen = math.max(prev, acc)
+        if now - first < 1000 then seen = acc * 1000 / math.max(now - first, 200) end
+        rate = clamp(seen * factor)
         t_dec = now
       elseif now - t_dec >= hold then
         rate = clamp(rate * factor)
@@ -83,7 +87,7 @@ for i = 11, #ARGV, 4 do
       end
       if dt > 0 then t_inc = now end
     end
-    local fields = { 'inc', t_inc, 'dec', t_dec, 'stop', stop, 'sec', sec, 'acc', acc, 'prev', prev }
+    local fields = { 'inc', t_inc, 'dec', t_dec, 'stop', stop, 'sec', sec, 'acc', acc, 'prev', prev, 'first', first }
     if rate ~= nil then
       fields[#fields + 1] = 'rate'
       fields[#fields + 1] = fmt(rate)
