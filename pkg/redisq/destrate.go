@@ -229,7 +229,7 @@ func (q *Queue) limitsWith(r *DestRates) string {
 }
 
 // LearnedRatesTTL is how long [Queue.LearnedRates] reuses a reading.
-const LearnedRatesTTL = 250 * time.Millisecond
+const LearnedRatesTTL = 100 * time.Millisecond
 
 // learnedCache keeps the last reading of the learned rates.
 type learnedCache struct {

@@ -15,7 +15,7 @@ import (
 // DestReportEvery is how often a worker reports the outcomes it counted per
 // destination to the adaptive rate controller (docs/ARCHITECTURE.md §5):
 // one Redis call per interval, whatever the number of jobs.
-const DestReportEvery = 250 * time.Millisecond
+const DestReportEvery = 100 * time.Millisecond
 
 // destReporter counts outcomes per destination between reports.
 type destReporter struct {
