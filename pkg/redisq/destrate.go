@@ -214,18 +214,28 @@ func (q *Queue) limitsWith(r *DestRates) string {
 		limits[t] = n
 	}
 	for _, d := range r.Rates {
-		if d.Rate <= 0 && !r.Stopped(d) {
+		n, ok := q.learnedPerWindow(r, d)
+		if !ok {
 			continue
-		}
-		n := max(1, int(math.Floor(d.Rate*q.cfg.Window.Seconds())))
-		if r.Stopped(d) {
-			n = 0
 		}
 		if s, ok := limits[d.Destination]; !ok || n < s {
 			limits[d.Destination] = n
 		}
 	}
 	return typeLimitsArg(limits)
+}
+
+// learnedPerWindow is d's learned limit in jobs per window: max(1,
+// floor(rate × Window)), 0 while it is stopped; ok is false when it has
+// no learned rate.
+func (q *Queue) learnedPerWindow(r *DestRates, d DestRate) (n int, ok bool) {
+	if r.Stopped(d) {
+		return 0, true
+	}
+	if d.Rate <= 0 {
+		return 0, false
+	}
+	return max(1, int(math.Floor(d.Rate*q.cfg.Window.Seconds()))), true
 }
 
 // LearnedRatesTTL is how long [Queue.LearnedRates] reuses a reading.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -239,4 +240,45 @@ func TestAdaptiveFirstThrottleEarly(t *testing.T) {
 	b.clock.advance(500 * time.Millisecond)
 	report(t, q, ok("api", 20), throttled("api", 5, 0))
 	wantRate(t, q, "api", 80) // 50 in 0.5 s: 100/s × 0.8
+}
+
+// TestAdaptiveHold: with the adaptive rate on, a group whose next job's
+// destination used up its learned rate is held as destination_rate, with
+// the learned rate; one stopped by a Retry-After until the stop ends.
+func TestAdaptiveHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeSeed, Adaptive: redisq.AdaptiveConfig{Enabled: true}}, true)
+	enqueueJobs(t, q, "a/x", "api", 100, 0)
+	report(t, q, ok("api", 50))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 40/s
+	r, err := q.LearnedRates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Admit(ctx, 100, redisq.WithLearnedRates(r)); err != nil {
+		t.Fatal(err)
+	}
+	holdOf := func() redisq.Hold {
+		t.Helper()
+		hs, err := q.Holds(ctx, []contracts.GroupRef{G("a/x")}, redisq.HoldOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs[0] {
+			if h.Reason == redisq.HoldDestinationRate {
+				return h
+			}
+		}
+		t.Fatalf("holds %+v, want destination_rate", hs[0])
+		return redisq.Hold{}
+	}
+	if h := holdOf(); h.Count != 40 || h.Limit != 40 || h.Rate != 40 || h.Type != "api" {
+		t.Fatalf("hold %+v, want 40 of 40 at 40/s of api", h)
+	}
+	report(t, q, throttled("api", 1, 5*time.Second))
+	if h := holdOf(); h.UntilMs != b.clock.t.UnixMilli()+5000 {
+		t.Fatalf("hold %+v, want until the Retry-After's end", h)
+	}
 }

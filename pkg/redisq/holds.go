@@ -45,6 +45,11 @@ const (
 	// HoldTypeRate: the type of the group's next queued job has used up its
 	// own rate limit (Config.TypeLimits) for the current window.
 	HoldTypeRate HoldReason = "type_rate"
+	// HoldDestinationRate: with the adaptive rate on
+	// ([AdaptiveConfig.Enabled]), the destination of the group's next
+	// queued job (its type) has used up its learned rate for the current
+	// window, or is stopped by a Retry-After (until then).
+	HoldDestinationRate HoldReason = "destination_rate"
 	// HoldReadyFull: READY has no room left for the type of the group's
 	// next queued job (reported only when the caller measured READY's room,
 	// [HoldOptions.Room]).
@@ -58,7 +63,8 @@ const (
 // them. Tenant quotas are not among them: they refuse a submission (it is
 // dead-lettered as over_quota) rather than hold a group.
 var HoldReasons = []HoldReason{
-	HoldPaused, HoldScheduled, HoldOutsideWindow, HoldInFlightLimit, HoldRateShare, HoldGlobalRate, HoldNoWorker, HoldTypeRate, HoldReadyFull, HoldBackingOff,
+	HoldPaused, HoldScheduled, HoldOutsideWindow, HoldInFlightLimit, HoldRateShare, HoldGlobalRate, HoldNoWorker, HoldTypeRate,
+	HoldDestinationRate, HoldReadyFull, HoldBackingOff,
 }
 
 // Hold is one reason a group waits.
@@ -85,6 +91,9 @@ type Hold struct {
 	Type string
 	// Tenant is the group's tenant (HoldRateShare).
 	Tenant string
+	// Rate is the destination's learned rate in jobs/s
+	// (HoldDestinationRate).
+	Rate float64
 }
 
 // HoldOptions are the optional inputs of [Queue.Holds].
@@ -185,6 +194,17 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	}
 
 	live := liveCmd.Val()
+	// the learned destination rates, with the adaptive rate on
+	var learned *DestRates
+	byDest := map[string]DestRate{}
+	if gated && q.cfg.Adaptive.Enabled {
+		if learned, err = q.DestinationRates(ctx); err != nil {
+			return nil, err
+		}
+		for _, d := range learned.Rates {
+			byDest[d.Destination] = d
+		}
+	}
 	var gc, limit, act int64
 	if gated {
 		gc, _ = globalCount.Int64()
@@ -247,6 +267,15 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 					hs = append(hs, Hold{Reason: HoldTypeRate, UntilMs: windowEnd, Count: n, Limit: tl, Type: typ})
 				}
 			}
+			if d, ok := byDest[typ]; ok {
+				h, err := q.destinationHold(ctx, learned, d, window, windowEnd)
+				if err != nil {
+					return nil, err
+				}
+				if h != nil {
+					hs = append(hs, *h)
+				}
+			}
 			if opt.Room != nil {
 				room, ok := opt.Room[typ]
 				if !ok {
@@ -271,6 +300,31 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 		out[i] = hs
 	}
 	return out, nil
+}
+
+// destinationHold is the HoldDestinationRate of destination d, or nil
+// when its learned rate does not hold it now: it is stopped, or its
+// type's count in this window reached the learned limit, where that limit
+// is below the type's own.
+func (q *Queue) destinationHold(ctx context.Context, r *DestRates, d DestRate, window, windowEnd int64) (*Hold, error) {
+	if r.Stopped(d) {
+		return &Hold{Reason: HoldDestinationRate, UntilMs: d.StopUntilMs, Type: d.Destination, Rate: d.Rate}, nil
+	}
+	lim, ok := q.learnedPerWindow(r, d)
+	if !ok {
+		return nil, nil
+	}
+	if s := q.cfg.TypeLimits[d.Destination]; s > 0 && s <= lim {
+		return nil, nil // the type's own limit holds it: HoldTypeRate
+	}
+	n, err := q.rdb.Get(ctx, q.keys.RateLimitType(d.Destination, window)).Int64()
+	if err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: holds: %w", err)
+	}
+	if n < int64(lim) {
+		return nil, nil
+	}
+	return &Hold{Reason: HoldDestinationRate, UntilMs: windowEnd, Count: n, Limit: int64(lim), Type: d.Destination, Rate: d.Rate}, nil
 }
 
 // NextDueScan is the most entries of the non-ready queue [Queue.NextDue]

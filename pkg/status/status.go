@@ -390,6 +390,13 @@ func (s *Group) describe(h redisq.Hold) Hold {
 		out.Detail = "no live worker for job type " + h.Type
 	case redisq.HoldTypeRate:
 		out.Detail = fmt.Sprintf("job type %s's rate limit used until %s (%d of %d jobs this window)", h.Type, clock(out.Until), h.Count, h.Limit)
+	case redisq.HoldDestinationRate:
+		if h.Limit == 0 && h.Count == 0 {
+			out.Detail = fmt.Sprintf("destination %s stopped by its Retry-After until %s (learned %.0f/s)", h.Type, clock(out.Until), h.Rate)
+		} else {
+			out.Detail = fmt.Sprintf("waiting: destination_rate, learned %.0f/s (%s: %d of %d jobs this window, until %s)",
+				h.Rate, h.Type, h.Count, h.Limit, clock(out.Until))
+		}
 	case redisq.HoldReadyFull:
 		out.Detail = "READY has no room for job type " + h.Type
 	case redisq.HoldBackingOff:
