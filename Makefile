@@ -7,7 +7,7 @@ TOOLS    := $(CURDIR)/.tools/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint
 
-.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway bench-demo lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
+.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway bench-demo bench-adaptive lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
 
 all: build
 
@@ -80,6 +80,13 @@ bench-demo: build redis
 # delivery delay and memory with many subscribers (GW_FLAGS passes -gw.* flags, e.g. -gw.jobs 100000)
 bench-gateway: redis
 	cd bench && $(GO) test -run '^$$' -bench BenchmarkGateway -benchtime 1x -count 1 -timeout 30m . -args $(GW_FLAGS)
+
+## bench-adaptive: the adaptive rate per destination against a downstream whose hidden capacity is
+# 200/s, 80/s after 20 s and 300/s after 40 s, three equal tenants sending to it and one elsewhere, with
+# it off (today), on, and with the best static per-type limit; figures per phase after 5 s of
+# convergence, as JSON lines (AD_FLAGS passes -ad.* flags, e.g. -ad.scale 0.2 -ad.modes adaptive)
+bench-adaptive: redis
+	cd bench && $(GO) test -run '^$$' -bench BenchmarkAdaptive -benchtime 1x -count 1 -timeout 20m . -args $(AD_FLAGS)
 
 ## bench-e2e: whole pipeline throughput, head-of-line delay, latency, CPU per job and a 1,000,000-job
 # run with peak Redis memory vs asynq and BullMQ (bench/ is a module of its own; the BullMQ peer needs
