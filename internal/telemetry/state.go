@@ -16,7 +16,7 @@ var congestionLevels = []string{"NONE", "LOW", "MODERATE", "HIGH", "CRITICAL"}
 
 // Reasons of bulk_action_groups_waiting{reason} (redisq.HoldReasons); always reported, zero when
 // absent.
-var waitReasons = []string{"paused", "in_flight_limit", "rate_share_used", "global_rate", "no_worker", "type_rate", "destination_rate", "ready_full", "backing_off"}
+var waitReasons = []string{"paused", "scheduled", "outside_window", "in_flight_limit", "rate_share_used", "global_rate", "no_worker", "type_rate", "destination_rate", "ready_full", "backing_off"}
 
 // DefaultStateTimeout is the time [NewStateCollector] gives its function on each scrape when
 // the timeout passed is zero or negative.
@@ -42,7 +42,7 @@ type QueueState struct {
 	// GlobalRateLimit is bulk_action_rate_limit_global: the configured global limit, in jobs/s.
 	GlobalRateLimit float64
 	// GroupsWaiting is bulk_action_groups_waiting{reason}: groups held back by each reason (paused,
-	// in_flight_limit, rate_share_used, global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among the
+	// scheduled, outside_window, in_flight_limit, rate_share_used, global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among the
 	// groups the stuck watch list follows, at most a thousand per scrape; a group held for two
 	// reasons counts under both. Reasons missing from the map are reported as 0.
 	GroupsWaiting map[string]int64
@@ -79,7 +79,7 @@ func NewStateCollector(fn func(ctx context.Context) (QueueState, error), timeout
 		active:      gauge("active_tenants", "Tenants sharing the global rate limit."),
 		congestion:  gauge("congestion_level", "Groups at each congestion level.", "level"),
 		globalLimit: gauge("rate_limit_global", "Configured global rate limit, in jobs per second."),
-		waiting: gauge("groups_waiting", "Groups held back, by reason (paused, in_flight_limit, rate_share_used, "+
+		waiting: gauge("groups_waiting", "Groups held back, by reason (paused, scheduled, outside_window, in_flight_limit, rate_share_used, "+
 			"global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among at most 1000 running or queued groups.", "reason"),
 	}
 }

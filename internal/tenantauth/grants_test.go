@@ -236,7 +236,13 @@ func TestKnownLimitations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored, err := st.GetMsg(testContext(t, 5*time.Second), 1)
+		// The stream stores it a moment after the delivery: wait for it.
+		var stored *jetstream.RawStreamMsg
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if stored, err = st.GetMsg(testContext(t, 5*time.Second), 1); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatalf("%s holds nothing (%v): the limitation is gone, update docs/nats-permissions.md", n.StreamSubmit(), err)
 		}
