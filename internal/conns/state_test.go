@@ -121,7 +121,7 @@ func TestQueueStateGroupsWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int64{"paused": 1, "in_flight_limit": 1, "backing_off": 1, "no_worker": 1, "ready_full": 1,
-		"rate_share_used": 0, "global_rate": 0, "type_rate": 0}
+		"rate_share_used": 0, "global_rate": 0, "type_rate": 0, "scheduled": 0, "outside_window": 0, "destination_rate": 0}
 	if !maps.Equal(s.GroupsWaiting, want) {
 		t.Errorf("GroupsWaiting = %v, want %v", s.GroupsWaiting, want)
 	}
