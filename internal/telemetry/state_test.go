@@ -38,16 +38,18 @@ bulk_action_congestion_level{level="HIGH"} 2
 bulk_action_congestion_level{level="LOW"} 0
 bulk_action_congestion_level{level="MODERATE"} 0
 bulk_action_congestion_level{level="NONE"} 6
-# HELP bulk_action_groups_waiting Groups held back, by reason (paused, in_flight_limit, rate_share_used, global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among at most 1000 running or queued groups.
+# HELP bulk_action_groups_waiting Groups held back, by reason (paused, scheduled, outside_window, in_flight_limit, rate_share_used, global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among at most 1000 running or queued groups.
 # TYPE bulk_action_groups_waiting gauge
 bulk_action_groups_waiting{reason="backing_off"} 3
 bulk_action_groups_waiting{reason="destination_rate"} 0
 bulk_action_groups_waiting{reason="global_rate"} 0
 bulk_action_groups_waiting{reason="in_flight_limit"} 0
 bulk_action_groups_waiting{reason="no_worker"} 0
+bulk_action_groups_waiting{reason="outside_window"} 0
 bulk_action_groups_waiting{reason="paused"} 1
 bulk_action_groups_waiting{reason="rate_share_used"} 0
 bulk_action_groups_waiting{reason="ready_full"} 0
+bulk_action_groups_waiting{reason="scheduled"} 0
 bulk_action_groups_waiting{reason="type_rate"} 0
 # HELP bulk_action_inflight_size Admitted jobs not yet confirmed on the READY stream.
 # TYPE bulk_action_inflight_size gauge
