@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -171,17 +170,8 @@ func t16(t *testing.T, p profile) run {
 				}
 			}
 			atRollback := waitEnded(len(plans) * 4 / 5)
-			e.redis.kill()
-			_ = os.RemoveAll(filepath.Join(e.redis.dir, "appendonlydir"))
-			if err := copyFile(snap, filepath.Join(e.redis.dir, "dump.rdb")); err != nil {
-				return "restore failed: " + err.Error()
-			}
-			e.redis.extra = []string{"--appendonly", "no"}
-			if err := e.redis.start(); err != nil {
-				return "restart failed: " + err.Error()
-			}
-			if err := e.rdb.ConfigSet(context.Background(), "appendonly", "yes").Err(); err != nil {
-				return "appendonly on: " + err.Error()
+			if err := e.rollback(snap); err != nil {
+				return err.Error()
 			}
 			time.Sleep(5 * time.Second) // deliveries keep failing a while after the rollback
 			rc.open.Store(true)

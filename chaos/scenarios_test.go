@@ -828,21 +828,30 @@ func t10(p profile) run {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			e.redis.kill()
-			_ = os.RemoveAll(filepath.Join(e.redis.dir, "appendonlydir"))
-			if err := copyFile(snap, filepath.Join(e.redis.dir, "dump.rdb")); err != nil {
-				return "restore failed: " + err.Error()
-			}
-			e.redis.extra = []string{"--appendonly", "no"}
-			if err := e.redis.start(); err != nil {
-				return "restart failed: " + err.Error()
-			}
-			if err := e.rdb.ConfigSet(context.Background(), "appendonly", "yes").Err(); err != nil {
-				return "appendonly on: " + err.Error()
+			if err := e.rollback(snap); err != nil {
+				return err.Error()
 			}
 			return fmt.Sprintf("rolled back from %d to %d jobs done (snapshot at %d)", later, at, at)
 		},
 	}
+}
+
+// rollback kills redis-server and starts it again from the snapshot snap
+// (bgsave), its append-only file dropped: a Redis that comes back older.
+func (e *env) rollback(snap string) error {
+	e.redis.kill()
+	_ = os.RemoveAll(filepath.Join(e.redis.dir, "appendonlydir"))
+	if err := copyFile(snap, filepath.Join(e.redis.dir, "dump.rdb")); err != nil {
+		return fmt.Errorf("restore failed: %w", err)
+	}
+	e.redis.extra = []string{"--appendonly", "no"}
+	if err := e.redis.start(); err != nil {
+		return fmt.Errorf("restart failed: %w", err)
+	}
+	if err := e.rdb.ConfigSet(context.Background(), "appendonly", "yes").Err(); err != nil {
+		return fmt.Errorf("appendonly on: %w", err)
+	}
+	return nil
 }
 
 // doneJobs sums doneJobs over the groups' metas.
