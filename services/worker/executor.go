@@ -54,6 +54,11 @@ func IsExecutor() bool { return os.Getenv(ExecutorEnv) == "1" }
 // that exited.
 var errExecutorDied = errors.New("worker: the executor process running the job exited")
 
+// errExecutorGone is the error of a run given to an executor that had
+// already exited: the job was never sent, so the run is tried again in
+// another executor and does not count as a crash.
+var errExecutorGone = errors.New("worker: the executor process had exited before the job was sent")
+
 // execRequest runs a job (Job set) or cancels the run of job ID (Cancel).
 type execRequest struct {
 	ID        uint64         `json:"id"`
@@ -252,7 +257,7 @@ func (e *executor) run(ctx context.Context, job *processor.Job, timeout time.Dur
 	e.mu.Lock()
 	if e.dead {
 		e.mu.Unlock()
-		return nil, errExecutorDied
+		return nil, errExecutorGone
 	}
 	e.next++
 	id := e.next
@@ -260,8 +265,8 @@ func (e *executor) run(ctx context.Context, job *processor.Job, timeout time.Dur
 	werr := e.enc.Encode(&execRequest{ID: id, Job: job, TimeoutMs: max(timeout.Milliseconds(), 1)})
 	e.mu.Unlock()
 	if werr != nil {
-		<-e.done // a broken pipe: the executor is exiting
-		return nil, errExecutorDied
+		<-e.done // a broken pipe: the executor exited before it read the job
+		return nil, errExecutorGone
 	}
 	var resp *execResponse
 	ok := true
@@ -281,14 +286,13 @@ func (e *executor) run(ctx context.Context, job *processor.Job, timeout time.Dur
 	return outcomeError(resp), nil
 }
 
-// alive reports whether the executor has not exited.
+// alive reports whether the executor has not exited (nor been closed). It
+// reads dead, which is set before the runs pending in an exited executor
+// return, so an executor whose run just failed is never taken back.
 func (e *executor) alive() bool {
-	select {
-	case <-e.done:
-		return false
-	default:
-		return true
-	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.dead
 }
 
 // close ends the executor: its requests pipe is closed, so it exits once
@@ -385,18 +389,28 @@ func (x *executors) prepareSpare() {
 }
 
 // run runs job alone in an executor; err is errExecutorDied when the
-// executor exited before answering (it is not used again).
+// executor exited before answering (it is not used again). An executor
+// found exited before the job was sent to it is replaced, up to
+// maxExecutorTries times.
 func (x *executors) run(ctx context.Context, job *processor.Job, timeout time.Duration) (perr, err error) {
 	x.runs.Add(1)
 	defer x.runs.Done()
-	e, err := x.get()
-	if err != nil {
-		return nil, err
+	for range maxExecutorTries {
+		e, gerr := x.get()
+		if gerr != nil {
+			return nil, gerr
+		}
+		perr, err = e.run(ctx, job, timeout)
+		x.put(e)
+		if !errors.Is(err, errExecutorGone) {
+			return perr, err
+		}
 	}
-	perr, err = e.run(ctx, job, timeout)
-	x.put(e)
-	return perr, err
+	return nil, err
 }
+
+// maxExecutorTries bounds how many executors found exited one run tries.
+const maxExecutorTries = 3
 
 // start starts the pool's size executors at once, so that the first jobs
 // do not wait for processes to start; an executor that cannot be started
