@@ -351,15 +351,42 @@ func init() {
 // instead of run, as at claim time ([ClaimCancelled]), leaves its group's
 // in-flight count, and its claim ends. It returns [ClaimRun] (start it),
 // ClaimCancelled, or [ClaimStale] when the job is no longer RUNNING as that
-// attempt.
+// attempt. [Queue.StartBatch] checks many jobs in one call.
 func (q *Queue) Start(ctx context.Context, d Delivery) (ClaimOutcome, error) {
-	v, err := q.run(ctx, "start", startScript,
-		[]string{q.keys.Job(d.Group, d.JobID), q.keys.GroupMeta(d.Group), q.keys.Claims()},
-		q.keys.Prefix(), groupKey(d.Group), d.JobID, d.Attempt, q.now(), secs(q.cfg.JobTTL))
+	out, err := q.StartBatch(ctx, []Delivery{d})
 	if err != nil {
 		return "", err
 	}
-	return ClaimOutcome(toStr(v)), nil
+	return out[0], nil
+}
+
+// StartBatch is [Queue.Start] for many jobs: one script call per
+// [scriptChunk] jobs, in one round trip; the outcomes are in ds' order.
+func (q *Queue) StartBatch(ctx context.Context, ds []Delivery) ([]ClaimOutcome, error) {
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	replies, err := pipelineChunks(ctx, q, "start", startScript, ds, func(part []Delivery) ([]string, []any) {
+		args := make([]any, 0, 3+3*len(part))
+		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL))
+		for _, d := range part {
+			args = append(args, groupKey(d.Group), d.JobID, d.Attempt)
+		}
+		return []string{q.keys.Claims()}, args
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClaimOutcome, 0, len(ds))
+	for _, r := range replies {
+		for _, v := range toList(r) {
+			out = append(out, ClaimOutcome(toStr(v)))
+		}
+	}
+	if len(out) != len(ds) {
+		return nil, fmt.Errorf("redisq: start script: %d outcomes for %d jobs", len(out), len(ds))
+	}
+	return out, nil
 }
 
 // RenewClaims extends the claims of jobs a worker holds (claimed, running

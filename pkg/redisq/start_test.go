@@ -66,6 +66,46 @@ func TestStartCountsJobsOfACancelledGroup(t *testing.T) {
 	}
 }
 
+// One StartBatch call checks jobs of several groups: the jobs of the
+// group cancelled meanwhile are counted as cancelled (and the group ends
+// with exact counts), the others start, and a job checked twice in the
+// same call is stale the second time.
+func TestStartBatchChecksJobsOfSeveralGroups(t *testing.T) {
+	q, _ := setup(t, redisq.Config{}, false)
+	ctx := context.Background()
+	live := claimAll(t, q, "live", 3)
+	gone := claimAll(t, q, "gone", 3)
+	if _, err := q.Cancel(ctx, G("gone")); err != nil {
+		t.Fatal(err)
+	}
+	ds := []redisq.Delivery{delivery(live[0]), delivery(gone[0]), delivery(live[1]), delivery(gone[1]),
+		delivery(gone[2]), delivery(gone[2])}
+	out, err := q.StartBatch(ctx, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []redisq.ClaimOutcome{redisq.ClaimRun, redisq.ClaimCancelled, redisq.ClaimRun, redisq.ClaimCancelled,
+		redisq.ClaimCancelled, redisq.ClaimStale}
+	if len(out) != len(want) {
+		t.Fatalf("outcomes %v, want %v", out, want)
+	}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Fatalf("outcomes %v, want %v", out, want)
+		}
+	}
+	info, _, err := q.Group(ctx, G("gone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != contracts.StateCancelled || info.Cancelled != 3 {
+		t.Fatalf("cancelled group after the starts: %s %+v", info.State, info.GroupCounts)
+	}
+	if out, err := q.StartBatch(ctx, nil); err != nil || out != nil {
+		t.Fatalf("empty batch: %v %v", out, err)
+	}
+}
+
 // The group's throttles count the retries after a rate limit only; its
 // retries (the congestion statistics) count every one.
 func TestGroupThrottlesCountOnlyRateLimits(t *testing.T) {

@@ -224,13 +224,14 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 }
 
 // cancelledBeforeStart reports whether c's group was cancelled after the
-// claim, while c waited for a slot ([redisq.Queue.Start]): the job was then
+// claim, while c waited for a slot ([redisq.Queue.StartBatch], one call
+// for the jobs starting at the same time: [starts]): the job was then
 // counted as cancelled instead of run, its delivery is settled and its
 // group's counts published. A job no longer RUNNING as its attempt is
 // dropped the same way; if Redis cannot tell, the job runs.
 func (w *Worker) cancelledBeforeStart(base context.Context, c claimed) bool {
 	ctx, cancel := context.WithTimeout(base, settleTimeout)
-	out, err := w.d.Queue.Start(ctx, redisq.Delivery{Group: c.job.Ref(), JobID: c.job.JobID, Attempt: c.job.Attempt})
+	out, err := w.starts.start(ctx, redisq.Delivery{Group: c.job.Ref(), JobID: c.job.JobID, Attempt: c.job.Attempt})
 	cancel()
 	if err != nil || out == redisq.ClaimRun {
 		return false

@@ -241,6 +241,7 @@ type Worker struct {
 	held      *heldFile     // nil without Config.StateDir
 	exec      *executors    // nil without IsolationProcess
 	dests     *destReporter // nil without Config.AdaptiveRate
+	starts    *starts       // checks jobs that waited for a slot before they start
 	// holder names this worker in the claims it makes
 	// ([redisq.ClaimHolder]): unique per Worker.
 	holder string
@@ -274,6 +275,7 @@ func New(cfg Config, mux *processor.Mux, d deps.Deps) (*Worker, error) {
 	}
 	return &Worker{
 		dests:     dests,
+		starts:    &starts{check: d.Queue.StartBatch},
 		holder:    newHolderID(),
 		exec:      x,
 		cfg:       cfg,
