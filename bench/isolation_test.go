@@ -99,12 +99,12 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 	b.Logf("flooding tenant holds %d failed jobs of 200 KiB", *flagIsoJunk)
 
 	pid := gw.cmd.Process.Pid
-	cpu0 := pidCPU(pid)
+	cpu0, host0 := pidCPU(pid), readHostCPU()
 	alone, err := paceTenant(ctx, base, good, "alone", *flagIsoPhase)
 	if err != nil {
 		return err
 	}
-	cpuAlone := pidCPU(pid) - cpu0
+	cpuAlone, hostAlone := pidCPU(pid)-cpu0, readHostCPU().since(host0)
 	b.Logf("alone: %s; gateway CPU %.2f s", alone, cpuAlone)
 
 	resetPeakRSS(pid)
@@ -114,9 +114,9 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 		return err
 	}
 	time.Sleep(2 * time.Second) // the flood at full strength
-	cpu1 := pidCPU(pid)
+	cpu1, host1, client1 := pidCPU(pid), readHostCPU(), pidCPU(fl.cmd.Process.Pid)
 	during, err := paceTenant(ctx, base, good, "flood", *flagIsoPhase)
-	cpuFlood := pidCPU(pid) - cpu1
+	cpuFlood, hostFlood, cpuClient := pidCPU(pid)-cpu1, readHostCPU().since(host1), pidCPU(fl.cmd.Process.Pid)-client1
 	rss := peakRSS(pid)
 	fs, ferr := fl.stop()
 	if err != nil {
@@ -141,6 +141,12 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 	rep.Add("isolation_flood_gateway_peak_rss_mib", float64(rss)/(1<<20))
 	rep.Add("isolation_alone_gateway_cpu_s", cpuAlone)
 	rep.Add("isolation_flood_gateway_cpu_s", cpuFlood)
+	// The flooding client runs on this machine too (a real one would not):
+	// its CPU, and the machine's busy share in each phase, tell how much of
+	// the p99 ratio is the CPU the flood's own client takes.
+	rep.Add("isolation_flood_client_cpu_s", cpuClient)
+	rep.Add("isolation_alone_host_busy_share", hostAlone)
+	rep.Add("isolation_flood_host_busy_share", hostFlood)
 	rep.Add("isolation_flood_requests", float64(fs.Requests))
 	rep.Add("isolation_flood_refused_429", float64(fs.Refused429))
 	rep.Add("isolation_flood_refused_413", float64(fs.Refused413))
@@ -461,6 +467,34 @@ func pidCPU(pid int) float64 {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100 // clock ticks of 1/100 s (USER_HZ)
+}
+
+// hostCPU is the machine's CPU time from /proc/stat, in clock ticks.
+type hostCPU struct{ busy, total float64 }
+
+func readHostCPU() hostCPU {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostCPU{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	var h hostCPU
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		h.total += v
+		if i != 3 && i != 4 { // idle and iowait
+			h.busy += v
+		}
+	}
+	return h
+}
+
+// since is the busy share of the machine's CPU time since h0 (0 to 1).
+func (h hostCPU) since(h0 hostCPU) float64 {
+	if h.total <= h0.total {
+		return 0
+	}
+	return (h.busy - h0.busy) / (h.total - h0.total)
 }
 
 // resetPeakRSS resets the high-water mark of the process's resident memory.
