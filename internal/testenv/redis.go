@@ -98,6 +98,7 @@ type RedisServer struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	args []string // further redis-server arguments
 }
 
 // NewRedisServer starts a private redis-server for one test and stops it
@@ -140,10 +141,10 @@ func (s *RedisServer) Start() error {
 	if s.cmd != nil {
 		return nil
 	}
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}
+	cmd := exec.Command("redis-server", append(args, s.args...)...)
 	// The server dies with the test binary even if Main is not used.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,162 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClusterSlots is the number of hash slots of a Redis Cluster.
+const ClusterSlots = 16384
+
+// RedisCluster is a Redis Cluster of local redis-server child processes
+// (cluster mode, no persistence): primaries only, the hash slots split
+// evenly between them.
+type RedisCluster struct {
+	Nodes []*RedisServer
+}
+
+// NewRedisCluster starts a cluster of n primaries for one test and stops it
+// when the test ends.
+func NewRedisCluster(t testing.TB, n int) *RedisCluster {
+	t.Helper()
+	c, err := StartRedisCluster(t.TempDir(), n)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// StartRedisCluster starts n redis-server processes in cluster mode, each
+// working in a directory of its own under dir, gives each an even range of
+// the hash slots, joins them and waits until every node reports the
+// cluster ok.
+func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("testenv: a cluster of %d nodes", n)
+	}
+	c := &RedisCluster{}
+	for i := range n {
+		d := filepath.Join(dir, "node"+strconv.Itoa(i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		s := &RedisServer{port: port, dir: d, args: []string{"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}
+		c.Nodes = append(c.Nodes, s)
+		if err := s.Start(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	if err := c.form(); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// form assigns the slots, introduces the nodes to each other and waits
+// until the cluster is ok on every node.
+func (c *RedisCluster) form() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := len(c.Nodes)
+	clients := make([]*redis.Client, n)
+	for i, s := range c.Nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
+		defer clients[i].Close()
+	}
+	for i, cl := range clients {
+		from, to := i*ClusterSlots/n, (i+1)*ClusterSlots/n-1
+		if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", from, to).Err(); err != nil {
+			return fmt.Errorf("cluster addslotsrange on %s: %w", c.Nodes[i].Addr(), err)
+		}
+	}
+	for _, s := range c.Nodes[1:] {
+		if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(s.port)).Err(); err != nil {
+			return fmt.Errorf("cluster meet %s: %w", s.Addr(), err)
+		}
+	}
+	for i, cl := range clients {
+		for {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") &&
+				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r") {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("cluster node %s not ok: %v %q", c.Nodes[i].Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// Addrs are the nodes' host:port addresses (the seeds of a cluster client).
+func (c *RedisCluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// Client returns a cluster client of c, closed when the test ends.
+func (c *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// Stop stops every node.
+func (c *RedisCluster) Stop() {
+	for _, s := range c.Nodes {
+		s.Stop()
+	}
+}
+
+// KeysPerNode counts, on each node, the keys that start with prefix.
+func (c *RedisCluster) KeysPerNode(ctx context.Context, prefix string) ([]int, error) {
+	out := make([]int, len(c.Nodes))
+	for i, s := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		iter := cl.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			out[i]++
+		}
+		err := iter.Err()
+		_ = cl.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// escapeGlob escapes the glob characters of s for a SCAN MATCH pattern.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
