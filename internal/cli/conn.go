@@ -108,12 +108,11 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 	c := &Conn{Config: cfg, Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
 	if need&NeedRedis != 0 {
 		redis.SetLogger(quietRedisLog{})
-		opt, err := conns.RedisOptions(cfg)
+		rdb, err := conns.RedisClient(cfg, 0, DialTimeout)
 		if err != nil {
 			return nil, err
 		}
-		opt.DialTimeout = DialTimeout
-		c.Redis = redis.NewClient(opt)
+		c.Redis = rdb
 		pctx, cancel := context.WithTimeout(ctx, DialTimeout)
 		err = c.Redis.Ping(pctx).Err()
 		cancel()

@@ -28,7 +28,8 @@ type Config struct {
 	RedisTLSCAFile   string `envconfig:"REDIS_TLS_CA_FILE" prefixonly:"true" desc:"PEM CA certificates that sign Redis's certificate (empty = system roots); setting any REDIS_TLS_* file turns TLS on"`
 	RedisTLSCertFile string `envconfig:"REDIS_TLS_CERT_FILE" prefixonly:"true" desc:"PEM client certificate for Redis (with REDIS_TLS_KEY_FILE)"`
 	RedisTLSKeyFile  string `envconfig:"REDIS_TLS_KEY_FILE" prefixonly:"true" desc:"PEM private key of REDIS_TLS_CERT_FILE"`
-	RedisPrefix      string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:)"`
+	RedisPrefix      string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:), which REDIS_CLUSTER_ADDRS requires"`
+	RedisCluster     string `envconfig:"REDIS_CLUSTER_ADDRS" desc:"Redis Cluster seed nodes (host:port, comma-separated): connect to a cluster instead of REDIS_URL's server (whose credentials, TLS and host name still apply); every key lives in the slot of REDIS_PREFIX's hash tag (empty = a single server)"`
 	NatsURL          string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server(s) with JetStream, comma-separated; tls:// for TLS; credentials in it are shown as xxxxx"`
 	NatsUser         string `envconfig:"NATS_USER" prefixonly:"true" desc:"NATS user (with NATS_PASSWORD); one auth method at most: user, token, NKey, creds or the URL's"`
 	NatsPassword     string `envconfig:"NATS_PASSWORD" prefixonly:"true" desc:"password of NATS_USER; never printed"`
@@ -153,6 +154,10 @@ func Load() (*Config, error) {
 func (c *Config) Validate() error {
 	bad := func(name string, v any, want string) error {
 		return fmt.Errorf("config: %s_%s=%v: %s", Prefix, name, v, want)
+	}
+	if c.RedisCluster != "" && !HasHashTag(c.RedisPrefix) {
+		return bad("REDIS_PREFIX", c.RedisPrefix, "must carry a hash tag, e.g. {bulk-action}:, when REDIS_CLUSTER_ADDRS is set: "+
+			"every script reads and writes keys of one slot")
 	}
 	type rng struct {
 		name string
@@ -417,3 +422,27 @@ func Ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 // readyPerWorkerSlot is the READY capacity per worker slot of the default
 // capacity; the services' default uses the same (a test checks it).
 const readyPerWorkerSlot = 16
+
+// ClusterAddrs are the seed nodes of REDIS_CLUSTER_ADDRS (none = a single
+// server).
+func (c *Config) ClusterAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.RedisCluster, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// HasHashTag reports whether every key that starts with prefix has the
+// same Redis Cluster hash tag: prefix holds a '{' followed by a '}' with at
+// least one byte between them.
+func HasHashTag(prefix string) bool {
+	open := strings.IndexByte(prefix, '{')
+	if open < 0 {
+		return false
+	}
+	end := strings.IndexByte(prefix[open+1:], '}')
+	return end > 0
+}

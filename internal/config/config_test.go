@@ -48,3 +48,25 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterNeedsHashTag: REDIS_CLUSTER_ADDRS is refused with a prefix
+// whose keys would spread over slots, naming the prefix and what it needs.
+func TestClusterNeedsHashTag(t *testing.T) {
+	for prefix, ok := range map[string]bool{"bulk-action:": false, "{}:": false, "}{x:": false, "{bulk-action}:": true, "x:{t}:": true} {
+		c, err := Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.RedisCluster, c.RedisPrefix = "127.0.0.1:7000, 127.0.0.1:7001", prefix
+		err = c.Validate()
+		if ok != (err == nil) {
+			t.Errorf("prefix %q: %v", prefix, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "REDIS_PREFIX") || !strings.Contains(err.Error(), "hash tag")) {
+			t.Errorf("prefix %q: the error %q does not name the setting and the hash tag", prefix, err)
+		}
+		if got := c.ClusterAddrs(); len(got) != 2 || got[1] != "127.0.0.1:7001" {
+			t.Errorf("cluster addrs %q", got)
+		}
+	}
+}

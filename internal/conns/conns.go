@@ -125,23 +125,25 @@ func maxMsgSize(n int) int32 {
 	return int32(n)
 }
 
+// minPoolSize is the fewest Redis connections (per node) a process keeps
+// in its pool.
+const minPoolSize = 32
+
 // Connect opens Redis and NATS, provisions the streams and builds the queue.
 // obs receives script durations (nil = none). The connections use the
 // credentials and TLS settings of cfg ([RedisOptions], [NatsOptions]);
 // errors show the URLs redacted and never hold a secret.
 func Connect(ctx context.Context, cfg *config.Config, name string, obs redisq.Observer) (*Conns, error) {
-	opt, err := RedisOptions(cfg)
+	rdb, err := RedisClient(cfg, minPoolSize, 0)
 	if err != nil {
 		return nil, err
 	}
 	nopts, err := NatsOptions(cfg, name)
 	if err != nil {
+		_ = rdb.Close()
 		return nil, err
 	}
-	if opt.PoolSize < 32 {
-		opt.PoolSize = 32
-	}
-	c := &Conns{Redis: redis.NewClient(opt), Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
+	c := &Conns{Redis: rdb, Names: contracts.Names{Prefix: cfg.SubjectPrefix}}
 	if err := c.Redis.Ping(ctx).Err(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("redis %s: %w", config.RedactURL(cfg.RedisURL), ScrubError(cfg, err))

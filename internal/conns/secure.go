@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,47 @@ func RedisOptions(cfg *config.Config) (*redis.Options, error) {
 	opt.TLSConfig.RootCAs = pool
 	opt.TLSConfig.Certificates = certs
 	return opt, nil
+}
+
+// RedisClient returns the Redis client of cfg: a cluster client of
+// REDIS_CLUSTER_ADDRS' seed nodes when it is set (with the credentials and
+// TLS settings of [RedisOptions]; MOVED and ASK redirections and TRYAGAIN
+// during a slot migration are followed and retried by the client), else a
+// client of REDIS_URL's server. minPool is the fewest connections per node
+// (the URL's pool_size when larger; 0 = the client's default); dialTimeout
+// 0 is the client's default.
+func RedisClient(cfg *config.Config, minPool int, dialTimeout time.Duration) (redis.UniversalClient, error) {
+	opt, err := RedisOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if opt.PoolSize < minPool {
+		opt.PoolSize = minPool
+	}
+	if dialTimeout > 0 {
+		opt.DialTimeout = dialTimeout
+	}
+	addrs := cfg.ClusterAddrs()
+	if len(addrs) == 0 {
+		return redis.NewClient(opt), nil
+	}
+	if opt.DB != 0 {
+		return nil, fmt.Errorf("%s_REDIS_URL=%s: database %d: a Redis Cluster has database 0 only", config.Prefix, config.RedactURL(cfg.RedisURL), opt.DB)
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:       addrs,
+		Username:    opt.Username,
+		Password:    opt.Password,
+		TLSConfig:   opt.TLSConfig,
+		PoolSize:    opt.PoolSize,
+		DialTimeout: opt.DialTimeout,
+		// A slot migration or a failover answers TRYAGAIN or CLUSTERDOWN
+		// for a moment: retried with backoff rather than surfaced.
+		MaxRedirects:    16,
+		MaxRetries:      8,
+		MinRetryBackoff: 8 * time.Millisecond,
+		MaxRetryBackoff: 512 * time.Millisecond,
+	}), nil
 }
 
 // NatsOptions builds the nats.go options of cfg for a connection named
