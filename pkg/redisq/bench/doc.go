@@ -11,6 +11,11 @@
 //
 //	{"bench":"redisq","name":"dequeue_p99_ms_10k_groups","value":0.21}
 //
+// BenchmarkRedisqMemoryBreakdown also prints, for one group of 100,000
+// queued jobs and again once they have left its list, one line per kind of
+// key ("name":"memory_breakdown" with phase, kind, keys, bytes by MEMORY
+// USAGE, bytes_per_job and encoding), to tell where the bytes of a job go.
+//
 // Without it the workloads scale with b.N like any Go benchmark and only the
 // ordinary benchmark metrics are reported. BenchmarkAdmission runs only with
 // -admission (set by make bench-admission) and prints one JSON line per
