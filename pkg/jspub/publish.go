@@ -24,7 +24,16 @@ import (
 // limit is reached, PublishWindow waits for its oldest outstanding message
 // instead of failing.
 func PublishWindow(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, window int) []error {
-	errs := make([]error, len(msgs))
+	errs, _ := PublishWindowSeq(ctx, js, msgs, window)
+	return errs
+}
+
+// PublishWindowSeq is [PublishWindow] that also returns the highest stream
+// sequence its PubAcks reported (0 when none was acknowledged): every
+// message it stored is at that sequence or before it (a duplicate's PubAck
+// carries the sequence of the message stored first).
+func PublishWindowSeq(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, window int) (errs []error, last uint64) {
+	errs = make([]error, len(msgs))
 	type pending struct {
 		i int
 		f jetstream.PubAckFuture
@@ -35,7 +44,9 @@ func PublishWindow(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg
 		p := queue[head]
 		queue[head] = pending{}
 		head++
-		errs[p.i] = awaitAck(ctx, p.f)
+		var seq uint64
+		seq, errs[p.i] = awaitAck(ctx, p.f)
+		last = max(last, seq)
 	}
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
@@ -67,25 +78,33 @@ func PublishWindow(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg
 	for head < len(queue) {
 		settle()
 	}
-	return errs
+	return errs, last
 }
 
-// awaitAck waits for the outcome of one asynchronous publish.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+// awaitAck waits for the outcome of one asynchronous publish and returns
+// the stream sequence its PubAck reported.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) (uint64, error) {
 	// An outcome already known wins over an ended ctx.
 	select {
-	case <-f.Ok():
-		return nil
+	case a := <-f.Ok():
+		return ackSeq(a), nil
 	case err := <-f.Err():
-		return err
+		return 0, err
 	default:
 	}
 	select {
-	case <-f.Ok():
-		return nil
+	case a := <-f.Ok():
+		return ackSeq(a), nil
 	case err := <-f.Err():
-		return err
+		return 0, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
+}
+
+func ackSeq(a *jetstream.PubAck) uint64 {
+	if a == nil {
+		return 0
+	}
+	return a.Sequence
 }

@@ -120,3 +120,22 @@ func TestPublishWindowStalledHandle(t *testing.T) {
 		}
 	}
 }
+
+// PublishWindowSeq reports the highest sequence acknowledged; publishing
+// the same messages again (duplicates by Nats-Msg-Id) reports the
+// sequence of the messages stored first.
+func TestPublishWindowSeq(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	const count = 120
+	errs, last := jspub.PublishWindowSeq(context.Background(), js, msgs(count), 16)
+	checkStored(t, js, errs, count)
+	if last != count {
+		t.Fatalf("last sequence %d, want %d", last, count)
+	}
+	errs, last = jspub.PublishWindowSeq(context.Background(), js, msgs(10), 0)
+	checkStored(t, js, errs, count)
+	if last != 10 {
+		t.Fatalf("duplicates' last sequence %d, want 10 (the first copies')", last)
+	}
+}

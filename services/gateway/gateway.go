@@ -81,11 +81,14 @@ type Gateway struct {
 	keys   *Keys
 	q      *redisq.Queue
 	client *client.Client
-	hub    *hub
-	dash   *uiAPI
-	idem   *idempotency
-	mux    *http.ServeMux
-	slots  slotSet
+	// submitFloor is the fetchers' ack floor on SUBMIT, read at most every
+	// floorTTL for the requests' room checks.
+	submitFloor floorCache
+	hub         *hub
+	dash        *uiAPI
+	idem        *idempotency
+	mux         *http.ServeMux
+	slots       slotSet
 	// penalties refuse a tenant a rate refused, for a moment, without Redis.
 	penalties penaltyBox
 
@@ -217,23 +220,13 @@ func principal(r *http.Request) Principal {
 // route is one operation of the API; the OpenAPI document lists the same.
 type route struct {
 	method, pattern string
-	// op is the operationId in docs/openapi.json.
+	// op is the operationId in the OpenAPI document (openapi.json).
 	op string
 	h  http.HandlerFunc
 	// public routes need no API key.
 	public bool
 	// idempotent POSTs honour Idempotency-Key.
 	idempotent bool
-}
-
-// Routes lists "METHOD /pattern" of every route, in the OpenAPI document's
-// path syntax ({name}).
-func (g *Gateway) Routes() []string {
-	var out []string
-	for _, rt := range g.table() {
-		out = append(out, rt.method+" "+rt.pattern)
-	}
-	return out
 }
 
 func (g *Gateway) table() []route {

@@ -242,9 +242,9 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	published, err := g.publishSpool(r.Context(), sp, rename)
+	published, lastSeq, err := g.publishSpool(r.Context(), sp, rename)
 	if room != nil {
-		g.settleSubmitRoom(context.WithoutCancel(r.Context()), room, published > 0)
+		g.settleSubmitRoom(context.WithoutCancel(r.Context()), room, published > 0, lastSeq)
 	}
 	if err != nil {
 		g.unavailable(w, r, err)
@@ -365,11 +365,12 @@ func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error)
 
 // publishSpool publishes the spooled messages, a chunk at a time; rename,
 // when set, may give a message another id (a retry of a refused message).
-// It returns how many chunks it published, whole or in part.
-func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats.Msg)) (published int, err error) {
+// It returns how many chunks it published, whole or in part, and the
+// highest SUBMIT sequence their PubAcks reported.
+func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats.Msg)) (published int, lastSeq uint64, err error) {
 	it, err := sp.reader()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for ; ; published++ {
 		var msgs []*nats.Msg
@@ -380,7 +381,7 @@ func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats
 				break
 			}
 			if err != nil {
-				return published, err
+				return published, lastSeq, err
 			}
 			if rename != nil {
 				rename(m)
@@ -389,11 +390,13 @@ func (g *Gateway) publishSpool(ctx context.Context, sp *spool, rename func(*nats
 			size += len(m.Data)
 		}
 		if len(msgs) == 0 {
-			return published, nil
+			return published, lastSeq, nil
 		}
-		for _, err := range jspub.PublishWindow(ctx, g.deps.JS, msgs, 256) {
+		errs, last := jspub.PublishWindowSeq(ctx, g.deps.JS, msgs, 256)
+		lastSeq = max(lastSeq, last)
+		for _, err := range errs {
 			if err != nil {
-				return published + 1, fmt.Errorf("gateway: publish jobs: %w", err)
+				return published + 1, lastSeq, fmt.Errorf("gateway: publish jobs: %w", err)
 			}
 		}
 	}

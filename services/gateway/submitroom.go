@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -26,7 +28,10 @@ const submitRoomRetry = 5
 // the tenant's earlier requests. It returns nil after writing the answer.
 func (g *Gateway) reserveSubmitRoom(w http.ResponseWriter, r *http.Request, tenant string, bytes int64) *redisq.SubmitRoom {
 	ctx := r.Context()
-	floor, _, err := natsutil.AckFloor(ctx, g.deps.JS, g.deps.Names.StreamSubmit())
+	floor, err := g.submitFloor.get(ctx, func(ctx context.Context) (uint64, error) {
+		f, _, err := natsutil.AckFloor(ctx, g.deps.JS, g.deps.Names.StreamSubmit())
+		return f, err
+	})
 	if err != nil {
 		g.unavailable(w, r, err)
 		return nil
@@ -55,13 +60,17 @@ func (g *Gateway) reserveSubmitRoom(w http.ResponseWriter, r *http.Request, tena
 }
 
 // settleSubmitRoom records a published request in its tenant's room: its
-// bytes count until the fetchers' ack floor on SUBMIT passes SUBMIT's last
-// sequence now. A failure only logs: the request is published.
-func (g *Gateway) settleSubmitRoom(ctx context.Context, room *redisq.SubmitRoom, published bool) {
+// bytes count until the fetchers' ack floor on SUBMIT passes the request's
+// last message (lastSeq, from its PubAcks; SUBMIT's last sequence now when
+// none was acknowledged). A failure only logs: the request is published.
+func (g *Gateway) settleSubmitRoom(ctx context.Context, room *redisq.SubmitRoom, published bool, lastSeq uint64) {
 	var err error
 	if published {
-		var seq uint64
-		if seq, err = natsutil.LastSeq(ctx, g.deps.JS, g.deps.Names.StreamSubmit()); err == nil {
+		seq := lastSeq
+		if seq == 0 {
+			seq, err = natsutil.LastSeq(ctx, g.deps.JS, g.deps.Names.StreamSubmit())
+		}
+		if err == nil {
 			err = room.Settle(ctx, seq)
 		}
 	} else {
@@ -70,4 +79,33 @@ func (g *Gateway) settleSubmitRoom(ctx context.Context, room *redisq.SubmitRoom,
 	if err != nil && ctx.Err() == nil {
 		g.log.Warn("a request's room on SUBMIT not recorded; it lapses in "+redisq.SubmitRoomLease.String(), "err", err)
 	}
+}
+
+// floorTTL is how long the gateway reuses the fetchers' ack floor on
+// SUBMIT it read for one request for the next ones. A floor that old only
+// frees a tenant's applied bytes a moment later (the room is checked
+// against less than it could be), while each read is two JetStream API
+// calls that every request would otherwise queue behind.
+const floorTTL = 250 * time.Millisecond
+
+// floorCache keeps the last ack floor read for floorTTL; concurrent
+// requests wait for the one read under way.
+type floorCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	floor uint64
+}
+
+func (c *floorCache) get(ctx context.Context, read func(context.Context) (uint64, error)) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < floorTTL {
+		return c.floor, nil
+	}
+	f, err := read(ctx)
+	if err != nil {
+		return 0, err
+	}
+	c.floor, c.at = f, time.Now()
+	return c.floor, nil
 }

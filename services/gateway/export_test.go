@@ -1,5 +1,15 @@
 package gateway
 
+// Routes lists "METHOD /pattern" of every route, in the OpenAPI document's
+// path syntax ({name}).
+func (g *Gateway) Routes() []string {
+	var out []string
+	for _, rt := range g.table() {
+		out = append(out, rt.method+" "+rt.pattern)
+	}
+	return out
+}
+
 // OperationIDs maps "METHOD /pattern" of every route, as [Gateway.Routes]
 // lists them, to the route's operationId in the OpenAPI document
 // (openapi.json), so a test can hold the two to each other. It reads only
