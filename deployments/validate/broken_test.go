@@ -61,6 +61,9 @@ func TestBrokenValuesFail(t *testing.T) {
 		{"gateway setting the binary rejects", "config:\n  BULKACTION_GATEWAY_IDEMPOTENCY_TTL: 500ms\n", "GATEWAY_IDEMPOTENCY_TTL"},
 		{"gateway keys file overridden", "targets:\n  gateway:\n    env:\n      BULKACTION_GATEWAY_KEYS_FILE: /tmp/keys\n", "set twice"},
 		{"gateway API on the metrics port", "gateway:\n  port: 8080\n", "same port"},
+		{"Redis Cluster without a hash-tagged prefix", "redis:\n  cluster:\n    addrs: [redis-0:6379]\n", "hash tag"},
+		{"Redis Cluster seed without a port", "redis:\n  cluster:\n    addrs: [redis-0]\n", "addrs"},
+		{"Redis Cluster set by hand", "config:\n  BULKACTION_REDIS_CLUSTER_ADDRS: redis-0:6379\n", "BULKACTION_REDIS_CLUSTER_ADDRS"},
 		{"ingress TLS without a Secret", "gateway:\n  ingress:\n    enabled: true\n    tls:\n      enabled: true\n", "secretName"},
 		{"gateway autoscaled without a CPU request", "targets:\n  gateway:\n    resources: {requests: {cpu: null}}\n    autoscaling:\n      enabled: true\n", "requests.cpu"},
 	} {

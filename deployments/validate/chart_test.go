@@ -2,6 +2,7 @@ package validate
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -131,6 +132,8 @@ func TestChart(t *testing.T) {
 				if k["Secret"] != 0 || k["ServiceAccount"] != 0 {
 					t.Errorf("existing secrets and service account: want none rendered, got %v", k)
 				}
+			case "redis-cluster-values":
+				checkRedisClusterValues(t, objs)
 			case "default":
 				if k["Secret"] != 2 || k["NetworkPolicy"] != 5 || k["PodDisruptionBudget"] != 5 || k["Ingress"] != 0 {
 					t.Errorf("want 2 Secrets (connections, gateway keys), 5 NetworkPolicies, 5 PodDisruptionBudgets and no Ingress, got %v", k)
@@ -164,11 +167,11 @@ func TestSchemaConfigMatchesSettings(t *testing.T) {
 	if cfg.AdditionalProperties == nil || *cfg.AdditionalProperties {
 		t.Error("config: additionalProperties must be false")
 	}
-	// Set by the chart itself, or secrets that travel only in the Secret's
-	// URLs (never in the ConfigMap).
+	// Set by the chart itself (REDIS_CLUSTER_ADDRS from redis.cluster.addrs), or secrets that
+	// travel only in the Secret's URLs (never in the ConfigMap).
 	// The gateway's address, keys file and spool directory are set by the chart on the gateway's
 	// pods (the port, the mounted keys Secret, the spool emptyDir).
-	owned := []string{"BULKACTION_NATS_URL", "BULKACTION_REDIS_URL", "BULKACTION_HTTP_ADDR",
+	owned := []string{"BULKACTION_NATS_URL", "BULKACTION_REDIS_URL", "BULKACTION_REDIS_CLUSTER_ADDRS", "BULKACTION_HTTP_ADDR",
 		"BULKACTION_REDIS_PASSWORD", "BULKACTION_NATS_PASSWORD", "BULKACTION_NATS_TOKEN",
 		"BULKACTION_GATEWAY_ADDR", "BULKACTION_GATEWAY_KEYS_FILE", "BULKACTION_GATEWAY_SPOOL_DIR"}
 	for name, s := range Settings() {
@@ -291,5 +294,55 @@ func checkGatewayIngress(t *testing.T, objs []Object) {
 	}
 	if ing.Annotations["nginx.ingress.kubernetes.io/proxy-buffering"] != "off" {
 		t.Errorf("annotations %v: the values' annotations are missing", ing.Annotations)
+	}
+}
+
+// checkRedisClusterValues asserts what ci/redis-cluster-values.yaml asks: every target reads
+// BULKACTION_REDIS_CLUSTER_ADDRS (the seed nodes, comma-separated) and the hash-tagged prefix from
+// the ConfigMap, still takes BULKACTION_REDIS_URL (the credentials) from the Secret, and may reach
+// the nodes' client port.
+func checkRedisClusterValues(t *testing.T, objs []Object) {
+	t.Helper()
+	const want = "redis-cluster-0.redis-cluster-headless.redis.svc:6379,redis-cluster-1.redis-cluster-headless.redis.svc:6379,redis-cluster-2.redis-cluster-headless.redis.svc:6379"
+	cms := map[string]*corev1.ConfigMap{}
+	for _, o := range objs {
+		if cm, ok := o.Obj.(*corev1.ConfigMap); ok {
+			cms[cm.Name] = cm
+		}
+	}
+	deployments := 0
+	for _, o := range objs {
+		switch v := o.Obj.(type) {
+		case *appsv1.Deployment:
+			deployments++
+			for _, c := range v.Spec.Template.Spec.Containers {
+				env := map[string]string{}
+				for _, ef := range c.EnvFrom {
+					if ef.ConfigMapRef != nil && cms[ef.ConfigMapRef.Name] != nil {
+						maps.Copy(env, cms[ef.ConfigMapRef.Name].Data)
+					}
+				}
+				if got := env["BULKACTION_REDIS_CLUSTER_ADDRS"]; got != want {
+					t.Errorf("Deployment %s: BULKACTION_REDIS_CLUSTER_ADDRS=%q, want %q", v.Name, got, want)
+				}
+				if got := env["BULKACTION_REDIS_PREFIX"]; got != "{bulk-action}:" {
+					t.Errorf("Deployment %s: BULKACTION_REDIS_PREFIX=%q, want {bulk-action}:", v.Name, got)
+				}
+				if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+					return e.Name == "BULKACTION_REDIS_URL" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+				}) {
+					t.Errorf("Deployment %s: BULKACTION_REDIS_URL does not come from a Secret", v.Name)
+				}
+			}
+		case *networkingv1.NetworkPolicy:
+			if !slices.ContainsFunc(v.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool {
+				return slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.IntValue() == 6379 })
+			}) {
+				t.Errorf("NetworkPolicy %s: no egress to the Redis Cluster's client port 6379", v.Name)
+			}
+		}
+	}
+	if deployments != 5 {
+		t.Errorf("%d Deployments, want 5", deployments)
 	}
 }
