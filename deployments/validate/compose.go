@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -170,6 +171,9 @@ func CheckCompose(p *types.Project, rawFiles []string, envVars map[string]string
 	if err := checkNATS(p, natsURLs, maxMsgSize); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkRedisCluster(p); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -277,20 +281,9 @@ func checkRedisURL(p *types.Project, raw string) error {
 // checkRedisConf checks the settings bulkaction relies on: AOF flushed on every write and no
 // eviction.
 func checkRedisConf(path string) error {
-	f, err := os.Open(path)
+	got, err := readRedisConf(path, nil)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	got := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, _ := strings.Cut(line, " ")
-		got[strings.ToLower(k)] = strings.TrimSpace(v)
 	}
 	var errs []error
 	for k, want := range map[string]string{"appendonly": "yes", "appendfsync": "always", "maxmemory-policy": "noeviction"} {
@@ -521,4 +514,226 @@ func withEnv(env map[string]string, fn func()) {
 		}
 	}()
 	fn()
+}
+
+// readRedisConf reads the directives of a redis.conf file, later ones overriding earlier ones.
+// An include directive is followed through the bind mounts of s (none when s is nil).
+func readRedisConf(path string, s *types.ServiceConfig) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	got := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, _ := strings.Cut(line, " ")
+		k, v = strings.ToLower(k), strings.TrimSpace(v)
+		if k == "include" && s != nil {
+			hp, ok := hostPath(*s, v)
+			if !ok {
+				return nil, fmt.Errorf("%s: included %s is not mounted", filepath.Base(path), v)
+			}
+			inc, err := readRedisConf(hp, s)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(got, inc)
+			continue
+		}
+		got[k] = v
+	}
+	return got, sc.Err()
+}
+
+// redisServerArgs returns the configuration file a Redis service runs and its command-line
+// options (--name value), from its command (run directly or through sh -c).
+func redisServerArgs(s types.ServiceConfig) (conf string, opts map[string]string, ok bool) {
+	fields := strings.Fields(strings.Join(s.Command, " "))
+	i := slices.Index(fields, "redis-server")
+	if i < 0 || i+1 >= len(fields) {
+		return "", nil, false
+	}
+	opts = map[string]string{}
+	for j := i + 2; j < len(fields); j++ {
+		if name, ok := strings.CutPrefix(fields[j], "--"); ok && j+1 < len(fields) {
+			opts[name] = strings.Trim(fields[j+1], `"'`)
+			j++
+		}
+	}
+	return fields[i+1], opts, true
+}
+
+// clusterCreateRe finds the node addresses and the replicas of redis-cli --cluster create.
+var clusterCreateRe = regexp.MustCompile(`--cluster create((?:\s+[^-\s]\S*)+)\s+.*--cluster-replicas\s+(\d+)`)
+
+// checkRedisCluster checks the Redis Cluster of the targets that set BULKACTION_REDIS_CLUSTER_ADDRS:
+// its seed nodes are every node of the cluster, each a Redis service in cluster mode with the
+// durability settings, requirepass and masterauth (replicas authenticate to their primary), a
+// fixed address it announces for the cluster bus and its service name it announces to clients;
+// the targets share a network with the nodes and wait for a one-shot that creates the cluster
+// from every node, with at least one replica per primary, once they are all healthy.
+func checkRedisCluster(p *types.Project) error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	checked := map[string]bool{}
+	for name, s := range p.Services {
+		if _, ok := isTarget(s); !ok {
+			continue
+		}
+		where := "service " + name
+		seeds := serviceEnv(s)["BULKACTION_REDIS_CLUSTER_ADDRS"]
+		if seeds == "" {
+			continue
+		}
+		var nodes []string
+		for _, a := range strings.Split(seeds, ",") {
+			host, _, _ := strings.Cut(strings.TrimSpace(a), ":")
+			nodes = append(nodes, host)
+		}
+		slices.Sort(nodes)
+		// Every Redis service in cluster mode is a seed: a node left out is a node no target
+		// would find again if the others were replaced.
+		var clusterNodes []string
+		for n, ns := range p.Services {
+			if conf, _, ok := redisServerArgs(ns); ok {
+				if hp, ok := hostPath(ns, conf); ok {
+					if c, err := readRedisConf(hp, &ns); err == nil && c["cluster-enabled"] == "yes" {
+						clusterNodes = append(clusterNodes, n)
+					}
+				}
+			}
+		}
+		slices.Sort(clusterNodes)
+		for _, n := range clusterNodes {
+			if !slices.Contains(nodes, n) {
+				fail("%s: BULKACTION_REDIS_CLUSTER_ADDRS does not name cluster node %s", where, n)
+			}
+		}
+		addrs := map[string]string{} // a node's fixed address or name → the node
+		for _, n := range nodes {
+			ns, ok := p.Services[n]
+			if !ok {
+				fail("%s: BULKACTION_REDIS_CLUSTER_ADDRS: host %s is not a service", where, n)
+				continue
+			}
+			addrs[n] = n
+			for _, nc := range ns.Networks {
+				if nc != nil && nc.Ipv4Address != "" {
+					addrs[nc.Ipv4Address] = n
+				}
+			}
+			if !slices.ContainsFunc(keys(ns.Networks), func(net string) bool { _, ok := s.Networks[net]; return ok || len(s.Networks) == 0 && net == "default" }) {
+				fail("%s: shares no network with Redis Cluster node %s", where, n)
+			}
+			if !checked[n] {
+				checked[n] = true
+				if err := checkRedisClusterNode(n, ns); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		// The one-shot that creates the cluster.
+		var creator string
+		for dep, d := range s.DependsOn {
+			cs, ok := p.Services[dep]
+			if ok && d.Condition == types.ServiceConditionCompletedSuccessfully && strings.Contains(strings.Join(cs.Command, " "), "--cluster create") {
+				creator = dep
+			}
+		}
+		if creator == "" {
+			fail("%s: does not wait for a one-shot that creates the Redis Cluster (redis-cli --cluster create)", where)
+			continue
+		}
+		if checked["create "+creator] {
+			continue
+		}
+		checked["create "+creator] = true
+		cs := p.Services[creator]
+		m := clusterCreateRe.FindStringSubmatch(strings.Join(cs.Command, " "))
+		if m == nil {
+			fail("service %s: no redis-cli --cluster create <nodes> --cluster-replicas N", creator)
+			continue
+		}
+		created := map[string]bool{}
+		for _, a := range strings.Fields(m[1]) {
+			host := a
+			if i := strings.LastIndex(a, ":"); i >= 0 {
+				host = a[:i]
+			}
+			n, ok := addrs[host]
+			if !ok {
+				fail("service %s: creates the cluster from %s, which is not a seed node's name or fixed address", creator, a)
+				continue
+			}
+			created[n] = true
+		}
+		replicas, _ := strconv.Atoi(m[2])
+		if replicas < 1 {
+			fail("service %s: --cluster-replicas %d: a primary without a replica loses its slots with its node", creator, replicas)
+		}
+		if len(created) < 3*(replicas+1) {
+			fail("service %s: %d nodes for 3 primaries with %d replica(s) each", creator, len(created), replicas)
+		}
+		for _, n := range nodes {
+			if !created[n] {
+				fail("service %s: does not create the cluster with node %s", creator, n)
+			}
+			if d, ok := cs.DependsOn[n]; !ok || d.Condition != types.ServiceConditionHealthy {
+				fail("service %s: does not wait for node %s to be healthy", creator, n)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkRedisClusterNode checks one node of a Redis Cluster: cluster mode with its configuration
+// file on the data volume, the durability settings, requirepass and masterauth, the fixed
+// address it announces on the cluster bus and the name it announces to clients.
+func checkRedisClusterNode(name string, s types.ServiceConfig) error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("service %s: "+format, append([]any{name}, args...)...))
+	}
+	conf, opts, ok := redisServerArgs(s)
+	if !ok {
+		return fmt.Errorf("service %s: a seed node that does not run redis-server <conf>", name)
+	}
+	hp, ok := hostPath(s, conf)
+	if !ok {
+		return fmt.Errorf("service %s: %s is not mounted", name, conf)
+	}
+	c, err := readRedisConf(hp, &s)
+	if err != nil {
+		return fmt.Errorf("service %s: %w", name, err)
+	}
+	maps.Copy(c, opts)
+	if c["cluster-enabled"] != "yes" {
+		fail("cluster-enabled is %q, want yes", c["cluster-enabled"])
+	}
+	if cf := c["cluster-config-file"]; !strings.HasPrefix(cf, c["dir"]+"/") && !strings.HasPrefix(cf, "/data/") {
+		fail("cluster-config-file %q is not on the data volume: a restarted node would not rejoin as itself", cf)
+	}
+	for k, want := range map[string]string{"appendonly": "yes", "appendfsync": "always", "maxmemory-policy": "noeviction"} {
+		if c[k] != want {
+			fail("%s is %q, want %s", k, c[k], want)
+		}
+	}
+	for _, k := range []string{"requirepass", "masterauth"} {
+		if c[k] != "$REDIS_PASSWORD" {
+			fail("%s is not REDIS_PASSWORD (replicas authenticate to their primary with masterauth)", k)
+		}
+	}
+	if c["cluster-preferred-endpoint-type"] != "hostname" || c["cluster-announce-hostname"] != name {
+		fail("announces %q (cluster-announce-hostname, preferred endpoint %q), want its service name: the targets reach it by name", c["cluster-announce-hostname"], c["cluster-preferred-endpoint-type"])
+	}
+	ip := c["cluster-announce-ip"]
+	if !slices.ContainsFunc(keys(s.Networks), func(n string) bool { nc := s.Networks[n]; return nc != nil && nc.Ipv4Address == ip && ip != "" }) {
+		fail("announces bus address %q, which is not its fixed ipv4_address: the cluster bus would lose it after a restart", ip)
+	}
+	return errors.Join(errs...)
 }

@@ -59,8 +59,10 @@ func checkComposeVariant(t *testing.T, dir string, files, profiles []string) err
 }
 
 var composeVariants = map[string]struct{ files, profiles []string }{
-	"single":  {[]string{"compose.yaml"}, nil},
-	"cluster": {[]string{"compose.yaml", "compose.cluster.yaml"}, []string{"cluster"}},
+	"single":        {[]string{"compose.yaml"}, nil},
+	"cluster":       {[]string{"compose.yaml", "compose.cluster.yaml"}, []string{"cluster"}},
+	"redis-cluster": {[]string{"compose.yaml", "compose.redis-cluster.yaml"}, []string{"redis-cluster"}},
+	"both clusters": {[]string{"compose.yaml", "compose.cluster.yaml", "compose.redis-cluster.yaml"}, []string{"cluster", "redis-cluster"}},
 }
 
 func TestCompose(t *testing.T) {
@@ -131,6 +133,96 @@ func TestBrokenComposeFails(t *testing.T) {
 			if tc.cluster {
 				v = composeVariants["cluster"]
 			}
+			mustFail(t, checkComposeVariant(t, dir, v.files, v.profiles), tc.want)
+		})
+	}
+}
+
+// With the Redis Cluster override, every target connects to the cluster's nodes with a
+// hash-tagged prefix and starts only after the one-shot that creates the cluster, and the single
+// Redis does not run.
+func TestComposeRedisCluster(t *testing.T) {
+	dir := composeCopy(t)
+	v := composeVariants["redis-cluster"]
+	p, err := LoadCompose(context.Background(), dir, filepath.Join(dir, ".env"), v.files, v.profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Services["redis"]; ok {
+		t.Error("the single Redis still runs beside the cluster")
+	}
+	nodes := 0
+	for name := range p.Services {
+		if strings.HasPrefix(name, "redis-cluster-") && name != "redis-cluster-create" {
+			nodes++
+		}
+	}
+	if nodes != 6 {
+		t.Errorf("%d Redis Cluster nodes, want 6 (3 primaries, 3 replicas)", nodes)
+	}
+	for _, target := range ServiceTargets {
+		s, ok := p.Services[target]
+		if !ok {
+			t.Fatalf("no service %s", target)
+		}
+		env := serviceEnv(s)
+		if got := env["BULKACTION_REDIS_CLUSTER_ADDRS"]; strings.Count(got, "redis-cluster-") != 6 {
+			t.Errorf("%s: BULKACTION_REDIS_CLUSTER_ADDRS=%q, want the 6 nodes", target, got)
+		}
+		if got := env["BULKACTION_REDIS_PREFIX"]; got != "{bulk-action}:" {
+			t.Errorf("%s: BULKACTION_REDIS_PREFIX=%q, want {bulk-action}:", target, got)
+		}
+		if d, ok := s.DependsOn["redis-cluster-create"]; !ok || d.Condition != "service_completed_successfully" {
+			t.Errorf("%s: does not wait for the cluster's creation: %v", target, s.DependsOn)
+		}
+		if _, ok := s.DependsOn["redis"]; ok {
+			t.Errorf("%s: still waits for the single Redis", target)
+		}
+	}
+}
+
+// The Redis Cluster override without its profile leaves the targets without the cluster.
+func TestComposeRedisClusterNeedsProfile(t *testing.T) {
+	err := checkComposeVariant(t, composeCopy(t), []string{"compose.yaml", "compose.redis-cluster.yaml"}, nil)
+	if err == nil {
+		t.Fatal("the Redis Cluster override loaded without the redis-cluster profile passed")
+	}
+	t.Logf("failed as expected: %.300s", err)
+}
+
+// Broken Redis Cluster overrides are rejected.
+func TestBrokenRedisClusterComposeFails(t *testing.T) {
+	for _, tc := range []struct{ name, file, old, new, want string }{
+		{"target left out", "compose.redis-cluster.yaml", "  gateway: *redis-cluster\n", "", `"gateway" depends on undefined service "redis"`},
+		{"prefix without a hash tag", "compose.redis-cluster.yaml", `BULKACTION_REDIS_PREFIX: "{bulk-action}:"`, `BULKACTION_REDIS_PREFIX: "bulk-action:"`, "hash tag"},
+		{"seed list without a node", "compose.redis-cluster.yaml", ",redis-cluster-6:6379", "", "cluster node redis-cluster-6"},
+		{"node not in cluster mode", "redis/cluster.conf", "cluster-enabled yes", "cluster-enabled no", "cluster-enabled"},
+		{"node state off the volume", "redis/cluster.conf", "cluster-config-file /data/nodes.conf", "cluster-config-file /tmp/nodes.conf", "cluster-config-file"},
+		{"node without AOF", "redis/cluster.conf", "cluster-enabled yes", "cluster-enabled yes\nappendfsync everysec", "appendfsync"},
+		{"replica without masterauth", "compose.redis-cluster.yaml", ` --masterauth \"$$REDIS_PASSWORD\"`, "", "masterauth"},
+		{"node announces another name", "compose.redis-cluster.yaml", "--cluster-announce-hostname redis-cluster-2", "--cluster-announce-hostname redis-2", "announces"},
+		{"node announces a bus address not its own", "compose.redis-cluster.yaml", "--cluster-announce-ip ${REDIS_CLUSTER_NET:-172.30.79}.13", "--cluster-announce-ip ${REDIS_CLUSTER_NET:-172.30.79}.23", "bus address"},
+		{"no replicas", "compose.redis-cluster.yaml", "--cluster-replicas 1", "--cluster-replicas 0", "replica"},
+		{"cluster created without a node", "compose.redis-cluster.yaml", " ${REDIS_CLUSTER_NET:-172.30.79}.16:6379 --cluster-replicas", " --cluster-replicas", "node redis-cluster-6"},
+		{"creation before a node is healthy", "compose.redis-cluster.yaml", "      redis-cluster-6:\n        condition: service_healthy\n", "", "wait for node redis-cluster-6"},
+		{"targets not waiting for the creation", "compose.redis-cluster.yaml", "    redis-cluster-create:\n      condition: service_completed_successfully\n", "", "creates the Redis Cluster"},
+		{"targets off the cluster's network", "compose.redis-cluster.yaml", "  networks: [default, redis-cluster]\n", "", "shares no network"},
+		{"cluster URL password differs", ".env", "REDIS_CLUSTER_URL=redis://:change-me-redis@", "REDIS_CLUSTER_URL=redis://:other@", "password"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := composeCopy(t)
+			p := filepath.Join(dir, tc.file)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), tc.old) {
+				t.Fatalf("%s no longer contains %q: update this test", tc.file, tc.old)
+			}
+			if err := os.WriteFile(p, []byte(strings.Replace(string(b), tc.old, tc.new, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			v := composeVariants["redis-cluster"]
 			mustFail(t, checkComposeVariant(t, dir, v.files, v.profiles), tc.want)
 		})
 	}
