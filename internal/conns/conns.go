@@ -209,7 +209,28 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	if s.GroupsWaiting, err = GroupsWaiting(ctx, c, cfg.ReadyCapacity()); err != nil {
 		return s, err
 	}
+	if cfg.AdaptiveRateEnabled {
+		if err := destinationState(ctx, c, &s); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
+}
+
+// destinationState reads the adaptive rate's learned rates into s: the
+// first [telemetry.MaxDestinationSeries] destinations in name order, and
+// the number tracked.
+func destinationState(ctx context.Context, c *Conns, s *telemetry.QueueState) error {
+	r, err := c.Queue.DestinationRates(ctx)
+	if err != nil {
+		return err
+	}
+	s.DestinationsTracked = int64(len(r.Rates))
+	s.Destinations = make([]telemetry.DestinationState, 0, min(len(r.Rates), telemetry.MaxDestinationSeries))
+	for _, d := range r.Rates[:min(len(r.Rates), telemetry.MaxDestinationSeries)] {
+		s.Destinations = append(s.Destinations, telemetry.DestinationState{Destination: d.Destination, Rate: d.Rate, Stopped: r.Stopped(d)})
+	}
+	return nil
 }
 
 // MaxWaitingGroups is the most groups [GroupsWaiting] examines per call

@@ -126,3 +126,56 @@ func TestQueueStateGroupsWaiting(t *testing.T) {
 		t.Errorf("GroupsWaiting = %v, want %v", s.GroupsWaiting, want)
 	}
 }
+
+// With the adaptive rate on, the queue state carries each destination's
+// learned rate as the controller left it in Redis: learned after a
+// throttle, stopped while a Retry-After runs, not learned (rate 0) while
+// it only accepts; with it off, none is read.
+func TestQueueStateDestinations(t *testing.T) {
+	r := testenv.Redis(t)
+	url, _, _ := testenv.NATS(t)
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RedisURL, cfg.RedisPrefix, cfg.NatsURL, cfg.StreamStorage = r.URL, r.Prefix, url, "memory"
+	cfg.AdaptiveRateEnabled = true
+	ctx := context.Background()
+	c, err := conns.Connect(ctx, cfg, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Queue.ReportDestinations(ctx, []redisq.DestOutcome{
+		{Destination: "email", Accepted: 100, Throttled: 1},
+		{Destination: "partner", Accepted: 10, Throttled: 3, RetryAfter: time.Minute},
+		{Destination: "sms", Accepted: 5},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := conns.QueueState(ctx, c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DestinationsTracked != 3 || len(s.Destinations) != 3 {
+		t.Fatalf("destinations = %d tracked, %+v", s.DestinationsTracked, s.Destinations)
+	}
+	email, partner, sms := s.Destinations[0], s.Destinations[1], s.Destinations[2]
+	if email.Destination != "email" || email.Rate <= 0 || email.Stopped {
+		t.Errorf("email = %+v, want a learned rate, not stopped", email)
+	}
+	if partner.Destination != "partner" || partner.Rate <= 0 || !partner.Stopped {
+		t.Errorf("partner = %+v, want a learned rate, stopped by its Retry-After", partner)
+	}
+	if sms.Destination != "sms" || sms.Rate != 0 || sms.Stopped {
+		t.Errorf("sms = %+v, want not learned yet", sms)
+	}
+
+	cfg.AdaptiveRateEnabled = false
+	if s, err = conns.QueueState(ctx, c, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if s.DestinationsTracked != 0 || s.Destinations != nil {
+		t.Errorf("adaptive rate off: destinations = %d tracked, %+v, want none read", s.DestinationsTracked, s.Destinations)
+	}
+}

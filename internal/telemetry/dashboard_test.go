@@ -79,7 +79,9 @@ func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	observeAll(NewMetrics(reg))
-	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) { return QueueState{}, nil }, 0))
+	// one learned destination, so that its per-destination gauges exist
+	st := QueueState{Destinations: []DestinationState{{Destination: "partner", Rate: 1}}}
+	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) { return st, nil }, 0))
 	names := map[string]bool{}
 	for name := range gatherFamilies(t, reg) {
 		names[name] = true

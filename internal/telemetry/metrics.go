@@ -159,6 +159,10 @@ type Metrics struct {
 	// "process") that exited while they ran jobs; each of those jobs runs again alone. A poison
 	// job makes a few; a steady rate means processors that crash.
 	ExecutorExits prometheus.Counter
+	// DestinationsRefused is bulk_action_destinations_refused_total: destinations a worker
+	// reported to the adaptive rate and that were refused (not learned: ADAPTIVE_RATE_MAX_DESTINATIONS
+	// are tracked already), one per destination per report; their jobs keep the per-job backoff.
+	DestinationsRefused prometheus.Counter
 	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
 	// (buckets 10 ms to 1 h).
 	SubmitLatency prometheus.Histogram
@@ -289,6 +293,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("executor_exits_total"),
 			Help: "Worker executor processes that exited while they ran jobs (each job then runs again alone).",
 		}),
+		DestinationsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: fqName("destinations_refused_total"),
+			Help: "Destinations reported to the adaptive rate and refused because ADAPTIVE_RATE_MAX_DESTINATIONS are tracked already, one per destination per report.",
+		}),
 		SubmitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("job_latency_ms"),
 			Help:    "Time from job submission to its recorded result, in milliseconds.",
@@ -300,7 +308,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.RateLimitAllowed, m.RateLimitDenied, m.DispatchMoved, m.DispatchCycleDuration,
 		m.BackpressureAdmitted, m.BackpressureRejected, m.AdmissionHeld, m.CongestionBackoff,
 		m.JobResults, m.ProcessingDuration, m.RecordedResults, m.ResultsFenced, m.GroupCompletions,
-		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.ControlMessages, m.ExecutorExits, m.SubmitLatency,
+		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.ControlMessages, m.ExecutorExits, m.DestinationsRefused,
+		m.SubmitLatency,
 	)
 	for _, k := range []string{"pause", "resume"} {
 		m.ControlMessages.WithLabelValues(k, "superseded")

@@ -104,6 +104,7 @@ var wantMetricTypes = map[string]dto.MetricType{
 	"bulk_action_submit_replayed_total":       dto.MetricType_COUNTER,
 	"bulk_action_control_messages_total":      dto.MetricType_COUNTER,
 	"bulk_action_executor_exits_total":        dto.MetricType_COUNTER,
+	"bulk_action_destinations_refused_total":  dto.MetricType_COUNTER,
 	"bulk_action_admission_held_total":        dto.MetricType_COUNTER,
 	"bulk_action_job_latency_ms":              dto.MetricType_HISTOGRAM,
 	"bulk_action_gateway_requests_total":      dto.MetricType_COUNTER,

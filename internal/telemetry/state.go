@@ -46,6 +46,27 @@ type QueueState struct {
 	// groups the stuck watch list follows, at most a thousand per scrape; a group held for two
 	// reasons counts under both. Reasons missing from the map are reported as 0.
 	GroupsWaiting map[string]int64
+	// Destinations are the adaptive rate's learned rates (docs/ARCHITECTURE.md §5), at most
+	// [MaxDestinationSeries] of them: bulk_action_destination_rate{destination} and
+	// bulk_action_destination_stopped{destination}. nil (the adaptive rate off) reports none.
+	Destinations []DestinationState
+	// DestinationsTracked is bulk_action_destinations_tracked: destinations the adaptive rate
+	// tracks, all of them (Destinations may hold fewer).
+	DestinationsTracked int64
+}
+
+// MaxDestinationSeries is the most destinations [QueueState.Destinations] reports, so that the
+// learned rates' series stay few whatever ADAPTIVE_RATE_MAX_DESTINATIONS allows.
+const MaxDestinationSeries = 100
+
+// DestinationState is one destination's learned rate.
+type DestinationState struct {
+	// Destination names the downstream (a job type).
+	Destination string
+	// Rate is the learned rate in jobs/s; 0 = not learned yet (no throttle seen, not limited).
+	Rate float64
+	// Stopped says whether a Retry-After stops the destination now.
+	Stopped bool
 }
 
 type stateCollector struct {
@@ -53,6 +74,7 @@ type stateCollector struct {
 	timeout time.Duration
 
 	up, groups, ready, nonReady, inflight, active, congestion, globalLimit, waiting *prometheus.Desc
+	destRate, destStopped, destTracked                                              *prometheus.Desc
 }
 
 // NewStateCollector returns a prometheus.Collector that calls fn on each scrape, with a context
@@ -81,12 +103,17 @@ func NewStateCollector(fn func(ctx context.Context) (QueueState, error), timeout
 		globalLimit: gauge("rate_limit_global", "Configured global rate limit, in jobs per second."),
 		waiting: gauge("groups_waiting", "Groups held back, by reason (paused, scheduled, outside_window, in_flight_limit, rate_share_used, "+
 			"global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among at most 1000 running or queued groups.", "reason"),
+		destRate: gauge("destination_rate", "Learned rate of a destination (adaptive rate), in jobs per second; absent until its first throttle "+
+			"(not limited). At most 100 destinations, in name order.", "destination"),
+		destStopped: gauge("destination_stopped", "1 while a Retry-After stops the destination (adaptive rate), else 0. At most 100 destinations.", "destination"),
+		destTracked: gauge("destinations_tracked", "Destinations the adaptive rate tracks (0 when it is off)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.groups, c.ready, c.nonReady, c.inflight, c.active, c.congestion, c.globalLimit, c.waiting} {
+	for _, d := range []*prometheus.Desc{c.up, c.groups, c.ready, c.nonReady, c.inflight, c.active, c.congestion, c.globalLimit, c.waiting,
+		c.destRate, c.destStopped, c.destTracked} {
 		ch <- d
 	}
 }
@@ -109,6 +136,27 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	perLevel(ch, c.congestion, congestionLevels, st.CongestionLevels)
 	ch <- prometheus.MustNewConstMetric(c.globalLimit, prometheus.GaugeValue, st.GlobalRateLimit)
 	perLevel(ch, c.waiting, waitReasons, st.GroupsWaiting)
+	ch <- prometheus.MustNewConstMetric(c.destTracked, prometheus.GaugeValue, float64(st.DestinationsTracked))
+	for _, d := range st.Destinations[:min(len(st.Destinations), MaxDestinationSeries)] {
+		stopped := 0.0
+		if d.Stopped {
+			stopped = 1
+		}
+		ch <- constOrInvalid(c.destStopped, stopped, d.Destination)
+		if d.Rate > 0 {
+			ch <- constOrInvalid(c.destRate, d.Rate, d.Destination)
+		}
+	}
+}
+
+// constOrInvalid is a gauge of one label value, or an invalid metric when the value cannot be
+// a label (not UTF-8).
+func constOrInvalid(d *prometheus.Desc, v float64, label string) prometheus.Metric {
+	m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, label)
+	if err != nil {
+		return prometheus.NewInvalidMetric(d, err)
+	}
+	return m
 }
 
 // perLevel reports one series per known level (0 when missing) and one per extra key of values.

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -38,6 +39,9 @@ bulk_action_congestion_level{level="HIGH"} 2
 bulk_action_congestion_level{level="LOW"} 0
 bulk_action_congestion_level{level="MODERATE"} 0
 bulk_action_congestion_level{level="NONE"} 6
+# HELP bulk_action_destinations_tracked Destinations the adaptive rate tracks (0 when it is off).
+# TYPE bulk_action_destinations_tracked gauge
+bulk_action_destinations_tracked 0
 # HELP bulk_action_groups_waiting Groups held back, by reason (paused, scheduled, outside_window, in_flight_limit, rate_share_used, global_rate, no_worker, type_rate, destination_rate, ready_full, backing_off), among at most 1000 running or queued groups.
 # TYPE bulk_action_groups_waiting gauge
 bulk_action_groups_waiting{reason="backing_off"} 3
@@ -168,5 +172,40 @@ func TestWaitReasonsAreTheQueues(t *testing.T) {
 	}
 	if !slices.Equal(waitReasons, want) {
 		t.Errorf("bulk_action_groups_waiting reasons %v, want redisq.HoldReasons %v", waitReasons, want)
+	}
+}
+
+// The learned rates are gauges per destination: a rate once learned, a
+// stop while a Retry-After runs; a destination not learned yet has no rate
+// series (it is not limited), and at most MaxDestinationSeries are reported.
+func TestStateCollectorReportsDestinations(t *testing.T) {
+	st := QueueState{DestinationsTracked: MaxDestinationSeries + 3}
+	st.Destinations = append(st.Destinations,
+		DestinationState{Destination: "email", Rate: 85.5},
+		DestinationState{Destination: "partner", Rate: 12, Stopped: true},
+		DestinationState{Destination: "sms"})
+	for i := len(st.Destinations); i < MaxDestinationSeries+3; i++ {
+		st.Destinations = append(st.Destinations, DestinationState{Destination: fmt.Sprintf("z%03d", i), Rate: 1})
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(func(context.Context) (QueueState, error) { return st, nil }, time.Second))
+	got := gatherText(t, reg)
+	for _, line := range []string{
+		`bulk_action_destination_rate{destination="email"} 85.5`,
+		`bulk_action_destination_stopped{destination="email"} 0`,
+		`bulk_action_destination_rate{destination="partner"} 12`,
+		`bulk_action_destination_stopped{destination="partner"} 1`,
+		`bulk_action_destination_stopped{destination="sms"} 0`,
+		`bulk_action_destinations_tracked 103`,
+	} {
+		if !strings.Contains(got, line+"\n") {
+			t.Errorf("missing %q in:\n%s", line, got)
+		}
+	}
+	if strings.Contains(got, `bulk_action_destination_rate{destination="sms"}`) {
+		t.Errorf("a destination not learned yet has a rate series:\n%s", got)
+	}
+	if n := strings.Count(got, "bulk_action_destination_stopped{"); n != MaxDestinationSeries {
+		t.Errorf("%d destinations reported, want at most %d", n, MaxDestinationSeries)
 	}
 }

@@ -76,6 +76,7 @@ func (w *Worker) reportDestinations(ctx context.Context) {
 		return
 	}
 	if len(refused) > 0 {
+		w.d.Metrics.DestinationsRefused.Add(float64(len(refused)))
 		w.dests.warn.Warn(w.log, "destinations refused by the adaptive rate: too many tracked, their rates are not learned",
 			"refused", refused, "max", w.d.Queue.Config().Adaptive.MaxDestinations)
 	}
