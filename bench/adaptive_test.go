@@ -22,6 +22,8 @@ import (
 
 var (
 	flagADScale = flag.Float64("ad.scale", 1, "adaptive run: time scale of the phases (1 = 20 s each)")
+	flagADBurst = flag.Int("ad.burst-ms", 0, "adaptive run: PACING_BURST_MS (0 = the default), the pacers' burst tolerance, which bounds what a rate-limited type gets per admission round")
+	flagADInc   = flag.Float64("ad.increase", 0, "adaptive run: ADAPTIVE_RATE_INCREASE (0 = the default)")
 	flagADModes = flag.String("ad.modes", "off,adaptive,static", "adaptive run: modes, comma-separated: off (today), adaptive, static (TYPE_RATE_LIMITS at the first phase's capacity)")
 )
 
@@ -140,6 +142,12 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 	cfg.WorkerCount = 32
 	cfg.BaseBackoffMs, cfg.MaxBackoffMs = 1000, 10_000
 	cfg.MaxThrottles = 1000
+	if *flagADBurst > 0 {
+		cfg.PacingBurstMs = *flagADBurst
+	}
+	if *flagADInc > 0 {
+		cfg.AdaptiveRateIncrease = *flagADInc
+	}
 	switch mode {
 	case "off":
 	case "adaptive":
