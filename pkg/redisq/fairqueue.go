@@ -530,6 +530,20 @@ type admitOptions struct {
 	// learned, when set, folds learned destination rates into the type
 	// limits (WithLearnedRates)
 	learned *DestRates
+	// log, when set, admits only while that log's position is current
+	// (IfCurrent)
+	log string
+}
+
+// IfCurrent makes the call admit only while log's position is current
+// ([Position.Current]), checked in the same round trip as for
+// [Queue.EnqueueJobsIfCurrent]: when it is not (a Redis that came back
+// older, before SUBMIT's replay), the call changes nothing and returns
+// [ErrNotCurrent]. What the restored Redis lost (a later notBefore, a
+// pause, a cancel) is then applied again before any job is admitted
+// against it.
+func IfCurrent(log string) AdmitOption {
+	return func(o *admitOptions) { o.log = log }
 }
 
 // WithReadySeq says that the rooms of [WithTypeRooms] were measured when
@@ -621,10 +635,23 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o 
 	keys := append(q.keys.FairQueues(), q.keys.VClock(), q.keys.Inflight(),
 		q.keys.ActiveTenants(), q.keys.ActiveSeen(), q.keys.RatePacer(), q.keys.TenantWeights(),
 		q.keys.TenantClock(), q.keys.StuckWatch(), q.keys.ScheduleWait())
-	v, err := q.run(ctx, "admit", admitScript, keys,
-		q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
-		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst)/1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
-		o.rooms, typeLimits, o.seq)
+	args := []any{q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
+		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst) / 1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
+		o.rooms, typeLimits, o.seq}
+	var v any
+	var err error
+	if o.log != "" {
+		g := q.newGuard(o.log)
+		var vs []any
+		vs, err = q.runPipeline(ctx, "admit", admitScript, 1, g, func(int) ([]string, []any) {
+			return keys, append(args, g.key)
+		})
+		if err == nil {
+			v = vs[0]
+		}
+	} else {
+		v, err = q.run(ctx, "admit", admitScript, keys, args...)
+	}
 	if err != nil {
 		return nil, err
 	}

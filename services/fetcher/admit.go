@@ -2,6 +2,7 @@ package fetcher
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -42,6 +43,10 @@ func (n next) left(now time.Time) time.Duration {
 	}
 	return n.wait - now.Sub(n.since)
 }
+
+// notCurrentWait is how long admission waits, after a round that found
+// SUBMIT's position not current, before it looks again.
+const notCurrentWait = 50 * time.Millisecond
 
 // admitLoop runs admission rounds until ctx is cancelled. wake receives a
 // value when another fetcher (or this one) enqueued jobs.
@@ -168,9 +173,16 @@ func (f *Fetcher) admit(parent context.Context) next {
 	if lerr != nil {
 		f.log.Warn("reading the learned destination rates: using the last ones", "err", lerr)
 	}
+	// Only while SUBMIT's position is current: a Redis that came back older
+	// admits nothing until the replay has applied again what it lost (a
+	// later notBefore, a pause, a cancel: docs/ARCHITECTURE.md §6.7).
 	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt, redisq.WithReadySeq(rooms.Seq),
-		redisq.WithLearnedRates(learned))
+		redisq.WithLearnedRates(learned), redisq.IfCurrent(submitLog))
 	admitted := time.Now()
+	if errors.Is(err, redisq.ErrNotCurrent) {
+		f.startReplay()
+		return next{wait: notCurrentWait}
+	}
 	if err != nil {
 		f.log.Warn("admission failed", "err", err)
 		return next{wait: errorWait}

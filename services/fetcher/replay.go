@@ -92,6 +92,9 @@ func (f *Fetcher) awaitCurrent(ctx context.Context) (bool, error) {
 // startReplay starts a replay of SUBMIT in the background, unless one runs
 // in this process already.
 func (f *Fetcher) startReplay() {
+	if f.replay.base == nil {
+		return // not running
+	}
 	if !f.replay.running.TryLock() {
 		return
 	}

@@ -80,11 +80,7 @@ func TestRedisRestoredFromAnOlderSnapshotGetsSubmitBack(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for k, d := range snap {
-		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadSnapshot(t, rdb, snap)
 	if n := groupInfo(t, e, grp("a")).Jobs; n != 250 {
 		t.Fatalf("group a has %d jobs after the restore, want the snapshot's 250", n)
 	}
@@ -140,11 +136,7 @@ func TestReplayWaitsForTheFetcherReplaying(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for k, d := range snap {
-		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadSnapshot(t, rdb, snap)
 	// Another fetcher is replaying.
 	if ok, err := e.Queue.TakeLease(ctx, "submit", "another fetcher", time.Minute); err != nil || !ok {
 		t.Fatalf("lease: %v %v", ok, err)
@@ -236,20 +228,34 @@ func completeReady(t *testing.T, e *pipelinetest.Env, jobs []pipelinetest.Msg) {
 	}
 }
 
+// loadSnapshot makes the server hold snap and nothing else, in one
+// transaction, as a server that starts from a snapshot does: the fetchers
+// running meanwhile see the server either empty or restored, never half
+// restored (they replay SUBMIT into an empty one at once).
+func loadSnapshot(t *testing.T, rdb *redis.Client, snap map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.FlushDB(ctx)
+		for k, d := range snap {
+			p.RestoreReplace(ctx, k, 0, d)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // restoreSnapshot restarts the Redis server and restores snap into it:
 // Redis comes back older.
 func restoreSnapshot(t *testing.T, srv *testenv.RedisServer, rdb *redis.Client, snap map[string]string) {
 	t.Helper()
-	ctx := context.Background()
 	srv.Stop()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for k, d := range snap {
-		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadSnapshot(t, rdb, snap)
 }
 
 // TestReplayRestoresAcceptedSubmissionsOverQuota: jobs finished after the

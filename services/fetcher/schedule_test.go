@@ -70,11 +70,7 @@ func TestRedisRestoredFromAnOlderSnapshotKeepsSchedules(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for k, d := range snap {
-		if err := rdb.RestoreReplace(ctx, k, 0, d).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadSnapshot(t, rdb, snap)
 	if _, ok, _ := e.Queue.Group(ctx, grp("scheduled")); ok {
 		t.Fatal("the restore kept a group submitted after the snapshot")
 	}
@@ -189,5 +185,60 @@ func TestBadScheduleIsDeadLettered(t *testing.T) {
 	}
 	if _, ok, _ := e.Queue.Group(ctx, grp("bad")); ok {
 		t.Error("a refused message stored its group")
+	}
+}
+
+// TestRedisRestoredFromAnOlderSnapshotAdmitsNothingBeforeTheReplay: a
+// group's start is moved later after the snapshot a Redis comes back from,
+// and its first notBefore has passed by then. The restored Redis holds the
+// first one only, until SUBMIT's replay applies the move again: admission
+// waits for the replay, so the group does not start, and keeps the moved
+// notBefore.
+func TestRedisRestoredFromAnOlderSnapshotAdmitsNothingBeforeTheReplay(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "ra:"})
+	ctx := context.Background()
+	// admission looks at the queue every 20 ms, the position is checked
+	// every second: admission comes first after the restore
+	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100, MaxIdle: 20 * time.Millisecond}, e.Deps()))
+	c := client.New(e.JS, client.Options{})
+
+	first := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
+	if err := c.SubmitGroup(ctx, "g", contracts.GroupSettings{NotBefore: first.Format(time.RFC3339Nano)}, clientJobs("g", 0, 5)...); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitDrained(t, e)
+	waitPosition(t, e)
+	snap := dumpKeys(t, rdb, "ra:")
+
+	moved := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if err := c.Reschedule(ctx, "g", moved); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the move applied", 0, func() bool {
+		sc, err := e.Queue.GroupSchedule(ctx, grp("g"))
+		return err == nil && sc.NotBefore.Equal(moved)
+	})
+	waitPosition(t, e)
+	time.Sleep(time.Until(first.Add(100 * time.Millisecond)))
+
+	restoreSnapshot(t, srv, rdb, snap)
+	testkit.WaitFor(t, "the position current", 0, func() bool {
+		p, err := e.Queue.Position(ctx, "submit")
+		return err == nil && p.Current
+	})
+	time.Sleep(200 * time.Millisecond) // a few admission rounds
+	info, ok, err := e.Queue.Group(ctx, grp("g"))
+	if err != nil || !ok {
+		t.Fatalf("group: %v %v", ok, err)
+	}
+	if info.StartedAtMs > 0 || info.State != contracts.StateCreated {
+		t.Errorf("the group started (%s, startedAt %d) at its first notBefore, before the replay moved it", info.State, info.StartedAtMs)
+	}
+	if sc, _ := e.Queue.GroupSchedule(ctx, grp("g")); !sc.NotBefore.Equal(moved) {
+		t.Errorf("notBefore %v after the replay, want the moved %v", sc.NotBefore, moved)
 	}
 }

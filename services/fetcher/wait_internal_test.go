@@ -57,6 +57,15 @@ func TestPacedRoundWaitsFromItsAdmissionCall(t *testing.T) {
 	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
+	// admission needs SUBMIT's position current, as a running fetcher
+	// makes it first
+	p, err := q.Position(ctx, submitLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.ResetPosition(ctx, submitLog, p, 0); err != nil {
+		t.Fatal(err)
+	}
 	f, err := New(Config{UnservedTypes: UnservedAdmit}, d.Fill())
 	if err != nil {
 		t.Fatal(err)

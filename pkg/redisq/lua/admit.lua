@@ -44,6 +44,10 @@
 --           never overfill a type's room together. A measurement older
 --           than another admitter's of the same type gives that type no
 --           room in this call (held: the caller measures again).
+-- ARGV[17]: the key of a guard set by position.lua in the same pipeline
+--           ('' = none): when it is missing, SUBMIT's position was not
+--           current (a Redis that came back older, before the replay) and
+--           nothing is done
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
 --            scheduled }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace for each
@@ -87,6 +91,9 @@ local now = now_ms(ARGV[8])
 local stale_ms = tonumber(ARGV[9])
 local burst_ms = tonumber(ARGV[10])
 local gated = mode ~= 'fair'
+if (ARGV[17] or '') ~= '' and redis.call('EXISTS', ARGV[17]) == 0 then
+  return redis.error_reply('NOTCURRENT the log position is not current')
+end
 local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms
 
