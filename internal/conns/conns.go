@@ -6,10 +6,12 @@
 package conns
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -241,9 +243,11 @@ const MaxWaitingGroups = 1000
 // GroupsWaiting counts, per hold reason ([redisq.HoldReasons]), the groups
 // held back by it (bulk_action_groups_waiting{reason}), among the groups
 // that may be running or queued ([redisq.Queue.CandidateGroups]: the queued
-// ones and those the stuck watch list follows), at most MaxWaitingGroups
-// of them (a group paused before its first admission is neither queued
-// nor watched, so it is not counted). READY's room (readyCapacity per job
+// ones and those the stuck watch list follows) and those admission passed
+// by for their notBefore or sending windows ([redisq.Queue.ScheduleWaiting],
+// out of the queue until then), at most MaxWaitingGroups of them (a group
+// paused before its first admission is neither queued nor watched, so it
+// is not counted). READY's room (readyCapacity per job
 // type) is measured once; every reason is present in the map, 0 when no
 // group has it.
 func GroupsWaiting(ctx context.Context, c *Conns, readyCapacity int) (map[string]int64, error) {
@@ -252,8 +256,22 @@ func GroupsWaiting(ctx context.Context, c *Conns, readyCapacity int) (map[string
 		out[string(r)] = 0
 	}
 	groups, err := c.Queue.CandidateGroups(ctx)
-	if err != nil || len(groups) == 0 {
+	if err != nil {
 		return out, err
+	}
+	held, err := c.Queue.ScheduleWaiting(ctx)
+	if err != nil {
+		return out, err
+	}
+	if len(held) > 0 {
+		groups = append(groups, held...)
+		slices.SortFunc(groups, func(a, b contracts.GroupRef) int {
+			return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.ID, b.ID))
+		})
+		groups = slices.Compact(groups)
+	}
+	if len(groups) == 0 {
+		return out, nil
 	}
 	groups = groups[:min(len(groups), MaxWaitingGroups)]
 	rooms, err := handoff.NewRoom(deps.Deps{NC: c.NC, JS: c.JS, Queue: c.Queue, Names: c.Names}, readyCapacity).Measure(ctx)

@@ -109,6 +109,24 @@ func TestQueueStateGroupsWaiting(t *testing.T) {
 	if _, err := q.Pause(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	// Groups admission passed by for their notBefore or sending windows
+	// are out of the queue until then, and count all the same.
+	sched := func(gid string, set func(*redisq.Job)) {
+		t.Helper()
+		j := redisq.Job{Group: contracts.Group("acme", gid), ID: "0", Type: "noop"}
+		set(&j)
+		if _, err := q.EnqueueJobs(ctx, []redisq.Job{j}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sched("later", func(j *redisq.Job) { j.NotBefore = time.Now().Add(time.Hour).Format(time.RFC3339) })
+	soon := time.Now().UTC().Add(2 * time.Hour)
+	sched("closed", func(j *redisq.Job) {
+		j.Windows = []contracts.Window{{Zone: "UTC", Days: contracts.Weekdays[:], From: soon.Format("15:04"), To: soon.Add(time.Hour).Format("15:04")}}
+	})
+	if r, err := q.Admit(ctx, 5); err != nil || len(r.Jobs) != 0 || r.ScheduledMs <= 0 {
+		t.Fatalf("admit: %v %+v, want the scheduled groups passed by", err, r)
+	}
 	add("sms", "sms", 1, 0) // no live worker
 	add("full", "noop", 1, 0)
 	for range 2 { // READY's room for noop: 2 of 2 used
@@ -121,7 +139,7 @@ func TestQueueStateGroupsWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int64{"paused": 1, "in_flight_limit": 1, "backing_off": 1, "no_worker": 1, "ready_full": 1,
-		"rate_share_used": 0, "global_rate": 0, "type_rate": 0, "scheduled": 0, "outside_window": 0, "destination_rate": 0}
+		"rate_share_used": 0, "global_rate": 0, "type_rate": 0, "scheduled": 1, "outside_window": 1, "destination_rate": 0}
 	if !maps.Equal(s.GroupsWaiting, want) {
 		t.Errorf("GroupsWaiting = %v, want %v", s.GroupsWaiting, want)
 	}

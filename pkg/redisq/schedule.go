@@ -249,6 +249,22 @@ func (q *Queue) GroupSchedule(ctx context.Context, g contracts.GroupRef) (Schedu
 	return scheduleOf(str(v[0]), str(v[1]), str(v[2]), now)
 }
 
+// ScheduleWaiting returns the groups admission passed by for their
+// notBefore or sending windows ([Keys.ScheduleWait]): they are out of
+// their tenants' queues until then, so [Queue.CandidateGroups] lists only
+// those that have started.
+func (q *Queue) ScheduleWaiting(ctx context.Context) ([]contracts.GroupRef, error) {
+	gks, err := q.rdb.ZRange(ctx, q.keys.ScheduleWait(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: schedule waiting: %w", err)
+	}
+	out := make([]contracts.GroupRef, len(gks))
+	for i, gk := range gks {
+		out[i] = parseGroupKey(gk)
+	}
+	return out, nil
+}
+
 // KeptPosition returns the 1-based place a group passed by for its
 // schedule (or paused, or at its in-flight limit) takes back in its
 // tenant's queue of the level when it returns: one after the groups
