@@ -208,6 +208,8 @@ def submit(client, args):
         query["notBefore"] = args.not_before
     if args.window:
         query["window"] = args.window  # repeated: one sending window each
+    if args.callback_url:
+        query["callbackUrl"] = args.callback_url
     from_stdin = args.csv == "-"
     if not from_stdin:
         query["total"] = str(count_rows(args.csv))
@@ -330,6 +332,26 @@ def follow(client, group):
         wait = min(wait * 2, 10)
 
 
+def follow_callback(client, group, timeout):
+    """Waits up to timeout seconds for the group's completion callback to be
+    delivered or to fail, and returns its delivery state (the group view's
+    "callback"; None when the group has none)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, view = client.json("GET", "/v1/groups/%s" % quote(group))
+        cb = view.get("callback")
+        if cb is None or cb["state"] in ("delivered", "failed") or time.monotonic() >= deadline:
+            return cb
+        time.sleep(0.5)
+
+
+def describe_callback(cb):
+    text = "callback %s after %d attempt%s to %s" % (cb["state"], cb["attempts"], "" if cb["attempts"] == 1 else "s", cb["url"])
+    if cb.get("lastError"):
+        text += " (last error: %s)" % cb["lastError"]
+    return text
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Submit a CSV file of jobs to bulkaction's HTTP API and follow the group.")
     p.add_argument("csv", help="CSV file (header row; columns id, type, payload or payload fields), - for standard input")
@@ -341,6 +363,10 @@ def main(argv=None):
     p.add_argument("--not-before", help="start at: hold the jobs back until this RFC 3339 time (2026-11-27T09:00:00+01:00)")
     p.add_argument("--window", action="append",
                    help='sending window, repeatable: "DAYS FROM-TO ZONE", e.g. "mon-fri 09:00-17:00 Europe/Berlin"')
+    p.add_argument("--callback-url",
+                   help="completion callback: POST the group's final event here, signed with the tenant's callback secret")
+    p.add_argument("--callback-wait", type=float, default=30,
+                   help="with --callback-url, how long to wait for the callback's delivery once the group ended (seconds)")
     p.add_argument("--type", default="", help="job type of rows without a type column")
     p.add_argument("--tenant", default=os.environ.get("BULKACTION_TENANT") or None,
                    help="tenant of the group, for an admin key (default $BULKACTION_TENANT)")
@@ -353,6 +379,7 @@ def main(argv=None):
     try:
         submit(client, args)
         ev = follow(client, args.group)
+        cb = follow_callback(client, args.group, args.callback_wait) if args.callback_url else None
     except APIError as e:
         print("error: " + str(e), file=sys.stderr)
         return EXIT_ERROR
@@ -361,6 +388,8 @@ def main(argv=None):
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    if cb is not None:
+        print(describe_callback(cb))
     if ev["state"] == "COMPLETED":
         print("group %s COMPLETED: %d succeeded, %d failed" % (args.group, ev["succeeded"], ev["failed"]))
         return EXIT_COMPLETED

@@ -3,8 +3,10 @@ package python_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,10 +19,13 @@ import (
 	"testing"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -188,5 +193,78 @@ func (b *breakAfterEvent) Write(p []byte) (int, error) {
 func (b *breakAfterEvent) Flush() {
 	if f, ok := b.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// TestSubmitCSVScheduledWithCallback: the Python example submits a group
+// with --not-before 2 s ahead, a sending window and --callback-url; the
+// group starts no sooner than its notBefore, and once it COMPLETED the
+// script waits for the callback and prints its delivery; the receiver got
+// the final event once, signed with the tenant's secret as the reference
+// Standard Webhooks library verifies.
+func TestSubmitCSVScheduledWithCallback(t *testing.T) {
+	py := python3(t)
+	g := pipelinetest.StartGateway(t, []string{"acme"}, func(c *config.Config) { c.HTTPAllowedHosts = []string{"127.0.0.1"} })
+	base, key := g.URL, g.Keys["acme"]
+
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/callback-secret", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sec api.CallbackSecret
+	err = json.NewDecoder(resp.Body).Decode(&sec)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated || sec.Secret == "" {
+		t.Fatalf("callback secret: %d %v %+v", resp.StatusCode, err, sec)
+	}
+	var mu sync.Mutex
+	var bodies [][]byte
+	var headers []http.Header
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies, headers = append(bodies, b), append(headers, r.Header.Clone())
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rcv.Close)
+
+	file := filepath.Join(t.TempDir(), "jobs.csv")
+	if err := os.WriteFile(file, []byte("id,type,ms\na,sleep,1\nb,sleep,1\nc,sleep,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notBefore := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	code, out, errOut := runExample(t, py, base, key, "", "--group", "later", "--not-before", notBefore.Format(time.RFC3339Nano),
+		"--window", "mon-sun 00:00-24:00 UTC", "--callback-url", rcv.URL+"/done", file)
+	t.Logf("submit_csv.py printed:\n%s\nstderr:\n%s", out, errOut)
+	if code != 0 || !strings.Contains(out, "COMPLETED: 3 succeeded") || !strings.Contains(out, "callback delivered after 1 attempt to "+rcv.URL+"/done") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	info, ok, err := g.Stack.Conns.Queue.Group(context.Background(), contracts.Group("acme", "later"))
+	if err != nil || !ok {
+		t.Fatalf("group: %v %v", ok, err)
+	}
+	if started := time.UnixMilli(info.StartedAtMs); started.Before(notBefore) {
+		t.Errorf("started at %v, before its notBefore %v", started, notBefore)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 1 {
+		t.Fatalf("the receiver got %d requests, want 1", len(bodies))
+	}
+	wh, err := standardwebhooks.NewWebhook(sec.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wh.Verify(bodies[0], headers[0]); err != nil {
+		t.Errorf("the reference library does not verify the delivery: %v", err)
+	}
+	if !strings.Contains(string(bodies[0]), `"state":"COMPLETED"`) || !strings.Contains(string(bodies[0]), `"succeeded":3`) {
+		t.Errorf("delivered %s", bodies[0])
 	}
 }
