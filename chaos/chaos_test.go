@@ -13,7 +13,7 @@ import (
 
 var (
 	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
-	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T16); BULKACTION_CHAOS_ONLY too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T17); BULKACTION_CHAOS_ONLY too")
 )
 
 // profile sizes the scenarios.
@@ -50,7 +50,9 @@ type profile struct {
 	t15Flood time.Duration
 	// T16: jobs of the groups whose completion callbacks go through the
 	// faults.
-	t16Jobs   int
+	t16Jobs int
+	// T17: jobs of the groups with start times and sending windows.
+	t17Jobs   int
 	scenarios []string
 }
 
@@ -73,7 +75,8 @@ var profiles = map[string]profile{
 		t14Jobs: 3000, t14Rate: 300, t14Quota: 300,
 		t15Jobs: 2000, t15Flood: 20 * time.Second,
 		t16Jobs:   1000,
-		scenarios: []string{"T1", "T2", "T4", "T5", "T6"},
+		t17Jobs:   720,
+		scenarios: []string{"T1", "T2", "T4", "T5", "T6", "T17"},
 	},
 	// long is `make chaos`.
 	"long": {
@@ -92,7 +95,8 @@ var profiles = map[string]profile{
 		t14Jobs: 9000, t14Rate: 300, t14Quota: 300,
 		t15Jobs: 12_000, t15Flood: 60 * time.Second,
 		t16Jobs:   6000,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16"},
+		t17Jobs:   8400,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17"},
 	},
 }
 
@@ -215,6 +219,12 @@ func TestChaos(t *testing.T) {
 				add(t15(t, p).execute(t))
 			case "T16":
 				add(t16(t, p).execute(t))
+			case "T17":
+				r := t17(p).execute(t)
+				if v, ok := t17Notes.Load().(string); ok {
+					r.notes = append(r.notes, v)
+				}
+				add(r)
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}
