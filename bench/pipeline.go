@@ -21,6 +21,7 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // Pipeline defaults.
@@ -420,7 +421,7 @@ func benchRef(gid string) contracts.GroupRef { return contracts.Group(client.Def
 // readLatencies reads the job hashes of gid (jobs 0..n-1) and appends the
 // latencies of those submitted at or after fromUs.
 func (p *Pipeline) readLatencies(ctx context.Context, gid string, n int, fromUs int64, res *LatencyResult) error {
-	keys := p.conns.Queue.Keys()
+	keys := redisq.NewKeys(p.conns.Queue.Config().Prefix)
 	rdb := p.conns.Redis
 	const chunk = 1000
 	for lo := 0; lo < n; lo += chunk {

@@ -47,10 +47,11 @@ func (p *Pipeline) sampleDepths(ctx context.Context) (stop func() Depths) {
 				}
 				v[i] = n
 			}
-			inf, err := p.conns.Redis.ZCard(ctx, p.conns.Queue.Keys().Inflight()).Result()
+			sz, err := p.conns.Queue.Sizes(ctx)
 			if err != nil {
 				return false
 			}
+			inf := sz.Inflight
 			d.Samples++
 			d.Submit += float64(v[0])
 			d.Ready += float64(v[1])

@@ -38,9 +38,8 @@ func TestSubmitReadsAPIJobFormat(t *testing.T) {
 	if err != nil || !strings.Contains(out, "api-format COMPLETED: 2 jobs (2 succeeded, 0 failed, 0 cancelled)") {
 		t.Fatalf("watch: %v\n%s", err, out)
 	}
-	keys := s.queue.Keys()
 	for _, id := range []string{"c1", "c2"} {
-		if n := s.queue.Client().Exists(ctx, keys.Job(contracts.Group(client.DefaultTenant, "api-format"), id)).Val(); n != 1 {
+		if !s.jobStored(t, "api-format", id) {
 			t.Errorf("job %q not stored under its own id", id)
 		}
 	}

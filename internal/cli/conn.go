@@ -91,9 +91,10 @@ type Conn struct {
 	Config *config.Config
 	// Names gives subjects and stream names (Config.SubjectPrefix).
 	Names contracts.Names
-	// Redis and Queue are set with NeedRedis.
-	Redis redis.UniversalClient
+	// Queue is set with NeedRedis; every read of Redis goes through it.
 	Queue *redisq.Queue
+	// rdb is the client Queue uses; Close closes it.
+	rdb redis.UniversalClient
 	// NC and JS are set with NeedNATS, and with WantNATS when NATS answered.
 	NC *nats.Conn
 	JS jetstream.JetStream
@@ -112,9 +113,9 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.Redis = rdb
+		c.rdb = rdb
 		pctx, cancel := context.WithTimeout(ctx, DialTimeout)
-		err = c.Redis.Ping(pctx).Err()
+		err = c.rdb.Ping(pctx).Err()
 		cancel()
 		if err != nil {
 			c.Close()
@@ -125,7 +126,7 @@ func Dial(ctx context.Context, cfg *config.Config, need Need) (*Conn, error) {
 			return nil, &connError{kind: ErrNotRunning, msg: fmt.Sprintf("Redis at %s (%s_REDIS_URL) does not answer (%v): start everything with \"bulkaction dev\", or point %s_REDIS_URL at your Redis",
 				config.RedactURL(cfg.RedisURL), config.Prefix, conns.ScrubError(cfg, err), config.Prefix)}
 		}
-		if c.Queue, err = redisq.New(ctx, c.Redis, conns.QueueConfig(cfg)); err != nil {
+		if c.Queue, err = redisq.New(ctx, c.rdb, conns.QueueConfig(cfg)); err != nil {
 			c.Close()
 			return nil, conns.ScrubError(cfg, err)
 		}
@@ -190,9 +191,9 @@ func (c *Conn) Close() {
 		c.NC.Close()
 		c.NC = nil
 	}
-	if c.Redis != nil {
-		_ = c.Redis.Close()
-		c.Redis = nil
+	if c.rdb != nil {
+		_ = c.rdb.Close()
+		c.rdb = nil
 	}
 }
 

@@ -15,7 +15,7 @@ func TestStatsWithoutNATS(t *testing.T) {
 	enqueue(t, q, contracts.Group("acme", "a"), 2, contracts.PriorityNormal)
 	enqueue(t, q, contracts.Group("acme", "b"), 1, contracts.PriorityNormal)
 	enqueue(t, q, contracts.Group("globex", "c"), 1, contracts.PriorityLow)
-	s, err := cli.Stats(ctx, &cli.Conn{Redis: q.Client(), Queue: q})
+	s, err := cli.Stats(ctx, &cli.Conn{Queue: q})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestStatsWithoutNATS(t *testing.T) {
 	if _, err := q.Admit(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = cli.Stats(ctx, &cli.Conn{Redis: q.Client(), Queue: q}); err != nil {
+	if s, err = cli.Stats(ctx, &cli.Conn{Queue: q}); err != nil {
 		t.Fatal(err)
 	}
 	if s.Rate.ActiveTenants != 2 || s.Rate.TenantShare != 5000 {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -16,13 +18,28 @@ import (
 
 func setupQueue(t *testing.T) (*redisq.Queue, context.Context) {
 	t.Helper()
+	q, _, ctx := setupRaw(t)
+	return q, ctx
+}
+
+// raw is the Redis a test's queue is on, with the queue's key names.
+type raw struct {
+	rdb  *redis.Client
+	keys redisq.Keys
+}
+
+// setupRaw is setupQueue with the Redis the queue is on and the queue's key
+// names, for a test that reads or writes raw state no method of the queue
+// reads or writes.
+func setupRaw(t *testing.T) (*redisq.Queue, raw, context.Context) {
+	t.Helper()
 	env := testenv.Redis(t)
 	ctx := context.Background()
 	q, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix, Alpha: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q, ctx
+	return q, raw{rdb: env.Client, keys: redisq.NewKeys(env.Prefix)}, ctx
 }
 
 func enqueue(t *testing.T, q *redisq.Queue, g contracts.GroupRef, n int, p contracts.Priority) {

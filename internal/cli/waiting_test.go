@@ -240,7 +240,7 @@ func TestWaitingRate(t *testing.T) {
 // backed-off jobs and says when the earliest is due.
 func TestWaitingBackingOff(t *testing.T) {
 	t.Parallel()
-	q, ctx := setupQueue(t)
+	q, raw, ctx := setupRaw(t)
 	live(t, q, "noop")
 	g := ref("acme", "b")
 	enqueue(t, q, g, 3, contracts.PriorityNormal)
@@ -253,7 +253,7 @@ func TestWaitingBackingOff(t *testing.T) {
 			t.Fatalf("retry: %v %+v", err, rr)
 		}
 	}
-	due, _ := q.Client().ZScore(ctx, q.Keys().NonReadyQueue(), g.Tenant+":"+g.ID+":"+r.Jobs[1].ID).Result()
+	due, _ := raw.rdb.ZScore(ctx, raw.keys.NonReadyQueue(), g.Tenant+":"+g.ID+":"+r.Jobs[1].ID).Result()
 	s := readStatus(t, q, g)
 	if !sameReasons(reasons(s), redisq.HoldBackingOff) || s.BackingOff != 2 || s.Queued != 1 || s.InFlight != 0 {
 		t.Fatalf("waiting %v, %d backing off, %d queued, %d in flight", reasons(s), s.BackingOff, s.Queued, s.InFlight)
@@ -397,17 +397,17 @@ func TestWaitingEndedHasNone(t *testing.T) {
 
 // pushSamples writes progress samples, given oldest first as (age, count)
 // relative to Redis's clock, as the aggregators would.
-func pushSamples(t *testing.T, q *redisq.Queue, g contracts.GroupRef, samples ...[2]int64) {
+func pushSamples(t *testing.T, raw raw, g contracts.GroupRef, samples ...[2]int64) {
 	t.Helper()
 	ctx := context.Background()
-	now, err := q.Client().Time(ctx).Result()
+	now, err := raw.rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := q.Keys().GroupProgress(g)
-	q.Client().Del(ctx, key)
+	key := raw.keys.GroupProgress(g)
+	raw.rdb.Del(ctx, key)
 	for _, s := range samples {
-		q.Client().LPush(ctx, key, fmt.Sprintf("%d:%d", now.UnixMilli()-s[0], s[1]))
+		raw.rdb.LPush(ctx, key, fmt.Sprintf("%d:%d", now.UnixMilli()-s[0], s[1]))
 	}
 }
 
@@ -418,7 +418,7 @@ func pushSamples(t *testing.T, q *redisq.Queue, g contracts.GroupRef, samples ..
 // rate of 0 and no ETA.
 func TestStatusRateWindow(t *testing.T) {
 	t.Parallel()
-	q, ctx := setupQueue(t)
+	q, raw, ctx := setupRaw(t)
 	g := ref("acme", "w")
 	enqueue(t, q, g, 100, contracts.PriorityNormal)
 	if _, err := q.Seal(ctx, g, 100); err != nil {
@@ -437,7 +437,7 @@ func TestStatusRateWindow(t *testing.T) {
 	}
 
 	// Samples (age ms, count): the base is the one 31 s old.
-	pushSamples(t, q, g, [2]int64{50_000, 0}, [2]int64{31_000, 20}, [2]int64{29_000, 30}, [2]int64{10_000, 40}, [2]int64{1_000, 48})
+	pushSamples(t, raw, g, [2]int64{50_000, 0}, [2]int64{31_000, 20}, [2]int64{29_000, 30}, [2]int64{10_000, 40}, [2]int64{1_000, 48})
 	s := readStatus(t, q, g)
 	if s.RateWindow < 31*time.Second || s.RateWindow > 32*time.Second {
 		t.Fatalf("rate window %s, want about 31s (from the newest sample at least 30 s old)", s.RateWindow)
@@ -454,26 +454,26 @@ func TestStatusRateWindow(t *testing.T) {
 	}
 
 	// A young group: no sample is 30 s old, the base is the oldest.
-	pushSamples(t, q, g, [2]int64{4_000, 10}, [2]int64{2_000, 30})
+	pushSamples(t, raw, g, [2]int64{4_000, 10}, [2]int64{2_000, 30})
 	if s := readStatus(t, q, g); s.RateWindow < 4*time.Second || s.RateWindow > 5*time.Second || math.Abs(s.Rate-40/s.RateWindow.Seconds()) > 1e-9 {
 		t.Errorf("young group: rate %v over %s, want 40 jobs over about 4s", s.Rate, s.RateWindow)
 	}
 
 	// No progress in the window: rate 0, no ETA.
-	pushSamples(t, q, g, [2]int64{45_000, 50}, [2]int64{35_000, 50})
+	pushSamples(t, raw, g, [2]int64{45_000, 50}, [2]int64{35_000, 50})
 	if s := readStatus(t, q, g); s.Rate != 0 || s.ETASeconds != -1 {
 		t.Errorf("stalled: rate %v eta %v, want 0 and -1", s.Rate, s.ETASeconds)
 	}
 
 	// One sample: since the start.
-	pushSamples(t, q, g, [2]int64{1_000, 49})
+	pushSamples(t, raw, g, [2]int64{1_000, 49})
 	s = readStatus(t, q, g)
 	if el := s.Elapsed(); s.RateWindow != el || math.Abs(s.Rate-50/el.Seconds()) > 1e-9 {
 		t.Errorf("one sample: rate %v over %s, want 50 jobs since the start (%s)", s.Rate, s.RateWindow, el)
 	}
 
 	// Samples written by the queue itself count the same way.
-	q.Client().Del(ctx, q.Keys().GroupProgress(g))
+	raw.rdb.Del(ctx, raw.keys.GroupProgress(g))
 	if err := q.RecordProgress(ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestStatusRateWindow(t *testing.T) {
 	if _, err := q.RecordBatch(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	pushSamples(t, q, g, [2]int64{40_000, 0}, [2]int64{1_000, 100})
+	pushSamples(t, raw, g, [2]int64{40_000, 0}, [2]int64{1_000, 100})
 	s = readStatus(t, q, g)
 	if !s.Ended() || s.ETASeconds != 0 || s.RateWindow != s.Elapsed() {
 		t.Errorf("ended: %s, eta %v, rate window %s (elapsed %s)", s.State, s.ETASeconds, s.RateWindow, s.Elapsed())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -29,9 +30,8 @@ type jobStates struct {
 // readJobStates reads the group's meta, queued list length and non-ready
 // counter together with the status of each of the n jobs "job-000000".. and
 // their membership of the non-ready queue, in one transaction.
-func readJobStates(ctx context.Context, q *redisq.Queue, g contracts.GroupRef, n int) (*jobStates, error) {
-	k := q.Keys()
-	pipe := q.Client().TxPipeline()
+func readJobStates(ctx context.Context, rdb redis.UniversalClient, k redisq.Keys, g contracts.GroupRef, n int) (*jobStates, error) {
+	pipe := rdb.TxPipeline()
 	meta := pipe.HGetAll(ctx, k.GroupMeta(g))
 	pending := pipe.LLen(ctx, k.GroupJobs(g))
 	nonReady := pipe.Get(ctx, k.CongestionCount(g))
@@ -94,6 +94,7 @@ func TestCountsMatchJobStates(t *testing.T) {
 	})
 	r := e.start(cfg, stack.PipelineTargets, mux)
 	q := r.st.Conns.Queue
+	rdb, keys := pipelinetest.Raw(r.st)
 	const n, nLimited, limit = 2000, 200, 8
 	free, limited := ref("free"), ref("limited")
 
@@ -120,7 +121,7 @@ func TestCountsMatchJobStates(t *testing.T) {
 	seen := map[string]int{} // what the readings covered
 	check := func(g contracts.GroupRef, total int) (ended bool) {
 		t.Helper()
-		st, err := readJobStates(ctx, q, g, total)
+		st, err := readJobStates(ctx, rdb, keys, g, total)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +209,7 @@ func TestCountsMatchJobStates(t *testing.T) {
 	if len(samples) < 2 {
 		t.Errorf("%d progress samples of a group that ran for seconds, want several", len(samples))
 	}
-	if ttl := q.Client().TTL(context.Background(), q.Keys().GroupProgress(free)).Val(); ttl <= 0 {
+	if ttl := rdb.TTL(context.Background(), keys.GroupProgress(free)).Val(); ttl <= 0 {
 		t.Errorf("progress history TTL %s after the group ended, want the group TTL", ttl)
 	}
 }

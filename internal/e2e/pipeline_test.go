@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -209,16 +210,16 @@ func TestCancelMidRun(t *testing.T) {
 		t.Fatalf("after cancel: %+v pending %d", info.GroupCounts, info.Pending)
 	}
 	ctx := context.Background()
-	k := q.Keys()
+	rdb, k := pipelinetest.Raw(r.st)
 	// Members of the non-ready queue are "<tenant>:<groupId>:<jobId>".
-	nonReady, _ := r.st.Conns.Redis.ZScan(ctx, k.NonReadyQueue(), 0, "default:victim:*", 1000).Val()
+	nonReady, _ := rdb.ZScan(ctx, k.NonReadyQueue(), 0, "default:victim:*", 1000).Val()
 	if len(nonReady) != 0 {
 		t.Fatalf("backed-off jobs left: %v", nonReady)
 	}
-	if n, _ := r.st.Conns.Redis.ZCard(ctx, k.FairQueue(contracts.PriorityNormal)).Result(); n != 0 {
+	if n, _ := rdb.ZCard(ctx, k.FairQueue(contracts.PriorityNormal)).Result(); n != 0 {
 		t.Fatalf("tenant still queued")
 	}
-	if n, _ := r.st.Conns.Redis.ZCard(ctx, k.TenantGroups("default", contracts.PriorityNormal)).Result(); n != 0 {
+	if n, _ := rdb.ZCard(ctx, k.TenantGroups("default", contracts.PriorityNormal)).Result(); n != 0 {
 		t.Fatalf("group still queued")
 	}
 }

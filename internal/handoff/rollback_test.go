@@ -22,7 +22,7 @@ type snapshot map[string]string
 func takeSnapshot(t *testing.T, e *pipelinetest.Env) snapshot {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := e.Redis.Keys(ctx, e.Queue.Keys().Prefix()+"*").Result()
+	keys, err := e.Redis.Keys(ctx, e.Keys.Prefix()+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func takeSnapshot(t *testing.T, e *pipelinetest.Env) snapshot {
 func rollBack(t *testing.T, e *pipelinetest.Env, s snapshot) {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := e.Redis.Keys(ctx, e.Queue.Keys().Prefix()+"*").Result()
+	keys, err := e.Redis.Keys(ctx, e.Keys.Prefix()+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

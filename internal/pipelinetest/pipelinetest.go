@@ -40,6 +40,10 @@ type Env struct {
 	Redis *redis.Client
 	// Queue is the queue under the test's key prefix.
 	Queue *redisq.Queue
+	// Keys are the queue's key names, for a test that reads or corrupts raw
+	// state with Redis where no method of Queue reads it; the services
+	// themselves never see the key layout.
+	Keys redisq.Keys
 	// NC is a connection to the NATS server, and JS a JetStream handle on it.
 	NC *nats.Conn
 	JS jetstream.JetStream
@@ -74,7 +78,7 @@ func NewEnvWithRedis(t testing.TB, rdb *redis.Client, cfg redisq.Config) *Env {
 	if err != nil {
 		t.Fatalf("pipelinetest: queue: %v", err)
 	}
-	e.Redis, e.Queue = rdb, q
+	e.Redis, e.Queue, e.Keys = rdb, q, redisq.NewKeys(q.Config().Prefix)
 	e.URL, e.NC, e.JS = testenv.NATS(t)
 	if err := natsutil.EnsureStreams(context.Background(), e.JS, e.Names, natsutil.StreamSettings{}); err != nil {
 		t.Fatalf("pipelinetest: streams: %v", err)
@@ -216,14 +220,24 @@ func (e *Env) WaitReadyDrained(t testing.TB) {
 	testkit.WaitFor(t, "READY drained", 0, func() bool { return e.StreamMsgs(t, e.Names.StreamReady()) == 0 })
 }
 
-// Inflight returns the number of leased jobs not yet confirmed.
-func (e *Env) Inflight(t testing.TB) int64 {
+// BackingOff returns the number of jobs in the non-ready (backoff) queue.
+func (e *Env) BackingOff(t testing.TB) int64 {
 	t.Helper()
-	n, err := e.Redis.ZCard(context.Background(), e.Queue.Keys().Inflight()).Result()
+	s, err := e.Queue.Sizes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return s.BackingOff
+}
+
+// Inflight returns the number of leased jobs not yet confirmed.
+func (e *Env) Inflight(t testing.TB) int64 {
+	t.Helper()
+	s, err := e.Queue.Sizes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Inflight
 }
 
 // Group returns the counters of group g, failing t if the group does not

@@ -253,14 +253,8 @@ func New(ctx context.Context, rdb redis.UniversalClient, cfg Config) (*Queue, er
 	return q, nil
 }
 
-// Keys returns the queue's key builder.
-func (q *Queue) Keys() Keys { return q.keys }
-
 // Config returns the queue's configuration with defaults filled in.
 func (q *Queue) Config() Config { return q.cfg }
-
-// Client returns the Redis client.
-func (q *Queue) Client() redis.UniversalClient { return q.rdb }
 
 // Ping checks that Redis answers.
 func (q *Queue) Ping(ctx context.Context) error { return q.rdb.Ping(ctx).Err() }

@@ -79,7 +79,7 @@ func TestExactCounts(t *testing.T) {
 	b.admitted(t, "g", 20, 20)
 	b.admitted(t, "open", 5, -1) // not sealed: it cannot complete
 	for i := 0; i < 20; i += 3 { // these fail at their second attempt
-		b.rdb.HSet(context.Background(), b.q.Keys().Job(grp("g"), fmt.Sprintf("j%d", i)), "attempt", 2)
+		b.rdb.HSet(context.Background(), b.env.Keys.Job(grp("g"), fmt.Sprintf("j%d", i)), "attempt", 2)
 	}
 
 	// One result carries a trace; its record span continues it.
@@ -289,7 +289,7 @@ func TestCompletionCleansUp(t *testing.T) {
 	d, _ := b.newDeps()
 	b.admitted(t, "g", 3, 3)
 	b.admitted(t, "other", 1, -1)
-	keys := b.q.Keys()
+	keys := b.env.Keys
 	// j2 fails once and goes through the backoff: the group gets congestion
 	// state, and j2 comes back as attempt 2.
 	if r, err := b.q.Retry(ctx, grp("g"), "j2", 1, 0, "flaky"); err != nil || r.Outcome != "parked" {
@@ -359,7 +359,7 @@ func TestRedisFailureHandsBatchBack(t *testing.T) {
 	d, _ := b.newDeps()
 	b.admitted(t, "g", 3, 3)
 	// Break j1's job hash so that recording it fails in Redis.
-	key := b.q.Keys().Job(grp("g"), "j1")
+	key := b.env.Keys.Job(grp("g"), "j1")
 	dump, err := b.rdb.Dump(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +536,7 @@ func TestStuckGroups(t *testing.T) {
 	testkit.WaitFor(t, "slow recorded", waitTimeout, func() bool { return b.group(t, "slow").Done == 1 })
 	// (Rate shares are per tenant: take the tenant out, as if none of its
 	// groups asked for capacity any more.)
-	if err := b.rdb.SRem(ctx, b.q.Keys().ActiveTenants(), tenant).Err(); err != nil {
+	if err := b.rdb.SRem(ctx, b.env.Keys.ActiveTenants(), tenant).Err(); err != nil {
 		t.Fatal(err)
 	}
 

@@ -67,7 +67,7 @@ func park(t *testing.T, e *pipelinetest.Env, jobs []redisq.LeasedJob, delay func
 			t.Fatalf("retry %s/%s: %+v %v", j.Group, j.ID, r, err)
 		}
 		key := member(j)
-		score, err := e.Redis.ZScore(ctx, e.Queue.Keys().NonReadyQueue(), key).Result()
+		score, err := e.Redis.ZScore(ctx, e.Keys.NonReadyQueue(), key).Result()
 		if err != nil {
 			t.Fatalf("due time of %s: %v", key, err)
 		}
@@ -118,7 +118,7 @@ func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 			t.Errorf("%s reached READY %d ms after it was due, want at most 200", key, late)
 		}
 	}
-	if n, _ := e.Redis.ZCard(context.Background(), e.Queue.Keys().NonReadyQueue()).Result(); n != 0 {
+	if n := e.BackingOff(t); n != 0 {
 		t.Fatalf("non-ready queue still holds %d jobs", n)
 	}
 	// The metric counts a job once its publish is acknowledged, which may
@@ -142,7 +142,7 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 	}
 	// Undo the confirmation so these leases expire too.
 	for _, j := range first {
-		e.Redis.ZAdd(context.Background(), e.Queue.Keys().Inflight(), redisZ(j))
+		e.Redis.ZAdd(context.Background(), e.Keys.Inflight(), redisZ(j))
 	}
 	if got := e.Inflight(t); got != int64(len(jobs)) {
 		t.Fatalf("inflight %d, want %d", got, len(jobs))
@@ -198,7 +198,7 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 	if got := readyJobs(); got != capacity {
 		t.Fatalf("READY holds %d jobs, want %d (the capacity)", got, capacity)
 	}
-	if n, _ := e.Redis.ZCard(context.Background(), e.Queue.Keys().NonReadyQueue()).Result(); n != int64(len(jobs)-capacity) {
+	if n := e.BackingOff(t); n != int64(len(jobs)-capacity) {
 		t.Fatalf("non-ready queue holds %d, want %d still waiting", n, len(jobs)-capacity)
 	}
 
@@ -220,7 +220,7 @@ func TestCorrectsCountersAndSnapshots(t *testing.T) {
 	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g")}, 5)
 	park(t, e, jobs, func(int) time.Duration { return time.Hour })
 	ctx := context.Background()
-	key := e.Queue.Keys().CongestionCount(grp("g"))
+	key := e.Keys.CongestionCount(grp("g"))
 	if err := e.Redis.Set(ctx, key, 99, 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -44,10 +44,9 @@ func TestPausedGroupIsNotReadmitted(t *testing.T) {
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}))
 	got := r.WaitJobs(t, 5, 10*time.Second)
-	keys := e.Queue.Keys()
+	keys := e.Keys
 	testkit.WaitFor(t, "the non-ready queue and the leases emptied", 10*time.Second, func() bool {
-		n, err := e.Redis.ZCard(ctx, keys.NonReadyQueue()).Result()
-		return err == nil && n == 0 && e.Inflight(t) == 0
+		return e.BackingOff(t) == 0 && e.Inflight(t) == 0
 	})
 	// Let the dispatcher run more cycles: nothing of the paused groups moves.
 	time.Sleep(300 * time.Millisecond)

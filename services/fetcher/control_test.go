@@ -154,7 +154,7 @@ func TestRefusedJobsAreDeadLettered(t *testing.T) {
 			t.Errorf("%s: events %s after the refused jobs, were %s; want one notice of the refusal", g, describe(evs), describe(eventsBefore[g]))
 		}
 	}
-	exists, err := e.Redis.Exists(ctx, e.Queue.Keys().Job(over, jobID(3)), e.Queue.Keys().Job(ended, jobID(3))).Result()
+	exists, err := e.Redis.Exists(ctx, e.Keys.Job(over, jobID(3)), e.Keys.Job(ended, jobID(3))).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -547,8 +547,7 @@ func TestTwoFetchersTwoDispatchers(t *testing.T) {
 	}
 	r.WaitJobs(t, nGroups*perGroup, 120*time.Second)
 	testkit.WaitFor(t, "queues empty", 0, func() bool {
-		nr, _ := e.Redis.ZCard(ctx, e.Queue.Keys().NonReadyQueue()).Result()
-		return nr == 0 && e.Inflight(t) == 0
+		return e.BackingOff(t) == 0 && e.Inflight(t) == 0
 	})
 	// Every hand-off is over: a duplicate would be on READY by now.
 	e.WaitReadyDrained(t)

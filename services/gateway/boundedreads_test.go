@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/services/gateway"
@@ -109,8 +110,8 @@ func TestFailuresBoundedReads(t *testing.T) {
 	// NATS stored each submission of the new group.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	q := s.st.Deps.Queue
-	failuresKey := strconv.Quote(q.Keys().GroupFailures(contracts.Group("acme", "big")))
+	rdb, keys := pipelinetest.Raw(s.st)
+	failuresKey := strconv.Quote(keys.GroupFailures(contracts.Group("acme", "big")))
 	mon := monitor(t, s.cfg.RedisURL)
 	r = s.do("POST", "/v1/groups/big/retry-failed", "acme", strings.NewReader(`{"groupId":"big-again"}`))
 	if r.code != http.StatusAccepted {
@@ -122,7 +123,7 @@ func TestFailuresBoundedReads(t *testing.T) {
 		t.Fatalf("retry %+v", rr)
 	}
 	var reads []time.Time
-	for _, l := range mon.until(q.Client()) {
+	for _, l := range mon.until(rdb) {
 		low := strings.ToLower(l)
 		if !strings.Contains(l, failuresKey) || !(strings.Contains(low, `"evalsha"`) || strings.Contains(low, `"eval"`)) {
 			continue
@@ -378,7 +379,8 @@ func TestOverviewSharedAndScoped(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	reads := map[string]int{}
-	for _, l := range mon.until(q.Client()) {
+	rdb, _ := pipelinetest.Raw(s.st)
+	for _, l := range mon.until(rdb) {
 		low := strings.ToLower(l)
 		switch {
 		case strings.Contains(low, `"zrange" `+strings.ToLower(workerTypes)):

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -388,9 +389,10 @@ func TestTenantConcurrentRequests(t *testing.T) {
 	go func() {
 		done <- s.do("POST", "/v1/groups/conc/jobs", "acme", pr, "Content-Type: application/x-ndjson")
 	}()
-	held := s.st.Deps.Queue.Keys().DoorState("acme", "concurrent")
+	rdb, keys := pipelinetest.Raw(s.st)
+	held := keys.DoorState("acme", "concurrent")
 	testkit.WaitFor(t, "the upload to hold the tenant's slot", 10*time.Second, func() bool {
-		n, _ := s.st.Deps.Queue.Client().ZCard(context.Background(), held).Result()
+		n, _ := rdb.ZCard(context.Background(), held).Result()
 		return n == 1
 	})
 	r := s.do("GET", "/v1/groups", "acme", nil)

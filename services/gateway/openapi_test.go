@@ -23,6 +23,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -1090,7 +1091,8 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	c.check("POST", jobs, s.do("POST", "/v1/groups/stalled/jobs", "acme", stalled, nd), 408)
 	_ = stall.Close()
 	spent := time.Now().Add(time.Hour).UnixMilli()
-	if err := s.st.Deps.Queue.Client().Set(context.Background(), s.st.Deps.Queue.Keys().DoorState("globex", "requests"), spent, time.Hour).Err(); err != nil {
+	rdb, keys := pipelinetest.Raw(s.st)
+	if err := rdb.Set(context.Background(), keys.DoorState("globex", "requests"), spent, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for route, id := range new(gateway.Gateway).OperationIDs() {

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -100,12 +101,12 @@ func TestFailuresServedAsValidJSON(t *testing.T) {
 	s := newServer(t, nil)
 	s.submit("acme", "oldbytes", "?total=1", ndjson("bad", 1, `{"ms":1,"permanentFailRate":1}`))
 	s.waitState("acme", "oldbytes", "COMPLETED")
-	q := s.st.Conns.Queue
-	key := q.Keys().Job(contracts.Group("acme", "oldbytes"), "bad0")
-	if n, err := q.Client().Exists(context.Background(), key).Result(); err != nil || n != 1 {
+	rdb, keys := pipelinetest.Raw(s.st)
+	key := keys.Job(contracts.Group("acme", "oldbytes"), "bad0")
+	if n, err := rdb.Exists(context.Background(), key).Result(); err != nil || n != 1 {
 		t.Fatalf("job hash %s: %d %v", key, n, err)
 	}
-	if err := q.Client().HSet(context.Background(), key, "payload", "{\"to\":\"\xff\xfe\",\"ms\":1}").Err(); err != nil {
+	if err := rdb.HSet(context.Background(), key, "payload", "{\"to\":\"\xff\xfe\",\"ms\":1}").Err(); err != nil {
 		t.Fatal(err)
 	}
 	r := s.do("GET", "/v1/groups/oldbytes/failures", "acme", nil)

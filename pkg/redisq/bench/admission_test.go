@@ -355,7 +355,7 @@ func sleep(run context.Context, d time.Duration) {
 func checkDrained(b *testing.B, s *server, q *redisq.Queue) {
 	b.Helper()
 	ctx := context.Background()
-	k := q.Keys()
+	k := keysOf(q)
 	for _, key := range append(k.FairQueues(), k.NonReadyQueue(), k.Inflight()) {
 		n, err := s.rdb.ZCard(ctx, key).Result()
 		if err != nil {

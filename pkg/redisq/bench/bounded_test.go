@@ -118,12 +118,12 @@ func BenchmarkRedisqBoundedScripts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fillBackoff(b, s.rdb, q.Keys(), big, boundedBigGroup, now)
+	fillBackoff(b, s.rdb, keysOf(q), big, boundedBigGroup, now)
 	per := (boundedBackoff - boundedBigGroup) / boundedOthers
 	for _, g := range others {
-		fillBackoff(b, s.rdb, q.Keys(), g, per, now)
+		fillBackoff(b, s.rdb, keysOf(q), g, per, now)
 	}
-	if n, err := s.rdb.ZCard(ctx, q.Keys().NonReadyQueue()).Result(); err != nil || n != boundedBackoff {
+	if n, err := s.rdb.ZCard(ctx, keysOf(q).NonReadyQueue()).Result(); err != nil || n != boundedBackoff {
 		b.Fatalf("non-ready queue holds %d jobs (%v), want %d", n, err, boundedBackoff)
 	}
 	if err := s.rdb.ConfigSet(ctx, "slowlog-log-slower-than", slowlogFromUs).Err(); err != nil {
@@ -179,7 +179,7 @@ func BenchmarkRedisqBoundedScripts(b *testing.B) {
 			}
 		}
 	})
-	left, err := s.rdb.ZCard(ctx, q.Keys().NonReadyQueue()).Result()
+	left, err := s.rdb.ZCard(ctx, keysOf(q).NonReadyQueue()).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func BenchmarkRedisqBoundedScripts(b *testing.B) {
 		}
 	})
 	figure("cancel_dropped", float64(res.Dropped))
-	after, err := s.rdb.ZCard(ctx, q.Keys().NonReadyQueue()).Result()
+	after, err := s.rdb.ZCard(ctx, keysOf(q).NonReadyQueue()).Result()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -403,7 +403,7 @@ func runMaxInflightAdmission(b *testing.B, mode string) {
 		cmds := make([]*redis.StringCmd, len(refs))
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, ref := range refs {
-				cmds[i] = p.HGet(ctx, q.Keys().GroupMeta(ref), "inFlight")
+				cmds[i] = p.HGet(ctx, keysOf(q).GroupMeta(ref), "inFlight")
 			}
 			return nil
 		})

@@ -64,6 +64,10 @@ func (s *server) queue(b *testing.B, cfg redisq.Config) *redisq.Queue {
 	return q
 }
 
+// keysOf returns the key names of q's prefix, for the benchmarks that read
+// or fill raw state around the queue's methods.
+func keysOf(q *redisq.Queue) redisq.Keys { return redisq.NewKeys(q.Config().Prefix) }
+
 // commandStats returns the calls of every command in INFO commandstats
 // ("get", "script|load", ...). Commands that scripts call are counted too.
 func (s *server) commandStats(b *testing.B) map[string]int64 {

@@ -250,7 +250,7 @@ func BenchmarkRedisqDequeueLatency(b *testing.B) {
 		lat[i] = time.Since(t)
 	}
 	b.StopTimer()
-	waiting, err := s.rdb.ZCard(ctx, q.Keys().TenantGroups(benchTenant, contracts.PriorityNormal)).Result()
+	waiting, err := s.rdb.ZCard(ctx, keysOf(q).TenantGroups(benchTenant, contracts.PriorityNormal)).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func BenchmarkRedisqMemory(b *testing.B) {
 			enqueueAll(b, q, jobs)
 			b.StopTimer()
 			after := s.usedMemory(b)
-			enc, err := s.rdb.ObjectEncoding(ctx, q.Keys().Job(jobs[0].Group, jobs[0].ID)).Result()
+			enc, err := s.rdb.ObjectEncoding(ctx, keysOf(q).Job(jobs[0].Group, jobs[0].ID)).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
