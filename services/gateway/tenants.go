@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -137,4 +138,13 @@ func quotaView(tq *redisq.TenantQuota) TenantQuotaView {
 	v.QueuedJobsUse = ratio(tq.QueuedJobs, tq.MaxQueuedJobs)
 	v.ActiveGroupsUse = ratio(tq.ActiveGroups, tq.MaxActiveGroups)
 	return v
+}
+
+// ratio is a/b rounded to 4 digits, nil when b is 0.
+func ratio(a, b int64) *float64 {
+	if b <= 0 {
+		return nil
+	}
+	f := math.Round(float64(a)/float64(b)*1e4) / 1e4
+	return &f
 }
