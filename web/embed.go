@@ -1,4 +1,4 @@
-// Package web holds the dashboard's static assets (docs/DESIGN §10): plain
+// Package web holds the dashboard's static assets (docs/ARCHITECTURE.md §10): plain
 // HTML, CSS and JavaScript modules, with no build step and nothing loaded
 // from outside, embedded in the binary and served by the gateway at /ui/.
 package web

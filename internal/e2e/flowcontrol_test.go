@@ -21,8 +21,8 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/status"
 )
 
-// Flow control end to end (DESIGN.md §5–§6, ARCHITECTURE.md §5 "In-flight
-// limit"): a group's maxInFlight holds across several fetcher and worker
+// Flow control end to end (docs/ARCHITECTURE.md §5 "In-flight limit" and
+// §6): a group's maxInFlight holds across several fetcher and worker
 // processes, a crashed worker leaks no slot, 429s with Retry-After never
 // fail a job nor come back early, and `status` adds up at every reading.
 // The tests run in parallel (each has its own Redis prefix and NATS): most

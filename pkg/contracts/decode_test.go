@@ -319,7 +319,7 @@ func TestDecodeSubmissionNormalizesPayload(t *testing.T) {
 	}
 }
 
-// TestWireFormats pins the JSON field names of DESIGN.md §3 for every message.
+// TestWireFormats pins the JSON field names of every message (docs/ARCHITECTURE.md §3).
 func TestWireFormats(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
