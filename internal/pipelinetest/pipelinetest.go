@@ -221,23 +221,19 @@ func (e *Env) WaitReadyDrained(t testing.TB) {
 }
 
 // BackingOff returns the number of jobs in the non-ready (backoff) queue.
-func (e *Env) BackingOff(t testing.TB) int64 {
-	t.Helper()
-	s, err := e.Queue.Sizes(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.BackingOff
-}
+func (e *Env) BackingOff(t testing.TB) int64 { return e.sizes(t).BackingOff }
 
 // Inflight returns the number of leased jobs not yet confirmed.
-func (e *Env) Inflight(t testing.TB) int64 {
+func (e *Env) Inflight(t testing.TB) int64 { return e.sizes(t).Inflight }
+
+// sizes reads the system-wide queues' sizes, failing t when it cannot.
+func (e *Env) sizes(t testing.TB) *redisq.QueueSizes {
 	t.Helper()
 	s, err := e.Queue.Sizes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Inflight
+	return s
 }
 
 // Group returns the counters of group g, failing t if the group does not
