@@ -100,7 +100,7 @@ func (s *server) breakdown(b *testing.B, q *redisq.Queue, phase string, n int) {
 	b.Helper()
 	ctx := context.Background()
 	var keys []string
-	iter := s.rdb.Scan(ctx, 0, q.Keys().Prefix()+"*", 10_000).Iterator()
+	iter := s.rdb.Scan(ctx, 0, keysOf(q).Prefix()+"*", 10_000).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
 	}
@@ -115,7 +115,7 @@ func (s *server) breakdown(b *testing.B, q *redisq.Queue, phase string, n int) {
 	}
 	kinds := map[string]*acc{}
 	for _, key := range keys {
-		kind := keyKind(q.Keys(), key)
+		kind := keyKind(keysOf(q), key)
 		a := kinds[kind]
 		if a == nil {
 			a = &acc{encodings: map[string]bool{}}
