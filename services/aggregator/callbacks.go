@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/events"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
@@ -96,17 +97,10 @@ func newCallbacks(a *Aggregator) (*callbacks, error) {
 // run delivers due callbacks until ctx ends; an attempt in progress then
 // is finished.
 func (c *callbacks) run(ctx context.Context) {
-	t := time.NewTicker(callbackEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, callbackEvery, func(ctx context.Context) {
 		for ctx.Err() == nil && c.round(ctx) == callbackBatch {
 		}
-	}
+	})
 }
 
 // round leases and delivers one batch; it returns how many it leased.

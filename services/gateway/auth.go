@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -286,31 +287,24 @@ func (k *Keys) watch(ctx context.Context, every time.Duration) {
 	if k.path == "" {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, every, func(context.Context) {
 		st, err := os.Stat(k.path)
 		if err != nil {
 			k.log.Warn("keys file unreadable; keeping the keys in use", "path", k.path, "err", err)
-			continue
+			return
 		}
 		k.mu.RLock()
 		same := k.stamp == stamp(st)
 		k.mu.RUnlock()
 		if same {
-			continue
+			return
 		}
 		if err := k.Reload(); err != nil {
 			k.log.Error("keys file not reloaded; keeping the keys in use", "err", err)
-			continue
+			return
 		}
 		k.log.Info("keys file reloaded", "path", k.path, "keys", k.Len(), "bad_lines", k.BadLines())
-	}
+	})
 }
 
 // errNoKey and errBadKey are the two ways authentication fails.

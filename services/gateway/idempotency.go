@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -256,16 +257,9 @@ func (i *idempotency) replay(w http.ResponseWriter, r *http.Request, rk redisq.I
 
 // renew extends the lock while it is still this request's.
 func (i *idempotency) renew(ctx context.Context, rk redisq.IdempotencyKey, owner string) {
-	t := time.NewTicker(idemLock / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = i.store.Renew(ctx, rk, owner, idemLock)
-		}
-	}
+	loop.Every(ctx, idemLock/3, func(ctx context.Context) {
+		_, _ = i.store.Renew(ctx, rk, owner, idemLock)
+	})
 }
 
 // release deletes the lock if it is still this request's.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -520,14 +521,7 @@ func (s *slotSet) drop(tenant string, slot redisq.DoorLimit, id string) {
 
 // renewSlots keeps the leases of the slots held until ctx ends.
 func (g *Gateway) renewSlots(ctx context.Context) {
-	t := time.NewTicker(slotLease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, slotLease/3, func(ctx context.Context) {
 		g.slots.mu.Lock()
 		batch := map[slotKey][]string{}
 		for k, ids := range g.slots.held {
@@ -545,5 +539,5 @@ func (g *Gateway) renewSlots(ctx context.Context) {
 				ids = ids[n:]
 			}
 		}
-	}
+	})
 }
