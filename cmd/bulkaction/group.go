@@ -22,6 +22,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/cli"
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -809,7 +810,7 @@ func newStatsCmd() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(s)
 			}
-			return writeStats(out, s, c.Config.ReadyCapacity())
+			return writeStats(out, s, conns.Ready(c.Config).Capacity)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -202,7 +202,7 @@ func (c *Conn) Close() {
 func (c *Conn) Status(ctx context.Context, g contracts.GroupRef) (*status.Group, error) {
 	var opt status.Options
 	if c.JS != nil {
-		room := handoff.NewRoom(deps.Deps{NC: c.NC, JS: c.JS, Queue: c.Queue, Names: c.Names}, c.Config.ReadyCapacity())
+		room := handoff.NewRoom(deps.Deps{NC: c.NC, JS: c.JS, Queue: c.Queue, Names: c.Names}, conns.Ready(c.Config).Capacity)
 		opt.Room = func(ctx context.Context) (map[string]int, int, error) {
 			rooms, err := room.Measure(ctx)
 			return rooms.ByType, rooms.Capacity, err

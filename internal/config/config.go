@@ -310,31 +310,6 @@ func (c *Config) Validate() error {
 // max_payload (64 MiB), well inside the int32 JetStream stores it in.
 const MaxMsgSizeLimit = 64 << 20
 
-// ReadyCapacity is READY_QUEUE_MAX_SIZE, or its default: sixteen jobs per
-// worker slot (handoff.ReadyPerWorkerSlot). A newly arriving small group waits behind at most this many
-// jobs of other groups, so it stays small relative to worker throughput.
-func (c *Config) ReadyCapacity() int {
-	if c.ReadyQueueMaxSize > 0 {
-		return c.ReadyQueueMaxSize
-	}
-	return readyPerWorkerSlot * c.WorkerSlots()
-}
-
-// WorkerSlots is the worker slots of every worker instance:
-// WORKER_COUNT × WORKER_INSTANCES. Admission and release spread the jobs
-// of a round over at least that many READY messages before they pack
-// more jobs into one.
-func (c *Config) WorkerSlots() int { return c.WorkerCount * c.WorkerInstances }
-
-// ReplayWindow is SUBMIT_REPLAY_WINDOW as the fetcher takes it: 0 (none)
-// becomes a negative window.
-func (c *Config) ReplayWindow() time.Duration {
-	if c.SubmitReplayWindow == 0 {
-		return -1
-	}
-	return c.SubmitReplayWindow
-}
-
 // MaxTypeRate is the highest rate TYPE_RATE_LIMITS takes for a type, in
 // jobs per second.
 const MaxTypeRate = 1_000_000
@@ -418,10 +393,6 @@ func clearUnprefixed(c *Config) {
 
 // Ms turns a millisecond setting into a duration.
 func Ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }
-
-// readyPerWorkerSlot is the READY capacity per worker slot of the default
-// capacity; the services' default uses the same (a test checks it).
-const readyPerWorkerSlot = 16
 
 // ClusterAddrs are the seed nodes of REDIS_CLUSTER_ADDRS (none = a single
 // server).

@@ -17,8 +17,8 @@ func TestDefaults(t *testing.T) {
 		c.TenantMaxQueuedJobs != 0 || c.TenantMaxActiveGroups != 0 {
 		t.Fatalf("defaults %+v", c)
 	}
-	if c.ReadyCapacity() != 160 || c.ReadyPackJobs != 16 || c.WorkerSlots() != 10 {
-		t.Fatalf("ready capacity %d", c.ReadyCapacity())
+	if c.ReadyQueueMaxSize != 0 || c.ReadyPackJobs != 16 || c.WorkerCount*c.WorkerInstances != 10 {
+		t.Fatalf("READY settings: room %d, packs of %d, %d worker slots", c.ReadyQueueMaxSize, c.ReadyPackJobs, c.WorkerCount*c.WorkerInstances)
 	}
 }
 

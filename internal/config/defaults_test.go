@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -52,6 +53,7 @@ func TestDefaultTagsEqualTheConstants(t *testing.T) {
 		"DUPLICATE_WINDOW":         natsutil.DefaultDuplicateWindow.String(),
 		"MAX_PAYLOAD_BYTES":        strconv.Itoa(contracts.DefaultMaxPayloadBytes),
 		"UNSERVED_TYPES":           fetcher.UnservedHold,
+		"READY_PACK_JOBS":          strconv.Itoa(handoff.DefaultPackJobs),
 	}
 	tags := map[string]string{}
 	typ := reflect.TypeOf(config.Config{})
@@ -82,21 +84,23 @@ func sameValue(tag, constant string) bool {
 	return errA == nil && errB == nil && a == b
 }
 
-// TestReadyCapacityDefaultIsTheServices checks that the settings' READY
-// capacity, at default settings, is the services' default capacity.
+// TestReadyCapacityDefaultIsTheServices checks that READY's room mapped
+// from the default settings is READY's default room, the one fetchers and
+// dispatchers take when their Config leaves it zero.
 func TestReadyCapacityDefaultIsTheServices(t *testing.T) {
 	c, err := config.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.ReadyCapacity(), handoff.DefaultReadyCapacity; got != want {
-		t.Fatalf("settings' READY capacity %d, services' default %d", got, want)
+	if got, want := conns.Ready(c), (handoff.ReadyConfig{}).WithDefaults(); got != want {
+		t.Fatalf("READY from the settings %+v, the services' default %+v", got, want)
 	}
 	if want := handoff.ReadyPerWorkerSlot * worker.DefaultConcurrency; handoff.DefaultReadyCapacity != want {
 		t.Fatalf("handoff.DefaultReadyCapacity %d, want %d per slot × %d slots = %d", handoff.DefaultReadyCapacity,
 			handoff.ReadyPerWorkerSlot, worker.DefaultConcurrency, want)
 	}
-	if fetcher.DefaultReadyCapacity != handoff.DefaultReadyCapacity || dispatcher.DefaultReadyCapacity != handoff.DefaultReadyCapacity {
-		t.Fatal("fetcher and dispatcher must use handoff.DefaultReadyCapacity")
+	c.ReadyQueueMaxSize, c.WorkerInstances = 0, 3
+	if got, want := conns.Ready(c).Capacity, handoff.ReadyPerWorkerSlot*c.WorkerCount*3; got != want {
+		t.Fatalf("READY_QUEUE_MAX_SIZE=0 with %d worker slots: room %d, want %d", c.WorkerCount*3, got, want)
 	}
 }

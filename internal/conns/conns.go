@@ -101,6 +101,18 @@ func StreamSettings(cfg *config.Config) natsutil.StreamSettings {
 	}
 }
 
+// Ready maps the settings to READY's room and packing, defaults applied:
+// READY_QUEUE_MAX_SIZE (0 = [handoff.ReadyPerWorkerSlot] per worker slot),
+// READY_PACK_JOBS, and the worker slots WORKER_COUNT × WORKER_INSTANCES.
+// The fetchers, the dispatchers and the readers of READY's room all take
+// it from here.
+func Ready(cfg *config.Config) handoff.ReadyConfig {
+	return handoff.ReadyConfig{
+		Capacity: cfg.ReadyQueueMaxSize, PackJobs: cfg.ReadyPackJobs,
+		WorkerSlots: cfg.WorkerCount * cfg.WorkerInstances,
+	}.WithDefaults()
+}
+
 // TenantSubmitBytes is the gateway's room per tenant on SUBMIT
 // (GATEWAY_TENANT_SUBMIT_BYTES): the setting, or a quarter of SUBMIT's byte
 // limit (none when SUBMIT has none); 0 means no limit.
@@ -208,7 +220,7 @@ func QueueState(ctx context.Context, c *Conns, cfg *config.Config) (telemetry.Qu
 	}
 	s.ReadySize = int64(ready)
 	s.GlobalRateLimit = float64(cfg.GlobalRps) / (float64(cfg.RateLimitWindowMs) / 1000)
-	if s.GroupsWaiting, err = GroupsWaiting(ctx, c, cfg.ReadyCapacity()); err != nil {
+	if s.GroupsWaiting, err = GroupsWaiting(ctx, c, Ready(cfg).Capacity); err != nil {
 		return s, err
 	}
 	if cfg.AdaptiveRateEnabled {

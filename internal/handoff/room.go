@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkaction/bulkaction/internal/deps"
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
@@ -19,11 +20,61 @@ import (
 // behind little (docs/ARCHITECTURE.md §6.2).
 const ReadyPerWorkerSlot = 16
 
-// DefaultReadyCapacity is the READY capacity of fetchers and dispatchers
-// whose configuration leaves it zero: [ReadyPerWorkerSlot] × one worker of
-// the default concurrency (10). The settings compute theirs from
-// WORKER_COUNT and WORKER_INSTANCES the same way.
+// DefaultReadyCapacity is the READY capacity of a [ReadyConfig] that sets
+// neither Capacity nor WorkerSlots: [ReadyPerWorkerSlot] × one worker of
+// the default concurrency (10).
 const DefaultReadyCapacity = ReadyPerWorkerSlot * 10
+
+// ReadyConfig is READY's room and packing as every publisher to READY (the
+// fetchers' admissions, the dispatchers' releases and reclaims) and every
+// reader of its room (a group's status) sees them: the one definition of
+// the READY settings (READY_QUEUE_MAX_SIZE, READY_PACK_JOBS and the worker
+// slots of WORKER_COUNT × WORKER_INSTANCES). The zero value is valid: every
+// zero field means its documented default ([ReadyConfig.WithDefaults]).
+type ReadyConfig struct {
+	// Capacity is READY's room of each job type: jobs of a type are
+	// published only while READY holds fewer jobs of that type (waiting
+	// plus unacknowledged). 0 means [ReadyPerWorkerSlot] × WorkerSlots, or
+	// [DefaultReadyCapacity] (160) when WorkerSlots is 0 too.
+	Capacity int
+	// PackJobs is the most jobs of one type packed into one READY message
+	// ([Publish]); 0 means [DefaultPackJobs] (16; 1: one job per message).
+	PackJobs int
+	// WorkerSlots is the worker slots of every worker instance: the jobs
+	// of one type are spread over at least that many READY messages before
+	// packs grow ([Packing]). 0 means Capacity / [ReadyPerWorkerSlot], at
+	// least 1.
+	WorkerSlots int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c ReadyConfig) WithDefaults() ReadyConfig {
+	if c.Capacity == 0 {
+		c.Capacity = DefaultReadyCapacity
+		if c.WorkerSlots > 0 {
+			c.Capacity = ReadyPerWorkerSlot * c.WorkerSlots
+		}
+	}
+	setting.Default(&c.PackJobs, DefaultPackJobs)
+	setting.Default(&c.WorkerSlots, max(c.Capacity/ReadyPerWorkerSlot, 1))
+	return c
+}
+
+// Rules are the checks of c's fields, named as the field Ready of a
+// service's Config ([setting.Check]): none may be negative.
+func (c ReadyConfig) Rules() []setting.Rule {
+	return []setting.Rule{
+		setting.NotNegative("Ready.Capacity", c.Capacity),
+		setting.NotNegative("Ready.PackJobs", c.PackJobs),
+		setting.NotNegative("Ready.WorkerSlots", c.WorkerSlots),
+	}
+}
+
+// Packing is how the publishers pack the jobs of a round into READY
+// messages under c ([Publish]).
+func (c ReadyConfig) Packing() Packing {
+	return Packing{Jobs: c.PackJobs, Spread: c.WorkerSlots}
+}
 
 // Room measures READY's free room per job type: the backpressure of
 // fetchers and dispatchers (docs/ARCHITECTURE.md §5). Each job type has its

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -107,33 +108,19 @@ type StreamSettings struct {
 }
 
 func (s StreamSettings) withDefaults() StreamSettings {
-	if s.Replicas == 0 {
-		s.Replicas = 1
-	}
-	if s.MaxAge == 0 {
-		s.MaxAge = DefaultMaxAge
-	}
-	if s.DuplicateWindow == 0 {
-		s.DuplicateWindow = DefaultDuplicateWindow
-	}
-	if s.MaxMsgSize == 0 {
-		s.MaxMsgSize = DefaultMaxMsgSize
-	}
+	setting.Default(&s.Replicas, 1)
+	setting.Default(&s.MaxAge, DefaultMaxAge)
+	setting.Default(&s.DuplicateWindow, DefaultDuplicateWindow)
+	setting.Default(&s.MaxMsgSize, DefaultMaxMsgSize)
 	def := [5]int64{DefaultSubmitMaxBytes, DefaultReadyMaxBytes, DefaultResultMaxBytes, DefaultEventsMaxBytes, DefaultDLQMaxBytes}
 	if s.Storage == jetstream.MemoryStorage {
 		def = [5]int64{DefaultMemorySubmitMaxBytes, DefaultMemoryReadyMaxBytes, DefaultMemoryResultMaxBytes,
 			DefaultMemoryEventsMaxBytes, DefaultMemoryDLQMaxBytes}
 	}
-	if s.DLQMaxMsgsPerSubject == 0 {
-		s.DLQMaxMsgsPerSubject = DefaultDLQMaxMsgsPerSubject
-	}
-	if s.EventsMaxMsgsPerSubject == 0 {
-		s.EventsMaxMsgsPerSubject = DefaultEventsMaxMsgsPerSubject
-	}
+	setting.Default(&s.DLQMaxMsgsPerSubject, DefaultDLQMaxMsgsPerSubject)
+	setting.Default(&s.EventsMaxMsgsPerSubject, DefaultEventsMaxMsgsPerSubject)
 	for i, p := range []*int64{&s.SubmitMaxBytes, &s.ReadyMaxBytes, &s.ResultMaxBytes, &s.EventsMaxBytes, &s.DLQMaxBytes} {
-		if *p == 0 {
-			*p = def[i]
-		}
+		setting.Default(p, def[i])
 	}
 	return s
 }
@@ -143,27 +130,19 @@ func (s StreamSettings) withDefaults() StreamSettings {
 func (s StreamSettings) SubmitLimit() int64 { return s.withDefaults().SubmitMaxBytes }
 
 func (s StreamSettings) validate() error {
-	switch {
-	case s.Replicas < 0:
-		return fmt.Errorf("natsutil: Replicas %d: must be >= 0", s.Replicas)
-	case s.MaxAge < 0:
-		return fmt.Errorf("natsutil: MaxAge %s: must be >= 0", s.MaxAge)
-	case s.DuplicateWindow < 0:
-		return fmt.Errorf("natsutil: DuplicateWindow %s: must be >= 0", s.DuplicateWindow)
-	case s.MaxMsgSize < 0:
-		return fmt.Errorf("natsutil: MaxMsgSize %d: must be >= 0", s.MaxMsgSize)
-	}
-	for _, b := range []struct {
-		name string
-		v    int64
-	}{{"SubmitMaxBytes", s.SubmitMaxBytes}, {"ReadyMaxBytes", s.ReadyMaxBytes}, {"ResultMaxBytes", s.ResultMaxBytes},
-		{"EventsMaxBytes", s.EventsMaxBytes}, {"DLQMaxBytes", s.DLQMaxBytes}, {"DLQMaxMsgsPerSubject", s.DLQMaxMsgsPerSubject},
-		{"EventsMaxMsgsPerSubject", s.EventsMaxMsgsPerSubject}} {
-		if b.v < NoLimit {
-			return fmt.Errorf("natsutil: %s %d: must be >= -1", b.name, b.v)
-		}
-	}
-	return nil
+	return setting.Check("natsutil",
+		setting.NotNegative("Replicas", s.Replicas),
+		setting.NotNegative("MaxAge", s.MaxAge),
+		setting.NotNegative("DuplicateWindow", s.DuplicateWindow),
+		setting.NotNegative("MaxMsgSize", s.MaxMsgSize),
+		setting.AtLeast("SubmitMaxBytes", s.SubmitMaxBytes, NoLimit),
+		setting.AtLeast("ReadyMaxBytes", s.ReadyMaxBytes, NoLimit),
+		setting.AtLeast("ResultMaxBytes", s.ResultMaxBytes, NoLimit),
+		setting.AtLeast("EventsMaxBytes", s.EventsMaxBytes, NoLimit),
+		setting.AtLeast("DLQMaxBytes", s.DLQMaxBytes, NoLimit),
+		setting.AtLeast("DLQMaxMsgsPerSubject", s.DLQMaxMsgsPerSubject, NoLimit),
+		setting.AtLeast("EventsMaxMsgsPerSubject", s.EventsMaxMsgsPerSubject, NoLimit),
+	)
 }
 
 // StreamConfigs returns the configuration of the five streams named by n, in

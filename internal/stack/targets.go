@@ -17,20 +17,34 @@ import (
 )
 
 // The init functions of the targets: each maps the settings to its
-// service's Config and builds it on the stack's dependencies.
+// service's Config and builds it on the stack's dependencies. This file
+// and package conns (the queue, the streams, READY's room) are the one
+// place where the settings become the components' configurations; each
+// Config applies its own defaults and checks itself.
+
+// zeroIsNone maps a setting whose 0 means none (MAX_RETRY_COUNT,
+// MAX_THROTTLES, SHUTDOWN_GRACE_PERIOD_MS, SUBMIT_REPLAY_WINDOW) to the
+// service's field, whose 0 means its default and whose negative values
+// mean none.
+func zeroIsNone[T ~int | ~int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
 
 func initFetcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
 	return fetcher.New(fetcher.Config{
-		ReadyCapacity: cfg.ReadyCapacity(), ReadyPackJobs: cfg.ReadyPackJobs, WorkerSlots: cfg.WorkerSlots(), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
-		UnservedTypes: cfg.UnservedTypes, ReplayWindow: cfg.ReplayWindow(),
+		Ready: conns.Ready(cfg), AdmitBatchSize: cfg.AdmitBatchSize, IngestBatchSize: cfg.IngestBatchSize,
+		UnservedTypes: cfg.UnservedTypes, ReplayWindow: zeroIsNone(cfg.SubmitReplayWindow),
 	}, s.Deps)
 }
 
 func initDispatcher(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	cfg := s.opts.Config
 	return dispatcher.New(dispatcher.Config{
-		ReadyCapacity: cfg.ReadyCapacity(), ReadyPackJobs: cfg.ReadyPackJobs, WorkerSlots: cfg.WorkerSlots(), BatchSize: cfg.DispatchBatchSize, Interval: config.Ms(cfg.DispatchIntervalMs),
+		Ready: conns.Ready(cfg), BatchSize: cfg.DispatchBatchSize, Interval: config.Ms(cfg.DispatchIntervalMs),
 	}, s.Deps)
 }
 
@@ -43,24 +57,11 @@ func initWorker(_ context.Context, s *Stack) (lifecycle.Service, error) {
 			types = append(types, t)
 		}
 	}
-	// The worker's zero values mean its defaults; the settings' zero means
-	// none.
-	retries := cfg.MaxRetryCount
-	if retries == 0 {
-		retries = -1
-	}
-	throttles := cfg.MaxThrottles
-	if throttles == 0 {
-		throttles = -1
-	}
-	grace := config.Ms(cfg.ShutdownGracePeriodMs)
-	if grace == 0 {
-		grace = -1
-	}
 	return worker.New(worker.Config{
-		Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs), MaxRetryCount: retries,
-		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: grace, MaxThrottles: throttles, StateDir: cfg.WorkerStateDir,
-		Isolation: cfg.WorkerIsolation,
+		Concurrency: cfg.WorkerCount, Types: types, JobTimeout: config.Ms(cfg.JobTimeoutMs),
+		MaxRetryCount: zeroIsNone(cfg.MaxRetryCount), MaxThrottles: zeroIsNone(cfg.MaxThrottles),
+		MaxDeliveries: cfg.MaxDeliveries, ShutdownGrace: zeroIsNone(config.Ms(cfg.ShutdownGracePeriodMs)),
+		StateDir: cfg.WorkerStateDir, Isolation: cfg.WorkerIsolation,
 	}, mux, s.Deps)
 }
 
@@ -90,7 +91,7 @@ func initGateway(_ context.Context, s *Stack) (lifecycle.Service, error) {
 	gw, err := gateway.New(gateway.Config{
 		Addr: cfg.GatewayAddr, KeysFile: cfg.GatewayKeysFile, Keys: s.opts.GatewayKeys,
 		IdempotencyTTL: cfg.GatewayIdempotencyTTL, Heartbeat: cfg.GatewaySSEHeartbeat, SpoolDir: cfg.GatewaySpoolDir,
-		ReadyCapacity: cfg.ReadyCapacity(), GroupTTL: cfg.GroupTTL,
+		ReadyCapacity: conns.Ready(cfg).Capacity, GroupTTL: cfg.GroupTTL,
 		Limits: gateway.Limits{MaxBodyBytes: int64(cfg.GatewayMaxBodyBytes), MaxJobsPerRequest: int64(cfg.GatewayMaxJobsPerRequest),
 			ReadHeaderTimeout: cfg.GatewayReadHeaderTimeout, BodyIdleTimeout: cfg.GatewayBodyIdleTimeout,
 			SSEWriteTimeout: cfg.GatewaySSEWriteTimeout, TenantRequestRate: int64(cfg.GatewayTenantRequestRate),

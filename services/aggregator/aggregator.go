@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/events"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -137,57 +137,29 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Durable == "" {
-		c.Durable = DefaultDurable
-	}
-	if c.StuckAfter == 0 {
-		c.StuckAfter = DefaultStuckAfter
-	}
-	if c.StuckCheckEvery == 0 {
-		c.StuckCheckEvery = min(DefaultStuckCheckEvery, max(c.StuckAfter/5, time.Millisecond))
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.GroupIdleTTL == 0 {
-		c.GroupIdleTTL = redisq.DefaultGroupIdleTTL
-	}
-	if c.CallbackRetryFor == 0 {
-		c.CallbackRetryFor = DefaultCallbackRetryFor
-	}
-	if c.CallbackFirstRetry == 0 {
-		c.CallbackFirstRetry = DefaultCallbackFirstRetry
-	}
-	if c.CallbackTimeout == 0 {
-		c.CallbackTimeout = DefaultCallbackTimeout
-	}
+	setting.Default(&c.BatchSize, DefaultBatchSize)
+	setting.Default(&c.Durable, DefaultDurable)
+	setting.Default(&c.StuckAfter, DefaultStuckAfter)
+	setting.Default(&c.StuckCheckEvery, min(DefaultStuckCheckEvery, max(c.StuckAfter/5, time.Millisecond)))
+	setting.Default(&c.AckWait, DefaultAckWait)
+	setting.Default(&c.GroupIdleTTL, redisq.DefaultGroupIdleTTL)
+	setting.Default(&c.CallbackRetryFor, DefaultCallbackRetryFor)
+	setting.Default(&c.CallbackFirstRetry, DefaultCallbackFirstRetry)
+	setting.Default(&c.CallbackTimeout, DefaultCallbackTimeout)
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.BatchSize < 1:
-		return fmt.Errorf("aggregator: BatchSize %d: must be at least 1", c.BatchSize)
-	case strings.ContainsAny(c.Durable, ".*> \t\r\n"):
-		return fmt.Errorf("aggregator: Durable %q: must not contain '.', '*', '>' or white space", c.Durable)
-	case c.StuckAfter < 0:
-		return fmt.Errorf("aggregator: StuckAfter %s: must not be negative", c.StuckAfter)
-	case c.StuckCheckEvery < 0:
-		return fmt.Errorf("aggregator: StuckCheckEvery %s: must not be negative", c.StuckCheckEvery)
-	case c.GroupIdleTTL < 0:
-		return fmt.Errorf("aggregator: GroupIdleTTL %s: must not be negative", c.GroupIdleTTL)
-	case c.AckWait < 100*time.Millisecond:
-		return fmt.Errorf("aggregator: AckWait %s: must be at least 100ms", c.AckWait)
-	case c.CallbackRetryFor < 0:
-		return fmt.Errorf("aggregator: CallbackRetryFor %s: must not be negative", c.CallbackRetryFor)
-	case c.CallbackFirstRetry < 0:
-		return fmt.Errorf("aggregator: CallbackFirstRetry %s: must not be negative", c.CallbackFirstRetry)
-	case c.CallbackTimeout < 0:
-		return fmt.Errorf("aggregator: CallbackTimeout %s: must not be negative", c.CallbackTimeout)
-	}
-	return nil
+	return setting.Check("aggregator",
+		setting.AtLeast("BatchSize", c.BatchSize, 1),
+		setting.ConsumerName("Durable", c.Durable),
+		setting.NotNegative("StuckAfter", c.StuckAfter),
+		setting.NotNegative("StuckCheckEvery", c.StuckCheckEvery),
+		setting.NotNegative("GroupIdleTTL", c.GroupIdleTTL),
+		setting.AtLeast("AckWait", c.AckWait, 100*time.Millisecond),
+		setting.NotNegative("CallbackRetryFor", c.CallbackRetryFor),
+		setting.NotNegative("CallbackFirstRetry", c.CallbackFirstRetry),
+		setting.NotNegative("CallbackTimeout", c.CallbackTimeout),
+	)
 }
 
 // Aggregator records job results into their groups. Create it with [New]

@@ -12,16 +12,13 @@ import (
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/loop"
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // Defaults of the [Config] fields.
 const (
-	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
-	DefaultReadyCapacity = handoff.DefaultReadyCapacity
-	// DefaultReadyPackJobs is the default of [Config.ReadyPackJobs].
-	DefaultReadyPackJobs = handoff.DefaultPackJobs
 	// DefaultBatchSize is the default of [Config.BatchSize].
 	DefaultBatchSize = 500
 	// DefaultInterval is the default of [Config.Interval].
@@ -53,19 +50,11 @@ const (
 // Config configures a [Dispatcher]. The zero value is valid: every zero
 // field means its documented default.
 type Config struct {
-	// ReadyCapacity: jobs are released (and reclaimed jobs re-published)
-	// only while the READY stream holds fewer jobs of their type; default
-	// [DefaultReadyCapacity] (160).
-	ReadyCapacity int
-	// ReadyPackJobs is the most jobs of one type a release or reclaim packs
-	// into one READY message ([handoff.Publish]); default
-	// [DefaultReadyPackJobs] (16; 1: one job per message).
-	ReadyPackJobs int
-	// WorkerSlots is the worker slots of every worker instance: the jobs
-	// of one type are spread over at least that many READY messages before
-	// packs grow ([handoff.Packing]); default ReadyCapacity /
-	// [handoff.ReadyPerWorkerSlot], at least 1.
-	WorkerSlots int
+	// Ready is READY's room and packing: jobs are released (and reclaimed
+	// jobs re-published) only while READY holds fewer than Ready.Capacity
+	// jobs of their type, packed as Ready says; zero fields mean the
+	// defaults of [handoff.ReadyConfig] (160 jobs, packs of 16).
+	Ready handoff.ReadyConfig
 	// BatchSize is the most jobs one release or reclaim call moves;
 	// default 500.
 	BatchSize int
@@ -84,46 +73,22 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.ReadyCapacity == 0 {
-		c.ReadyCapacity = DefaultReadyCapacity
-	}
-	if c.ReadyPackJobs == 0 {
-		c.ReadyPackJobs = DefaultReadyPackJobs
-	}
-	if c.WorkerSlots == 0 {
-		c.WorkerSlots = max(c.ReadyCapacity/handoff.ReadyPerWorkerSlot, 1)
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.ReclaimInterval == 0 {
-		c.ReclaimInterval = DefaultReclaimInterval
-	}
-	if c.CorrectInterval == 0 {
-		c.CorrectInterval = DefaultCorrectInterval
-	}
-	if c.SnapshotInterval == 0 {
-		c.SnapshotInterval = DefaultSnapshotInterval
-	}
+	c.Ready = c.Ready.WithDefaults()
+	setting.Default(&c.BatchSize, DefaultBatchSize)
+	setting.Default(&c.Interval, DefaultInterval)
+	setting.Default(&c.ReclaimInterval, DefaultReclaimInterval)
+	setting.Default(&c.CorrectInterval, DefaultCorrectInterval)
+	setting.Default(&c.SnapshotInterval, DefaultSnapshotInterval)
 }
 
 func (c *Config) validate() error {
-	for _, v := range []struct {
-		name string
-		val  int64
-	}{
-		{"ReadyCapacity", int64(c.ReadyCapacity)}, {"ReadyPackJobs", int64(c.ReadyPackJobs)}, {"WorkerSlots", int64(c.WorkerSlots)}, {"BatchSize", int64(c.BatchSize)},
-		{"Interval", int64(c.Interval)}, {"ReclaimInterval", int64(c.ReclaimInterval)},
-		{"CorrectInterval", int64(c.CorrectInterval)}, {"SnapshotInterval", int64(c.SnapshotInterval)},
-	} {
-		if v.val < 0 {
-			return fmt.Errorf("dispatcher: %s: must not be negative", v.name)
-		}
-	}
-	return nil
+	return setting.Check("dispatcher", append(c.Ready.Rules(),
+		setting.NotNegative("BatchSize", c.BatchSize),
+		setting.NotNegative("Interval", c.Interval),
+		setting.NotNegative("ReclaimInterval", c.ReclaimInterval),
+		setting.NotNegative("CorrectInterval", c.CorrectInterval),
+		setting.NotNegative("SnapshotInterval", c.SnapshotInterval),
+	)...)
 }
 
 // Dispatcher releases backed-off jobs and recovers expired leases. Create
@@ -153,7 +118,7 @@ func New(cfg Config, d deps.Deps) (*Dispatcher, error) {
 	}
 	d = d.Fill()
 	return &Dispatcher{cfg: cfg, d: d, log: d.Log.With(telemetry.LogComponent, "dispatcher"),
-		releaseRoom: handoff.NewRoom(d, cfg.ReadyCapacity), reclaimRoom: handoff.NewRoom(d, cfg.ReadyCapacity)}, nil
+		releaseRoom: handoff.NewRoom(d, cfg.Ready.Capacity), reclaimRoom: handoff.NewRoom(d, cfg.Ready.Capacity)}, nil
 }
 
 // Run releases, reclaims, corrects and snapshots until ctx is cancelled,
@@ -174,7 +139,7 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 			loop(ctx)
 		}()
 	}
-	p.log.Info("dispatcher started", "readyCapacity", p.cfg.ReadyCapacity, "batch", p.cfg.BatchSize,
+	p.log.Info("dispatcher started", "readyCapacity", p.cfg.Ready.Capacity, "batch", p.cfg.BatchSize,
 		"interval", p.cfg.Interval, "reclaimInterval", p.cfg.ReclaimInterval)
 	p.Signal()
 	wg.Wait()
@@ -382,5 +347,5 @@ func (p *Dispatcher) every(interval time.Duration, what string, fn func(context.
 // packing is how released and reclaimed jobs are packed into READY
 // messages.
 func (p *Dispatcher) packing() handoff.Packing {
-	return handoff.Packing{Jobs: p.cfg.ReadyPackJobs, Spread: p.cfg.WorkerSlots}
+	return p.cfg.Ready.Packing()
 }

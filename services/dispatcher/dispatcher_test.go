@@ -83,7 +83,7 @@ func TestBackedOffJobsReachReadyWhenDue(t *testing.T) {
 	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g"), contracts.Group("beta", "g")}, 20)
 	due := park(t, e, jobs, func(i int) time.Duration { return time.Duration(150+(i%8)*100) * time.Millisecond })
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}))
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}}))
 
 	got := r.WaitJobs(t, len(jobs), 10*time.Second)
 	counts := pipelinetest.Counts(got)
@@ -148,7 +148,7 @@ func TestExpiredLeasesAreRepublishedOnce(t *testing.T) {
 		t.Fatalf("inflight %d, want %d", got, len(jobs))
 	}
 
-	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}))
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}, ReclaimInterval: 50 * time.Millisecond}))
 	testkit.WaitFor(t, "every lease recovered", 10*time.Second, func() bool { return e.Inflight(t) == 0 })
 	// Read READY only now: this reader acknowledges without claiming, and a
 	// leased job whose message was consumed unclaimed looks like a claim
@@ -186,7 +186,7 @@ func TestReleaseRespectsReadyCapacity(t *testing.T) {
 	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g")}, 60)
 	park(t, e, jobs, func(int) time.Duration { return 0 })
 	const capacity = 10
-	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond}))
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity}, Interval: 5 * time.Millisecond}))
 
 	// The capacity counts jobs; a READY message may carry several.
 	readyJobs := func() int { return e.ReadyJobs(t) }
@@ -242,7 +242,7 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	jobs := leaseJobs(t, e, []contracts.GroupRef{grp("g")}, 50)
 	park(t, e, jobs, func(i int) time.Duration { return time.Duration(i) * 10 * time.Millisecond })
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	stop := testkit.StartWithin(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000}), 10*time.Second)
+	stop := testkit.StartWithin(t, newDispatcher(t, e, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}}), 10*time.Second)
 	testkit.WaitFor(t, "releases under way", 10*time.Second, func() bool {
 		return e.StreamMsgs(t, e.Names.StreamReady()) > 0
 	})
@@ -252,7 +252,7 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	for _, cfg := range []dispatcher.Config{
-		{ReadyCapacity: -1}, {BatchSize: -1}, {Interval: -time.Second}, {ReclaimInterval: -1},
+		{Ready: handoff.ReadyConfig{Capacity: -1}}, {BatchSize: -1}, {Interval: -time.Second}, {ReclaimInterval: -1},
 		{CorrectInterval: -1}, {SnapshotInterval: -1},
 	} {
 		if _, err := dispatcher.New(cfg, e.Deps()); err == nil || !strings.HasPrefix(err.Error(), "dispatcher: ") {

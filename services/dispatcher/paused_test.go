@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -42,7 +43,7 @@ func TestPausedGroupIsNotReadmitted(t *testing.T) {
 	}
 
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}))
+	testkit.Start(t, newDispatcher(t, e, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}, ReclaimInterval: 50 * time.Millisecond}))
 	got := r.WaitJobs(t, 5, 10*time.Second)
 	keys := e.Keys
 	testkit.WaitFor(t, "the non-ready queue and the leases emptied", 10*time.Second, func() bool {

@@ -287,5 +287,5 @@ func (f *Fetcher) transitions(ctx context.Context, groups []contracts.GroupRef, 
 
 // packing is how admitted jobs are packed into READY messages.
 func (f *Fetcher) packing() handoff.Packing {
-	return handoff.Packing{Jobs: f.cfg.ReadyPackJobs, Spread: f.cfg.WorkerSlots}
+	return f.cfg.Ready.Packing()
 }

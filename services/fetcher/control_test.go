@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/client"
@@ -237,7 +238,7 @@ func TestPauseResume(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	holdReady(t, e, capacity)
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 	ca, cb := c.ForTenant("A"), c.ForTenant("B")
 	p, later, q := contracts.Group("A", "p"), contracts.Group("A", "later"), contracts.Group("B", "q")
@@ -367,7 +368,7 @@ func TestResumeWithUnchangedCountsIsAnEvent(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	holdReady(t, e, capacity)
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 	if err := c.Submit(ctx, "g", clientJobs("g", 0, n)...); err != nil {
 		t.Fatal(err)

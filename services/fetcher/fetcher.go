@@ -17,6 +17,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 )
 
@@ -25,10 +26,6 @@ const TracerName = "github.com/bulkaction/bulkaction/services/fetcher"
 
 // Defaults of the [Config] fields.
 const (
-	// DefaultReadyCapacity is the default of [Config.ReadyCapacity].
-	DefaultReadyCapacity = handoff.DefaultReadyCapacity
-	// DefaultReadyPackJobs is the default of [Config.ReadyPackJobs].
-	DefaultReadyPackJobs = handoff.DefaultPackJobs
 	// DefaultAdmitBatchSize is the default of [Config.AdmitBatchSize].
 	DefaultAdmitBatchSize = 256
 	// DefaultIngestBatchSize is the default of [Config.IngestBatchSize].
@@ -82,19 +79,11 @@ const (
 // Config configures a [Fetcher]. The zero value is valid: every zero field
 // means its documented default.
 type Config struct {
-	// ReadyCapacity: the fetcher admits jobs of a type only while the READY
-	// stream holds fewer jobs of that type (waiting plus unacknowledged);
-	// default [DefaultReadyCapacity] (160).
-	ReadyCapacity int
-	// ReadyPackJobs is the most jobs of one type an admission round packs
-	// into one READY message ([handoff.Publish]); default
-	// [DefaultReadyPackJobs] (16; 1: one job per message).
-	ReadyPackJobs int
-	// WorkerSlots is the worker slots of every worker instance: the jobs
-	// of one type are spread over at least that many READY messages before
-	// packs grow ([handoff.Packing]); default ReadyCapacity /
-	// [handoff.ReadyPerWorkerSlot], at least 1.
-	WorkerSlots int
+	// Ready is READY's room and packing: the fetcher admits jobs of a type
+	// only while READY holds fewer than Ready.Capacity jobs of that type,
+	// and packs an admission round's jobs as Ready says; zero fields mean
+	// the defaults of [handoff.ReadyConfig] (160 jobs, packs of 16).
+	Ready handoff.ReadyConfig
 	// AdmitBatchSize is the most jobs one admission round takes; default 256.
 	AdmitBatchSize int
 	// IngestBatchSize is the most submit messages handled in one batch;
@@ -129,53 +118,23 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.ReadyCapacity == 0 {
-		c.ReadyCapacity = DefaultReadyCapacity
-	}
-	if c.ReadyPackJobs == 0 {
-		c.ReadyPackJobs = DefaultReadyPackJobs
-	}
-	if c.WorkerSlots == 0 {
-		c.WorkerSlots = max(c.ReadyCapacity/handoff.ReadyPerWorkerSlot, 1)
-	}
-	if c.AdmitBatchSize == 0 {
-		c.AdmitBatchSize = DefaultAdmitBatchSize
-	}
-	if c.IngestBatchSize == 0 {
-		c.IngestBatchSize = DefaultIngestBatchSize
-	}
-	if c.Durable == "" {
-		c.Durable = DefaultDurable
-	}
-	if c.MaxIdle == 0 {
-		c.MaxIdle = DefaultMaxIdle
-	}
-	if c.UnservedTypes == "" {
-		c.UnservedTypes = UnservedHold
-	}
-	if c.ReplayWindow == 0 {
-		c.ReplayWindow = DefaultReplayWindow
-	}
+	c.Ready = c.Ready.WithDefaults()
+	setting.Default(&c.AdmitBatchSize, DefaultAdmitBatchSize)
+	setting.Default(&c.IngestBatchSize, DefaultIngestBatchSize)
+	setting.Default(&c.Durable, DefaultDurable)
+	setting.Default(&c.MaxIdle, DefaultMaxIdle)
+	setting.Default(&c.UnservedTypes, UnservedHold)
+	setting.Default(&c.ReplayWindow, DefaultReplayWindow)
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.ReadyCapacity < 0:
-		return fmt.Errorf("fetcher: ReadyCapacity %d: must be >= 0", c.ReadyCapacity)
-	case c.WorkerSlots < 0:
-		return fmt.Errorf("fetcher: WorkerSlots %d: must be >= 0", c.WorkerSlots)
-	case c.ReadyPackJobs < 0:
-		return fmt.Errorf("fetcher: ReadyPackJobs %d: must be >= 0", c.ReadyPackJobs)
-	case c.AdmitBatchSize < 0:
-		return fmt.Errorf("fetcher: AdmitBatchSize %d: must be >= 0", c.AdmitBatchSize)
-	case c.IngestBatchSize < 0:
-		return fmt.Errorf("fetcher: IngestBatchSize %d: must be >= 0", c.IngestBatchSize)
-	case c.MaxIdle < 0:
-		return fmt.Errorf("fetcher: MaxIdle %s: must be >= 0", c.MaxIdle)
-	case c.UnservedTypes != UnservedHold && c.UnservedTypes != UnservedAdmit:
-		return fmt.Errorf("fetcher: UnservedTypes %q: must be %q or %q", c.UnservedTypes, UnservedHold, UnservedAdmit)
-	}
-	return nil
+	return setting.Check("fetcher", append(c.Ready.Rules(),
+		setting.NotNegative("AdmitBatchSize", c.AdmitBatchSize),
+		setting.NotNegative("IngestBatchSize", c.IngestBatchSize),
+		setting.NotNegative("MaxIdle", c.MaxIdle),
+		setting.Rule{Field: "UnservedTypes", Value: c.UnservedTypes, OK: c.UnservedTypes == UnservedHold || c.UnservedTypes == UnservedAdmit,
+			Want: fmt.Sprintf("must be %q or %q", UnservedHold, UnservedAdmit)},
+	)...)
 }
 
 // Fetcher ingests submissions and admits jobs to READY. Create it with
@@ -222,7 +181,7 @@ func New(cfg Config, d deps.Deps) (*Fetcher, error) {
 		log:     log,
 		tracer:  d.TracerProvider.Tracer(TracerName),
 		settler: consume.NewSettler(d, log, retryDelay),
-		room:    handoff.NewRoom(d, cfg.ReadyCapacity),
+		room:    handoff.NewRoom(d, cfg.Ready.Capacity),
 		heldLog: telemetry.WarnLimiter{Interval: time.Minute},
 		wake:    make(chan struct{}, 1),
 		origin:  []byte(nats.NewInbox()), // unique to this fetcher
@@ -271,7 +230,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	wg.Go(func() { f.admitLoop(ctx, f.wake) })
 	wg.Go(func() { f.windowsLoop(ctx) })
 	wg.Go(func() { f.checkpointLoop(ctx, cons) })
-	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.ReadyCapacity,
+	f.log.Info("fetcher started", "durable", f.cfg.Durable, "readyCapacity", f.cfg.Ready.Capacity,
 		"admitBatch", f.cfg.AdmitBatchSize, "ingestBatch", f.cfg.IngestBatchSize)
 
 	f.Signal()

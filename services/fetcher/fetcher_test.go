@@ -150,7 +150,7 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, ReadyPackJobs: 1}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: 1}}, e.Deps()))
 	testkit.WaitFor(t, "every job queued", 60*time.Second, func() bool {
 		for _, gid := range groups {
 			if info := groupInfo(t, e, grp(gid)); info.Jobs != perGroup || info.Pending != perGroup {
@@ -174,7 +174,7 @@ func TestJobsReachReadyOnceInFairOrder(t *testing.T) {
 
 	// Fairness, in READY order, over the stretch where every group still
 	// had jobs: no group has more than 2 of any 20 consecutive jobs (one
-	// job per message, ReadyPackJobs 1; packs order their jobs by group,
+	// job per message, Ready.PackJobs 1; packs order their jobs by group,
 	// so with packs of p this would hold per message, not per job).
 	sort.Slice(got, func(i, j int) bool { return got[i].Seq < got[j].Seq })
 	last := map[string]int{}
@@ -337,7 +337,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	}
 
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000}, d))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}}, d))
 	r.WaitJobs(t, valid, 0)
 	total := perReason * len(reasons)
 	testkit.WaitFor(t, "every invalid message dead-lettered", 0, func() bool {
@@ -400,7 +400,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 
 // TestReadyNeverExceedsCapacity: READY's room counts jobs, with one job
 // per message and with packs of several
-// (Config.ReadyPackJobs): the fetcher never puts more jobs of a type on
+// (Config.Ready.PackJobs): the fetcher never puts more jobs of a type on
 // READY than its capacity.
 func TestReadyNeverExceedsCapacity(t *testing.T) {
 	t.Parallel()
@@ -424,7 +424,7 @@ func readyNeverExceedsCapacity(t *testing.T, pack int) {
 			t.Fatal(err)
 		}
 	}
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, ReadyPackJobs: pack}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: pack}}, e.Deps()))
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{Delay: 2 * time.Millisecond})
 	// The capacity counts jobs; a READY message may carry several.
 	var most int
@@ -473,7 +473,7 @@ func TestKilledFetcherLosesNothing(t *testing.T) {
 	d := e.Deps()
 	d.JS = deadBeforeReady{JetStream: d.JS, ready: e.Names.Ready("")}
 	stop := testkit.Start(t, newFetcher(t, fetcher.Config{
-		ReadyCapacity:  1000,
+		Ready:          handoff.ReadyConfig{Capacity: 1000},
 		AdmitBatchSize: 64,
 	}, d))
 	testkit.WaitFor(t, "every job leased", 0, func() bool { return e.Inflight(t) == int64(len(groups)*perGroup) })
@@ -483,7 +483,7 @@ func TestKilledFetcherLosesNothing(t *testing.T) {
 	}
 
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	testkit.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 1000, ReclaimInterval: 50 * time.Millisecond}, e.Deps()))
+	testkit.Start(t, newDispatcher(t, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}, ReclaimInterval: 50 * time.Millisecond}, e.Deps()))
 	testkit.WaitFor(t, "every lease recovered", 0, func() bool { return e.Inflight(t) == 0 })
 	r.WaitJobs(t, len(groups)*perGroup, 0)
 	e.WaitReadyDrained(t)
@@ -532,9 +532,9 @@ func TestTwoFetchersTwoDispatchers(t *testing.T) {
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	for range 2 {
 		nc, js := e.Connect(t)
-		testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 500, IngestBatchSize: 100}, e.DepsWith(nc, js)))
+		testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 500}, IngestBatchSize: 100}, e.DepsWith(nc, js)))
 		nc2, js2 := e.Connect(t)
-		testkit.Start(t, newDispatcher(t, dispatcher.Config{ReadyCapacity: 500, Interval: 20 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond}, e.DepsWith(nc2, js2)))
+		testkit.Start(t, newDispatcher(t, dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: 500}, Interval: 20 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond}, e.DepsWith(nc2, js2)))
 	}
 	c := client.New(e.JS, client.Options{})
 	var groups []string
@@ -833,14 +833,14 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 	}
 	// A first run creates the shared submit consumer, whose goroutines in
 	// the embedded server outlive any fetcher.
-	stop := testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10}, e.Deps()))
+	stop := testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 10}}, e.Deps()))
 	testkit.WaitFor(t, "first jobs queued", 0, func() bool { return groupInfo(t, e, grp("g")).Jobs > 0 })
 	stop()
 
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	nc, js := e.Connect(t)
 	defer nc.Close()
-	stop = testkit.StartWithin(t, newFetcher(t, fetcher.Config{ReadyCapacity: 10, IngestBatchSize: 50}, e.DepsWith(nc, js)), 10*time.Second)
+	stop = testkit.StartWithin(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 10}, IngestBatchSize: 50}, e.DepsWith(nc, js)), 10*time.Second)
 	before := groupInfo(t, e, grp("g")).Jobs
 	testkit.WaitFor(t, "work under way", 0, func() bool { return groupInfo(t, e, grp("g")).Jobs > before })
 	stop()
@@ -855,7 +855,7 @@ func TestRunReturnsPromptlyOnCancel(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	for _, cfg := range []fetcher.Config{
-		{ReadyCapacity: -1}, {AdmitBatchSize: -1}, {IngestBatchSize: -1}, {MaxIdle: -time.Second},
+		{Ready: handoff.ReadyConfig{Capacity: -1}}, {AdmitBatchSize: -1}, {IngestBatchSize: -1}, {MaxIdle: -time.Second},
 	} {
 		if _, err := fetcher.New(cfg, e.Deps()); err == nil || !strings.HasPrefix(err.Error(), "fetcher: ") {
 			t.Errorf("New(%+v) = %v, want an error", cfg, err)
@@ -905,7 +905,7 @@ func TestOversizeDeadLettersDoNotStopIngestion(t *testing.T) {
 	}
 
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000, IngestBatchSize: ingestBatch}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}, IngestBatchSize: ingestBatch}, e.Deps()))
 	// Moving 30 MB through the embedded server takes a while under the race
 	// detector on a busy machine.
 	const slow = 2 * time.Minute

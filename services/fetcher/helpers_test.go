@@ -15,7 +15,7 @@ import (
 )
 
 // holdReady fills READY with n messages of type "t" that are not jobs, so
-// that a fetcher with ReadyCapacity n admits nothing of that type until a
+// that a fetcher with Ready.Capacity n admits nothing of that type until a
 // Reader drains them: every group submitted meanwhile is backlogged when
 // admission starts.
 func holdReady(t *testing.T, e *pipelinetest.Env, n int) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -100,10 +101,10 @@ func TestReadyCapacityHoldsWithSeveralAdmitters(t *testing.T) {
 
 	for range 3 {
 		nc, js := e.Connect(t)
-		testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity, AdmitBatchSize: 64, ReadyPackJobs: 4, WorkerSlots: 2}, e.DepsWith(nc, js)))
+		testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: 4, WorkerSlots: 2}, AdmitBatchSize: 64}, e.DepsWith(nc, js)))
 	}
 	nc, js := e.Connect(t)
-	d, err := dispatcher.New(dispatcher.Config{ReadyCapacity: capacity, Interval: 5 * time.Millisecond, ReadyPackJobs: 4, WorkerSlots: 2}, e.DepsWith(nc, js))
+	d, err := dispatcher.New(dispatcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: 4, WorkerSlots: 2}, Interval: 5 * time.Millisecond}, e.DepsWith(nc, js))
 	if err != nil {
 		t.Fatal(err)
 	}

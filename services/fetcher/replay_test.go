@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -48,7 +49,7 @@ func TestRedisRestoredFromAnOlderSnapshotGetsSubmitBack(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "rb:"})
 	ctx := context.Background()
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 1}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 
 	for _, g := range []string{"a", "b"} {
@@ -120,7 +121,7 @@ func TestReplayWaitsForTheFetcherReplaying(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "rl:"})
 	ctx := context.Background()
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 1}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 	if err := c.Submit(ctx, "a", clientJobs("a", 0, 100)...); err != nil {
 		t.Fatal(err)

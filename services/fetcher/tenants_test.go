@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -57,7 +58,7 @@ func testTenantShares(t *testing.T, weightA int) {
 	for i := range nB {
 		bs = append(bs, contracts.Group("B", groupName(i)))
 	}
-	stop := testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	stop := testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity}}, e.Deps()))
 	if err := c.ForTenant("A").Submit(ctx, a.ID, clientJobs(a.ID, 0, nA)...); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestTenantsShareGroupIDs(t *testing.T) {
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
 	holdReady(t, e, capacity)
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: capacity}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 	c1 := c.ForTenant("t1")
 	s1, s2 := contracts.Group("t1", "s"), contracts.Group("t2", "s")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -69,7 +70,7 @@ func TestTypeRateLimitPacesReady(t *testing.T) {
 	ctx := context.Background()
 	c := client.New(e.JS, client.Options{})
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
-	stop := testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 1000}, e.Deps()))
+	stop := testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 1000}}, e.Deps()))
 	a, b, o := contracts.Group("A", "sms"), contracts.Group("B", "sms"), contracts.Group("C", "mail")
 	for _, g := range []contracts.GroupRef{a, b} {
 		if err := c.ForTenant(g.Tenant).Submit(ctx, g.ID, typedJobs("sms", 0, perSMS)...); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -65,12 +66,26 @@ type Config struct {
 	// of a group's status (0 = not measured).
 	ReadyCapacity int
 	// GroupTTL is how long an ended group's meta is kept (for the retry
-	// link's expiry); 0 = 7 days.
+	// link's expiry); 0 = [redisq.DefaultGroupTTL] (7 days).
 	GroupTTL time.Duration
 	// Limits bound requests and tenants.
 	Limits Limits
 	// Callbacks configures completion callbacks (callbacks.go).
 	Callbacks CallbackConfig
+}
+
+func (c *Config) setDefaults() {
+	setting.Default(&c.IdempotencyTTL, DefaultIdempotencyTTL)
+	setting.Default(&c.Heartbeat, DefaultHeartbeat)
+	setting.Default(&c.MemorySpool, DefaultMemorySpool)
+	setting.Default(&c.ShutdownGrace, DefaultShutdownGrace)
+	setting.Default(&c.GroupTTL, redisq.DefaultGroupTTL)
+	l := &c.Limits
+	setting.Default(&l.MaxBodyBytes, DefaultMaxBodyBytes)
+	setting.Default(&l.MaxJobsPerRequest, DefaultMaxJobsPerRequest)
+	setting.Default(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	setting.Default(&l.BodyIdleTimeout, DefaultBodyIdleTimeout)
+	setting.Default(&l.SSEWriteTimeout, DefaultSSEWriteTimeout)
 }
 
 // Gateway serves the HTTP API.
@@ -103,22 +118,7 @@ func New(cfg Config, d deps.Deps) (*Gateway, error) {
 	if cfg.Addr == "" && cfg.Listener == nil {
 		return nil, errors.New("gateway: no listen address")
 	}
-	if cfg.IdempotencyTTL == 0 {
-		cfg.IdempotencyTTL = DefaultIdempotencyTTL
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = DefaultHeartbeat
-	}
-	if cfg.MemorySpool == 0 {
-		cfg.MemorySpool = DefaultMemorySpool
-	}
-	if cfg.ShutdownGrace == 0 {
-		cfg.ShutdownGrace = DefaultShutdownGrace
-	}
-	if cfg.GroupTTL == 0 {
-		cfg.GroupTTL = 7 * 24 * time.Hour
-	}
-	cfg.Limits.fill()
+	cfg.setDefaults()
 	log := d.Log.With(telemetry.LogComponent, "gateway")
 	keys := cfg.Keys
 	if keys == nil {

@@ -73,24 +73,6 @@ type Limits struct {
 	TenantSubmitBytes int64
 }
 
-func (l *Limits) fill() {
-	if l.MaxBodyBytes == 0 {
-		l.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if l.MaxJobsPerRequest == 0 {
-		l.MaxJobsPerRequest = DefaultMaxJobsPerRequest
-	}
-	if l.ReadHeaderTimeout == 0 {
-		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if l.BodyIdleTimeout == 0 {
-		l.BodyIdleTimeout = DefaultBodyIdleTimeout
-	}
-	if l.SSEWriteTimeout == 0 {
-		l.SSEWriteTimeout = DefaultSSEWriteTimeout
-	}
-}
-
 func (l *Limits) door() redisq.DoorDefaults {
 	return redisq.DoorDefaults{RequestRate: l.TenantRequestRate, JobRate: l.TenantJobRate, ByteRate: l.TenantByteRate,
 		ConcurrentRequests: l.TenantConcurrentRequests, SSEStreams: l.TenantSSEStreams,

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/deps"
 	"github.com/bulkaction/bulkaction/internal/lifecycle"
 	"github.com/bulkaction/bulkaction/internal/loop"
+	"github.com/bulkaction/bulkaction/internal/setting"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -144,9 +144,7 @@ type Config struct {
 }
 
 func (c *Config) setDefaults(mux *processor.Mux) {
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
+	setting.Default(&c.Concurrency, DefaultConcurrency)
 	if len(c.Types) == 0 {
 		c.Types = mux.Types()
 	} else {
@@ -154,36 +152,15 @@ func (c *Config) setDefaults(mux *processor.Mux) {
 		slices.Sort(c.Types)
 		c.Types = slices.Compact(c.Types)
 	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = DefaultJobTimeout
-	}
-	if c.MaxThrottles == 0 {
-		c.MaxThrottles = DefaultMaxThrottles
-	} else if c.MaxThrottles < 0 {
-		c.MaxThrottles = 0
-	}
-	if c.MaxRetryCount == 0 {
-		c.MaxRetryCount = DefaultMaxRetryCount
-	} else if c.MaxRetryCount < 0 {
-		c.MaxRetryCount = 0
-	}
-	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
-	} else if c.ShutdownGrace < 0 {
-		c.ShutdownGrace = 0
-	}
-	if c.AckWait == 0 {
-		c.AckWait = c.JobTimeout + DefaultAckWaitMargin
-	}
-	if c.Durable == "" {
-		c.Durable = DefaultDurable
-	}
-	if c.Isolation == "" {
-		c.Isolation = IsolationNone
-	}
+	setting.Default(&c.JobTimeout, DefaultJobTimeout)
+	// for these three a negative value means none
+	c.MaxThrottles = max(setting.Or(c.MaxThrottles, DefaultMaxThrottles), 0)
+	c.MaxRetryCount = max(setting.Or(c.MaxRetryCount, DefaultMaxRetryCount), 0)
+	c.ShutdownGrace = max(setting.Or(c.ShutdownGrace, DefaultShutdownGrace), 0)
+	setting.Default(&c.MaxDeliveries, DefaultMaxDeliveries)
+	setting.Default(&c.AckWait, c.JobTimeout+DefaultAckWaitMargin)
+	setting.Default(&c.Durable, DefaultDurable)
+	setting.Default(&c.Isolation, IsolationNone)
 	if c.Isolation == IsolationProcess && len(c.ExecutorCommand) == 0 {
 		if exe, err := os.Executable(); err == nil {
 			c.ExecutorCommand = append([]string{exe}, os.Args[1:]...)
@@ -192,17 +169,16 @@ func (c *Config) setDefaults(mux *processor.Mux) {
 }
 
 func (c *Config) validate(mux *processor.Mux) error {
+	if err := setting.Check("worker",
+		setting.AtLeast("Concurrency", c.Concurrency, 1),
+		setting.NotNegative("JobTimeout", c.JobTimeout),
+		setting.AtLeast("MaxDeliveries", c.MaxDeliveries, 1),
+		setting.AtLeast("AckWait", c.AckWait, time.Second),
+		setting.ConsumerName("Durable", c.Durable),
+	); err != nil {
+		return err
+	}
 	switch {
-	case c.Concurrency < 1:
-		return fmt.Errorf("worker: Concurrency %d: must be at least 1", c.Concurrency)
-	case c.JobTimeout < 0:
-		return fmt.Errorf("worker: JobTimeout %s: must not be negative", c.JobTimeout)
-	case c.MaxDeliveries < 1:
-		return fmt.Errorf("worker: MaxDeliveries %d: must be at least 1", c.MaxDeliveries)
-	case c.AckWait < time.Second:
-		return fmt.Errorf("worker: AckWait %s: must be at least 1s", c.AckWait)
-	case strings.ContainsAny(c.Durable, ".*> \t\r\n"):
-		return fmt.Errorf("worker: Durable %q: must not contain '.', '*', '>' or white space", c.Durable)
 	case len(c.Types) == 0:
 		return errors.New("worker: no job types: register processors in the Mux or set Types")
 	case c.Isolation != IsolationNone && c.Isolation != IsolationProcess:
