@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
@@ -30,7 +31,7 @@ func TestRedisRestoredFromAnOlderSnapshotKeepsSchedules(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	e := pipelinetest.NewEnvWithRedis(t, rdb, redisq.Config{Prefix: "rs:"})
 	ctx := context.Background()
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 100}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 
 	if err := c.Submit(ctx, "a", clientJobs("a", 0, 10)...); err != nil {
@@ -122,7 +123,7 @@ func TestRescheduleOverNATS(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 100}}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	if err := c.SubmitGroup(ctx, "g", contracts.GroupSettings{NotBefore: later.Format(time.RFC3339Nano)}, clientJobs("g", 0, 3)...); err != nil {
@@ -162,7 +163,7 @@ func TestBadScheduleIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
 	ctx := context.Background()
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 100}}, e.Deps()))
 	for _, body := range []string{
 		`{"v":2,"kind":"jobs","jobs":[{"jobId":"a","type":"t"}],"group":{"windows":[{"zone":"Mars/Olympus","days":["mon"],"from":"09:00","to":"17:00"}]}}`,
 		`{"v":2,"kind":"schedule"}`,
@@ -203,7 +204,7 @@ func TestRedisRestoredFromAnOlderSnapshotAdmitsNothingBeforeTheReplay(t *testing
 	ctx := context.Background()
 	// admission looks at the queue every 20 ms, the position is checked
 	// every second: admission comes first after the restore
-	testkit.Start(t, newFetcher(t, fetcher.Config{ReadyCapacity: 100, MaxIdle: 20 * time.Millisecond}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: 100}, MaxIdle: 20 * time.Millisecond}, e.Deps()))
 	c := client.New(e.JS, client.Options{})
 
 	first := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
