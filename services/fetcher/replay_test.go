@@ -81,10 +81,11 @@ func TestRedisRestoredFromAnOlderSnapshotGetsSubmitBack(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The fetcher's next admission round finds the position not current
+	// and replays at once, so group a may already be back at 400 by the
+	// time it could be read here: that the restore took the four later
+	// messages away is shown by the replay counting them (below).
 	loadSnapshot(t, rdb, snap)
-	if n := groupInfo(t, e, grp("a")).Jobs; n != 250 {
-		t.Fatalf("group a has %d jobs after the restore, want the snapshot's 250", n)
-	}
 
 	// Something to ingest after the restore: the fetcher sees the restart.
 	if err := c.Submit(ctx, "d", clientJobs("d", 0, 5)...); err != nil {
