@@ -492,31 +492,15 @@ func (f *Fetcher) control(ctx context.Context, it *item) error {
 	if it.sub.Kind == contracts.KindResume {
 		op = f.d.Queue.Resume
 	}
-	var seq uint64
-	if md, err := it.Msg.Metadata(); err == nil {
-		seq = md.Sequence.Stream
-	}
-	res, err := op(ctx, it.sub.Ref(), redisq.SubmitSeq(seq))
-	if err != nil {
-		return err
-	}
-	it.Span.SetAttributes(attribute.String("bulkaction.control.outcome", string(res.Outcome)))
-	f.d.Metrics.ControlMessages.WithLabelValues(string(it.sub.Kind), string(res.Outcome)).Inc()
-	if res.Outcome == redisq.ControlUnknown {
-		// No group: nothing to publish (an event needs a state).
-		f.log.Debug("resume of an unknown group", "tenant", it.sub.Tenant, "group", it.sub.GroupID)
-		it.Decide(consume.Ack())
-		return nil
-	}
-	ch := events.Change{Group: it.sub.Ref(), Counts: res.Group, Control: true}
-	if res.Transition != "" {
-		ch.Counts.State = res.Transition
-	} else {
-		ch.Notice = fmt.Sprintf("%s had no effect: %s", it.sub.Kind, res.Outcome)
-	}
-	f.publishEvent(ctx, ch)
-	it.Decide(consume.Ack())
-	return nil
+	return f.applyControl(ctx, it, func(seq redisq.ControlOption) (*redisq.ControlResult, error) {
+		return op(ctx, it.sub.Ref(), seq)
+	}, func(res *redisq.ControlResult, ch *events.Change) {
+		if res.Transition != "" {
+			ch.Counts.State = res.Transition
+		} else {
+			ch.Notice = fmt.Sprintf("%s had no effect: %s", it.sub.Kind, res.Outcome)
+		}
+	})
 }
 
 // reschedule applies a schedule message (a group's new notBefore); a
@@ -530,28 +514,43 @@ func (f *Fetcher) reschedule(ctx context.Context, it *item) error {
 	if err != nil {
 		return err // validated before: not reached
 	}
+	return f.applyControl(ctx, it, func(seq redisq.ControlOption) (*redisq.ControlResult, error) {
+		return f.d.Queue.Reschedule(ctx, it.sub.Ref(), nb, seq)
+	}, func(res *redisq.ControlResult, ch *events.Change) {
+		if res.Outcome == redisq.Rescheduled {
+			ch.Notice = "notBefore moved to " + nb.UTC().Format(time.RFC3339Nano)
+			f.wakeAdmission()
+		} else {
+			ch.Notice = fmt.Sprintf("schedule had no effect: %s", res.Outcome)
+		}
+	})
+}
+
+// applyControl applies a control message (pause, resume, schedule) with
+// op, given the message's SUBMIT sequence, counts its outcome, and
+// publishes the group's event as event shapes it; a message for a group
+// that does not exist publishes nothing. A non-nil error is a storage
+// error.
+func (f *Fetcher) applyControl(ctx context.Context, it *item, op func(redisq.ControlOption) (*redisq.ControlResult, error),
+	event func(*redisq.ControlResult, *events.Change)) error {
 	var seq uint64
 	if md, err := it.Msg.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	res, err := f.d.Queue.Reschedule(ctx, it.sub.Ref(), nb, redisq.SubmitSeq(seq))
+	res, err := op(redisq.SubmitSeq(seq))
 	if err != nil {
 		return err
 	}
 	it.Span.SetAttributes(attribute.String("bulkaction.control.outcome", string(res.Outcome)))
 	f.d.Metrics.ControlMessages.WithLabelValues(string(it.sub.Kind), string(res.Outcome)).Inc()
 	if res.Outcome == redisq.ControlUnknown {
-		f.log.Debug("schedule of an unknown group", "tenant", it.sub.Tenant, "group", it.sub.GroupID)
+		// No group: nothing to publish (an event needs a state).
+		f.log.Debug("control message for an unknown group", "kind", string(it.sub.Kind), "tenant", it.sub.Tenant, "group", it.sub.GroupID)
 		it.Decide(consume.Ack())
 		return nil
 	}
 	ch := events.Change{Group: it.sub.Ref(), Counts: res.Group, Control: true}
-	if res.Outcome == redisq.Rescheduled {
-		ch.Notice = "notBefore moved to " + nb.UTC().Format(time.RFC3339Nano)
-		f.wakeAdmission()
-	} else {
-		ch.Notice = fmt.Sprintf("schedule had no effect: %s", res.Outcome)
-	}
+	event(res, &ch)
 	f.publishEvent(ctx, ch)
 	it.Decide(consume.Ack())
 	return nil
