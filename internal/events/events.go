@@ -180,9 +180,11 @@ func (p *Publisher) publishLive(ctx context.Context, g contracts.GroupRef, ev *c
 }
 
 // covers reports whether prev says all that ev says: the same state, no
-// notice in ev, and counts no lower (a group's counts only grow).
+// notice in either, and counts no lower (a group's counts only grow). A
+// notice does not stand for a state event: a reader that leaves notices
+// out would miss the state.
 func covers(prev, ev *contracts.GroupEvent) bool {
-	return ev.Notice == "" && prev.State == ev.State && prev.Total >= ev.Total && prev.Jobs >= ev.Jobs &&
+	return ev.Notice == "" && prev.Notice == "" && prev.State == ev.State && prev.Total >= ev.Total && prev.Jobs >= ev.Jobs &&
 		prev.Succeeded >= ev.Succeeded && prev.Failed >= ev.Failed && prev.Cancelled >= ev.Cancelled
 }
 

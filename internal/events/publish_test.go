@@ -151,6 +151,36 @@ func TestGuardedCountsNeverGoBack(t *testing.T) {
 	}
 }
 
+// A notice says what went wrong, not that the group reached its state: a
+// state event that follows a notice in the same state is published all the
+// same (a reader that leaves notices out still sees every state).
+func TestNoticeDoesNotCoverAStateEvent(t *testing.T) {
+	t.Parallel()
+	js, names := eventsStream(t)
+	ctx := context.Background()
+	g := contracts.Group("acme", "g")
+	p := NewPublisher(js, names, nil, nil)
+	p.Guard(func(context.Context, contracts.GroupRef) (bool, error) { return false, nil })
+	c := redisq.GroupCounts{State: contracts.StateAggregating, Declared: 5, Jobs: 5}
+	if err := p.Publish(ctx, Change{Group: g, Counts: c, Notice: "2 submissions refused"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctx, Change{Group: g, Counts: c}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range storedEvents(t, js, names) {
+		ev, err := contracts.DecodeGroupEvent(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %q", ev.State, ev.Notice))
+	}
+	if want := []string{`AGGREGATING "2 submissions refused"`, `AGGREGATING ""`}; !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+}
+
 // eventsStream is a NATS server with the streams.
 func eventsStream(t *testing.T) (jetstream.JetStream, contracts.Names) {
 	t.Helper()
