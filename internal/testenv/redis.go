@@ -138,12 +138,41 @@ func StartRedisServer(dir string) (*RedisServer, error) {
 func (s *RedisServer) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.start("")
+}
+
+// RestartWith stops the server and starts it again with what load writes,
+// as a server that starts from a snapshot loads it before it answers
+// anyone: until load returns, every other client is refused (NOAUTH).
+func (s *RedisServer) RestartWith(load func(context.Context, *redis.Client) error) error {
+	s.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pw := fmt.Sprintf("loading-%d", time.Now().UnixNano())
+	if err := s.start(pw); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), Password: pw, MaxRetries: -1})
+	defer c.Close()
+	if err := load(ctx, c); err != nil {
+		return err
+	}
+	return c.ConfigSet(ctx, "requirepass", "").Err()
+}
+
+// start starts the server; the caller holds s.mu. A password, when given,
+// is required of every client.
+func (s *RedisServer) start(password string) error {
 	if s.cmd != nil {
 		return nil
 	}
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log")}
+	if password != "" {
+		args = append(args, "--requirepass", password)
+	}
 	cmd := exec.Command("redis-server", append(args, s.args...)...)
 	// The server dies with the test binary even if Main is not used.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -151,7 +180,7 @@ func (s *RedisServer) Start() error {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	s.cmd = cmd
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), Password: password, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

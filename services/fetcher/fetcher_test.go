@@ -650,6 +650,11 @@ func TestSealCancelAndGroupEvents(t *testing.T) {
 		"early":  {contracts.StateCreated, contracts.StateRunning, contracts.StateAggregating},
 	}
 	var events map[string][]contracts.GroupState
+	defer func() {
+		if t.Failed() {
+			t.Logf("group events: %v", events)
+		}
+	}()
 	testkit.WaitFor(t, "group events", 0, func() bool {
 		events = readEvents(t, e)
 		for gid, w := range want {

@@ -77,15 +77,11 @@ func TestRedisRestoredFromAnOlderSnapshotGetsSubmitBack(t *testing.T) {
 	waitSubmitDrained(t, e)
 	testkit.WaitFor(t, "group c paused", 0, func() bool { return groupInfo(t, e, grp("c")).State == contracts.StatePaused })
 
-	srv.Stop()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// The fetcher's next admission round finds the position not current
 	// and replays at once, so group a may already be back at 400 by the
 	// time it could be read here: that the restore took the four later
 	// messages away is shown by the replay counting them (below).
-	loadSnapshot(t, rdb, snap)
+	restoreSnapshot(t, srv, snap)
 
 	// Something to ingest after the restore: the fetcher sees the restart.
 	if err := c.Submit(ctx, "d", clientJobs("d", 0, 5)...); err != nil {
@@ -134,12 +130,11 @@ func TestReplayWaitsForTheFetcherReplaying(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSubmitDrained(t, e)
-	srv.Stop()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	loadSnapshot(t, rdb, snap)
-	// Another fetcher is replaying.
+	// Another fetcher is replaying: its lease is there before the server
+	// answers this one, so that this fetcher cannot take it first.
+	restoreSnapshot(t, srv, snap, func(p redis.Pipeliner) {
+		p.Set(ctx, "rl:lease:submit", "another fetcher", time.Minute)
+	})
 	if ok, err := e.Queue.TakeLease(ctx, "submit", "another fetcher", time.Minute); err != nil || !ok {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
@@ -230,34 +225,27 @@ func completeReady(t *testing.T, e *pipelinetest.Env, jobs []pipelinetest.Msg) {
 	}
 }
 
-// loadSnapshot makes the server hold snap and nothing else, in one
-// transaction, as a server that starts from a snapshot does: the fetchers
-// running meanwhile see the server either empty or restored, never half
-// restored (they replay SUBMIT into an empty one at once).
-func loadSnapshot(t *testing.T, rdb *redis.Client, snap map[string]string) {
+// restoreSnapshot restarts the Redis server with snap and nothing else
+// (and what also writes), as a server that starts from a snapshot: it
+// loads the snapshot before it answers the fetchers, so they never see it
+// empty or half restored, and its run id is new.
+func restoreSnapshot(t *testing.T, srv *testenv.RedisServer, snap map[string]string, also ...func(redis.Pipeliner)) {
 	t.Helper()
-	ctx := context.Background()
-	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.FlushDB(ctx)
-		for k, d := range snap {
-			p.RestoreReplace(ctx, k, 0, d)
-		}
-		return nil
+	err := srv.RestartWith(func(ctx context.Context, c *redis.Client) error {
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for k, d := range snap {
+				p.RestoreReplace(ctx, k, 0, d)
+			}
+			for _, f := range also {
+				f(p)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// restoreSnapshot restarts the Redis server and restores snap into it:
-// Redis comes back older.
-func restoreSnapshot(t *testing.T, srv *testenv.RedisServer, rdb *redis.Client, snap map[string]string) {
-	t.Helper()
-	srv.Stop()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	loadSnapshot(t, rdb, snap)
 }
 
 // TestReplayRestoresAcceptedSubmissionsOverQuota: jobs finished after the
@@ -347,7 +335,7 @@ func TestReplayRestoresAcceptedSubmissionsOverQuota(t *testing.T) {
 	}
 
 	// The next checkpoint finds the position not current and replays.
-	restoreSnapshot(t, srv, rdb, snap)
+	restoreSnapshot(t, srv, snap)
 	testkit.WaitFor(t, "the replay done", 0, func() bool {
 		p, err := e.Queue.Position(ctx, "submit")
 		return err == nil && p.Current

@@ -67,11 +67,7 @@ func TestRedisRestoredFromAnOlderSnapshotKeepsSchedules(t *testing.T) {
 		want[g] = sc
 	}
 
-	srv.Stop()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	loadSnapshot(t, rdb, snap)
+	restoreSnapshot(t, srv, snap)
 	if _, ok, _ := e.Queue.Group(ctx, grp("scheduled")); ok {
 		t.Fatal("the restore kept a group submitted after the snapshot")
 	}
@@ -226,7 +222,7 @@ func TestRedisRestoredFromAnOlderSnapshotAdmitsNothingBeforeTheReplay(t *testing
 	waitPosition(t, e)
 	time.Sleep(time.Until(first.Add(100 * time.Millisecond)))
 
-	restoreSnapshot(t, srv, rdb, snap)
+	restoreSnapshot(t, srv, snap)
 	testkit.WaitFor(t, "the position current", 0, func() bool {
 		p, err := e.Queue.Position(ctx, "submit")
 		return err == nil && p.Current
