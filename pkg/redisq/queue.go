@@ -267,6 +267,12 @@ var allScripts = map[string]*redis.Script{
 	"correct_quotas": quotasScript, "position": positionScript, "dest_report": destReportScript,
 }
 
+// ScriptName names the script of this package whose SHA1 is sha (as
+// EVALSHA, SLOWLOG and LATENCY show it), or returns "" for any other.
+func ScriptName(sha string) string {
+	return scriptNames[strings.ToLower(sha)]
+}
+
 func (q *Queue) loadScripts(ctx context.Context) error {
 	for name, s := range allScripts {
 		if err := s.Load(ctx, q.rdb).Err(); err != nil {

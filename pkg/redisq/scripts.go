@@ -14,6 +14,9 @@ import (
 //go:embed lua/*.lua
 var luaFS embed.FS
 
+// scriptNames maps each script's SHA1 to its name ([ScriptName]).
+var scriptNames = map[string]string{}
+
 // loadScript builds a script from lua/<name>.lua with the shared helpers of
 // lua/lib.lua in front of it, and then those of lua/<lib>.lua of each of
 // libs (helpers only some scripts use, such as zcopy).
@@ -27,7 +30,9 @@ func loadScript(name string, libs ...string) *redis.Script {
 		b.Write(src)
 		b.WriteByte('\n')
 	}
-	return redis.NewScript(b.String())
+	s := redis.NewScript(b.String())
+	scriptNames[s.Hash()] = name
+	return s
 }
 
 var (
