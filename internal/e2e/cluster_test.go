@@ -10,6 +10,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -64,5 +65,77 @@ func TestPipelineOnRedisCluster(t *testing.T) {
 	}
 	if holding != 1 {
 		t.Errorf("keys of the prefix %s per node: %v, want them all on one node (its hash tag's slot)", tag, perNode)
+	}
+}
+
+// TestSlotMovesMidRun moves the installation's slot between primaries
+// twice while http jobs run, as `redis-cli --cluster reshard` does (keys
+// migrated in small batches, so that the slot stays half moved for a
+// while): every job is called once, every group completes with exact
+// counts and no failure, and the keys end on the last primary.
+func TestSlotMovesMidRun(t *testing.T) {
+	cluster := testenv.NewRedisCluster(t, 3)
+	e := newEnv(t)
+	d := newDownstream(t)
+	d.delay["moving-a"] = 5 * time.Millisecond
+	tag := "{" + strings.Trim(e.prefix, ":") + "}:"
+	cfg := e.config(func(c *config.Config) {
+		c.RedisCluster = strings.Join(cluster.Addrs(), ",")
+		c.RedisURL = "redis://" + cluster.Addrs()[0] + "/0"
+		c.RedisPrefix = tag
+		c.GlobalRps = 1500
+		c.WorkerCount = 20
+		c.HTTPAllowedHosts = []string{"127.0.0.1"}
+	})
+	r := e.start(cfg, stack.PipelineTargets, nil)
+	q := r.st.Conns.Queue
+	ctx := context.Background()
+	slot, err := cluster.KeySlot(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]int{"moving-a": 3000, "moving-b": 2000, "moving-c": 1000}
+	for gid, n := range groups {
+		e.submitHTTP(d, gid, n)
+	}
+	testkit.WaitFor(t, "jobs running", time.Minute, func() bool { _, n := d.count("moving-a", 3000); return n > 200 })
+	owner, err := cluster.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for hop := 1; hop <= 2; hop++ {
+		to := (owner + hop) % 3
+		start := time.Now()
+		if err := cluster.MigrateSlot(ctx, slot, to, 20, 2*time.Millisecond); err != nil {
+			t.Fatalf("move %d: %v", hop, err)
+		}
+		_, done := d.count("moving-a", 3000)
+		t.Logf("slot %d moved to node %d in %s (moving-a: %d calls so far)", slot, to, time.Since(start).Round(time.Millisecond), done)
+	}
+	for gid, n := range groups {
+		ev := e.wait(gid, 3*time.Minute)
+		if ev.State != contracts.StateCompleted || ev.Succeeded != int64(n) || ev.Failed != 0 {
+			t.Errorf("%s: final event %+v, want COMPLETED with %d succeeded", gid, ev, n)
+		}
+		info := group(t, q, gid)
+		if info.Done != int64(n) || info.Pending != 0 {
+			t.Errorf("%s: meta %+v", gid, info.GroupCounts)
+		}
+		calls, total := d.count(gid, n)
+		for id, c := range calls {
+			if c != 1 {
+				t.Errorf("%s/%s called %d times, want once", gid, id, c)
+			}
+		}
+		if total != n {
+			t.Errorf("%s: %d calls for %d jobs", gid, total, n)
+		}
+	}
+	perNode, err := cluster.KeysPerNode(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := (owner + 2) % 3; perNode[last] == 0 || perNode[owner] != 0 || perNode[(owner+1)%3] != 0 {
+		t.Errorf("keys per node %v, want all on node %d", perNode, last)
 	}
 }

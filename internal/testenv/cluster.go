@@ -160,3 +160,103 @@ func escapeGlob(s string) string {
 	}
 	return b.String()
 }
+
+// nodeClient is a client of node i alone.
+func (c *RedisCluster) nodeClient(i int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr()})
+}
+
+// SlotOwner returns the index of the node that serves slot, as node 0
+// sees it.
+func (c *RedisCluster) SlotOwner(ctx context.Context, slot int) (int, error) {
+	cl := c.nodeClient(0)
+	defer cl.Close()
+	slots, err := cl.ClusterSlots(ctx).Result()
+	if err != nil {
+		return -1, err
+	}
+	for _, s := range slots {
+		if int(s.Start) <= slot && slot <= int(s.End) && len(s.Nodes) > 0 {
+			for i, n := range c.Nodes {
+				if s.Nodes[0].Addr == n.Addr() {
+					return i, nil
+				}
+			}
+		}
+	}
+	return -1, fmt.Errorf("testenv: no node serves slot %d", slot)
+}
+
+// MigrateSlot moves slot, with its keys, from the node serving it to node
+// to, as `redis-cli --cluster reshard` does: the target imports it, the
+// source migrates it, the keys move batch keys at a time with pause between
+// batches (so that clients meet the slot half moved), and then every node
+// is told the slot's new owner.
+func (c *RedisCluster) MigrateSlot(ctx context.Context, slot, to, batch int, pause time.Duration) error {
+	from, err := c.SlotOwner(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return nil
+	}
+	src, dst := c.nodeClient(from), c.nodeClient(to)
+	defer src.Close()
+	defer dst.Close()
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return err
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return err
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		return fmt.Errorf("testenv: setslot importing: %w", err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		return fmt.Errorf("testenv: setslot migrating: %w", err)
+	}
+	host, port := "127.0.0.1", strconv.Itoa(c.Nodes[to].port)
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, batch).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "REPLACE", "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
+			return fmt.Errorf("testenv: migrate: %w", err)
+		}
+		time.Sleep(pause)
+	}
+	// the target first, then the source, then the others
+	order := []int{to, from}
+	for i := range c.Nodes {
+		if i != to && i != from {
+			order = append(order, i)
+		}
+	}
+	for _, i := range order {
+		cl := c.nodeClient(i)
+		err := cl.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		_ = cl.Close()
+		if err != nil {
+			return fmt.Errorf("testenv: setslot node on %s: %w", c.Nodes[i].Addr(), err)
+		}
+	}
+	return nil
+}
+
+// KeySlot is the hash slot of key.
+func (c *RedisCluster) KeySlot(ctx context.Context, key string) (int, error) {
+	cl := c.nodeClient(0)
+	defer cl.Close()
+	n, err := cl.ClusterKeySlot(ctx, key).Result()
+	return int(n), err
+}
