@@ -434,15 +434,36 @@ func (q *Queue) runPipeline(ctx context.Context, name string, s *redis.Script, n
 				return nil, ErrNotCurrent
 			}
 		}
-		if err != nil {
+		if err != nil && (g != nil || !onlySlotMoving(cmds)) {
 			return nil, fmt.Errorf("redisq: %s script: %w", name, err)
 		}
 		out := make([]any, n)
 		for i, c := range cmds {
 			out[i] = c.Val()
+			if slotMoving(c.Err()) {
+				// stopped before any write: called again, alone, until its
+				// slot has moved
+				keys, args := call(i)
+				v, err := q.run(ctx, name, s, keys, args...)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = v
+			}
 		}
 		return out, nil
 	}
+}
+
+// onlySlotMoving reports whether every call of cmds that failed failed
+// because its slot is moving (see slotMoving).
+func onlySlotMoving(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !slotMoving(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // scriptChunk is the most items (results, deliveries) one batched script

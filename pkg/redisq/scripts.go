@@ -63,13 +63,48 @@ type Observer interface {
 
 // run runs a script and wraps its error with the script's name.
 func (q *Queue) run(ctx context.Context, name string, s *redis.Script, keys []string, args ...any) (any, error) {
-	start := time.Now()
-	v, err := s.Run(ctx, q.rdb, keys, args...).Result()
-	if q.obs != nil {
-		q.obs.ObserveLua(name, time.Since(start))
+	var waited time.Duration
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		v, err := s.Run(ctx, q.rdb, keys, args...).Result()
+		if q.obs != nil {
+			q.obs.ObserveLua(name, time.Since(start))
+		}
+		if err == nil || errors.Is(err, redis.Nil) {
+			return v, nil
+		}
+		if !slotMoving(err) || waited >= slotMoveWait {
+			return nil, fmt.Errorf("redisq: %s script: %w", name, err)
+		}
+		// The script wrote nothing (lib.lua's slot check): call it again
+		// once the slot has moved.
+		pause := slotMoveBackoff(attempt)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redisq: %s script: %w", name, err)
+		case <-time.After(pause):
+		}
+		waited += pause
 	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("redisq: %s script: %w", name, err)
+}
+
+// slotMoveWait is how long a script call is tried again while its Redis
+// Cluster slot moves between primaries, beyond the client's own retries of
+// TRYAGAIN; a slot's move takes about a second per few thousand keys.
+const slotMoveWait = time.Minute
+
+// slotMoveBackoff is the pause before the attempt+1st call of a script whose
+// slot is moving: 10 ms, doubling up to 500 ms.
+func slotMoveBackoff(attempt int) time.Duration {
+	return min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
+}
+
+// slotMoving reports whether err is a script refused, or stopped by
+// lib.lua's slot check before any write, because its slot is moving
+// between Redis Cluster primaries.
+func slotMoving(err error) bool {
+	if err == nil {
+		return false
 	}
-	return v, nil
+	return redis.IsTryAgainError(err) || strings.Contains(err.Error(), "Script attempted to access a non local key")
 }

@@ -1,10 +1,25 @@
--- lib.lua: helpers prepended to every script (see scripts.go). Defines only
--- local functions and constants; reads no KEYS or ARGV itself.
+-- lib.lua: helpers prepended to every script (see scripts.go). Defines
+-- local functions and constants, and runs one command of its own first
+-- (the slot check below); reads no ARGV itself.
 --
 -- A group is named inside Redis by its group key "<tenant>:<gid>" (tokens
 -- never contain ':'); its keys are P group:<gk>:meta|jobs|ids, its jobs'
 -- hashes P job:<gk>:<jid>, and the inflight and non-ready ZSETs hold members
 -- "<gk>:<jid>" (docs/ARCHITECTURE.md §3).
+
+-- The slot check, every script's first command. While a Redis Cluster slot
+-- moves between primaries (docs/operations.md, "Adding a primary, moving
+-- slots"), some of its keys are on one node and some on the other: a
+-- script's command on a key its node lacks fails the script, and what the
+-- script wrote before that command stays written; run on the importing
+-- node, a command on a key not moved yet reads nothing. Scripts read and
+-- write keys they build from the prefix, which Redis does not check before
+-- the script starts. So every script first names two keys that never
+-- exist, in the slot of KEYS[1]: in a slot that is moving, on either node,
+-- that fails at once, before any write (redisq retries the call until the
+-- slot has moved); in any other slot, or on a single node, it reads
+-- nothing. A script thus runs whole or not at all.
+redis.call('EXISTS', KEYS[1] .. '\0slot-check:1', KEYS[1] .. '\0slot-check:2')
 
 -- now_ms returns the override (tests) or Redis TIME in milliseconds. Scripts
 -- call it once and reuse the value.
