@@ -94,8 +94,18 @@ func RedisClient(cfg *config.Config, minPool int, dialTimeout time.Duration) (re
 		MaxRetries:      8,
 		MinRetryBackoff: 8 * time.Millisecond,
 		MaxRetryBackoff: 512 * time.Millisecond,
+		// The client learns a failover from a MOVED reply or from reading
+		// the slots again; a primary that died answers nothing, so without
+		// a short interval every call went to the dead primary for a
+		// minute after its replica took over (TestPrimaryFailsOverMidRun).
+		// One CLUSTER SLOTS a second per process is cheap.
+		ClusterStateReloadInterval: clusterStateReload,
 	}), nil
 }
+
+// clusterStateReload is how often a Redis Cluster client reads the slots'
+// owners again while it is in use.
+const clusterStateReload = time.Second
 
 // NatsOptions builds the nats.go options of cfg for a connection named
 // "bulkaction <name>": at most one of NATS_USER/NATS_PASSWORD

@@ -139,3 +139,70 @@ func TestSlotMovesMidRun(t *testing.T) {
 		t.Errorf("keys per node %v, want all on node %d", perNode, last)
 	}
 }
+
+// TestPrimaryFailsOverMidRun kills the primary that holds the
+// installation's slot (SIGKILL) while http jobs run; its replica is
+// promoted (a Redis that may have come back older: the fetchers replay
+// SUBMIT) and the run goes on: every group completes with exact counts, no
+// job failed, and every job was called (a job whose recorded start the
+// replica lacks may be called again: docs/ARCHITECTURE.md §6.7).
+func TestPrimaryFailsOverMidRun(t *testing.T) {
+	cluster := testenv.NewRedisClusterWithReplicas(t, 3)
+	e := newEnv(t)
+	d := newDownstream(t)
+	d.delay["failover-a"] = 5 * time.Millisecond
+	tag := "{" + strings.Trim(e.prefix, ":") + "}:"
+	cfg := e.config(func(c *config.Config) {
+		c.RedisCluster = strings.Join(cluster.Addrs(), ",")
+		c.RedisURL = "redis://" + cluster.Addrs()[0] + "/0"
+		c.RedisPrefix = tag
+		c.GlobalRps = 1500
+		c.WorkerCount = 20
+		c.HTTPAllowedHosts = []string{"127.0.0.1"}
+	})
+	r := e.start(cfg, stack.PipelineTargets, nil)
+	q := r.st.Conns.Queue
+	ctx := context.Background()
+	slot, err := cluster.KeySlot(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]int{"failover-a": 3000, "failover-b": 2000, "failover-c": 1000}
+	for gid, n := range groups {
+		e.submitHTTP(d, gid, n)
+	}
+	testkit.WaitFor(t, "jobs running", time.Minute, func() bool { _, n := d.count("failover-a", 3000); return n > 300 })
+	owner, err := cluster.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cluster.Nodes[owner].Kill()
+	replica := owner + 3
+	testkit.WaitFor(t, "the replica promoted", time.Minute, func() bool {
+		o, err := cluster.SlotOwnerSeenBy(ctx, slot, replica)
+		return err == nil && o == replica
+	})
+	t.Logf("primary %d killed; replica %d serves the slot after %s", owner, replica, time.Since(killed).Round(100*time.Millisecond))
+	twice := 0
+	for gid, n := range groups {
+		ev := e.wait(gid, 3*time.Minute)
+		if ev.State != contracts.StateCompleted || ev.Succeeded != int64(n) || ev.Failed != 0 {
+			t.Errorf("%s: final event %+v, want COMPLETED with %d succeeded", gid, ev, n)
+		}
+		info := group(t, q, gid)
+		if info.Done != int64(n) || info.Pending != 0 {
+			t.Errorf("%s: meta %+v", gid, info.GroupCounts)
+		}
+		calls, _ := d.count(gid, n)
+		for id, c := range calls {
+			if c == 0 {
+				t.Errorf("%s/%s never called", gid, id)
+			}
+			if c > 1 {
+				twice++
+			}
+		}
+	}
+	t.Logf("%d of %d jobs called more than once", twice, 6000)
+}

@@ -20,7 +20,8 @@ const ClusterSlots = 16384
 // (cluster mode, no persistence): primaries only, the hash slots split
 // evenly between them.
 type RedisCluster struct {
-	Nodes []*RedisServer
+	Nodes     []*RedisServer
+	primaries int
 }
 
 // NewRedisCluster starts a cluster of n primaries for one test and stops it
@@ -35,16 +36,37 @@ func NewRedisCluster(t testing.TB, n int) *RedisCluster {
 	return c
 }
 
+// NewRedisClusterWithReplicas starts a cluster of n primaries, each with
+// one replica, for one test and stops it when the test ends. Nodes[0:n]
+// are the primaries, Nodes[n+i] the replica of Nodes[i].
+func NewRedisClusterWithReplicas(t testing.TB, n int) *RedisCluster {
+	t.Helper()
+	c, err := startRedisCluster(t.TempDir(), n, true)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
 // StartRedisCluster starts n redis-server processes in cluster mode, each
 // working in a directory of its own under dir, gives each an even range of
 // the hash slots, joins them and waits until every node reports the
 // cluster ok.
 func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
+	return startRedisCluster(dir, n, false)
+}
+
+func startRedisCluster(dir string, n int, replicas bool) (*RedisCluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("testenv: a cluster of %d nodes", n)
 	}
-	c := &RedisCluster{}
-	for i := range n {
+	c := &RedisCluster{primaries: n}
+	nodes := n
+	if replicas {
+		nodes = 2 * n
+	}
+	for i := range nodes {
 		d := filepath.Join(dir, "node"+strconv.Itoa(i))
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			c.Stop()
@@ -75,14 +97,14 @@ func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
 func (c *RedisCluster) form() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n := len(c.Nodes)
+	n, p := len(c.Nodes), c.primaries
 	clients := make([]*redis.Client, n)
 	for i, s := range c.Nodes {
 		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
 		defer clients[i].Close()
 	}
-	for i, cl := range clients {
-		from, to := i*ClusterSlots/n, (i+1)*ClusterSlots/n-1
+	for i, cl := range clients[:p] {
+		from, to := i*ClusterSlots/p, (i+1)*ClusterSlots/p-1
 		if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", from, to).Err(); err != nil {
 			return fmt.Errorf("cluster addslotsrange on %s: %w", c.Nodes[i].Addr(), err)
 		}
@@ -91,6 +113,9 @@ func (c *RedisCluster) form() error {
 		if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(s.port)).Err(); err != nil {
 			return fmt.Errorf("cluster meet %s: %w", s.Addr(), err)
 		}
+	}
+	if err := c.attachReplicas(ctx, clients); err != nil {
+		return err
 	}
 	for i, cl := range clients {
 		for {
@@ -101,6 +126,49 @@ func (c *RedisCluster) form() error {
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("cluster node %s not ok: %v %q", c.Nodes[i].Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// attachReplicas makes node p+i a replica of primary i, once every node
+// knows every other, and waits until each replica is in sync.
+func (c *RedisCluster) attachReplicas(ctx context.Context, clients []*redis.Client) error {
+	p := c.primaries
+	if len(clients) == p {
+		return nil
+	}
+	for i, cl := range clients {
+		for {
+			nodes, err := cl.ClusterNodes(ctx).Result()
+			if err == nil && strings.Count(strings.TrimSpace(nodes), "\n")+1 == len(clients) && !strings.Contains(nodes, "handshake") {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("cluster node %s does not know every node: %v", c.Nodes[i].Addr(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i := range p {
+		id, err := clients[i].Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			return err
+		}
+		if err := clients[p+i].ClusterReplicate(ctx, id).Err(); err != nil {
+			return fmt.Errorf("cluster replicate on %s: %w", c.Nodes[p+i].Addr(), err)
+		}
+	}
+	for i := range p {
+		for {
+			info, err := clients[p+i].Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("replica %s not in sync: %v", c.Nodes[p+i].Addr(), err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -169,7 +237,13 @@ func (c *RedisCluster) nodeClient(i int) *redis.Client {
 // SlotOwner returns the index of the node that serves slot, as node 0
 // sees it.
 func (c *RedisCluster) SlotOwner(ctx context.Context, slot int) (int, error) {
-	cl := c.nodeClient(0)
+	return c.SlotOwnerSeenBy(ctx, slot, 0)
+}
+
+// SlotOwnerSeenBy returns the index of the node that serves slot, as node
+// by sees it.
+func (c *RedisCluster) SlotOwnerSeenBy(ctx context.Context, slot, by int) (int, error) {
+	cl := c.nodeClient(by)
 	defer cl.Close()
 	slots, err := cl.ClusterSlots(ctx).Result()
 	if err != nil {

@@ -197,6 +197,19 @@ func (s *RedisServer) start(password string) error {
 	}
 }
 
+// Kill kills the server at once (SIGKILL), as a crash would, and waits for
+// it to exit: nothing is saved and no replica is waited for.
+func (s *RedisServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
 // Stop kills the server and waits for it to exit.
 func (s *RedisServer) Stop() {
 	s.mu.Lock()
