@@ -13,7 +13,7 @@ import (
 
 var (
 	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
-	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T17); BULKACTION_CHAOS_ONLY too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T19); BULKACTION_CHAOS_ONLY too")
 )
 
 // profile sizes the scenarios.
@@ -52,8 +52,10 @@ type profile struct {
 	// faults.
 	t16Jobs int
 	// T17: jobs of the groups with start times and sending windows.
-	t17Jobs   int
-	scenarios []string
+	t17Jobs int
+	// T18, T19: jobs of the Redis Cluster rows (a failover, slot moves).
+	t18Jobs, t19Jobs int
+	scenarios        []string
 }
 
 var profiles = map[string]profile{
@@ -74,8 +76,9 @@ var profiles = map[string]profile{
 		t13Pairs: 40, t13Jobs: 600,
 		t14Jobs: 3000, t14Rate: 300, t14Quota: 300,
 		t15Jobs: 2000, t15Flood: 20 * time.Second,
-		t16Jobs:   1000,
-		t17Jobs:   720,
+		t16Jobs: 1000,
+		t17Jobs: 720,
+		t18Jobs: 3000, t19Jobs: 3000,
 		scenarios: []string{"T1", "T2", "T4", "T5", "T6", "T17"},
 	},
 	// long is `make chaos`.
@@ -94,9 +97,10 @@ var profiles = map[string]profile{
 		t13Pairs: 200, t13Jobs: 2400,
 		t14Jobs: 9000, t14Rate: 300, t14Quota: 300,
 		t15Jobs: 12_000, t15Flood: 60 * time.Second,
-		t16Jobs:   6000,
-		t17Jobs:   8400,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17"},
+		t16Jobs: 6000,
+		t17Jobs: 8400,
+		t18Jobs: 20_000, t19Jobs: 20_000,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17", "T18", "T19"},
 	},
 }
 
@@ -225,6 +229,10 @@ func TestChaos(t *testing.T) {
 					r.notes = append(r.notes, v)
 				}
 				add(r)
+			case "T18":
+				add(t18(t, p).execute(t))
+			case "T19":
+				add(t19(t, p).execute(t))
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/natsutil"
+	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -439,23 +440,28 @@ type envOptions struct {
 	// GatewayTenants, when set, runs a gateway (gateway-1) with an API key
 	// for each of these tenants (env.gatewayKeys).
 	GatewayTenants []string
+	// RedisCluster runs a Redis Cluster of three primaries, each with a
+	// replica (env.cluster), in place of the one redis-server; the prefix
+	// gets a hash tag.
+	RedisCluster bool
 }
 
 // env is one scenario's installation: redis-server, NATS node(s) and the
 // service processes, plus the suite's own clients.
 type env struct {
-	t      *testing.T
-	dir    string
-	bins   binaries
-	redis  *redisProc
-	nats   []*natsNode
-	svcs   []*svc
-	opts   envOptions
-	prefix string
-	names  contracts.Names
-	keys   redisq.Keys
+	t       *testing.T
+	dir     string
+	bins    binaries
+	redis   *redisProc            // nil with RedisCluster
+	cluster *testenv.RedisCluster // with RedisCluster
+	nats    []*natsNode
+	svcs    []*svc
+	opts    envOptions
+	prefix  string
+	names   contracts.Names
+	keys    redisq.Keys
 
-	rdb        *redis.Client
+	rdb        redis.UniversalClient
 	nc         *nats.Conn
 	js         jetstream.JetStream
 	client     *client.Client
@@ -483,14 +489,25 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, dir: dir, bins: bins, opts: opts, prefix: "chaos:", keys: redisq.NewKeys("chaos:")}
-	e.redis = &redisProc{port: freePort(t), dir: filepath.Join(dir, "redis"), wrap: opts.RedisWrap}
-	if err := os.MkdirAll(e.redis.dir, 0o755); err != nil {
-		t.Fatal(err)
+	if opts.RedisCluster {
+		c, err := testenv.StartRedisClusterWithReplicas(filepath.Join(dir, "redis"), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Stop)
+		e.cluster = c
+		e.prefix = "{chaos}:"
+		e.keys = redisq.NewKeys(e.prefix)
+	} else {
+		e.redis = &redisProc{port: freePort(t), dir: filepath.Join(dir, "redis"), wrap: opts.RedisWrap}
+		if err := os.MkdirAll(e.redis.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.redis.start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.redis.kill)
 	}
-	if err := e.redis.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.redis.kill)
 
 	nodes := defaultInt(opts.NATSNodes, 1)
 	ports := make([]int, nodes)
@@ -527,8 +544,14 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 		t.Fatal(err)
 	}
 
-	e.rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(e.redis.port), PoolSize: 16,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	if e.cluster != nil {
+		e.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.cluster.Addrs(), PoolSize: 16,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxRedirects: 16,
+			ClusterStateReloadInterval: time.Second})
+	} else {
+		e.rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(e.redis.port), PoolSize: 16,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	}
 	t.Cleanup(func() { _ = e.rdb.Close() })
 	nc, err := nats.Connect(e.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
 		nats.Name("chaos-suite"))
@@ -641,8 +664,14 @@ func (e *env) natsURL() string {
 // kill to happen within a test (leases of 3 s, backoffs of 100 ms to 2 s,
 // stuck groups repaired after 20 s).
 func (e *env) serviceEnv(nodes int) []string {
+	redisURL := ""
+	if e.cluster != nil {
+		redisURL = "redis://" + e.cluster.Addrs()[0] + "/0"
+	} else {
+		redisURL = e.redis.url()
+	}
 	set := map[string]string{
-		"REDIS_URL":                e.redis.url(),
+		"REDIS_URL":                redisURL,
 		"REDIS_PREFIX":             e.prefix,
 		"NATS_URL":                 e.natsURL(),
 		"HTTP_ADDR":                "",
@@ -658,6 +687,9 @@ func (e *env) serviceEnv(nodes int) []string {
 		"WORKER_INSTANCES":         "3",
 		"SHUTDOWN_GRACE_PERIOD_MS": "2000",
 		"STREAM_REPLICAS":          strconv.Itoa(nodes),
+	}
+	if e.cluster != nil {
+		set["REDIS_CLUSTER_ADDRS"] = strings.Join(e.cluster.Addrs(), ",")
 	}
 	for k, v := range e.opts.Settings {
 		set[k] = v

@@ -331,13 +331,7 @@ func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
 	}
 	noTTL := 0
 	var sample []string
-	var cursor uint64
-	for {
-		keys, next, err := e.rdb.Scan(ctx, cursor, e.prefix+"*", 2000).Result()
-		if err != nil {
-			problems = append(problems, "T9 scan: "+err.Error())
-			break
-		}
+	err := e.scanKeys(ctx, e.prefix+"*", 2000, func(keys []string) {
 		var cands []string
 		for _, k := range keys {
 			if g := groupOfKey(strings.TrimPrefix(k, e.prefix)); g != "" && ended[g] {
@@ -361,10 +355,9 @@ func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
 				}
 			}
 		}
-		cursor = next
-		if cursor == 0 {
-			break
-		}
+	})
+	if err != nil {
+		problems = append(problems, "T9 scan: "+err.Error())
 	}
 	if noTTL > 0 {
 		problems = append(problems, fmt.Sprintf("T9: %d keys of ended groups without a TTL (%s)", noTTL, strings.Join(sample, ", ")))
@@ -383,6 +376,37 @@ func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
 		time.Sleep(time.Second)
 	}
 	return problems
+}
+
+// scanKeys calls fn with each page of the keys matching pattern, on the
+// one server or, in a Redis Cluster, on every primary (one at a time).
+func (e *env) scanKeys(ctx context.Context, pattern string, count int64, fn func(keys []string)) error {
+	scan := func(ctx context.Context, c *redis.Client) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, pattern, count).Result()
+			if err != nil {
+				return err
+			}
+			fn(keys)
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	switch c := e.rdb.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		return c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, c)
+		})
+	case *redis.Client:
+		return scan(ctx, c)
+	default:
+		return fmt.Errorf("scan: unexpected client %T", e.rdb)
+	}
 }
 
 // workStreamsLeft describes what SUBMIT, READY and RESULT still hold ("" =
