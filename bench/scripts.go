@@ -3,38 +3,13 @@ package bench
 import (
 	"cmp"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
-)
 
-// scriptNames maps the SHA1 of every redisq script to its name, read from
-// the main module's pkg/redisq/lua sources (a script is lib.lua, a newline,
-// then its own file). It returns an empty map when the sources are not
-// found.
-func scriptNames() map[string]string {
-	out := map[string]string{}
-	dir := filepath.Join("..", "pkg", "redisq", "lua")
-	lib, err := os.ReadFile(filepath.Join(dir, "lib.lua"))
-	if err != nil {
-		return out
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.lua"))
-	for _, f := range files {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		sum := sha1.Sum([]byte(string(lib) + "\n" + string(body)))
-		out[hex.EncodeToString(sum[:])] = strings.TrimSuffix(filepath.Base(f), ".lua")
-	}
-	return out
-}
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
 
 // ScriptTimes is the time the redis-server spent in each script (by name,
 // or SHA1 when unknown) and the number of calls, from its slow log.
@@ -75,13 +50,12 @@ func (e *Env) startScriptLog(ctx context.Context, max int) (stop func() (ScriptT
 		if len(logs) >= max {
 			return nil, fmt.Errorf("bench: the slow log is full (%d entries): times would be partial", max)
 		}
-		names := scriptNames()
 		out := ScriptTimes{}
 		for _, l := range logs {
 			if len(l.Args) < 2 || !strings.EqualFold(l.Args[0], "evalsha") {
 				continue
 			}
-			name := names[strings.ToLower(l.Args[1])]
+			name := redisq.ScriptName(l.Args[1])
 			if name == "" {
 				name = l.Args[1]
 			}

@@ -19,7 +19,9 @@
 -- that fails at once, before any write (redisq retries the call until the
 -- slot has moved); in any other slot, or on a single node, it reads
 -- nothing. A script thus runs whole or not at all.
-redis.call('EXISTS', KEYS[1] .. '\0slot-check:1', KEYS[1] .. '\0slot-check:2')
+if KEYS[1] then
+  redis.call('EXISTS', KEYS[1] .. '\0slot-check:1', KEYS[1] .. '\0slot-check:2')
+end
 
 -- now_ms returns the override (tests) or Redis TIME in milliseconds. Scripts
 -- call it once and reuse the value.
