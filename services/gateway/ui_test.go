@@ -161,11 +161,24 @@ func newBrowser(t *testing.T, s *server) *browser {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1280, 860),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.Flag("disable-gpu", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelA() })
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860)); err != nil {
-		t.Fatalf("chromium did not start: %v", err)
+	// A browser that fails to start on a loaded machine (it exits before
+	// it answers, saying nothing) is started again, up to three times.
+	var ctx context.Context
+	for attempt := 1; ; attempt++ {
+		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+		c, cancel := chromedp.NewContext(actx)
+		err := chromedp.Do(c, chromedp.EmulateViewport(1280, 860))
+		if err == nil {
+			ctx = c
+			t.Cleanup(func() { cancel(); cancelA() })
+			break
+		}
+		cancel()
+		cancelA()
+		if attempt == 3 {
+			t.Fatalf("chromium did not start (%d attempts): %v", attempt, err)
+		}
+		t.Logf("chromium did not start (attempt %d): %v; starting it again", attempt, err)
 	}
 	dir := t.ArtifactDir()
 	t.Logf("screenshots in %s (kept with go test -artifacts -outputdir DIR)", dir)
