@@ -403,6 +403,7 @@ func clipParam(s string) string {
 func (g *Gateway) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := g.keys.authenticate(r)
+		clock(r).mark("auth")
 		if err != nil {
 			writeProblem(w, r, http.StatusUnauthorized, slugUnauthorized, err.Error())
 			return
@@ -411,15 +412,18 @@ func (g *Gateway) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// statusWriter records the status code of a response.
+// statusWriter records the status code of a response and sends the
+// request's stage timings with its header.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code  int
+	clock *stageClock
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.code == 0 {
 		s.code = code
+		s.timing()
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
@@ -427,8 +431,15 @@ func (s *statusWriter) WriteHeader(code int) {
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.code == 0 {
 		s.code = http.StatusOK
+		s.timing()
 	}
 	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) timing() {
+	if s.clock != nil {
+		s.ResponseWriter.Header().Set("Server-Timing", s.clock.header())
+	}
 }
 
 // Flush lets SSE flush through the wrapper.
@@ -441,11 +452,13 @@ func (s *statusWriter) Flush() {
 // Unwrap gives http.ResponseController the underlying writer.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// observe counts requests by operation and status, logs server errors and
+// observe counts requests by operation and status, starts the request's
+// stage clock (its Server-Timing header, timing.go), logs server errors and
 // turns a panic into a 500 instead of a dead connection.
 func (g *Gateway) observe(op string, next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
+		r, c := withClock(r)
+		sw := &statusWriter{ResponseWriter: w, clock: c}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler { //nolint:errorlint // the sentinel value itself

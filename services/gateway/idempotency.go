@@ -140,6 +140,7 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 		r.Body = fp
 		owner := randomID()
 		got, err := i.store.Lock(ctx, rk, owner, idemLock)
+		clock(r).mark("idem")
 		if err != nil {
 			i.unavailable(w, r, err)
 			return
@@ -183,6 +184,7 @@ func (i *idempotency) wrap(next http.HandlerFunc) http.HandlerFunc {
 			// lock expired and was taken by another request with the key
 			// must not overwrite that request's record.
 			stored, err := i.store.Complete(context.WithoutCancel(ctx), rk, owner, done, i.ttl)
+			clock(r).mark("idem")
 			switch {
 			case err != nil:
 				i.log.Warn("idempotent response not stored", "err", err)

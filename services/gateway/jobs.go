@@ -154,7 +154,9 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusUnsupportedMediaType, slugMediaType, err.Error())
 		return
 	}
+	c := clock(r)
 	state, exists, err := g.groupState(r.Context(), ref)
+	c.mark("state")
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
@@ -219,6 +221,7 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		g.unavailable(w, r, err)
 		return
 	}
+	c.mark("read")
 	if enc.jobs == 0 && total == nil {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, "the body holds no jobs and no total was given")
 		return
@@ -231,7 +234,9 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 	if enc.jobs > 0 && !g.withinQuota(w, r, ref.Tenant, exists, enc.jobs) {
 		return
 	}
+	c.mark("quota")
 	rename, err := g.retryIDs(r.Context(), ref)
+	c.mark("retry-ids")
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
@@ -241,10 +246,13 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		if room = g.reserveSubmitRoom(w, r, ref.Tenant, sp.bytes); room == nil {
 			return
 		}
+		c.mark("room")
 	}
 	published, lastSeq, err := g.publishSpool(r.Context(), sp, rename)
+	c.mark("publish")
 	if room != nil {
 		g.settleSubmitRoom(context.WithoutCancel(r.Context()), room, published > 0, lastSeq)
+		c.mark("settle")
 	}
 	if err != nil {
 		g.unavailable(w, r, err)

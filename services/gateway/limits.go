@@ -117,10 +117,13 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		ctx := r.Context()
+		c := clock(r)
 		jobs := rt.op == "submitJobs"
 		ask := doorAsk{tenant: p.Tenant, jobs: jobs, slot: slot}
 		if v, refused := g.penalties.check(ask, time.Now()); refused {
+			c.mark("door")
 			g.penalties.hold(ctx, p.Tenant)
+			c.mark("hold")
 			v.RetryAfter = max(v.RetryAfter-refusalHold, 0)
 			if v.Requests > 0 {
 				w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
@@ -130,6 +133,7 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 		}
 		id := randomID()
 		v, err := g.q.DoorEnter(ctx, lim.door(), redisq.DoorEntry{Tenant: p.Tenant, Slot: slot, SlotID: id, Jobs: jobs})
+		c.mark("door")
 		if err != nil {
 			g.penalties.forget(ask)
 			g.unavailable(w, r, err)
