@@ -106,6 +106,7 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 	}
 	cpuAlone, hostAlone := pidCPU(pid)-cpu0, readHostCPU().since(host0)
 	b.Logf("alone: %s; gateway CPU %.2f s", alone, cpuAlone)
+	b.Logf("alone: %s", alone.stageText())
 
 	resetPeakRSS(pid)
 	fl, err := startFloodProcess(ctx, gatewayflood.Options{Base: base, Key: flood.key, Group: "junk",
@@ -126,6 +127,7 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 		return ferr
 	}
 	b.Logf("during the flood: %s; gateway CPU %.2f s", during, cpuFlood)
+	b.Logf("during the flood: %s", during.stageText())
 	b.Logf("flood: %s", fs.Text)
 	b.Logf("gateway peak RSS %.1f MiB", float64(rss)/(1<<20))
 	if alone.accepted == 0 || during.accepted == 0 {
@@ -357,19 +359,25 @@ func seedFailures(ctx context.Context, b *testing.B, env *Env, base string, k te
 }
 
 func post(ctx context.Context, hc *http.Client, url, key string, body io.Reader) (int, string, error) {
+	code, msg, _, err := postTimed(ctx, hc, url, key, body)
+	return code, msg, err
+}
+
+// postTimed is post that also returns the answer's Server-Timing header.
+func postTimed(ctx context.Context, hc *http.Client, url, key string, body io.Reader) (int, string, string, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, body)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, string(msg), nil
+	return resp.StatusCode, string(msg), resp.Header.Get("Server-Timing"), nil
 }
 
 // paced is one phase of the well-behaved tenant.
@@ -379,6 +387,49 @@ type paced struct {
 	refused   int64 // requests answered other than 202
 	first     string
 	latencies []time.Duration
+	// stages are the gateway's Server-Timing stages of the accepted
+	// requests, and "outside" each one's time to its answer beyond the
+	// gateway's total (the network, the connection's queue, the answer's
+	// sending and what runs after it).
+	stages map[string][]time.Duration
+}
+
+// addTiming records one answer's Server-Timing and its latency.
+func (p *paced) addTiming(header string, lat time.Duration) {
+	if header == "" {
+		return
+	}
+	if p.stages == nil {
+		p.stages = map[string][]time.Duration{}
+	}
+	for item := range strings.SplitSeq(header, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(item), ";")
+		v, ok := strings.CutPrefix(strings.TrimSpace(params), "dur=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			continue
+		}
+		d := time.Duration(f * float64(time.Millisecond))
+		p.stages[name] = append(p.stages[name], d)
+		if name == "total" {
+			p.stages["outside"] = append(p.stages["outside"], lat-d)
+		}
+	}
+}
+
+// stageText is each stage's p50 and p99, in the order of the request.
+func (p *paced) stageText() string {
+	var parts []string
+	for _, name := range []string{"auth", "door", "state", "read", "quota", "retry-ids", "room", "publish", "settle", "total", "outside"} {
+		ds := p.stages[name]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		parts = append(parts, fmt.Sprintf("%s %s/%s", name, ds[len(ds)/2].Round(10*time.Microsecond),
+			ds[min(len(ds)-1, int(0.99*float64(len(ds))))].Round(10*time.Microsecond)))
+	}
+	return "stages p50/p99: " + strings.Join(parts, ", ")
 }
 
 func (p *paced) jobsPerSec() float64 { return float64(p.accepted) / p.took.Seconds() }
@@ -424,7 +475,7 @@ func paceTenant(ctx context.Context, base string, k tenantKey, phase string, d t
 				fmt.Fprintf(&body, `{"jobId":"r%06d-%04d","type":"sleep","payload":{"ms":1}}`+"\n", i, j)
 			}
 			t0 := time.Now()
-			code, msg, err := post(ctx, hc, base+"/v1/groups/"+phase+"/jobs", k.key, &body)
+			code, msg, timing, err := postTimed(ctx, hc, base+"/v1/groups/"+phase+"/jobs", k.key, &body)
 			lat := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
@@ -433,6 +484,7 @@ func paceTenant(ctx context.Context, base string, k tenantKey, phase string, d t
 				bad.Store(err)
 			case code == http.StatusAccepted:
 				res.accepted += int64(*flagIsoJobs)
+				res.addTiming(timing, lat)
 			default:
 				res.refused++
 				if res.refused == 1 {
