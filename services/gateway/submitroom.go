@@ -88,21 +88,38 @@ func (g *Gateway) settleSubmitRoom(ctx context.Context, room *redisq.SubmitRoom,
 // calls that every request would otherwise queue behind.
 const floorTTL = 250 * time.Millisecond
 
-// floorCache keeps the last ack floor read for floorTTL; concurrent
-// requests wait for the one read under way.
+// floorCache keeps the last ack floor read. Once it is older than floorTTL
+// the next request reads it again while the others go on with the one they
+// have (an older floor only counts a room fuller than it is): no request
+// but the first ever waits for another's read.
 type floorCache struct {
-	mu    sync.Mutex
-	at    time.Time
-	floor uint64
+	mu      sync.Mutex
+	at      time.Time
+	floor   uint64
+	reading bool
 }
 
 func (c *floorCache) get(ctx context.Context, read func(context.Context) (uint64, error)) (uint64, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.at.IsZero() && time.Since(c.at) < floorTTL {
-		return c.floor, nil
+	if !c.at.IsZero() && (c.reading || time.Since(c.at) < floorTTL) {
+		f := c.floor
+		c.mu.Unlock()
+		return f, nil
+	}
+	first := c.at.IsZero()
+	if first {
+		// Nothing to go on with: the first requests read one after another.
+		defer c.mu.Unlock()
+	} else {
+		c.reading = true
+		c.mu.Unlock()
 	}
 	f, err := read(ctx)
+	if !first {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.reading = false
+	}
 	if err != nil {
 		return 0, err
 	}
