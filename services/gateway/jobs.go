@@ -178,7 +178,7 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	seen := newIDSet()
 	pacer := g.newJobPacer(r, ref.Tenant)
-	defer pacer.done()
+	defer pacer.done(w)
 	for {
 		job, pos, err := src.next()
 		if errors.Is(err, io.EOF) {

@@ -151,6 +151,9 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 		if v.Held {
 			g.slots.hold(p.Tenant, slot, id)
 			defer func() {
+				if !sse {
+					sendNow(w) // the answer does not wait for the slot's return
+				}
 				g.slots.drop(p.Tenant, slot, id)
 				if err := g.q.DoorLeave(context.WithoutCancel(ctx), lim.door(), p.Tenant, slot, id); err != nil {
 					g.log.Warn("gateway slot not given back; its lease frees it", "tenant", p.Tenant, "err", err)
@@ -303,8 +306,14 @@ func (p *jobPacer) charge() time.Duration {
 	return wait
 }
 
-// done charges what is left; the request does not wait for it.
-func (p *jobPacer) done() { _ = p.charge() }
+// done charges what is left; the request does not wait for it (its answer
+// is sent first).
+func (p *jobPacer) done(w http.ResponseWriter) {
+	if p != nil && (p.pending > 0 || p.unread() > 0) {
+		sendNow(w)
+		_ = p.charge()
+	}
+}
 
 // tooManyJobs answers 413 once a request holds more jobs than
 // MaxJobsPerRequest allows, at the first job past it.

@@ -81,10 +81,14 @@ func writeProblem(w http.ResponseWriter, r *http.Request, status int, slug, deta
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bulkaction"`)
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
+	var b bytes.Buffer
+	_ = json.NewEncoder(&b).Encode(p)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(p)
+	_, _ = w.Write(b.Bytes())
 }
 
 // fieldError turns a contract validation error into a FieldError; other
@@ -117,10 +121,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if !utf8.Valid(b) {
 		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
+}
+
+// sendNow flushes an answer written whole (with its Content-Length) to the
+// client, so that what the handler still does after it (giving back its
+// tenant's slot, charging its rates) does not delay it. Nothing is sent
+// for a request not answered yet, nor for an answer kept for an
+// Idempotency-Key (it is sent when the handler returns).
+func sendNow(w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok && sw.code != 0 {
+		_ = http.NewResponseController(w).Flush()
+	}
 }
 
 // decodeBody decodes body, a JSON object of the given fields, into v
