@@ -757,8 +757,13 @@ func encodeJob(buf *bytes.Buffer, j contracts.SubmitJob) error {
 // errSpool marks a failure of the spool itself (disk full): a 503.
 var errSpool = errors.New("gateway: spool")
 
-// spoolChunk is the size of the memory spool's chunks.
-const spoolChunk = 1 << 20
+// spoolChunk is the size of the memory spool's chunks; a request's first
+// chunk is firstSpoolChunk, and each next one twice the last, up to
+// spoolChunk, so that a small request allocates (and clears) little.
+const (
+	spoolChunk      = 1 << 20
+	firstSpoolChunk = 32 << 10
+)
 
 // spool keeps encoded messages, in memory up to memLimit bytes (in chunks,
 // so a small request allocates little), then in a temporary file. Each
@@ -788,7 +793,11 @@ func (s *spool) write(msgID string, parts ...[]byte) error {
 	if s.f == nil && s.memUsed+size <= s.memLimit {
 		last := len(s.chunks) - 1
 		if last < 0 || cap(s.chunks[last])-len(s.chunks[last]) < size {
-			s.chunks = append(s.chunks, make([]byte, 0, max(spoolChunk, size)))
+			next := firstSpoolChunk
+			if last >= 0 {
+				next = min(2*cap(s.chunks[last]), spoolChunk)
+			}
+			s.chunks = append(s.chunks, make([]byte, 0, max(next, size)))
 			last++
 		}
 		c := append(s.chunks[last], hdr[:]...)
