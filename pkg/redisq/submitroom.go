@@ -56,14 +56,10 @@ func (q *Queue) ReserveSubmitRoom(ctx context.Context, tenant string, bytes, def
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return nil, fmt.Errorf("redisq: submit room: %w", err)
 	}
-	now, err := q.Now(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	r := &SubmitRoom{q: q, tenant: tenant, token: hex.EncodeToString(b[:]), Bytes: bytes}
-	v, err := q.run(ctx, "submit_room", submitRoomScript, q.submitRoomKeys(tenant), "reserve", tenant, now.UnixMilli(),
+	v, err := q.run(ctx, "submit_room", submitRoomScript, q.submitRoomKeys(tenant), "reserve", tenant, q.now(),
 		submitRoomTTL.Milliseconds(), max(defaultLimit, 0), strconv.FormatUint(ackFloor, 10), r.token, bytes, SubmitRoomLease.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("redisq: submit room of %s: %w", tenant, err)
@@ -88,11 +84,7 @@ func (r *SubmitRoom) end(ctx context.Context, mode string, extra ...any) error {
 	if r == nil || !r.OK || r.Limit == 0 {
 		return nil
 	}
-	now, err := r.q.Now(ctx)
-	if err != nil {
-		return err
-	}
-	args := append([]any{mode, r.tenant, now.UnixMilli(), submitRoomTTL.Milliseconds(), r.token, r.Bytes}, extra...)
+	args := append([]any{mode, r.tenant, r.q.now(), submitRoomTTL.Milliseconds(), r.token, r.Bytes}, extra...)
 	if _, err := r.q.run(ctx, "submit_room", submitRoomScript, r.q.submitRoomKeys(r.tenant), args...); err != nil {
 		return fmt.Errorf("redisq: submit room of %s: %w", r.tenant, err)
 	}

@@ -9,7 +9,7 @@
 -- KEYS[4]: the tenant's total bytes of both
 -- ARGV[1]: mode: reserve, settle or release
 -- ARGV[2]: tenant
--- ARGV[3]: now in ms
+-- ARGV[3]: now override in ms ('' = Redis TIME)
 -- ARGV[4]: how long the keys live after the last call, ms
 -- reserve: ARGV[5] default limit in bytes (0 = none), ARGV[6] the fetchers'
 --   ack floor on SUBMIT, ARGV[7] token, ARGV[8] bytes, ARGV[9] lease ms.
@@ -22,7 +22,7 @@
 -- release: ARGV[5] token, ARGV[6] bytes: nothing of it was published.
 
 local mode, tenant = ARGV[1], ARGV[2]
-local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, ttl = now_ms(ARGV[3]), tonumber(ARGV[4])
 
 local function forget(key, max)
   local gone = redis.call('ZRANGEBYSCORE', key, '-inf', max, 'LIMIT', 0, 1000)
