@@ -179,13 +179,23 @@ func (q *Queue) TenantQuotas(ctx context.Context) ([]TenantQuota, error) {
 
 // tenantQuotas reads the quotas and counts of tenants in one round trip.
 func (q *Queue) tenantQuotas(ctx context.Context, tenants []string) ([]TenantQuota, error) {
+	pipe := q.rdb.Pipeline()
+	read := q.queueQuotas(ctx, pipe, tenants)
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: tenant quotas: %w", err)
+	}
+	return read(), nil
+}
+
+// queueQuotas adds the reads of tenants' quotas and counts to pipe; read
+// returns them once pipe ran.
+func (q *Queue) queueQuotas(ctx context.Context, pipe redis.Pipeliner, tenants []string) (read func() []TenantQuota) {
 	type cmds struct {
 		own    *redis.SliceCmd
 		queued *redis.StringCmd
 		groups *redis.IntCmd
 	}
 	cs := make([]cmds, len(tenants))
-	pipe := q.rdb.Pipeline()
 	for i, t := range tenants {
 		cs[i] = cmds{
 			own:    pipe.HMGet(ctx, q.keys.TenantQuotas(), t+":"+QuotaQueuedJobs.field(), t+":"+QuotaActiveGroups.field()),
@@ -193,29 +203,28 @@ func (q *Queue) tenantQuotas(ctx context.Context, tenants []string) ([]TenantQuo
 			groups: pipe.SCard(ctx, q.keys.TenantActiveGroups(t)),
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
-		return nil, fmt.Errorf("redisq: tenant quotas: %w", err)
-	}
-	out := make([]TenantQuota, len(tenants))
-	for i, t := range tenants {
-		own := cs[i].own.Val()
-		limit := func(v any, def int64) (int64, bool) {
-			s, ok := v.(string)
-			if !ok {
-				return def, false
+	return func() []TenantQuota {
+		out := make([]TenantQuota, len(tenants))
+		for i, t := range tenants {
+			own := cs[i].own.Val()
+			limit := func(v any, def int64) (int64, bool) {
+				s, ok := v.(string)
+				if !ok {
+					return def, false
+				}
+				n, err := strconv.ParseInt(s, 10, 64)
+				if err != nil {
+					return def, false // as the scripts read it
+				}
+				return max(n, 0), true
 			}
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return def, false // as the scripts read it
-			}
-			return max(n, 0), true
+			tq := TenantQuota{Tenant: t, QueuedJobs: max(metaInt(cs[i].queued.Val()), 0), ActiveGroups: cs[i].groups.Val()}
+			tq.MaxQueuedJobs, tq.OwnQueuedJobs = limit(own[0], q.cfg.TenantMaxQueuedJobs)
+			tq.MaxActiveGroups, tq.OwnActiveGroups = limit(own[1], q.cfg.TenantMaxActiveGroups)
+			out[i] = tq
 		}
-		tq := TenantQuota{Tenant: t, QueuedJobs: max(metaInt(cs[i].queued.Val()), 0), ActiveGroups: cs[i].groups.Val()}
-		tq.MaxQueuedJobs, tq.OwnQueuedJobs = limit(own[0], q.cfg.TenantMaxQueuedJobs)
-		tq.MaxActiveGroups, tq.OwnActiveGroups = limit(own[1], q.cfg.TenantMaxActiveGroups)
-		out[i] = tq
+		return out
 	}
-	return out, nil
 }
 
 // correctQuotas re-derives the quota counts of every tenant that has any

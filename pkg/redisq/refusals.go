@@ -187,11 +187,15 @@ func (q *Queue) RefusedMsgIDs(ctx context.Context, g contracts.GroupRef) (map[st
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("redisq: refused message ids of %s: %w", g, err)
 	}
+	return idSet(ids), nil
+}
+
+func idSet(ids []string) map[string]struct{} {
 	out := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
 		out[id] = struct{}{}
 	}
-	return out, nil
+	return out
 }
 
 // RetryMsgID returns the id under which to publish again a message whose

@@ -134,3 +134,32 @@ func (q *Queue) TenantSubmitRoom(ctx context.Context, tenant string) (limit int6
 	}
 	return v, true, nil
 }
+
+// SubmitCheck is what a jobs request reads of Redis before it publishes,
+// besides its room on SUBMIT.
+type SubmitCheck struct {
+	// State is the group's state, "" when the group does not exist
+	// ([Queue.GroupState]).
+	State contracts.GroupState
+	// Quota is the tenant's quotas and counts ([Queue.TenantQuota]).
+	Quota TenantQuota
+	// Refused is the group's refused message ids ([Queue.RefusedMsgIDs]).
+	Refused map[string]struct{}
+}
+
+// ReadSubmitCheck reads g's state, its tenant's quotas and counts and g's
+// refused message ids in one round trip: a jobs request on a busy Redis
+// waits for one answer instead of three.
+func (q *Queue) ReadSubmitCheck(ctx context.Context, g contracts.GroupRef) (*SubmitCheck, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("redisq: submit check: %w", err)
+	}
+	pipe := q.rdb.Pipeline()
+	state := pipe.HGet(ctx, q.keys.GroupMeta(g), "status")
+	quota := q.queueQuotas(ctx, pipe, []string{g.Tenant})
+	refused := pipe.ZRange(ctx, q.keys.GroupRefusedIDs(g), 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return nil, fmt.Errorf("redisq: submit check of %s: %w", g, err)
+	}
+	return &SubmitCheck{State: contracts.GroupState(state.Val()), Quota: quota()[0], Refused: idSet(refused.Val())}, nil
+}

@@ -72,3 +72,49 @@ func TestSubmitRoom(t *testing.T) {
 		t.Fatalf("no room limit: %+v", r)
 	}
 }
+
+// ReadSubmitCheck reads in one round trip what GroupState, TenantQuota and
+// RefusedMsgIDs read one by one, for a group that does not exist and for
+// one with queued jobs, a quota of its tenant's own and refused messages.
+func TestReadSubmitCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{TenantMaxQueuedJobs: 50, TenantMaxActiveGroups: 4}, false)
+	if err := q.SetTenantQuota(ctx, "acme", redisq.QuotaActiveGroups, 2); err != nil {
+		t.Fatal(err)
+	}
+	enqueueUnits(t, q, unit("acme/live", 0, 0, 7))
+	if _, err := q.RecordRefusal(ctx, G("acme/live"), redisq.Refusal{MsgID: "m1", Seq: 3, Reason: "over_quota", Jobs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"acme/none", "acme/live", "other/none"} {
+		ref := G(g)
+		c, err := q.ReadSubmitCheck(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state, err := q.GroupState(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quota, err := q.TenantQuota(ctx, ref.Tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused, err := q.RefusedMsgIDs(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State != state || c.Quota != *quota || len(c.Refused) != len(refused) {
+			t.Errorf("%s: %+v, want state %q, quota %+v, refused %v", g, c, state, *quota, refused)
+		}
+		for id := range refused {
+			if _, ok := c.Refused[id]; !ok {
+				t.Errorf("%s: refused ids %v lack %s", g, c.Refused, id)
+			}
+		}
+	}
+	if c, _ := q.ReadSubmitCheck(ctx, G("acme/live")); c.State == "" || c.Quota.QueuedJobs != 7 || c.Quota.MaxActiveGroups != 2 || len(c.Refused) != 1 {
+		t.Errorf("acme/live: %+v, want a state, 7 queued jobs, its own quota of 2 groups and 1 refused id", c)
+	}
+}
