@@ -420,7 +420,7 @@ func (p *paced) addTiming(header string, lat time.Duration) {
 // stageText is each stage's p50 and p99, in the order of the request.
 func (p *paced) stageText() string {
 	var parts []string
-	for _, name := range []string{"auth", "door", "state", "read", "quota", "retry-ids", "room", "publish", "settle", "total", "outside"} {
+	for _, name := range []string{"auth", "door", "check", "read", "room", "publish", "total", "outside"} {
 		ds := p.stages[name]
 		if len(ds) == 0 {
 			continue

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -155,17 +156,18 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := clock(r)
-	state, exists, err := g.groupState(r.Context(), ref)
-	c.mark("state")
+	check, err := g.q.ReadSubmitCheck(r.Context(), ref)
+	c.mark("check")
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
-	if state.Terminal() {
+	if check.State.Terminal() {
 		writeProblem(w, r, http.StatusConflict, slugGroupEnded,
-			fmt.Sprintf("group %s is %s: it takes no more jobs", ref.ID, state))
+			fmt.Sprintf("group %s is %s: it takes no more jobs", ref.ID, check.State))
 		return
 	}
+	checkedAt := time.Now()
 
 	sp := &spool{dir: g.cfg.SpoolDir, memLimit: g.cfg.MemorySpool, subject: g.deps.Names.Submit(ref)}
 	defer sp.close()
@@ -231,16 +233,22 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 			FieldError{Field: "total", Detail: strconv.FormatInt(*total, 10), Limit: fmt.Sprintf("at least the body's %d jobs", enc.jobs)})
 		return
 	}
-	if enc.jobs > 0 && !g.withinQuota(w, r, ref.Tenant, exists, enc.jobs) {
+	if time.Since(checkedAt) > submitCheckAge {
+		// A long body: the tenant's counts and the group's refusals may
+		// have moved since; the state is not asked again (the fetchers
+		// refuse jobs for an ended group).
+		state := check.State
+		if check, err = g.q.ReadSubmitCheck(r.Context(), ref); err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		check.State = state
+		c.mark("check")
+	}
+	if enc.jobs > 0 && !g.withinQuota(w, r, ref.Tenant, check, enc.jobs) {
 		return
 	}
-	c.mark("quota")
-	rename, err := g.retryIDs(r.Context(), ref)
-	c.mark("retry-ids")
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
+	rename := retryIDs(check.Refused)
 	var room *redisq.SubmitRoom
 	if enc.msgs > 0 {
 		if room = g.reserveSubmitRoom(w, r, ref.Tenant, sp.bytes); room == nil {
@@ -251,8 +259,12 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 	published, lastSeq, err := g.publishSpool(r.Context(), sp, rename)
 	c.mark("publish")
 	if room != nil {
-		g.settleSubmitRoom(context.WithoutCancel(r.Context()), room, published > 0, lastSeq)
-		c.mark("settle")
+		// Recorded once the answer is sent: until then the reservation
+		// holds the request's bytes as the settlement would.
+		defer func() {
+			sendNow(w)
+			g.settleSubmitRoom(context.WithoutCancel(r.Context()), room, published > 0, lastSeq)
+		}()
 	}
 	if err != nil {
 		g.unavailable(w, r, err)
@@ -288,14 +300,10 @@ func bodyFormat(r *http.Request) (ndjson bool, err error) {
 	return false, fmt.Errorf("Content-Type %s: send application/json (an array of jobs) or application/x-ndjson (a job per line)", mt)
 }
 
-// groupState returns the group's state and whether it exists.
-func (g *Gateway) groupState(ctx context.Context, ref contracts.GroupRef) (contracts.GroupState, bool, error) {
-	st, err := g.q.GroupState(ctx, ref)
-	if err != nil {
-		return "", false, err
-	}
-	return st, st != "", nil
-}
+// submitCheckAge is how old a jobs request's check (its group's state, its
+// tenant's quota counts, its group's refused message ids) may be when the
+// body has been read; a request whose body took longer reads it again.
+const submitCheckAge = time.Second
 
 // withinQuota answers 429 when n more jobs (and, for a new group, one more
 // active group) would take the tenant over a quota (docs/ARCHITECTURE.md
@@ -303,12 +311,8 @@ func (g *Gateway) groupState(ctx context.Context, ref contracts.GroupRef) (contr
 // the producer a request that would be dead-lettered as over_quota. It
 // counts every job of the request as new, so a retried request near the
 // limit may be refused until jobs finish.
-func (g *Gateway) withinQuota(w http.ResponseWriter, r *http.Request, tenant string, groupExists bool, n int64) bool {
-	tq, err := g.q.TenantQuota(r.Context(), tenant)
-	if err != nil {
-		g.unavailable(w, r, err)
-		return false
-	}
+func (g *Gateway) withinQuota(w http.ResponseWriter, r *http.Request, tenant string, check *redisq.SubmitCheck, n int64) bool {
+	tq, groupExists := check.Quota, check.State != ""
 	over := func(name string, count, add, limit int64) bool {
 		if limit <= 0 || count+add <= limit {
 			return false

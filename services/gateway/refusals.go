@@ -55,20 +55,20 @@ func (g *Gateway) groupNotFound(w http.ResponseWriter, r *http.Request, ref cont
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// retryIDs returns what renames the messages of a submission to ref: a
+// retryIDs returns what renames the messages of a submission to a group: a
 // message whose id the pipeline refused is published under a new one
 // (redisq.RetryMsgID), so that a retry after a refusal is stored rather than
-// dropped as a duplicate; nil when the group has refused nothing.
-func (g *Gateway) retryIDs(ctx context.Context, ref contracts.GroupRef) (func(*nats.Msg), error) {
-	refused, err := g.q.RefusedMsgIDs(ctx, ref)
-	if err != nil || len(refused) == 0 {
-		return nil, err
+// dropped as a duplicate; nil when the group has refused nothing (refused
+// are its refused message ids, redisq.SubmitCheck).
+func retryIDs(refused map[string]struct{}) func(*nats.Msg) {
+	if len(refused) == 0 {
+		return nil
 	}
 	return func(m *nats.Msg) {
 		if id := m.Header.Get(nats.MsgIdHdr); id != "" {
 			m.Header.Set(nats.MsgIdHdr, redisq.RetryMsgID(refused, id))
 		}
-	}, nil
+	}
 }
 
 // plural is "1 job", "3 jobs".

@@ -36,7 +36,7 @@ func TestServerTimingNamesEachStage(t *testing.T) {
 		t.Fatalf("submit: %d %s", r.code, r.body)
 	}
 	st := serverTiming(t, r.header.Get("Server-Timing"))
-	for _, name := range []string{"auth", "door", "state", "read", "quota", "retry-ids", "room", "publish", "settle", "total"} {
+	for _, name := range []string{"auth", "door", "check", "read", "room", "publish", "total"} {
 		if _, ok := st[name]; !ok {
 			t.Errorf("Server-Timing %q has no stage %s", r.header.Get("Server-Timing"), name)
 		}
