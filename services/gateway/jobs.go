@@ -198,14 +198,14 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := job.Canonicalize(g.deps.Limits); err != nil {
 			fe := fieldError(err)
-			fe.Line, fe.Index = pos.line, &pos.index
+			fe.Line, fe.Index = pos.line, pos.indexRef()
 			writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": "+err.Error(), fe)
 			return
 		}
 		if first, dup := seen.add(job.JobID, pos); dup {
 			detail := fmt.Sprintf("%q repeats the job id of %s", job.JobID, first)
 			writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": jobId "+detail+"; a job id is run once per group, so nothing was submitted",
-				FieldError{Field: "jobId", Detail: detail, Line: pos.line, Index: &pos.index, Limit: "each job id once per request"})
+				FieldError{Field: "jobId", Detail: detail, Line: pos.line, Index: pos.indexRef(), Limit: "each job id once per request"})
 			return
 		}
 		if err := enc.add(job); err != nil {
@@ -214,7 +214,7 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			fe := fieldError(err)
-			fe.Line, fe.Index = pos.line, &pos.index
+			fe.Line, fe.Index = pos.line, pos.indexRef()
 			writeProblem(w, r, http.StatusBadRequest, slugTooLarge, pos.String()+": "+err.Error(), fe)
 			return
 		}
@@ -336,7 +336,7 @@ func (g *Gateway) badBody(w http.ResponseWriter, r *http.Request, pos position, 
 	}
 	var tl *tooLongError
 	if errors.As(err, &tl) {
-		fe := FieldError{Line: pos.line, Index: &pos.index, Detail: "more than " + strconv.Itoa(tl.limit) + " bytes",
+		fe := FieldError{Line: pos.line, Index: pos.indexRef(), Detail: "more than " + strconv.Itoa(tl.limit) + " bytes",
 			Limit: "a job is at most " + strconv.Itoa(tl.limit) + " bytes (BULKACTION_MAX_MSG_SIZE)"}
 		writeProblem(w, r, http.StatusRequestEntityTooLarge, slugTooLarge, pos.String()+": job too large", fe)
 		return
@@ -352,13 +352,13 @@ func (g *Gateway) badBody(w http.ResponseWriter, r *http.Request, pos position, 
 	if errors.As(err, &ve) {
 		// a job's field: a key spelt in another case or given twice, invalid UTF-8
 		fe := fieldError(err)
-		fe.Line, fe.Index = pos.line, &pos.index
+		fe.Line, fe.Index = pos.line, pos.indexRef()
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidJob, pos.String()+": "+err.Error(), fe)
 		return
 	}
 	fe := FieldError{Line: pos.line, Detail: err.Error()}
 	if pos.index >= 0 {
-		fe.Index = &pos.index
+		fe.Index = pos.indexRef()
 	}
 	writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, pos.String()+": "+err.Error(), fe)
 }
@@ -439,6 +439,13 @@ func (s *idSet) add(id string, pos position) (first position, dup bool) {
 type position struct {
 	line  int // 1-based NDJSON line, 0 for an array
 	index int // 0-based job index, -1 before the first
+}
+
+// indexRef is the index for a FieldError: a copy, so that a position
+// whose index a problem names is not moved to the heap for every job read.
+func (p position) indexRef() *int {
+	i := p.index
+	return &i
 }
 
 func (p position) String() string {

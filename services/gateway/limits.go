@@ -324,7 +324,7 @@ func (g *Gateway) tooManyJobs(w http.ResponseWriter, r *http.Request, pos positi
 	}
 	writeProblem(w, r, http.StatusRequestEntityTooLarge, slugTooLarge,
 		fmt.Sprintf("%s: more than %d jobs in one request; nothing was submitted: split the jobs over several requests", pos, max),
-		FieldError{Line: pos.line, Index: &pos.index, Detail: "more than " + strconv.FormatInt(max, 10) + " jobs",
+		FieldError{Line: pos.line, Index: pos.indexRef(), Detail: "more than " + strconv.FormatInt(max, 10) + " jobs",
 			Limit: "at most " + strconv.FormatInt(max, 10) + " jobs per request (BULKACTION_GATEWAY_MAX_JOBS_PER_REQUEST)"})
 	return true
 }
