@@ -262,7 +262,9 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 		}
 		// The events after it are read and written one at a time below,
 		// so a replay from 0 holds one event in memory, not the group's.
-		prev, replaying = g.replayPrev(ctx, subject, after), true
+		var gone bool
+		prev, gone = g.replayPrev(ctx, subject, after)
+		replaying = true
 		if last[0].seq == 0 {
 			// None of its events is kept (EVENTS dropped them, or it has
 			// none yet): its state now, from Redis, is where it resumes.
@@ -271,6 +273,15 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request) {
 		if kept, err = g.firstKept(ctx); err != nil {
 			g.unavailable(w, r, err)
 			return
+		}
+		if gone && after >= kept {
+			// The event resumed from is gone while older ones of the
+			// stream are kept: the group's own oldest were dropped
+			// (STREAM_EVENTS_MAX_MSGS_PER_GROUP), maybe some after it too.
+			if kept, err = g.firstOfGroup(ctx, subject, after, kept); err != nil {
+				g.unavailable(w, r, err)
+				return
+			}
 		}
 	} else {
 		// A group submitted a moment ago may not be stored yet: give
@@ -391,7 +402,8 @@ func (g *Gateway) latest(ctx context.Context, ref contracts.GroupRef, subject st
 }
 
 // firstKept returns the sequence of the oldest event EVENTS keeps: the
-// ones before it were dropped (STREAM_MAX_AGE, STREAM_EVENTS_MAX_BYTES).
+// ones before it were dropped (STREAM_MAX_AGE, STREAM_EVENTS_MAX_BYTES);
+// firstOfGroup finds those of a group dropped by its own limit.
 func (g *Gateway) firstKept(ctx context.Context) (uint64, error) {
 	info, err := g.hub.stream.Info(ctx)
 	if err != nil {
@@ -401,20 +413,34 @@ func (g *Gateway) firstKept(ctx context.Context) (uint64, error) {
 }
 
 // replayPrev returns the state of the group's event at sequence after (so
-// the first replayed one is named right), "" when there is none.
-func (g *Gateway) replayPrev(ctx context.Context, subject string, after uint64) contracts.GroupState {
+// the first replayed one is named right), "" when there is none; gone is
+// true when EVENTS no longer has a message at that sequence.
+func (g *Gateway) replayPrev(ctx context.Context, subject string, after uint64) (state contracts.GroupState, gone bool) {
 	if after == 0 {
-		return ""
+		return "", false
 	}
 	m, err := g.hub.stream.GetMsg(ctx, after)
 	if err != nil || m.Subject != subject {
-		return ""
+		return "", errors.Is(err, jetstream.ErrMsgNotFound)
 	}
 	var ev contracts.GroupEvent
 	if json.Unmarshal(m.Data, &ev) != nil {
-		return ""
+		return "", false
 	}
-	return ev.State
+	return ev.State, false
+}
+
+// firstOfGroup returns the sequence of the group's oldest event EVENTS
+// keeps after sequence after, or kept when it keeps none.
+func (g *Gateway) firstOfGroup(ctx context.Context, subject string, after, kept uint64) (uint64, error) {
+	m, err := g.hub.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return kept, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return max(kept, m.Sequence), nil
 }
 
 // replay hands each of the group's events after sequence after to each, in
