@@ -181,5 +181,9 @@
 // alone; goal at most 2), isolation_flood_gateway_peak_rss_mib (the
 // gateway's peak resident memory during the flood; goal at most 512), the
 // gateway's CPU seconds in each phase, and the flood's requests by answer.
+// It also logs, per phase, the p50 and p99 of each stage of the well-behaved
+// tenant's requests from their Server-Timing header (door, check, read,
+// room, publish, total) and of their time outside the gateway's handler, to
+// tell which wait grows during the flood.
 // The -iso.* flags change the phases, the pace and the flood.
 package bench
