@@ -42,6 +42,12 @@ const (
 	DefaultHistoryLen       = 360
 	// BurstDivisor: the default Burst is Window/BurstDivisor.
 	BurstDivisor = 25
+	// TypeCreditDivisor: in ModePaced a rate-limited type whose jobs were
+	// held by its rate in the last call that met them carries the credit
+	// of the gap since, at most Window/TypeCreditDivisor (lib.lua
+	// TYPE_CREDIT), so admission calls further apart than Burst still
+	// admit it at its limit.
+	TypeCreditDivisor = 4
 )
 
 // Config configures a Queue. Zero values mean the defaults stated per field.
@@ -66,8 +72,10 @@ type Config struct {
 	// Window, beside GlobalLimit (docs/ARCHITECTURE.md §5); a type not
 	// listed has no limit of its own. Each limit is at least 1. They apply
 	// in the gated modes: in ModePaced a pacer per type also spreads its
-	// jobs with the global pacer's Burst; in both, a job whose type has no
-	// rate left is held (its group keeps its place), never parked.
+	// jobs with the global pacer's Burst, plus the credit of the gap since
+	// the last call when that call held them (at most
+	// Window/[TypeCreditDivisor]); in both, a job whose type has no rate
+	// left is held (its group keeps its place), never parked.
 	TypeLimits map[string]int
 	// ActiveStaleAfter removes a tenant from the active set when it has not
 	// asked for capacity for this long; default 30s.

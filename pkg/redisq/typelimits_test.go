@@ -60,9 +60,11 @@ func maxInSpan(stamps []stamp, typ string, span int64) int {
 // with the real clock, admit a backlog of a limited type (two tenants) and
 // of an unlimited one. No aligned window admits more than the type's limit
 // or the global limit; in paced mode no sliding window of the window's
-// length admits more than limit × (1 + burst/window), rounded up, of
-// either; and the unlimited type keeps getting the rest of the global
-// limit.
+// length admits more than limit × (1 + burst/window), rounded up, of all
+// jobs, nor more than limit × (1 + (burst + credit)/window) of the limited
+// type, whose pacer carries the credit of the gaps between calls that held
+// it (at most window/TypeCreditDivisor); and the unlimited type keeps
+// getting the rest of the global limit.
 func TestTypeLimitNeverExceeded(t *testing.T) {
 	for _, mode := range []string{redisq.ModePaced, redisq.ModeSeed} {
 		t.Run(mode, func(t *testing.T) {
@@ -129,7 +131,8 @@ func TestTypeLimitNeverExceeded(t *testing.T) {
 			}
 			if mode == redisq.ModePaced {
 				burst := float64(cfg.Burst) / float64(window)
-				if got, most := maxInSpan(stamps, "sms", wms), int(math.Ceil(smsLimit*(1+burst))); got > most {
+				credit := 1.0 / redisq.TypeCreditDivisor
+				if got, most := maxInSpan(stamps, "sms", wms), int(math.Ceil(smsLimit*(1+burst+credit))); got > most {
 					t.Errorf("a sliding window of %s admitted %d sms, most %d", window, got, most)
 				}
 				if got, most := maxInSpan(stamps, "", wms), int(math.Ceil(limit*(1+burst))); got > most {
@@ -235,6 +238,115 @@ func TestTypeLimitIsPaced(t *testing.T) {
 	}
 	if got := maxInSpan(stamps, "sms", 200); got > 3 {
 		t.Fatalf("200ms admitted %d sms: not paced", got)
+	}
+}
+
+// TestTypeLimitKeepsItsRateWhenRoundsAreApart: in paced mode, admission
+// rounds 100 ms apart (a fetcher busy handing jobs on, or waking late)
+// still admit a waiting limited type at its limit, 200 per second, not
+// only its pacer's burst tolerance (40 ms, 9 jobs) per round: the pacer
+// carries the credit of the gap while the type's jobs wait, within the
+// aligned window. No aligned window goes over the limit, and no sliding
+// second over limit × (1 + gap/window).
+func TestTypeLimitKeepsItsRateWhenRoundsAreApart(t *testing.T) {
+	const smsLimit = 200
+	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 10_000, Window: time.Second,
+		TypeLimits: map[string]int{"sms": smsLimit}}, true)
+	enqueueJobs(t, q, "a/sms", "sms", 1500, 0)
+	enqueueJobs(t, q, "b/sms", "sms", 1500, 0)
+	var stamps []stamp
+	perWindow := map[int64]int{}
+	const gap = 100 * time.Millisecond
+	for elapsed := time.Duration(0); elapsed < 5*time.Second; elapsed += gap {
+		r := admit(t, q, 1000)
+		n := len(r.Jobs)
+		stamps = append(stamps, stamp{r.NowMs, "sms", n})
+		perWindow[r.NowMs/1000] += n
+		b.clock.advance(gap)
+	}
+	first := b.clock.t.UnixMilli()/1000 - 5
+	for w, n := range perWindow {
+		if n > smsLimit {
+			t.Errorf("window %d admitted %d sms > their limit %d", w, n, smsLimit)
+		}
+		// the first window's first round finds the type idle: no credit
+		if w > first && n < smsLimit*95/100 {
+			t.Errorf("window %d admitted %d sms, want about their limit %d (rounds %s apart)", w, n, smsLimit, gap)
+		}
+	}
+	if got, most := maxInSpan(stamps, "sms", 1000), int(smsLimit*(1000+gap.Milliseconds())/1000)+1; got > most {
+		t.Errorf("a sliding second admitted %d sms, most %d", got, most)
+	}
+	t.Logf("sms per window: %v", perWindow)
+}
+
+// TestTypeLimitIdleTypeGetsNoCredit: a limited type that was not waiting
+// (its first jobs arrive late in the window) gets only its pacer's burst
+// tolerance at once, not the window's unused rate; once it waits, the next
+// round gets the gap's credit; held while over its limit, it gets none.
+func TestTypeLimitIdleTypeGetsNoCredit(t *testing.T) {
+	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 10_000, Window: time.Second,
+		TypeLimits: map[string]int{"sms": 200}}, true)
+	b.clock.advance(800 * time.Millisecond)
+	enqueueJobs(t, q, "sms", "sms", 1000, 0)
+	// 40 ms of burst tolerance at 5 ms a job: 9 jobs
+	if r := admit(t, q, 1000); len(r.Jobs) != 9 || r.RateHeld["sms"] != 1 {
+		t.Fatalf("late first round: %d admitted, rate held %v; want 9, held", len(r.Jobs), r.RateHeld)
+	}
+	// it waited 100 ms: its pacer stood at 845 ms and may go on to 940 ms
+	// (now + burst), 20 jobs; without the credit 9 again
+	b.clock.advance(100 * time.Millisecond)
+	if r := admit(t, q, 1000); len(r.Jobs) != 20 {
+		t.Fatalf("after waiting 100 ms: %d admitted, want 20", len(r.Jobs))
+	}
+	// Its limit lowered below what the window took (a learned rate's
+	// decrease): held while over it, and no credit for that time after.
+	q2, err := redisq.New(context.Background(), b.rdb, redisq.Config{Prefix: b.prefix, Clock: b.clock.now,
+		Mode: redisq.ModePaced, GlobalLimit: 10_000, Window: time.Second, TypeLimits: map[string]int{"sms": 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := admit(t, q2, 1000); len(r.Jobs) != 0 || r.RateHeld["sms"] != 1 {
+		t.Fatalf("over the lowered limit: %d admitted, rate held %v", len(r.Jobs), r.RateHeld)
+	}
+	// next window, 300 ms in: 100 ms a job, 40 ms of burst: 1 job (3 with
+	// the credit of a quarter window)
+	b.clock.advance(400 * time.Millisecond)
+	if r := admit(t, q2, 1000); len(r.Jobs) != 1 {
+		t.Fatalf("after being over its limit: %d admitted, want 1", len(r.Jobs))
+	}
+}
+
+// TestTypeLimitCreditSharedByReleases: admission and releases pace a
+// limited type with one pacer: a type admission held 100 ms ago gets the
+// gap's credit on release too, and its due jobs beyond it go back into
+// their group.
+func TestTypeLimitCreditSharedByReleases(t *testing.T) {
+	ctx := context.Background()
+	// q0 parks every job but one: a seed-mode queue with a limit of 1.
+	q0, b := setup(t, redisq.Config{Mode: redisq.ModeSeed, GlobalLimit: 1, Window: 10 * time.Second,
+		BaseBackoff: 100 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, DisableCongestion: true}, true)
+	enqueueJobs(t, q0, "parked", "sms", 100, 0)
+	if r := admit(t, q0, 100); len(r.Jobs) != 1 || r.Parked != 99 {
+		t.Fatalf("parking: %d admitted, %d parked", len(r.Jobs), r.Parked)
+	}
+	q, err := redisq.New(ctx, b.rdb, redisq.Config{Prefix: b.prefix, Clock: b.clock.now, Mode: redisq.ModePaced,
+		GlobalLimit: 10_000, Window: time.Second, TypeLimits: map[string]int{"sms": 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueJobs(t, q, "queued", "sms", 100, 0)
+	if r := admit(t, q, 1000); len(r.Jobs) != 9 || r.RateHeld["sms"] != 1 {
+		t.Fatalf("admission: %d admitted, rate held %v; want 9, held", len(r.Jobs), r.RateHeld)
+	}
+	b.clock.advance(100 * time.Millisecond) // the parked jobs are due
+	rel, err := q.Release(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the pacer stood at 45 ms: it may go on to 140 ms, 20 jobs (9 without the credit)
+	if len(rel.Jobs) != 20 || rel.RateHeld["sms"] != 99-20 {
+		t.Fatalf("release after 100 ms: %d released, rate held %v; want 20, 79 held", len(rel.Jobs), rel.RateHeld)
 	}
 }
 

@@ -341,6 +341,7 @@ while admitted + parked < want do
     local w = tg and type_wait(tg, now, window_end, burst_ms) or 0
     if w > 0 then
       -- its type's rate is used up: held as for READY room
+      type_hold(tg)
       if ty then ready_give_back(rooms, ty) end
       redis.call('LPUSH', g.jobs, jid)
       passed, tg = true, false

@@ -527,9 +527,25 @@ end
 -- the global pacer's burst tolerance. A job whose type has no rate left is
 -- held like a type without READY room: it stays (or goes back) in its
 -- group's list and the group keeps its place.
+--
+-- A type's pacer remembers whether the last call that met its jobs held
+-- them for its rate ('h' after its value). Its jobs have waited since, so
+-- the next call gives it the credit of the gap rather than only the burst
+-- tolerance: its pacer goes on from where it stood, at most TYPE_CREDIT of
+-- the window back, where a plain GCRA restarts a pacer left behind at now.
+-- Calls further apart than the burst tolerance (a fetcher busy handing jobs
+-- on, or waking late) so still admit the type at its limit; the window's
+-- count keeps every aligned window within it, and no sliding window sees
+-- more than limit × (1 + (burst + credit) / window). A type not held last
+-- time (idle, or its jobs all taken) restarts at now, as before, and so
+-- does one held while over its limit (a limit lowered below what its
+-- window took already, or 0 while a destination is stopped): it gets no
+-- credit for time it had no rate.
 
--- type_limits_parse reads 'type=n,...' (jobs per window); nil when spec is
--- empty (no type has a limit).
+-- TYPE_CREDIT is the most credit a held type's pacer carries, as a share of
+-- the window: 1 / redisq.TypeCreditDivisor.
+local TYPE_CREDIT = 0.25
+
 local function type_limits_parse(spec)
   if spec == nil or spec == '' then return nil end
   local l = {}
@@ -552,9 +568,14 @@ local function type_gate(cache, limits, prefix, ty, mode, window, window_ms, now
   s.count = num(redis.call('GET', s.ckey))
   s.start = s.count
   if mode == 'paced' then
+    -- the pacer's value: its theoretical arrival time (ms), then 'h' when
+    -- the last call that met the type held it
     s.pkey = prefix .. 'rate-limit:type:' .. ty .. ':pacer'
-    s.tat = tonumber(redis.call('GET', s.pkey) or '0') or 0
-    if s.tat < now then s.tat = now end
+    local tat, held = string.match(redis.call('GET', s.pkey) or '0', '^([^h]*)(h?)$')
+    s.tat, s.held, s.held0 = tonumber(tat) or 0, held or '', held or ''
+    local from = now
+    if s.held == 'h' then from = now - window_ms * TYPE_CREDIT end
+    if s.tat < from then s.tat = from end
     s.interval = window_ms / lim
   end
   cache[ty] = s
@@ -577,20 +598,31 @@ end
 -- type_take counts one job of type state s.
 local function type_take(s)
   s.count = s.count + 1
-  if s.interval then s.tat = s.tat + s.interval end
+  if s.interval then
+    s.tat = s.tat + s.interval
+    s.held = ''
+  end
+end
+
+-- type_hold notes that type state s held a job (type_wait > 0): the next
+-- call carries the credit of the gap, unless the type is over its limit.
+local function type_hold(s)
+  if s.interval then
+    s.held = (s.limit > 0 and s.count <= s.limit) and 'h' or ''
+  end
 end
 
 -- type_save writes back the counts and pacers of the types that let jobs
--- through in this call.
+-- through in this call, and the pacers of those held or no longer held.
 local function type_save(cache, window_ms, burst_ms)
   local ttl = math.ceil(window_ms * 2)
   for _, s in pairs(cache) do
     if s and s.count > s.start then
       redis.call('INCRBY', s.ckey, s.count - s.start)
       redis.call('PEXPIRE', s.ckey, ttl)
-      if s.interval then
-        redis.call('SET', s.pkey, fmt(s.tat), 'PX', ttl + math.ceil(burst_ms))
-      end
+    end
+    if s and s.interval and (s.count > s.start or s.held ~= s.held0) then
+      redis.call('SET', s.pkey, fmt(s.tat) .. s.held, 'PX', ttl + math.ceil(burst_ms))
     end
   end
 end

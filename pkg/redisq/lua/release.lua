@@ -120,6 +120,7 @@ for i, mem in ipairs(due) do
       end
       if tg and type_wait(tg, now, (window + 1) * window_ms, burst_ms) > 0 then
         -- its type's rate is used up: back into its group, held there
+        type_hold(tg)
         redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
         redis.call('HSET', job_key, 'status', 'QUEUED')
         g.requeue = true
