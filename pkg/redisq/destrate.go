@@ -164,6 +164,26 @@ type DestRates struct {
 // Stopped says whether d is stopped by a Retry-After at r.NowMs.
 func (r *DestRates) Stopped(d DestRate) bool { return d.StopUntilMs > r.NowMs }
 
+// StopEnd is the ms from nowMs until the first of the destinations named
+// in held (job types whose rate held jobs, [AdmitResult.RateHeld]) that a
+// Retry-After stops is free again; ok is false when none of them is
+// stopped. A stopped type's limit is 0 for the window, so admission alone
+// would wait for the window's end: a caller waits no longer than this.
+func (r *DestRates) StopEnd(held map[string]int, nowMs int64) (ms int64, ok bool) {
+	if r == nil {
+		return 0, false
+	}
+	for _, d := range r.Rates {
+		if _, h := held[d.Destination]; !h || d.StopUntilMs <= nowMs {
+			continue
+		}
+		if w := d.StopUntilMs - nowMs; !ok || w < ms {
+			ms, ok = w, true
+		}
+	}
+	return ms, ok
+}
+
 // DestinationRates reads every tracked destination's learned rate, in name
 // order, in one round trip of a pipeline after the index.
 func (q *Queue) DestinationRates(ctx context.Context) (*DestRates, error) {

@@ -224,8 +224,14 @@ func (f *Fetcher) admit(parent context.Context) next {
 		return next{}
 	case res.WakeMs > 0:
 		// the rate gate's wake-up time: the global one's, or, when only
-		// jobs of rate-limited types wait, the first of those types'
-		return next{wait: time.Duration(res.WakeMs) * time.Millisecond, since: admitted, notify: len(res.RateHeld) > 0}
+		// jobs of rate-limited types wait, the first of those types'; a
+		// destination a Retry-After stops has no rate until the window's
+		// end, but may go on when the stop ends
+		wake := res.WakeMs
+		if ms, ok := learned.StopEnd(res.RateHeld, res.NowMs); ok && ms < wake {
+			wake = max(ms, 1)
+		}
+		return next{wait: time.Duration(wake) * time.Millisecond, since: admitted, notify: len(res.RateHeld) > 0}
 	}
 	f.roomQuiet = true
 	n := next{idle: true}

@@ -82,3 +82,52 @@ func TestPacedRoundWaitsFromItsAdmissionCall(t *testing.T) {
 		t.Errorf("at the round's end %s of the pacer's %s wait left: the round's publishing was added to it", left, n.wait)
 	}
 }
+
+// TestStoppedDestinationWaitsForItsStopOnly: jobs of a type whose
+// destination a Retry-After stops (adaptive rate on) are held with a
+// limit of 0 for the window; the round waits until the stop ends (300
+// ms), not until the window's end (10 s), so the destination is used again
+// as soon as it may be.
+func TestStoppedDestinationWaitsForItsStopOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	renv := testenv.Redis(t)
+	t0 := time.UnixMilli(1_706_000_000_000) // a window's start
+	q, err := redisq.New(ctx, renv.Client, redisq.Config{Prefix: renv.Prefix, Mode: redisq.ModePaced, GlobalLimit: 1000,
+		Window: 10 * time.Second, Clock: func() time.Time { return t0 }, Adaptive: redisq.AdaptiveConfig{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d deps.Deps
+	_, d.NC, d.JS = testenv.NATS(t)
+	if err := natsutil.EnsureStreams(ctx, d.JS, d.Names, natsutil.StreamSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Queue, d.Log = q, testkit.Logger(t)
+	g := contracts.Group("acme", "partner")
+	jobs := make([]redisq.Job, 5)
+	for i := range jobs {
+		jobs[i] = redisq.Job{Group: g, ID: fmt.Sprintf("j%02d", i), Type: "partner", Payload: []byte(`{}`)}
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.ReportDestinations(ctx, []redisq.DestOutcome{{Destination: "partner", Throttled: 1, RetryAfter: 300 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := q.Position(ctx, submitLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.ResetPosition(ctx, submitLog, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(Config{UnservedTypes: UnservedAdmit}, d.Fill())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.admit(ctx)
+	if n.wait <= 0 || n.wait > 300*time.Millisecond || !n.notify {
+		t.Fatalf("a round holding a stopped destination's jobs: %+v, want a wait of at most the stop's 300ms", n)
+	}
+}
