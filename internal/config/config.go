@@ -66,6 +66,7 @@ type Config struct {
 
 	AdaptiveRateEnabled          bool          `envconfig:"ADAPTIVE_RATE_ENABLED" default:"false" desc:"learn per destination (a job's type) the rate it accepts from its 429s and admit no faster: workers report accepted and throttled jobs, admission and releases take the learned rate as the type's limit, split between tenants in fair order (docs/operations.md)"`
 	AdaptiveRateIncrease         float64       `envconfig:"ADAPTIVE_RATE_INCREASE" default:"5" desc:"additive increase of a destination's learned rate, jobs/s per second while it accepts and is used at half its rate or more"`
+	AdaptiveRateIncreaseRatio    float64       `envconfig:"ADAPTIVE_RATE_INCREASE_RATIO" default:"0.5" desc:"proportional increase of a destination's learned rate: each second it also grows by this share of its distance from the rate at its last decrease, so it comes back quickly after a decrease, slows near the rate that was too much and speeds up past it (0 = additive only)"`
 	AdaptiveRateDecrease         float64       `envconfig:"ADAPTIVE_RATE_DECREASE" default:"0.8" desc:"multiplicative decrease of a destination's learned rate on a 429 or 503 (between 0 and 1, both excluded); the first throttle starts it at this times what the destination accepted in the last second"`
 	AdaptiveRateFloor            float64       `envconfig:"ADAPTIVE_RATE_FLOOR" default:"1" desc:"least learned rate of a destination, jobs/s (above 0)"`
 	AdaptiveRateCeiling          float64       `envconfig:"ADAPTIVE_RATE_CEILING" default:"0" desc:"most learned rate of a destination, jobs/s (0 = none; TYPE_RATE_LIMITS still caps it)"`
@@ -210,6 +211,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.AdaptiveRateIncrease <= 0:
 		return bad("ADAPTIVE_RATE_INCREASE", c.AdaptiveRateIncrease, "must be above 0")
+	case c.AdaptiveRateIncreaseRatio < 0:
+		return bad("ADAPTIVE_RATE_INCREASE_RATIO", c.AdaptiveRateIncreaseRatio, "must not be negative")
 	case c.AdaptiveRateDecrease <= 0 || c.AdaptiveRateDecrease >= 1:
 		return bad("ADAPTIVE_RATE_DECREASE", c.AdaptiveRateDecrease, "must be between 0 and 1, both excluded")
 	case c.AdaptiveRateFloor <= 0:

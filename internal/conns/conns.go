@@ -75,7 +75,7 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 
 		Adaptive: redisq.AdaptiveConfig{
 			Enabled: cfg.AdaptiveRateEnabled, TimeoutThrottles: cfg.AdaptiveRateTimeoutThrottles,
-			Increase: cfg.AdaptiveRateIncrease, Decrease: cfg.AdaptiveRateDecrease, Floor: cfg.AdaptiveRateFloor,
+			Increase: cfg.AdaptiveRateIncrease, IncreaseRatio: cfg.AdaptiveRateIncreaseRatio, Decrease: cfg.AdaptiveRateDecrease, Floor: cfg.AdaptiveRateFloor,
 			Ceiling: cfg.AdaptiveRateCeiling, DecreaseHold: cfg.AdaptiveRateDecreaseHold,
 			MaxDestinations: cfg.AdaptiveRateMaxDestinations,
 		},

@@ -15,6 +15,11 @@ const (
 	// DefaultAdaptiveIncrease is the additive increase: jobs/s added to a
 	// destination's rate per second while it accepts.
 	DefaultAdaptiveIncrease = 5.0
+	// DefaultAdaptiveIncreaseRatio is bulkaction's setting
+	// ADAPTIVE_RATE_INCREASE_RATIO: the share of the distance from the rate
+	// at the last decrease added per second (the zero IncreaseRatio of
+	// [AdaptiveConfig] means none: additive only).
+	DefaultAdaptiveIncreaseRatio = 0.5
 	// DefaultAdaptiveDecrease is the multiplicative decrease on a throttle.
 	DefaultAdaptiveDecrease = 0.8
 	// DefaultAdaptiveFloor is the least learned rate, jobs/s.
@@ -43,6 +48,15 @@ type AdaptiveConfig struct {
 	// reports in which it accepted jobs and was used at half its rate or
 	// more; default [DefaultAdaptiveIncrease] (5).
 	Increase float64
+	// IncreaseRatio makes the increase proportional to the distance from
+	// the rate at the last decrease: each second the rate grows by
+	// IncreaseRatio × |that rate − rate|, at least Increase, so it comes
+	// back quickly after a decrease, slows down near the rate that was too
+	// much, and speeds up past it when the destination accepts more. 0, the
+	// zero value, means none: additive only (Increase); bulkaction's
+	// setting defaults to [DefaultAdaptiveIncreaseRatio]. Negative is
+	// invalid.
+	IncreaseRatio float64
 	// Decrease multiplies the rate on a throttle (0 < Decrease < 1);
 	// default [DefaultAdaptiveDecrease] (0.8).
 	Decrease float64
@@ -88,6 +102,8 @@ func (c *AdaptiveConfig) validate() error {
 	switch {
 	case c.Increase <= 0:
 		return fmt.Errorf("redisq: adaptive increase %g: must be above 0", c.Increase)
+	case c.IncreaseRatio < 0:
+		return fmt.Errorf("redisq: adaptive increase ratio %g: must not be negative", c.IncreaseRatio)
 	case c.Decrease <= 0 || c.Decrease >= 1:
 		return fmt.Errorf("redisq: adaptive decrease %g: must be between 0 and 1, both excluded", c.Decrease)
 	case c.Floor <= 0:
@@ -129,7 +145,7 @@ func (q *Queue) ReportDestinations(ctx context.Context, outs []DestOutcome) (ref
 	}
 	a := q.cfg.Adaptive
 	args := []any{q.keys.Prefix(), q.now(), a.Increase, a.Decrease, a.Floor, a.Ceiling, ms(a.DecreaseHold),
-		a.MaxDestinations, ms(a.ForgetAfter), ms(q.cfg.MaxBackoff)}
+		a.MaxDestinations, ms(a.ForgetAfter), ms(q.cfg.MaxBackoff), a.IncreaseRatio}
 	for _, o := range outs {
 		args = append(args, o.Destination, o.Accepted, o.Throttled, ms(max(o.RetryAfter, 0)))
 	}

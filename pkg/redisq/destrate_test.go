@@ -105,6 +105,39 @@ func TestAdaptiveIncrease(t *testing.T) {
 	wantRate(t, q, "api", 105)
 }
 
+// TestAdaptiveIncreaseRatio: with IncreaseRatio the rate grows each second
+// by that share of its distance from the rate at its last decrease (at
+// least Increase): fast back toward it after a decrease, slow near it,
+// faster again past it.
+func TestAdaptiveIncreaseRatio(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Increase: 5, IncreaseRatio: 0.5}}, true)
+	report(t, q, ok("api", 200))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 160, the last decrease from 200
+	wantRate(t, q, "api", 160)
+	step := func(want float64) {
+		t.Helper()
+		b.clock.advance(time.Second)
+		report(t, q, ok("api", 200))
+		wantRate(t, q, "api", want)
+	}
+	step(180)   // + 0.5 × 40
+	step(190)   // + 0.5 × 20
+	step(195)   // + 5: the additive increase is the least
+	step(200)   // + 5
+	step(205)   // + 5, past the rate of the last decrease
+	step(210)   // + 5
+	step(215)   // + 0.5 × 10 = 5
+	step(222.5) // + 0.5 × 15
+	step(233.75)
+	// a decrease moves the reference: 0.8 × 233.75, then back toward 233.75
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0))
+	wantRate(t, q, "api", 187)
+	step(187 + 0.5*(233.75-187))
+}
+
 // TestAdaptiveFloorAndCeiling: decreases stop at the floor, increases at
 // the ceiling.
 func TestAdaptiveFloorAndCeiling(t *testing.T) {

@@ -12,7 +12,11 @@
 -- ARGV[8]:  most destinations tracked
 -- ARGV[9]:  ms after which a destination not reported is forgotten
 -- ARGV[10]: longest stop a Retry-After may set, ms
--- ARGV[11..]: 4 values per destination: its name, jobs accepted, jobs
+-- ARGV[11]: increase ratio per second (0 = additive only): below the rate
+--           of the last decrease the rate grows by this share of the
+--           distance to it, above it by this share of the distance beyond
+--           it, each second (at least the additive increase)
+-- ARGV[12..]: 4 values per destination: its name, jobs accepted, jobs
 --             throttled, and the longest Retry-After in ms (0 = none)
 -- Returns: { refused } destinations not tracked because the bound was reached
 --
@@ -20,7 +24,7 @@
 -- not learned yet: no limit), inc (ms of the last increase or throttle),
 -- dec (ms of the last decrease), stop (ms until which it is stopped), sec,
 -- acc (jobs accepted in second sec), prev (in the second before), first
--- (ms of its first report).
+-- (ms of its first report), max (the rate when it last decreased).
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local inc = tonumber(ARGV[3])
@@ -31,6 +35,7 @@ local hold = tonumber(ARGV[7])
 local max_dests = tonumber(ARGV[8])
 local stale = tonumber(ARGV[9])
 local max_stop = tonumber(ARGV[10])
+local ratio = tonumber(ARGV[11])
 
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - stale)
 local count = redis.call('ZCARD', KEYS[1])
@@ -42,7 +47,7 @@ local function clamp(r)
   return r
 end
 
-for i = 11, #ARGV, 4 do
+for i = 12, #ARGV, 4 do
   local dest = ARGV[i]
   local accepted, throttled, after = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local known = redis.call('ZSCORE', KEYS[1], dest)
@@ -51,8 +56,8 @@ for i = 11, #ARGV, 4 do
   else
     if not known then count = count + 1 end
     local key = prefix .. 'dest-rate:' .. dest
-    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev', 'first')
-    local rate = tonumber(h[1])
+    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev', 'first', 'max')
+    local rate, wmax = tonumber(h[1]), tonumber(h[9])
     local t_inc, t_dec, stop = num(h[2]), num(h[3]), num(h[4])
     local sec, acc, prev, first = num(h[5]), num(h[6]), num(h[7]), tonumber(h[8]) or now
     local s = math.floor(now / 1000)
@@ -67,9 +72,11 @@ for i = 11, #ARGV, 4 do
         -- (reported for less than a second: its count so far, per second)
         local seen = math.max(prev, acc)
         if now - first < 1000 then seen = acc * 1000 / math.max(now - first, 200) end
+        wmax = seen
         rate = clamp(seen * factor)
         t_dec = now
       elseif now - t_dec >= hold then
+        wmax = rate
         rate = clamp(rate * factor)
         t_dec = now
       end
@@ -83,7 +90,12 @@ for i = 11, #ARGV, 4 do
       -- grow only while used at half its rate or more: an idle destination
       -- does not earn a rate it never tried
       if dt > 0 and math.max(acc, prev) * 2 >= rate then
-        rate = clamp(rate + inc * dt / 1000)
+        -- additive, or faster far from the rate of the last decrease: back
+        -- to it soon after a decrease (concave), and away from it once the
+        -- destination accepts more (convex); slowest near it
+        local g = inc
+        if wmax then g = math.max(inc, ratio * math.abs(wmax - rate)) end
+        rate = clamp(rate + g * dt / 1000)
       end
       if dt > 0 then t_inc = now end
     end
@@ -91,6 +103,10 @@ for i = 11, #ARGV, 4 do
     if rate ~= nil then
       fields[#fields + 1] = 'rate'
       fields[#fields + 1] = fmt(rate)
+    end
+    if wmax ~= nil then
+      fields[#fields + 1] = 'max'
+      fields[#fields + 1] = fmt(wmax)
     end
     redis.call('HSET', key, unpack(fields))
     redis.call('PEXPIRE', key, stale)
