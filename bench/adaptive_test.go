@@ -18,12 +18,15 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 var (
 	flagADScale = flag.Float64("ad.scale", 1, "adaptive run: time scale of the phases (1 = 20 s each)")
 	flagADBurst = flag.Int("ad.burst-ms", 0, "adaptive run: PACING_BURST_MS (0 = the default), the pacers' burst tolerance, which bounds what a rate-limited type gets per admission round")
 	flagADInc   = flag.Float64("ad.increase", 0, "adaptive run: ADAPTIVE_RATE_INCREASE (0 = the default)")
+	flagADTrace = flag.Bool("ad.trace", false, "adaptive run: print each second's capacity, learned rate, accepted and throttled calls to stderr")
+	flagADRatio = flag.Float64("ad.ratio", -1, "adaptive run: ADAPTIVE_RATE_INCREASE_RATIO (-1 = the default, 0 = additive only)")
 	flagADModes = flag.String("ad.modes", "off,adaptive,static", "adaptive run: modes, comma-separated: off (today), adaptive, static (TYPE_RATE_LIMITS at the first phase's capacity)")
 )
 
@@ -43,6 +46,8 @@ type partner struct {
 	accepted []map[string]int
 	throttle []int
 	other    []int
+	// every accepted and throttled call, for -ad.trace
+	allAcc, allThr int
 }
 
 func newPartner(phaseLen time.Duration) *partner {
@@ -75,16 +80,56 @@ func (p *partner) call(_ context.Context, j *processor.Job) error {
 	p.tokens = math.Min(capacity/10, p.tokens+now.Sub(p.last).Seconds()*capacity)
 	p.last = now
 	if p.tokens < 1 {
+		p.allThr++
 		if measured {
 			p.throttle[i]++
 		}
 		return processor.RateLimited(time.Second, errors.New("429 Too Many Requests"))
 	}
 	p.tokens--
+	p.allAcc++
 	if measured {
 		p.accepted[i][j.Tenant]++
 	}
 	return nil
+}
+
+// trace prints, each second until ctx ends, the capacity, the learned
+// rate of the partner destination, and the calls it accepted and
+// throttled in that second.
+func (p *partner) trace(ctx context.Context, mode string, q *redisq.Queue) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	lastAcc, lastThr := 0, 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rate, stop := 0.0, false
+		if r, err := q.DestinationRates(ctx); err == nil {
+			for _, d := range r.Rates {
+				if d.Destination == "partner" {
+					rate, stop = d.Rate, r.Stopped(d)
+				}
+			}
+		}
+		p.mu.Lock()
+		i, _ := p.phase(time.Now())
+		p.mu.Unlock()
+		acc, thr := p.callsSoFar()
+		fmt.Fprintf(os.Stderr, "%s t=%.0fs capacity=%.0f learned=%.1f stopped=%v accepted=%d throttled=%d\n", mode,
+			time.Since(p.start).Seconds(), adPhases[i], rate, stop, acc-lastAcc, thr-lastThr)
+		lastAcc, lastThr = acc, thr
+	}
+}
+
+// callsSoFar counts every accepted and throttled call, measured or not.
+func (p *partner) callsSoFar() (acc, thr int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allAcc, p.allThr
 }
 
 func (p *partner) elsewhere(_ context.Context, _ *processor.Job) error {
@@ -148,6 +193,9 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 	if *flagADInc > 0 {
 		cfg.AdaptiveRateIncrease = *flagADInc
 	}
+	if *flagADRatio >= 0 {
+		cfg.AdaptiveRateIncreaseRatio = *flagADRatio
+	}
 	switch mode {
 	case "off":
 	case "adaptive":
@@ -193,6 +241,9 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 	p.mu.Lock()
 	p.start, p.last = time.Now(), time.Now()
 	p.mu.Unlock()
+	if *flagADTrace {
+		go p.trace(ctx, mode, st.Deps.Queue)
+	}
 	time.Sleep(phaseLen * time.Duration(len(adPhases)))
 
 	p.mu.Lock()
