@@ -155,6 +155,11 @@ type SubmitJob struct {
 	JobID string `json:"jobId"`
 	// Type routes the job to the workers of that type; required.
 	Type string `json:"type"`
+	// Destination names the downstream the job calls (a partner's host, an account of a
+	// provider), whose accepted rate the adaptive rate learns (docs/ARCHITECTURE.md §5); ""
+	// means its type. It matches [DestinationPattern]: at most [MaxDestinationLen] bytes.
+	// PLANNED: it is validated and carried, but destinations are still keyed by type.
+	Destination string `json:"destination,omitempty"`
 	// Payload is the job's input, any JSON value. Nil or absent means JSON null. At most
 	// [Limits.MaxPayloadBytes] bytes in compact form.
 	Payload json.RawMessage `json:"payload,omitempty"`

@@ -292,8 +292,9 @@ func TestSchemaMatchesGoTypes(t *testing.T) {
 
 	// Tokens: every property of that name, in every definition.
 	patterns := map[string]string{"tenant": contracts.TenantPattern, "groupId": contracts.IDPattern,
-		"jobId": contracts.IDPattern, "type": contracts.TypePattern}
-	maxLens := map[string]int{"tenant": contracts.MaxTenantLen, "groupId": contracts.MaxIDLen, "jobId": contracts.MaxIDLen, "type": contracts.MaxTypeLen}
+		"jobId": contracts.IDPattern, "type": contracts.TypePattern, "destination": contracts.DestinationPattern}
+	maxLens := map[string]int{"tenant": contracts.MaxTenantLen, "groupId": contracts.MaxIDLen, "jobId": contracts.MaxIDLen, "type": contracts.MaxTypeLen,
+		"destination": contracts.MaxDestinationLen}
 	for _, m := range messageDefs {
 		for name, pattern := range patterns {
 			if _, ok := object(t, def(t, doc, m.def)["properties"], m.def)[name]; !ok {

@@ -27,6 +27,11 @@ const (
 	IDPattern = `^[A-Za-z0-9_-]{1,128}$`
 	// TypePattern is the pattern every job type matches.
 	TypePattern = `^[A-Za-z0-9_-]{1,64}$`
+	// MaxDestinationLen is the maximum length of a job's destination, in bytes.
+	MaxDestinationLen = 128
+	// DestinationPattern is the pattern every job destination matches: a type's characters and
+	// dots, so that a host name ("api.partner.example") is one.
+	DestinationPattern = `^[A-Za-z0-9_.-]{1,128}$`
 	// MaxBasePriority is the largest basePriority, 1e12 (about 31.7 years in milliseconds). It keeps
 	// fair-queue scores (now in ms + basePriority + a progress term) exact in a Redis double.
 	MaxBasePriority = 1_000_000_000_000
@@ -156,7 +161,18 @@ func ValidateType(v string) error {
 	return validateToken("type", v, MaxTypeLen, TypePattern)
 }
 
+// ValidateDestination checks that v is a valid job destination (see [DestinationPattern]),
+// reporting errors under the field name "destination".
+func ValidateDestination(v string) error {
+	return validateDottedToken("destination", v, MaxDestinationLen, DestinationPattern, true)
+}
+
 func validateToken(field, v string, maxLen int, pattern string) error {
+	return validateDottedToken(field, v, maxLen, pattern, false)
+}
+
+// validateDottedToken checks v against [A-Za-z0-9_-] (and '.' with dots) of 1..maxLen bytes.
+func validateDottedToken(field, v string, maxLen int, pattern string, dots bool) error {
 	if v == "" {
 		return invalidField(field, "empty", "must match "+pattern)
 	}
@@ -165,7 +181,8 @@ func validateToken(field, v string, maxLen int, pattern string) error {
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || c == '_' || c == '-' {
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || c == '_' || c == '-' ||
+			(dots && c == '.') {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(v[i:])
@@ -408,9 +425,10 @@ func validateJobs(jobs []SubmitJob, lim Limits, canonical bool) error {
 }
 
 // Validate checks one job of a jobs submission on its own: its id, its type,
-// that its payload is valid UTF-8 ([CheckUTF8]) and the payload's size in
-// compact JSON form, reporting the fields as
-// jobId, type and payload ([ItemError] names the job's index). It returns a
+// its destination when it names one, that its payload is valid UTF-8
+// ([CheckUTF8]) and the payload's size in compact JSON form, reporting the
+// fields as jobId, type, destination and payload ([ItemError] names the
+// job's index). It returns a
 // [*ValidationError], or nil.
 func (j *SubmitJob) Validate(lim Limits) error { return j.validate(lim, false) }
 
@@ -425,6 +443,11 @@ func (j *SubmitJob) Canonicalize(lim Limits) error {
 	}
 	if err := ValidateType(j.Type); err != nil {
 		return err
+	}
+	if j.Destination != "" {
+		if err := ValidateDestination(j.Destination); err != nil {
+			return err
+		}
 	}
 	if err := CheckUTF8("payload", j.Payload); err != nil {
 		return err
@@ -443,6 +466,11 @@ func (j *SubmitJob) validate(lim Limits, canonical bool) error {
 	}
 	if err := ValidateType(j.Type); err != nil {
 		return err
+	}
+	if j.Destination != "" {
+		if err := ValidateDestination(j.Destination); err != nil {
+			return err
+		}
 	}
 	if err := CheckUTF8("payload", j.Payload); err != nil {
 		return err

@@ -53,6 +53,7 @@ var (
 	idRE     = regexp.MustCompile(contracts.IDPattern)
 	tenantRE = regexp.MustCompile(contracts.TenantPattern)
 	typeRE   = regexp.MustCompile(contracts.TypePattern)
+	destRE   = regexp.MustCompile(contracts.DestinationPattern)
 )
 
 func TestValidateID(t *testing.T) {
@@ -139,6 +140,9 @@ func TestValidateAgreesWithPatterns(t *testing.T) {
 		}
 		if got, want := contracts.ValidateTenant(in) == nil, tenantRE.MatchString(in); got != want {
 			t.Errorf("ValidateTenant(%q) ok=%v, TenantPattern says %v", in, got, want)
+		}
+		if got, want := contracts.ValidateDestination(in) == nil, destRE.MatchString(in); got != want {
+			t.Errorf("ValidateDestination(%q) ok=%v, DestinationPattern says %v", in, got, want)
 		}
 	}
 }
@@ -277,6 +281,11 @@ func TestSubmissionValidate(t *testing.T) {
 		{name: "type 64", mutate: func(s *contracts.Submission) { s.Jobs[0].Type = strings.Repeat("t", 64) }},
 		{name: "type 65", mutate: func(s *contracts.Submission) { s.Jobs[0].Type = strings.Repeat("t", 65) }, reason: contracts.ReasonInvalidField, field: "jobs[0].type", parts: []string{"65 characters", "{1,64}"}},
 		{name: "type missing", mutate: func(s *contracts.Submission) { s.Jobs[2].Type = "" }, reason: contracts.ReasonInvalidField, field: "jobs[2].type", parts: []string{"empty"}},
+		{name: "no destination is its type", mutate: func(s *contracts.Submission) { s.Jobs[0].Destination = "" }},
+		{name: "destination host", mutate: func(s *contracts.Submission) { s.Jobs[0].Destination = "api.partner.example" }},
+		{name: "destination 128", mutate: func(s *contracts.Submission) { s.Jobs[0].Destination = strings.Repeat("d", 128) }},
+		{name: "destination 129", mutate: func(s *contracts.Submission) { s.Jobs[1].Destination = strings.Repeat("d", 129) }, reason: contracts.ReasonInvalidField, field: "jobs[1].destination", parts: []string{"129 characters", "{1,128}"}},
+		{name: "destination with colon", mutate: func(s *contracts.Submission) { s.Jobs[2].Destination = "host:443" }, reason: contracts.ReasonInvalidField, field: "jobs[2].destination", parts: []string{"contains ':'", "[A-Za-z0-9_.-]"}},
 		{name: "first invalid job is named", mutate: func(s *contracts.Submission) { s.Jobs[1].Type, s.Jobs[2].JobID = "a b", "" }, reason: contracts.ReasonInvalidField, field: "jobs[1].type", parts: []string{"contains ' '"}},
 		{name: "duplicate job id", mutate: func(s *contracts.Submission) { s.Jobs[2].JobID = "j1" }, reason: contracts.ReasonInvalidField, field: "jobs[2].jobId", parts: []string{"duplicate of jobs[0].jobId", "distinct within a message"}},
 		{name: "duplicate job id, other type", mutate: func(s *contracts.Submission) { s.Jobs[2].JobID = "j2" }, reason: contracts.ReasonInvalidField, field: "jobs[2].jobId", parts: []string{"duplicate of jobs[1].jobId"}},
