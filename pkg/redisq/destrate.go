@@ -277,17 +277,20 @@ func (q *Queue) learnedPerWindow(r *DestRates, d DestRate) (n int, ok bool) {
 // LearnedRatesTTL is how long [Queue.LearnedRates] reuses a reading.
 const LearnedRatesTTL = 100 * time.Millisecond
 
-// learnedCache keeps the last reading of the learned rates.
+// learnedCache keeps the last reading of the learned rates until
+// expires.
 type learnedCache struct {
-	mu sync.Mutex
-	at time.Time
-	r  *DestRates
+	mu      sync.Mutex
+	expires time.Time
+	r       *DestRates
 }
 
 // LearnedRates returns the learned rates for [WithLearnedRates], read at
-// most once per [LearnedRatesTTL]; nil when the adaptive rate is off. When
-// Redis cannot be read it returns the last reading (nil at first) and the
-// error.
+// most once per [LearnedRatesTTL], and again as soon as a stop it shows
+// ends (a reading that still shows a stop that has ended would hold the
+// destination's jobs until the window's end); nil when the adaptive rate
+// is off. When Redis cannot be read it returns the last reading (nil at
+// first) and the error.
 func (q *Queue) LearnedRates(ctx context.Context) (*DestRates, error) {
 	if !q.cfg.Adaptive.Enabled {
 		return nil, nil
@@ -295,13 +298,19 @@ func (q *Queue) LearnedRates(ctx context.Context) (*DestRates, error) {
 	c := q.learned
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.r != nil && time.Since(c.at) < LearnedRatesTTL {
+	if c.r != nil && time.Now().Before(c.expires) {
 		return c.r, nil
 	}
 	r, err := q.DestinationRates(ctx)
 	if err != nil {
 		return c.r, err
 	}
-	c.r, c.at = r, time.Now()
+	ttl := LearnedRatesTTL
+	for _, d := range r.Rates {
+		if r.Stopped(d) {
+			ttl = min(ttl, time.Duration(d.StopUntilMs-r.NowMs)*time.Millisecond)
+		}
+	}
+	c.r, c.expires = r, time.Now().Add(ttl)
 	return r, nil
 }

@@ -192,6 +192,32 @@ func TestAdaptiveRetryAfterStops(t *testing.T) {
 	}
 }
 
+// TestLearnedRatesReadAgainWhenAStopEnds: LearnedRates keeps a reading
+// for up to LearnedRatesTTL, but not past the end of a stop it shows: a
+// reading kept longer would still say stopped (a limit of 0, the jobs held
+// until the window's end) after the Retry-After passed.
+func TestLearnedRatesReadAgainWhenAStopEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Enabled: true}}, false)
+	report(t, q, throttled("api", 1, 40*time.Millisecond))
+	r, err := q.LearnedRates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rates) != 1 || !r.Stopped(r.Rates[0]) {
+		t.Skipf("the first reading came after the 40 ms stop: %+v", r)
+	}
+	time.Sleep(60 * time.Millisecond) // within LearnedRatesTTL, past the stop
+	r, err = q.LearnedRates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rates) != 1 || r.Stopped(r.Rates[0]) {
+		t.Fatalf("60 ms after a 40 ms stop began, the reading still shows it: %+v", r)
+	}
+}
+
 // TestAdaptiveGatesAdmission: the learned rate is the type's limit per
 // window; a static per-type limit below it still caps it; without
 // WithLearnedRates nothing changes.
