@@ -47,7 +47,7 @@ const (
 	// of the gap since, at most Window/TypeCreditDivisor (lib.lua
 	// TYPE_CREDIT), so admission calls further apart than Burst still
 	// admit it at its limit.
-	TypeCreditDivisor = 4
+	TypeCreditDivisor = 10
 )
 
 // Config configures a Queue. Zero values mean the defaults stated per field.

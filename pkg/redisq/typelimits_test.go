@@ -309,8 +309,8 @@ func TestTypeLimitIdleTypeGetsNoCredit(t *testing.T) {
 	if r := admit(t, q2, 1000); len(r.Jobs) != 0 || r.RateHeld["sms"] != 1 {
 		t.Fatalf("over the lowered limit: %d admitted, rate held %v", len(r.Jobs), r.RateHeld)
 	}
-	// next window, 300 ms in: 100 ms a job, 40 ms of burst: 1 job (3 with
-	// the credit of a quarter window)
+	// next window, 300 ms in: 100 ms a job, 40 ms of burst: 1 job (2 with
+	// the credit of a tenth of the window)
 	b.clock.advance(400 * time.Millisecond)
 	if r := admit(t, q2, 1000); len(r.Jobs) != 1 {
 		t.Fatalf("after being over its limit: %d admitted, want 1", len(r.Jobs))

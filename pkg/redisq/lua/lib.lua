@@ -543,8 +543,9 @@ end
 -- credit for time it had no rate.
 
 -- TYPE_CREDIT is the most credit a held type's pacer carries, as a share of
--- the window: 1 / redisq.TypeCreditDivisor.
-local TYPE_CREDIT = 0.25
+-- the window: 1 / redisq.TypeCreditDivisor. More lets calls further apart
+-- keep the rate, but each call's burst reaches the downstream at once.
+local TYPE_CREDIT = 0.1
 
 local function type_limits_parse(spec)
   if spec == nil or spec == '' then return nil end
