@@ -240,7 +240,9 @@ func WithLearnedRates(r *DestRates) AdmitOption {
 }
 
 // limitsWith is the scripts' type-limit argument with the learned rates of
-// r folded in.
+// r folded in. A learned limit carries no credit in the type's pacer: the
+// rate was learned from what the destination accepted as admitted, and a
+// catch-up burst meets a downstream's token bucket at once.
 func (q *Queue) limitsWith(r *DestRates) string {
 	if r == nil || len(r.Rates) == 0 {
 		return q.typeLimits
@@ -249,6 +251,7 @@ func (q *Queue) limitsWith(r *DestRates) string {
 	for t, n := range q.cfg.TypeLimits {
 		limits[t] = n
 	}
+	learned := map[string]bool{}
 	for _, d := range r.Rates {
 		n, ok := q.learnedPerWindow(r, d)
 		if !ok {
@@ -256,9 +259,10 @@ func (q *Queue) limitsWith(r *DestRates) string {
 		}
 		if s, ok := limits[d.Destination]; !ok || n < s {
 			limits[d.Destination] = n
+			learned[d.Destination] = true
 		}
 	}
-	return typeLimitsArg(limits)
+	return typeLimitsArgLearned(limits, learned)
 }
 
 // learnedPerWindow is d's learned limit in jobs per window: max(1,

@@ -218,6 +218,32 @@ func TestLearnedRatesReadAgainWhenAStopEnds(t *testing.T) {
 	}
 }
 
+// TestAdaptiveLearnedRateCarriesNoCredit: a learned limit's pacer gets no
+// credit for the gap between calls (a static limit of the same rate gets
+// it: TestTypeLimitIdleTypeGetsNoCredit): admission calls 100 ms apart get
+// the burst tolerance each, 9 jobs at 200/s, not the 20 a catch-up would
+// send to the downstream at once.
+func TestAdaptiveLearnedRateCarriesNoCredit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 10_000, Window: time.Second}, true)
+	enqueueJobs(t, q, "a/x", "api", 1000, 0)
+	report(t, q, ok("api", 250))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 200/s
+	for i := range 3 {
+		_, r := learned(t, q, "api")
+		res, err := q.Admit(ctx, 1000, redisq.WithLearnedRates(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Jobs) != 9 || res.RateHeld["api"] != 1 {
+			t.Fatalf("call %d: admitted %d, rate held %v; want 9, held", i, len(res.Jobs), res.RateHeld)
+		}
+		b.clock.advance(100 * time.Millisecond)
+	}
+}
+
 // TestAdaptiveGatesAdmission: the learned rate is the type's limit per
 // window; a static per-type limit below it still caps it; without
 // WithLearnedRates nothing changes.

@@ -216,7 +216,11 @@ func (c *Config) validate() error {
 
 // typeLimitsArg encodes limits for the scripts: "type=n,..." in type order
 // ("" = none).
-func typeLimitsArg(limits map[string]int) string {
+func typeLimitsArg(limits map[string]int) string { return typeLimitsArgLearned(limits, nil) }
+
+// typeLimitsArgLearned is typeLimitsArg with the types in learned marked
+// '~': their limits are learned rates, which carry no credit (lib.lua).
+func typeLimitsArgLearned(limits map[string]int, learned map[string]bool) string {
 	types := make([]string, 0, len(limits))
 	for t := range limits {
 		types = append(types, t)
@@ -230,6 +234,9 @@ func typeLimitsArg(limits map[string]int) string {
 		b.WriteString(t)
 		b.WriteByte('=')
 		b.WriteString(strconv.Itoa(limits[t]))
+		if learned[t] {
+			b.WriteByte('~')
+		}
 	}
 	return b.String()
 }

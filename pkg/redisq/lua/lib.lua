@@ -540,17 +540,30 @@ end
 -- time (idle, or its jobs all taken) restarts at now, as before, and so
 -- does one held while over its limit (a limit lowered below what its
 -- window took already, or 0 while a destination is stopped): it gets no
--- credit for time it had no rate.
+-- credit for time it had no rate. A destination's learned rate carries no
+-- credit at all: it was learned from what the destination accepted as
+-- admitted, and a catch-up burst meets a downstream's token bucket at once.
 
 -- TYPE_CREDIT is the most credit a held type's pacer carries, as a share of
 -- the window: 1 / redisq.TypeCreditDivisor. More lets calls further apart
 -- keep the rate, but each call's burst reaches the downstream at once.
 local TYPE_CREDIT = 0.1
 
+-- LEARNED keys the learned set in a type_limits_parse result (not a type:
+-- no type contains a '~').
+local LEARNED = '~learned'
+
+-- type_limits_parse reads 'type=n,...' (jobs per window; 'n~' marks a
+-- destination's learned rate, which carries no credit); nil when spec is
+-- empty (no type has a limit). The learned set is under the key LEARNED.
 local function type_limits_parse(spec)
   if spec == nil or spec == '' then return nil end
-  local l = {}
-  for t, n in string.gmatch(spec, '([^=,]+)=(%d+)') do l[t] = tonumber(n) end
+  local l, learned = {}, {}
+  for t, n, m in string.gmatch(spec, '([^=,]+)=(%d+)(~?)') do
+    l[t] = tonumber(n)
+    if m == '~' then learned[t] = true end
+  end
+  l[LEARNED] = learned
   return l
 end
 
@@ -565,7 +578,8 @@ local function type_gate(cache, limits, prefix, ty, mode, window, window_ms, now
     cache[ty] = false
     return false
   end
-  s = { type = ty, limit = lim, ckey = prefix .. 'rate-limit:type:' .. ty .. ':' .. window }
+  s = { type = ty, limit = lim, ckey = prefix .. 'rate-limit:type:' .. ty .. ':' .. window,
+    credit = not limits[LEARNED][ty] }
   s.count = num(redis.call('GET', s.ckey))
   s.start = s.count
   if mode == 'paced' then
@@ -575,7 +589,7 @@ local function type_gate(cache, limits, prefix, ty, mode, window, window_ms, now
     local tat, held = string.match(redis.call('GET', s.pkey) or '0', '^([^h]*)(h?)$')
     s.tat, s.held, s.held0 = tonumber(tat) or 0, held or '', held or ''
     local from = now
-    if s.held == 'h' then from = now - window_ms * TYPE_CREDIT end
+    if s.held == 'h' and s.credit then from = now - window_ms * TYPE_CREDIT end
     if s.tat < from then s.tat = from end
     s.interval = window_ms / lim
   end
@@ -609,7 +623,7 @@ end
 -- call carries the credit of the gap, unless the type is over its limit.
 local function type_hold(s)
   if s.interval then
-    s.held = (s.limit > 0 and s.count <= s.limit) and 'h' or ''
+    s.held = (s.credit and s.limit > 0 and s.count <= s.limit) and 'h' or ''
   end
 end
 
