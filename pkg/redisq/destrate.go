@@ -233,8 +233,9 @@ func (q *Queue) DestinationRates(ctx context.Context) (*DestRates, error) {
 // of the destinations that are job types, each capped by the type's own
 // limit ([Config.TypeLimits]): a learned rate of r jobs/s allows
 // max(1, floor(r × Window)) jobs per window, a destination stopped by a
-// Retry-After none. Types not learned keep their own limits. nil changes
-// nothing.
+// Retry-After none. Types not learned keep their own limits. A learned
+// limit's pacer carries no credit for gaps between calls (a static one
+// does, [TypeCreditDivisor]). nil changes nothing.
 func WithLearnedRates(r *DestRates) AdmitOption {
 	return func(o *admitOptions) { o.learned = r }
 }
