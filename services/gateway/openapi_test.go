@@ -962,9 +962,11 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	r.json(t, &rr)
 	c.request("POST", retry, "application/json", `{"groupId":"mixed-again"}`)
 	c.check("POST", retry, s.do("POST", "/v1/groups/mixed/retry-failed", "acme", strings.NewReader(`{"groupId":"mixed-again"}`)), 202)
-	// 202: the retry group exists once a fetcher has ingested it.
-	testkit.WaitFor(t, "the retry group", 0, func() bool {
-		return s.do("GET", "/v1/groups/"+rr.GroupID, "acme", nil).code == http.StatusOK
+	// 202: the retry groups exist once a fetcher has ingested them (a
+	// retry into an existing group is 409, below).
+	testkit.WaitFor(t, "the retry groups", 0, func() bool {
+		return s.do("GET", "/v1/groups/"+rr.GroupID, "acme", nil).code == http.StatusOK &&
+			s.do("GET", "/v1/groups/mixed-again", "acme", nil).code == http.StatusOK
 	})
 	c.check("GET", group, s.do("GET", "/v1/groups/"+rr.GroupID, "acme", nil), 200)
 	c.check("GET", group, s.do("GET", "/v1/groups/mixed", "acme", nil), 200)
