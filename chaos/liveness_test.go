@@ -67,10 +67,19 @@ func (s *sideEffects) total() int {
 
 // check reports, for the jobs of w, those not called exactly once.
 func (s *sideEffects) check(tag string, w workload) []string {
+	never, twice, calls, sample := s.count(tag, w)
+	out := []string{fmt.Sprintf("endpoint: %d calls for %d jobs", calls, w.total())}
+	if never > 0 || twice > 0 {
+		out = append(out, fmt.Sprintf("side effects not exactly once: %d jobs never called, %d called more than once (%v)", never, twice, sample))
+	}
+	return out
+}
+
+// count counts, for the jobs of w, those never called and those called
+// more than once (up to five of those named in sample), and every call.
+func (s *sideEffects) count(tag string, w workload) (never, twice, calls int, sample []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	never, twice, calls := 0, 0, 0
-	var sample []string
 	for t := 0; t < w.Tenants; t++ {
 		for g := 0; g < w.Groups; g++ {
 			for i := 0; i < w.Jobs; i++ {
@@ -89,11 +98,7 @@ func (s *sideEffects) check(tag string, w workload) []string {
 			}
 		}
 	}
-	out := []string{fmt.Sprintf("endpoint: %d calls for %d jobs", calls, w.total())}
-	if never > 0 || twice > 0 {
-		out = append(out, fmt.Sprintf("side effects not exactly once: %d jobs never called, %d called more than once (%v)", never, twice, sample))
-	}
-	return out
+	return never, twice, calls, sample
 }
 
 // ---------------------------------------------------------------- T11

@@ -80,14 +80,7 @@ func (d *Dashboard) Tenant(tenant string) TenantFigures {
 func (d *Dashboard) quota(tenant string, queued, groups int64) TenantQuota {
 	limit := func(f string, def int64) (int64, bool) {
 		s, ok := d.ownQuotas[tenant+":"+f]
-		if !ok {
-			return def, false
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return def, false // as the scripts read it
-		}
-		return max(n, 0), true
+		return ownQuota(s, ok, def)
 	}
 	tq := TenantQuota{Tenant: tenant, QueuedJobs: queued, ActiveGroups: groups}
 	tq.MaxQueuedJobs, tq.OwnQueuedJobs = limit(QuotaQueuedJobs.field(), d.cfg.TenantMaxQueuedJobs)

@@ -209,14 +209,7 @@ func (q *Queue) queueQuotas(ctx context.Context, pipe redis.Pipeliner, tenants [
 			own := cs[i].own.Val()
 			limit := func(v any, def int64) (int64, bool) {
 				s, ok := v.(string)
-				if !ok {
-					return def, false
-				}
-				n, err := strconv.ParseInt(s, 10, 64)
-				if err != nil {
-					return def, false // as the scripts read it
-				}
-				return max(n, 0), true
+				return ownQuota(s, ok, def)
 			}
 			tq := TenantQuota{Tenant: t, QueuedJobs: max(metaInt(cs[i].queued.Val()), 0), ActiveGroups: cs[i].groups.Val()}
 			tq.MaxQueuedJobs, tq.OwnQueuedJobs = limit(own[0], q.cfg.TenantMaxQueuedJobs)
@@ -270,4 +263,18 @@ func (q *Queue) correctQuotas(ctx context.Context) (int, error) {
 		fixed += int(toInt(v))
 	}
 	return fixed, nil
+}
+
+// ownQuota is a quota in force: a tenant's own value s (when set, ok) or
+// the default def; own reports whether the tenant's value is the one.
+// A value that is not a number counts as unset, as the scripts read it.
+func ownQuota(s string, set bool, def int64) (limit int64, own bool) {
+	if !set {
+		return def, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return def, false
+	}
+	return max(n, 0), true
 }
