@@ -191,3 +191,28 @@ func (q *Queue) FailuresKept(ctx context.Context, g contracts.GroupRef) (int64, 
 	}
 	return n, nil
 }
+
+// FailuresVersion reads, in one round trip, what tells whether a group's
+// failures index changed: the group's count of failed jobs, which the
+// script that adds a failure to the index raises in the same call (nothing
+// else adds to or trims the index). exists is false when the group does
+// not exist (never created, or expired with its index). A reader that kept
+// a page of [Queue.FailuresPage] may serve it again while the version is
+// unchanged, for a bounded time: a kept failure's job hash expires on its
+// own ([Config.JobTTL]), which changes the page and not the version.
+func (q *Queue) FailuresVersion(ctx context.Context, g contracts.GroupRef) (version int64, exists bool, err error) {
+	if err := g.Validate(); err != nil {
+		return 0, false, fmt.Errorf("redisq: failures of %s: %w", g, err)
+	}
+	v, err := q.rdb.HMGet(ctx, q.keys.GroupMeta(g), "status", "failedCount").Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("redisq: failures of %s: %w", g, err)
+	}
+	if v[0] == nil {
+		return 0, false, nil
+	}
+	if s, ok := v[1].(string); ok {
+		version, _ = strconv.ParseInt(s, 10, 64)
+	}
+	return version, true, nil
+}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -64,4 +66,82 @@ func (g *Gateway) getFailure(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, failureView(*f))
+}
+
+// A page of GET …/failures is kept, encoded, and served again to every
+// reader of the same page (group, cursor and limit) while its group's
+// failed count is unchanged ([redisq.Queue.FailuresVersion], one round trip
+// instead of the page's script, the kept count and the existence check),
+// for at most failuresPageAge: a tenant polling its failures in a loop, or
+// a dashboard left open, then costs Redis and the gateway little more than
+// the answer's bytes. failuresCacheBytes bounds the pages kept.
+const (
+	failuresPageAge    = 2 * time.Second
+	failuresCacheBytes = 32 << 20
+)
+
+type failuresPageKey struct {
+	ref    contracts.GroupRef
+	cursor string
+	limit  int
+}
+
+type failuresPage struct {
+	version int64
+	at      time.Time
+	body    []byte
+}
+
+// failuresCache holds the kept pages of GET …/failures.
+type failuresCache struct {
+	mu    sync.Mutex
+	pages map[failuresPageKey]failuresPage
+	bytes int
+}
+
+// get is the page kept for k if it was read at version and is younger
+// than failuresPageAge at now.
+func (c *failuresCache) get(k failuresPageKey, version int64, now time.Time) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pages[k]
+	if !ok || p.version != version || now.Sub(p.at) >= failuresPageAge || now.Before(p.at) {
+		return nil, false
+	}
+	return p.body, true
+}
+
+// put keeps body as k's page at version, read at now. To stay within
+// failuresCacheBytes it first drops the pages too old to be served, then
+// any others.
+func (c *failuresCache) put(k failuresPageKey, version int64, now time.Time, body []byte) {
+	if len(body) > failuresCacheBytes/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pages == nil {
+		c.pages = map[failuresPageKey]failuresPage{}
+	}
+	if old, ok := c.pages[k]; ok {
+		c.bytes -= len(old.body)
+		delete(c.pages, k)
+	}
+	if c.bytes+len(body) > failuresCacheBytes {
+		for pk, p := range c.pages {
+			if now.Sub(p.at) >= failuresPageAge || now.Before(p.at) {
+				c.bytes -= len(p.body)
+				delete(c.pages, pk)
+			}
+		}
+		for pk, p := range c.pages {
+			if c.bytes+len(body) <= failuresCacheBytes {
+				break
+			}
+			c.bytes -= len(p.body)
+			delete(c.pages, pk)
+		}
+	}
+	c.pages[k] = failuresPage{version: version, at: now, body: body}
+	c.bytes += len(body)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/pkg/api"
@@ -386,13 +387,18 @@ func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	exists, err := g.q.GroupExists(r.Context(), ref)
+	version, exists, err := g.q.FailuresVersion(r.Context(), ref)
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
 	if !exists {
 		writeProblem(w, r, http.StatusNotFound, slugNotFound, "no such group")
+		return
+	}
+	key, now := failuresPageKey{ref: ref, cursor: q.Get("cursor"), limit: limit}, time.Now()
+	if body, ok := g.failures.get(key, version, now); ok {
+		writeJSONBody(w, http.StatusOK, body)
 		return
 	}
 	fs, next, err := g.q.FailuresPage(r.Context(), ref, redisq.FailuresQuery{After: q.Get("cursor"), Limit: limit, Head: FailurePayloadHead})
@@ -416,7 +422,13 @@ func (g *Gateway) listFailures(w http.ResponseWriter, r *http.Request) {
 	if next != "" {
 		out.Next = &next
 	}
-	writeJSON(w, http.StatusOK, out)
+	body, err := encodeJSON(out)
+	if err != nil {
+		writeProblem(w, r, http.StatusInternalServerError, slugInternal, "internal error")
+		return
+	}
+	g.failures.put(key, version, now, body)
+	writeJSONBody(w, http.StatusOK, body)
 }
 
 // RetryResponse is the body of a 202 answer to retry-failed.

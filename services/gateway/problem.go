@@ -113,15 +113,29 @@ func paramError(name, value, want string) FieldError {
 // replaced with U+FFFD (they can only be inside JSON strings, so the body
 // stays JSON).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := encodeJSON(v)
 	if err != nil {
 		writeProblem(w, nil, http.StatusInternalServerError, slugInternal, "internal error")
 		return
 	}
+	writeJSONBody(w, status, b)
+}
+
+// encodeJSON is writeJSON's body: v as JSON, valid UTF-8, ending in a
+// newline.
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
 	if !utf8.Valid(b) {
 		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
 	}
-	b = append(b, '\n')
+	return append(b, '\n'), nil
+}
+
+// writeJSONBody answers with a body of encodeJSON.
+func writeJSONBody(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
