@@ -106,7 +106,7 @@ func t17(p profile) run {
 	)
 	lastTenant := fmt.Sprintf("tenant-%d", tenants-1)
 	window := func(zone string, from, to time.Time) contracts.Window {
-		loc, err := time.LoadLocation(zone)
+		loc, err := contracts.LoadZone(zone)
 		if err != nil {
 			panic(err)
 		}

@@ -10,9 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	// Sending windows name IANA time zones: the binary carries the time
-	// zone database rather than depend on the host having one.
-	_ "time/tzdata"
 
 	"github.com/spf13/cobra"
 )

@@ -81,12 +81,14 @@ func ValidateWindows(field string, ws []Window) error {
 	return nil
 }
 
-// LoadZone returns the location of a [Window.Zone]: an IANA name, never "" or "Local".
+// LoadZone returns the location of a [Window.Zone]: an IANA name, never "" or "Local", from the
+// time zone database embedded in this package (the Go distribution's), not the host's, so that
+// every process computes a window's times alike.
 func LoadZone(zone string) (*time.Location, error) {
 	if zone == "" || zone == "Local" || len(zone) > 64 {
 		return nil, invalidField("zone", strconv.Quote(truncate(zone, 64)), "an IANA time zone name, e.g. Europe/Berlin or UTC")
 	}
-	loc, err := time.LoadLocation(zone)
+	loc, err := loadEmbeddedZone(zone)
 	if err != nil {
 		return nil, invalidField("zone", strconv.Quote(zone)+" is not a known time zone", "an IANA time zone name, e.g. Europe/Berlin or UTC")
 	}

@@ -2,6 +2,6 @@
 // (docs/ARCHITECTURE.md §5, "Schedules"): the instants at which each
 // [contracts.Window] opens and closes, in its IANA time zone, across
 // daylight-saving changes. It does no I/O and reads no clock: callers pass
-// the time. Time zones come from the time package's database; a binary
-// that must not depend on the host's imports time/tzdata.
+// the time. Time zones come from the database embedded in package
+// contracts ([contracts.LoadZone]), never from the host's.
 package schedule

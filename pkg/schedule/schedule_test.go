@@ -3,7 +3,6 @@ package schedule_test
 import (
 	"testing"
 	"time"
-	_ "time/tzdata" // the zones of the tests, whatever the host has
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/schedule"

@@ -105,7 +105,7 @@ func TestRedisRestoredFromAnOlderSnapshotKeepsSchedules(t *testing.T) {
 
 func berlin(t *testing.T) *time.Location {
 	t.Helper()
-	loc, err := time.LoadLocation("Europe/Berlin")
+	loc, err := contracts.LoadZone("Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
 	}
