@@ -20,6 +20,8 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/testkit"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/status"
 	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
@@ -456,4 +458,43 @@ func TestDashboardShowsSchedules(t *testing.T) {
 		}
 	}
 	b.screenshot("group-scheduled")
+}
+
+// TestDashboardShowsOutOfWindowGroups: the groups list says why a group
+// scheduled for later and one outside its sending window wait, each with
+// its next start, and the detail of the one outside its window shows its
+// windows and next start.
+func TestDashboardShowsOutOfWindowGroups(t *testing.T) {
+	s := newServer(t, nil)
+	b := newBrowser(t, s)
+	b.login("acme")
+	// a window two days from now: closed today, whatever the day
+	opens := time.Now().UTC().AddDate(0, 0, 2).Truncate(24 * time.Hour)
+	day := contracts.Weekdays[opens.Weekday()]
+	nb := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	s.submit("acme", "later", "?total=2&notBefore="+url.QueryEscape(nb), ndjson("j", 2, `{"ms":1}`))
+	s.submit("acme", "closed", "?total=2&window="+url.QueryEscape(day+" 00:00-01:00 UTC"), ndjson("j", 2, `{"ms":1}`))
+
+	b.do("open the groups", chromedp.Click(chromedp.CSS(`#nav a[data-view="groups"]`)))
+	why := func(g string) string {
+		return `(document.querySelector('.grow[data-key="acme/` + g + `"] .why')?.textContent || '')`
+	}
+	b.wait("why both wait", why("later")+`.startsWith('scheduled until ') && `+why("closed")+`.startsWith('outside window until ')`, 30*time.Second)
+	b.screenshot("groups-scheduled-and-outside-window")
+	if got, want := b.eval(why("closed")), "outside window until "+status.ScheduleTime(opens); got != want {
+		t.Errorf("the closed group's row says %q, want %q", got, want)
+	}
+
+	b.do("open the closed group", chromedp.Evaluate[chromedp.Void](`location.hash = '#/group/acme/closed'`))
+	b.wait("why it waits", `(document.getElementById('detail-waiting')?.textContent || '').startsWith('outside window until ')`, 30*time.Second)
+	sched := b.eval(`document.getElementById('detail-schedule').textContent`)
+	for _, want := range []string{"sends within " + day + " 00:00–01:00 UTC", "next start "} {
+		if !strings.Contains(sched, want) {
+			t.Errorf("schedule %q, want %q in it", sched, want)
+		}
+	}
+	if strings.Contains(sched, "starts at ") {
+		t.Errorf("schedule %q names a start the group does not have", sched)
+	}
+	b.screenshot("group-outside-window")
 }
