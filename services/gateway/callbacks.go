@@ -106,9 +106,10 @@ func (g *Gateway) retryCallback(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, cb)
 }
 
-// callbackTenant is the tenant a callback-secret request is about: the
-// key's own, or for an admin key ?tenant= (required).
-func callbackTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
+// settingsTenant is the tenant a request about a tenant's settings (its
+// callback secret, its default windows) is about: the key's own, or for
+// an admin key ?tenant= (required).
+func settingsTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := principal(r)
 	tenant, ok := p.tenantFor(r)
 	if !ok {
@@ -144,7 +145,7 @@ func secretView(tenant string, s redisq.CallbackSecrets, now time.Time) *api.Cal
 // secret, since when, and until when a rotated one still signs; never the
 // secret.
 func (g *Gateway) getCallbackSecret(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := callbackTenant(w, r)
+	tenant, ok := settingsTenant(w, r)
 	if !ok {
 		return
 	}
@@ -167,7 +168,7 @@ func (g *Gateway) getCallbackSecret(w http.ResponseWriter, r *http.Request) {
 // one. Each call rotates (no Idempotency-Key replay: the answer holds a
 // secret, which the gateway does not keep).
 func (g *Gateway) rotateCallbackSecret(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := callbackTenant(w, r)
+	tenant, ok := settingsTenant(w, r)
 	if !ok {
 		return
 	}

@@ -254,6 +254,8 @@ func (g *Gateway) table() []route {
 		{method: "POST", pattern: "/v1/groups/{groupId}/callback/retry", op: "retryCallback", h: g.retryCallback, idempotent: true},
 		{method: "GET", pattern: "/v1/callback-secret", op: "getCallbackSecret", h: g.getCallbackSecret},
 		{method: "POST", pattern: "/v1/callback-secret", op: "rotateCallbackSecret", h: g.rotateCallbackSecret},
+		{method: "GET", pattern: "/v1/windows", op: "getTenantWindows", h: g.getTenantWindows},
+		{method: "PUT", pattern: "/v1/windows", op: "setTenantWindows", h: g.setTenantWindows},
 	}
 }
 

@@ -997,6 +997,20 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	c.check("POST", cbr, s.do("POST", "/v1/groups/none/callback/retry", "acme", nil), 404)
 	c.check("POST", cbr, s.do("POST", "/v1/groups/cb/callback/retry", "*", nil), 400)
 
+	// A tenant's default sending windows.
+	tw := "/v1/windows"
+	wbody := `{"windows":[{"zone":"Europe/Berlin","days":["sat"],"from":"10:00","to":"14:00"}]}`
+	c.request("PUT", tw, "application/json", wbody)
+	c.check("PUT", tw, s.do("PUT", tw, "acme", strings.NewReader(wbody), js), 200)
+	c.check("PUT", tw, s.do("PUT", tw, "acme", strings.NewReader(`{"windows":[{"zone":"Mars/Olympus","days":["mon"],"from":"09:00","to":"17:00"}]}`), js), 400)
+	c.check("PUT", tw, s.do("PUT", tw, "*", strings.NewReader(`{"windows":[]}`), js), 400)
+	c.check("PUT", tw, s.do("PUT", tw+"?tenant=hooli", "acme", strings.NewReader(`{"windows":[]}`), js), 404)
+	c.check("GET", tw, s.do("GET", tw, "acme", nil), 200)
+	c.check("GET", tw, s.do("GET", tw+"?tenant=globex", "*", nil), 200)
+	c.check("GET", tw, s.do("GET", tw, "*", nil), 400)
+	c.check("GET", tw, s.do("GET", tw+"?tenant=hooli", "acme", nil), 404)
+	c.check("PUT", tw, s.do("PUT", tw, "acme", strings.NewReader(`{"windows":[]}`), js), 200)
+
 	// Moving a group's start.
 	sched := "/v1/groups/{groupId}/schedule"
 	nb := `{"notBefore":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
@@ -1082,7 +1096,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	// (408), and a tenant whose request rate is spent for an hour (429).
 	for route, id := range new(gateway.Gateway).OperationIDs() {
 		method, tmpl, _ := strings.Cut(route, " ")
-		if method != "POST" || id == "submitJobs" {
+		if (method != "POST" && method != "PUT") || id == "submitJobs" {
 			continue
 		}
 		path := strings.ReplaceAll(tmpl, "{groupId}", "mixed")

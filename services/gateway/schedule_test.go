@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/testkit"
+	"github.com/bulkaction/bulkaction/pkg/api"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
 // TestNotBeforeThroughTheAPI: a group submitted with notBefore 3 s ahead is
@@ -112,4 +114,75 @@ func TestMoveTheStartThroughTheAPI(t *testing.T) {
 		t.Fatalf("move to now: %d %s", r.code, r.body)
 	}
 	s.waitState("acme", "moved", "COMPLETED")
+}
+
+// TestTenantWindowsThroughTheAPI: a tenant reads and sets its default
+// sending windows (PUT replaces them, an empty list removes them); a group
+// it creates afterwards without windows of its own takes them and waits
+// outside them; bad windows are refused naming the field; an admin key
+// names the tenant.
+func TestTenantWindowsThroughTheAPI(t *testing.T) {
+	s := newServer(t, nil)
+	js := "Content-Type: application/json"
+	var tw api.TenantWindows
+	r := s.do("GET", "/v1/windows", "acme", nil)
+	if r.code != http.StatusOK {
+		t.Fatalf("GET before any: %d %s", r.code, r.body)
+	}
+	if r.json(t, &tw); tw.Tenant != "acme" || len(tw.Windows) != 0 {
+		t.Fatalf("before any: %+v", tw)
+	}
+	// a window two days from now: closed today, whatever the day
+	opens := time.Now().UTC().AddDate(0, 0, 2).Truncate(24 * time.Hour)
+	day := contracts.Weekdays[opens.Weekday()]
+	body := `{"windows":[{"zone":"UTC","days":["` + day + `"],"from":"00:00","to":"01:00"}]}`
+	r = s.do("PUT", "/v1/windows", "acme", strings.NewReader(body), js)
+	if r.code != http.StatusOK {
+		t.Fatalf("PUT: %d %s", r.code, r.body)
+	}
+	if r.json(t, &tw); tw.Tenant != "acme" || len(tw.Windows) != 1 || tw.Windows[0].Zone != "UTC" {
+		t.Fatalf("PUT answered %+v", tw)
+	}
+	if r = s.do("GET", "/v1/windows?tenant=acme", "*", nil); r.code != http.StatusOK {
+		t.Fatalf("GET as admin: %d %s", r.code, r.body)
+	}
+	if r.json(t, &tw); len(tw.Windows) != 1 || tw.Windows[0].Days[0] != day {
+		t.Fatalf("GET as admin: %+v", tw)
+	}
+
+	s.submit("acme", "dflt", "?total=1", ndjson("j", 1, `{"ms":1}`))
+	testkit.WaitFor(t, "the group held outside its tenant's window", 10*time.Second, func() bool {
+		v := s.group("acme", "dflt")
+		return v.Status != nil && len(v.Status.Waiting) > 0 && v.Status.Waiting[0].Reason == "outside_window" &&
+			v.Status.Waiting[0].Until != nil && v.Status.Waiting[0].Until.Equal(opens)
+	})
+
+	for _, tc := range []struct{ who, path, body, field string }{
+		{"acme", "/v1/windows", `{"windows":[{"zone":"Mars/Olympus","days":["mon"],"from":"09:00","to":"17:00"}]}`, "windows[0].zone"},
+		{"acme", "/v1/windows", `{"windows":[{"zone":"UTC","days":["someday"],"from":"09:00","to":"17:00"}]}`, "windows[0].days[0]"},
+		{"acme", "/v1/windows", `{}`, "windows"},
+		{"acme", "/v1/windows", `{"windows":[],"x":1}`, "x"},
+		{"*", "/v1/windows", `{"windows":[]}`, "tenant"},
+	} {
+		r := s.do("PUT", tc.path, tc.who, strings.NewReader(tc.body), js)
+		if r.code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.body, r.code, r.body)
+			continue
+		}
+		if p := r.problem(t); len(p.Errors) == 0 || p.Errors[0].Field != tc.field {
+			t.Errorf("%s: %+v, want the field %s named", tc.body, p.Errors, tc.field)
+		}
+	}
+
+	if r = s.do("PUT", "/v1/windows", "acme", strings.NewReader(`{"windows":[]}`), js); r.code != http.StatusOK {
+		t.Fatalf("PUT none: %d %s", r.code, r.body)
+	}
+	if r.json(t, &tw); len(tw.Windows) != 0 {
+		t.Fatalf("after removing them: %+v", tw)
+	}
+	s.submit("acme", "open", "?total=1", ndjson("j", 1, `{"ms":1}`))
+	s.waitState("acme", "open", "COMPLETED")
+	if v := s.group("acme", "dflt"); v.State == "COMPLETED" {
+		t.Errorf("the group created under the windows lost them: %s", v.State)
+	}
 }
