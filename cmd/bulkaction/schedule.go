@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/apiclient"
 	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/status"
@@ -90,7 +91,8 @@ duration from now (90m), or now.`,
 }
 
 // newTenantWindowsCmd is `tenant windows TENANT [--window W]... [--clear]`:
-// a tenant's default sending windows, kept in Redis.
+// a tenant's default sending windows, kept in Redis, directly or through
+// the gateway (--api).
 func newTenantWindowsCmd() *cobra.Command {
 	var windows []string
 	var clear bool
@@ -101,14 +103,13 @@ func newTenantWindowsCmd() *cobra.Command {
 without windows of its own: its jobs are admitted only while one is open.
 With a tenant alone, windows prints them; with --window (repeatable), it
 sets them; --clear removes them. Groups that exist keep the windows they
-have.`,
+have. With --api (or $BULKACTION_API) it goes through the gateway (GET and
+PUT /v1/windows) with the tenant's key or an admin key; otherwise it reads
+and writes Redis.`,
 		Example: `  bulkaction tenant windows acme --window "mon-fri 08:00-20:00 Europe/Berlin" --window "sat 10:00-14:00 Europe/Berlin"
   bulkaction tenant windows acme --clear`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := refuseAPI(cmd, "tenant windows", false); err != nil {
-				return err
-			}
 			if err := contracts.ValidateTenant(args[0]); err != nil {
 				return fmt.Errorf("tenant %q: %w", args[0], err)
 			}
@@ -127,6 +128,26 @@ have.`,
 				return fmt.Errorf("--clear and --window: give one")
 			}
 			ctx := cmd.Context()
+			if a, err := newAPI(cmd, args[0]); err != nil || a != nil {
+				if err != nil {
+					return err
+				}
+				a.explicit = true // the tenant is named
+				var tw *api.TenantWindows
+				err := a.call(func(opts ...apiclient.CallOption) (err error) {
+					if clear || len(ws) > 0 {
+						tw, err = a.c.SetTenantWindows(ctx, ws, opts...)
+					} else {
+						tw, err = a.c.TenantWindows(ctx, opts...)
+					}
+					return err
+				})
+				if err != nil {
+					return apiError(err)
+				}
+				printTenantWindows(cmd, args[0], tw.Windows)
+				return nil
+			}
 			c, err := dialFromEnv(ctx, cli.NeedRedis)
 			if err != nil {
 				return err
@@ -141,20 +162,26 @@ have.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if len(ws) == 0 {
-				fmt.Fprintf(out, "tenant %s: no default sending windows (its groups without windows are always open)\n", args[0])
-				return nil
-			}
-			parts := make([]string, len(ws))
-			for i, w := range ws {
-				parts[i] = w.String()
-			}
-			fmt.Fprintf(out, "tenant %s: default sending windows %s\n", args[0], strings.Join(parts, "; "))
+			printTenantWindows(cmd, args[0], ws)
 			return nil
 		},
 	}
 	cmd.Flags().StringArrayVar(&windows, "window", nil, "a sending window, \"DAYS FROM-TO ZONE\" (repeatable)")
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove the tenant's default windows")
 	return cmd
+}
+
+// printTenantWindows prints a tenant's default sending windows, as read
+// from Redis or the gateway.
+func printTenantWindows(cmd *cobra.Command, tenant string, ws []contracts.Window) {
+	out := cmd.OutOrStdout()
+	if len(ws) == 0 {
+		fmt.Fprintf(out, "tenant %s: no default sending windows (its groups without windows are always open)\n", tenant)
+		return
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = w.String()
+	}
+	fmt.Fprintf(out, "tenant %s: default sending windows %s\n", tenant, strings.Join(parts, "; "))
 }
