@@ -153,8 +153,9 @@ func TestRescheduleOverNATS(t *testing.T) {
 }
 
 // TestBadScheduleIsDeadLettered: a jobs message with a window in an unknown
-// time zone, or a schedule message without a notBefore, is dead-lettered
-// as invalid_field naming the field and the limit; nothing is stored.
+// time zone, a callbackUrl that is not http(s) or a notBefore without its
+// offset, or a schedule message without a notBefore, is dead-lettered as
+// invalid_field naming the field and the limit; nothing is stored.
 func TestBadScheduleIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := pipelinetest.NewEnv(t, redisq.Config{})
@@ -163,6 +164,8 @@ func TestBadScheduleIsDeadLettered(t *testing.T) {
 	for _, body := range []string{
 		`{"v":2,"kind":"jobs","jobs":[{"jobId":"a","type":"t"}],"group":{"windows":[{"zone":"Mars/Olympus","days":["mon"],"from":"09:00","to":"17:00"}]}}`,
 		`{"v":2,"kind":"schedule"}`,
+		`{"v":2,"kind":"jobs","jobs":[{"jobId":"a","type":"t"}],"group":{"callbackUrl":"ftp://hooks.example.com/done"}}`,
+		`{"v":2,"kind":"jobs","jobs":[{"jobId":"a","type":"t"}],"group":{"notBefore":"2026-11-27T09:00:00"}}`,
 	} {
 		m := nats.NewMsg(e.Names.Submit(grp("bad")))
 		m.Data = []byte(body)
@@ -171,8 +174,8 @@ func TestBadScheduleIsDeadLettered(t *testing.T) {
 		}
 	}
 	var dl []deadLetter
-	testkit.WaitFor(t, "two dead letters", 10*time.Second, func() bool { dl = deadLetters(t, e); return len(dl) == 2 })
-	for i, want := range []string{"group.windows[0].zone", "notBefore"} {
+	testkit.WaitFor(t, "four dead letters", 10*time.Second, func() bool { dl = deadLetters(t, e); return len(dl) == 4 })
+	for i, want := range []string{"group.windows[0].zone", "notBefore", "group.callbackUrl", "group.notBefore"} {
 		if dl[i].Reason != contracts.ReasonInvalidField || !strings.Contains(dl[i].Error, want) {
 			t.Errorf("dead letter %d: %s %q, want invalid_field naming %s", i, dl[i].Reason, dl[i].Error, want)
 		}
