@@ -13,7 +13,7 @@ import (
 // FairPlace is where a group stands in the two-level fair queue, read in
 // one round trip ([Queue.FairPlace]).
 type FairPlace struct {
-	// At is the Redis time of the reading.
+	// At is the time of the reading: Redis TIME, or [Config.Clock] when set.
 	At time.Time
 	// Tenants counts the tenants waiting at each level.
 	Tenants map[contracts.Priority]int64
@@ -25,8 +25,8 @@ type FairPlace struct {
 	GroupRank int64
 }
 
-// FairPlace reads where g stands in the fair queue at level: the Redis
-// time, the waiting tenants of every level, and the tenant's and the
+// FairPlace reads where g stands in the fair queue at level: the time (the
+// Redis time, or [Config.Clock]'s), the waiting tenants of every level, and the tenant's and the
 // group's ranks at level. It changes nothing.
 func (q *Queue) FairPlace(ctx context.Context, g contracts.GroupRef, level contracts.Priority) (*FairPlace, error) {
 	pipe := q.rdb.Pipeline()
@@ -41,6 +41,9 @@ func (q *Queue) FairPlace(ctx context.Context, g contracts.GroupRef, level contr
 		return nil, fmt.Errorf("redisq: fair place of %s: %w", g, err)
 	}
 	out := &FairPlace{At: now.Val(), Tenants: make(map[contracts.Priority]int64, len(tenants)), TenantRank: -1, GroupRank: -1}
+	if q.cfg.Clock != nil {
+		out.At = q.cfg.Clock() // the clock the scripts were given, as Now reads it
+	}
 	for p, c := range tenants {
 		out.Tenants[p] = c.Val()
 	}
@@ -125,7 +128,7 @@ type QueueSizes struct {
 	BackingOff int64
 	// Inflight counts the admitted jobs not yet confirmed on READY.
 	Inflight int64
-	// At is the Redis time of the reading.
+	// At is the time of the reading: Redis TIME, or [Config.Clock] when set.
 	At time.Time
 }
 
