@@ -77,7 +77,8 @@ func TestNotBeforeSurvivesAFetcherRestart(t *testing.T) {
 
 // TestWindowClosesMidRunAndReopens: a group whose sending window closes at
 // a minute's end while its jobs run stops being admitted then (the jobs in
-// flight finish), waits outside its window, and is admitted again when
+// flight finish: 5 s after the close every job started has succeeded and
+// the rest are queued), waits outside its window, and is admitted again when
 // its next window opens a minute later. Windows have minutes for unit, so
 // the test waits through one.
 func TestWindowClosesMidRunAndReopens(t *testing.T) {
@@ -109,6 +110,24 @@ func TestWindowClosesMidRunAndReopens(t *testing.T) {
 	// than the window lasts
 	const n = 6000
 	e.submitWith("promo", "send", n, 1000, contracts.GroupSettings{MaxInFlight: 2, Windows: ws})
+
+	// in the closed minute, every job admitted before the close has
+	// finished (succeeded, none in flight) and the rest wait
+	testkit.WaitFor(t, "into the closed minute", 3*time.Minute, func() bool {
+		return time.Now().After(closes.Add(5 * time.Second))
+	})
+	mid := group(t, q, "promo")
+	startedBefore := 0
+	for _, x := range st.list() {
+		if x.Before(closes.Add(5 * time.Second)) {
+			startedBefore++
+		}
+	}
+	t.Logf("5 s after the close: %d jobs started, %d succeeded, %d queued of %d", startedBefore, mid.Succeeded, mid.Pending, mid.Jobs)
+	if mid.Succeeded != int64(startedBefore) || mid.Done != mid.Succeeded || mid.Pending != mid.Jobs-mid.Done {
+		t.Errorf("5 s after the close: %d jobs started, %d succeeded, %d done, %d queued of %d: want the ones in flight finished and the rest queued",
+			startedBefore, mid.Succeeded, mid.Done, mid.Pending, mid.Jobs)
+	}
 
 	testkit.WaitFor(t, "past the reopening", 3*time.Minute, func() bool {
 		return time.Now().After(reopens.Add(2 * time.Second))
