@@ -1,12 +1,16 @@
 package gateway_test
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -185,4 +189,58 @@ func TestTenantWindowsThroughTheAPI(t *testing.T) {
 	if v := s.group("acme", "dflt"); v.State == "COMPLETED" {
 		t.Errorf("the group created under the windows lost them: %s", v.State)
 	}
+}
+
+// TestCancelAndPauseBeforeTheStartThroughTheAPI: a group scheduled an
+// hour ahead is cancelled before it starts: it ends CANCELLED with none of
+// its jobs run, and its completion callback gets the final event. Another
+// is paused and resumed before its start: it is PAUSED, then waits for its
+// notBefore again.
+func TestCancelAndPauseBeforeTheStartThroughTheAPI(t *testing.T) {
+	got := make(chan []byte, 4)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	s := newServer(t, func(c *config.Config) { c.HTTPAllowedHosts = []string{"127.0.0.1"} })
+	if r := s.do("POST", "/v1/callback-secret", "acme", nil); r.code != http.StatusCreated {
+		t.Fatalf("callback secret: %d %s", r.code, r.body)
+	}
+	nb := url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	s.submit("acme", "off", "?total=3&notBefore="+nb+"&callbackUrl="+url.QueryEscape(rcv.URL+"/done"), ndjson("j", 3, `{"ms":1}`))
+	s.submit("acme", "held", "?total=2&notBefore="+nb, ndjson("j", 2, `{"ms":1}`))
+	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool {
+		return s.group("acme", "off").Jobs == 3 && s.group("acme", "held").Jobs == 2
+	})
+
+	if r := s.do("POST", "/v1/groups/off/cancel", "acme", nil); r.code != http.StatusAccepted {
+		t.Fatalf("cancel: %d %s", r.code, r.body)
+	}
+	v := s.waitState("acme", "off", "CANCELLED")
+	if v.StartedAt != nil || v.Succeeded != 0 || v.Cancelled != 3 {
+		t.Errorf("cancelled before its start: started %v, %d succeeded, %d cancelled; want never started, 3 cancelled", v.StartedAt, v.Succeeded, v.Cancelled)
+	}
+	select {
+	case b := <-got:
+		var ev contracts.GroupEvent
+		if err := json.Unmarshal(b, &ev); err != nil || ev.State != contracts.StateCancelled || ev.Cancelled != 3 || ev.GroupID != "off" {
+			t.Errorf("callback body %s (%v), want the CANCELLED final event", b, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no callback for the group cancelled before its start")
+	}
+
+	if r := s.do("POST", "/v1/groups/held/pause", "acme", nil); r.code != http.StatusAccepted {
+		t.Fatalf("pause: %d %s", r.code, r.body)
+	}
+	s.waitState("acme", "held", "PAUSED")
+	if r := s.do("POST", "/v1/groups/held/resume", "acme", nil); r.code != http.StatusAccepted {
+		t.Fatalf("resume: %d %s", r.code, r.body)
+	}
+	testkit.WaitFor(t, "scheduled again after the resume", 10*time.Second, func() bool {
+		v := s.group("acme", "held")
+		return v.State == "CREATED" && v.Status != nil && len(v.Status.Waiting) > 0 && v.Status.Waiting[0].Reason == "scheduled"
+	})
 }
