@@ -58,7 +58,9 @@ type AdaptiveConfig struct {
 	// invalid.
 	IncreaseRatio float64
 	// Decrease multiplies the rate on a throttle (0 < Decrease < 1);
-	// default [DefaultAdaptiveDecrease] (0.8).
+	// default [DefaultAdaptiveDecrease] (0.8). A throttle once the rate is
+	// back at the rate of its last decrease (the capacity where it was)
+	// takes half the decrease: 1 − (1 − Decrease)/2, 0.9 for 0.8.
 	Decrease float64
 	// Floor is the least rate, jobs/s; default [DefaultAdaptiveFloor] (1).
 	Floor float64
@@ -136,8 +138,9 @@ type DestOutcome struct {
 // ReportDestinations moves the learned rate of each destination by the
 // outcomes (dest_report.lua, one call for all): additive increase while it
 // accepts, multiplicative decrease on a throttle (at most once per
-// DecreaseHold), a stop until a Retry-After passes (at most MaxBackoff), a
-// floor and a ceiling. It returns the destinations refused because
+// DecreaseHold), a stop until a Retry-After passes (at most MaxBackoff; for
+// an outcome that also counts accepted jobs, only as long as the new rate
+// takes to send the throttled ones), a floor and a ceiling. It returns the destinations refused because
 // MaxDestinations were tracked already (they are not learned).
 func (q *Queue) ReportDestinations(ctx context.Context, outs []DestOutcome) (refused []string, err error) {
 	if len(outs) == 0 {

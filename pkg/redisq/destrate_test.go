@@ -131,11 +131,12 @@ func TestAdaptiveIncreaseRatio(t *testing.T) {
 	step(215)   // + 0.5 × 10 = 5
 	step(222.5) // + 0.5 × 15
 	step(233.75)
-	// a decrease moves the reference: 0.8 × 233.75, then back toward 233.75
+	// a decrease moves the reference: 0.9 × 233.75 (past the last
+	// decrease's rate: half the decrease), then back toward 233.75
 	b.clock.advance(time.Second)
 	report(t, q, throttled("api", 1, 0))
-	wantRate(t, q, "api", 187)
-	step(187 + 0.5*(233.75-187))
+	wantRate(t, q, "api", 210.375)
+	step(210.375 + 0.5*(233.75-210.375))
 }
 
 // TestAdaptiveFloorAndCeiling: decreases stop at the floor, increases at
@@ -366,4 +367,57 @@ func TestAdaptiveHold(t *testing.T) {
 	if h := holdOf(); h.UntilMs != b.clock.t.UnixMilli()+5000 {
 		t.Fatalf("hold %+v, want until the Retry-After's end", h)
 	}
+}
+
+// TestAdaptivePartialOvershootStopsBriefly: a report that throttles some
+// jobs while the destination accepted others is a small overshoot, not a
+// refusal: its Retry-After stops the destination only as long as the new
+// rate takes to send the jobs that were too many; a report of throttles
+// alone stops it for the whole Retry-After.
+func TestAdaptivePartialOvershootStopsBriefly(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, redisq.DestOutcome{Destination: "api", Accepted: 10, Throttled: 4, RetryAfter: time.Second})
+	d, r := learned(t, q, "api") // 80/s: 4 jobs take 50 ms
+	if d.Rate != 80 || d.StopUntilMs != r.NowMs+50 {
+		t.Fatalf("rate %g, stop %d ms, want 80/s stopped 50 ms", d.Rate, d.StopUntilMs-r.NowMs)
+	}
+	// a long Retry-After still bounds it
+	report(t, q, redisq.DestOutcome{Destination: "api", Accepted: 1, Throttled: 400, RetryAfter: 2 * time.Second})
+	if d, r = learned(t, q, "api"); d.StopUntilMs != r.NowMs+2000 {
+		t.Fatalf("stop %d ms, want the Retry-After's 2000", d.StopUntilMs-r.NowMs)
+	}
+	b.clock.advance(3 * time.Second)
+	report(t, q, throttled("api", 1, time.Second)) // nothing accepted: the whole Retry-After
+	if d, r = learned(t, q, "api"); d.StopUntilMs != r.NowMs+1000 {
+		t.Fatalf("stop %d ms, want the Retry-After's 1000", d.StopUntilMs-r.NowMs)
+	}
+}
+
+// TestAdaptiveGentleDecreaseAtTheLastRate: a throttle that comes once the
+// rate is back at (or past) the rate of its last decrease says the
+// capacity is where it was: the rate drops by half the decrease (0.9 for
+// 0.8). One that comes below it says the capacity fell: the whole
+// decrease.
+func TestAdaptiveGentleDecreaseAtTheLastRate(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Increase: 5, IncreaseRatio: 0.5}}, true)
+	report(t, q, ok("api", 200))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 160, the last decrease from 200
+	for range 4 {                        // 180, 190, 195, 200
+		b.clock.advance(time.Second)
+		report(t, q, ok("api", 200))
+	}
+	b.clock.advance(time.Second)
+	report(t, q, ok("api", 200)) // 205, past it
+	wantRate(t, q, "api", 205)
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0))
+	wantRate(t, q, "api", 184.5) // 0.9 × 205
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // below 205: the capacity fell
+	wantRate(t, q, "api", 147.6)         // 0.8 × 184.5
 }

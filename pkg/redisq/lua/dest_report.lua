@@ -1,6 +1,11 @@
 -- dest_report.lua: the adaptive rate controller (docs/ARCHITECTURE.md §5):
 -- takes the outcomes workers counted per destination since their last
 -- report and moves each destination's learned rate (AIMD).
+-- A throttle multiplies the rate by the decrease factor, by half as much
+-- off 1 when the rate was back at the rate of its last decrease; a
+-- Retry-After stops the destination until then, or, when the report also
+-- counts accepted jobs, for as long as the new rate takes to send the
+-- throttled ones.
 -- KEYS[1]:  dest-rates (ZSET destination -> last report ms)
 -- ARGV[1]:  key prefix (P dest-rate:<dest> is built from it)
 -- ARGV[2]:  now override in ms ('' = Redis TIME)
@@ -76,13 +81,22 @@ for i = 12, #ARGV, 4 do
         rate = clamp(seen * factor)
         t_dec = now
       elseif now - t_dec >= hold then
+        -- back at (or past) the rate of the last decrease: the capacity is
+        -- where it was, so half the decrease; below it, the capacity fell
+        local f = factor
+        if wmax and rate >= wmax then f = (1 + factor) / 2 end
         wmax = rate
-        rate = clamp(rate * factor)
+        rate = clamp(rate * f)
         t_dec = now
       end
       t_inc = now
       if after > 0 then
-        local until_ms = now + math.min(after, max_stop)
+        -- throttles beside accepted jobs are a small overshoot: stop as
+        -- long as the new rate takes to send the jobs that were too many;
+        -- throttles alone, the whole Retry-After
+        local pause = math.min(after, max_stop)
+        if accepted > 0 then pause = math.min(pause, math.ceil(throttled * 1000 / rate)) end
+        local until_ms = now + pause
         if until_ms > stop then stop = until_ms end
       end
     elseif accepted > 0 and rate ~= nil then
