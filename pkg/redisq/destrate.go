@@ -52,7 +52,11 @@ type AdaptiveConfig struct {
 	// the rate at the last decrease: each second the rate grows by
 	// IncreaseRatio × |that rate − rate|, at least Increase, so it comes
 	// back quickly after a decrease, slows down near the rate that was too
-	// much, and speeds up past it when the destination accepts more. 0, the
+	// much, and speeds up past it when the destination accepts more. Half a
+	// decrease's worth past that rate (1 + (1 − Decrease)/2 times it) with
+	// no throttle, the capacity has risen: the rate grows by itself per
+	// second (a probe, doubling or more) until a throttle, which halves it,
+	// not below the rate of the last decrease. 0, the
 	// zero value, means none: additive only (Increase); bulkaction's
 	// setting defaults to [DefaultAdaptiveIncreaseRatio]. Negative is
 	// invalid.

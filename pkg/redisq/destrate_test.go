@@ -122,21 +122,19 @@ func TestAdaptiveIncreaseRatio(t *testing.T) {
 		report(t, q, ok("api", 200))
 		wantRate(t, q, "api", want)
 	}
-	step(180)   // + 0.5 × 40
-	step(190)   // + 0.5 × 20
-	step(195)   // + 5: the additive increase is the least
-	step(200)   // + 5
-	step(205)   // + 5, past the rate of the last decrease
-	step(210)   // + 5
-	step(215)   // + 0.5 × 10 = 5
-	step(222.5) // + 0.5 × 15
-	step(233.75)
-	// a decrease moves the reference: 0.9 × 233.75 (past the last
-	// decrease's rate: half the decrease), then back toward 233.75
+	step(180) // + 0.5 × 40
+	step(190) // + 0.5 × 20
+	step(195) // + 5: the additive increase is the least
+	step(200) // + 5
+	step(205) // + 5, past the rate of the last decrease
+	step(210) // + 5
+	step(215) // + 0.5 × 10 = 5 (from 220, 1.1 × 200, a probe: below)
+	// a decrease moves the reference: 0.9 × 215 (past the last
+	// decrease's rate: half the decrease), then back toward 215
 	b.clock.advance(time.Second)
 	report(t, q, throttled("api", 1, 0))
-	wantRate(t, q, "api", 210.375)
-	step(210.375 + 0.5*(233.75-210.375))
+	wantRate(t, q, "api", 193.5)
+	step(193.5 + 0.5*(215-193.5))
 }
 
 // TestAdaptiveFloorAndCeiling: decreases stop at the floor, increases at
@@ -420,4 +418,71 @@ func TestAdaptiveGentleDecreaseAtTheLastRate(t *testing.T) {
 	b.clock.advance(time.Second)
 	report(t, q, throttled("api", 1, 0)) // below 205: the capacity fell
 	wantRate(t, q, "api", 147.6)         // 0.8 × 184.5
+}
+
+// TestAdaptiveProbesPastTheLastDecrease: once the rate is half a
+// decrease's worth past the rate of its last decrease (1.1 × it for 0.8)
+// without a
+// throttle, the capacity has risen: the rate grows by itself per second
+// (doubles), while the destination is used at half its rate or more.
+func TestAdaptiveProbesPastTheLastDecrease(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Increase: 6, IncreaseRatio: 0.5}}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 80, the last decrease from 100
+	step := func(accepted int, want float64) {
+		t.Helper()
+		b.clock.advance(time.Second)
+		report(t, q, ok("api", accepted))
+		wantRate(t, q, "api", want)
+	}
+	step(100, 90)  // + 0.5 × 20
+	step(100, 96)  // + 6
+	step(100, 102) // + 6
+	step(100, 108) // + 6
+	step(100, 114) // + 6: past 1.1 × 100 from here
+	step(100, 228) // doubled
+	step(100, 228) // used at less than half of it: no growth
+	b.clock.advance(100 * time.Millisecond)
+	report(t, q, ok("api", 200))
+	wantRate(t, q, "api", 250.8) // a tenth of a second: + a tenth of it
+	// a throttle in the probe halves the rate
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0))
+	wantRate(t, q, "api", 125.4)
+}
+
+// TestAdaptiveProbeOvershootKeepsTheLastRate: a throttle as soon as a
+// probe begins does not halve the rate below the rate of the last
+// decrease, which the probe passed without a throttle.
+func TestAdaptiveProbeOvershootKeepsTheLastRate(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Increase: 6, IncreaseRatio: 0.5}}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 80, the last decrease from 100
+	for range 5 {                        // 90, 96, 102, 108, 114
+		b.clock.advance(time.Second)
+		report(t, q, ok("api", 100))
+	}
+	wantRate(t, q, "api", 114)
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0))
+	wantRate(t, q, "api", 100) // not 57
+}
+
+// TestAdaptiveNoProbeWithoutRatio: with IncreaseRatio 0 (additive only)
+// the rate never grows faster than Increase.
+func TestAdaptiveNoProbeWithoutRatio(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{Adaptive: redisq.AdaptiveConfig{Increase: 50}}, true)
+	report(t, q, ok("api", 100))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 1, 0)) // 80
+	for _, want := range []float64{130, 180, 230} {
+		b.clock.advance(time.Second)
+		report(t, q, ok("api", 1000))
+		wantRate(t, q, "api", want)
+	}
 }

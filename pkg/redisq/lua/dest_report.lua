@@ -2,7 +2,8 @@
 -- takes the outcomes workers counted per destination since their last
 -- report and moves each destination's learned rate (AIMD).
 -- A throttle multiplies the rate by the decrease factor, by half as much
--- off 1 when the rate was back at the rate of its last decrease; a
+-- off 1 when the rate was back at the rate of its last decrease, and
+-- halves it when it came in a probe (below); a
 -- Retry-After stops the destination until then, or, when the report also
 -- counts accepted jobs, for as long as the new rate takes to send the
 -- throttled ones.
@@ -20,7 +21,8 @@
 -- ARGV[11]: increase ratio per second (0 = additive only): below the rate
 --           of the last decrease the rate grows by this share of the
 --           distance to it, above it by this share of the distance beyond
---           it, each second (at least the additive increase)
+--           it, each second (at least the additive increase); past
+--           (1 + (1 − factor)/2) × that rate, by the rate itself (a probe)
 -- ARGV[12..]: 4 values per destination: its name, jobs accepted, jobs
 --             throttled, and the longest Retry-After in ms (0 = none)
 -- Returns: { refused } destinations not tracked because the bound was reached
@@ -84,9 +86,16 @@ for i = 12, #ARGV, 4 do
         -- back at (or past) the rate of the last decrease: the capacity is
         -- where it was, so half the decrease; below it, the capacity fell
         local f = factor
-        if wmax and rate >= wmax then f = (1 + factor) / 2 end
+        local least = 0
+        if wmax and ratio > 0 and rate >= wmax * (3 - factor) / 2 then
+          -- a probe overshot: half (it doubled each second), not below the
+          -- rate of the last decrease, which it passed without a throttle
+          f, least = 0.5, wmax
+        elseif wmax and rate >= wmax then
+          f = (1 + factor) / 2
+        end
         wmax = rate
-        rate = clamp(rate * f)
+        rate = clamp(math.max(rate * f, least))
         t_dec = now
       end
       t_inc = now
@@ -106,9 +115,18 @@ for i = 12, #ARGV, 4 do
       if dt > 0 and math.max(acc, prev) * 2 >= rate then
         -- additive, or faster far from the rate of the last decrease: back
         -- to it soon after a decrease (concave), and away from it once the
-        -- destination accepts more (convex); slowest near it
+        -- destination accepts more (convex); slowest near it. Half a decrease's
+        -- worth past it (wmax × (1 + (1 − factor)/2), 1.1 × it for 0.8)
+        -- with no throttle, the capacity has risen: it grows by itself per
+        -- second (probe), as a slow start
         local g = inc
-        if wmax then g = math.max(inc, ratio * math.abs(wmax - rate)) end
+        if wmax and ratio > 0 then
+          if rate >= wmax * (3 - factor) / 2 then
+            g = math.max(inc, rate)
+          else
+            g = math.max(inc, ratio * math.abs(wmax - rate))
+          end
+        end
         rate = clamp(rate + g * dt / 1000)
       end
       if dt > 0 then t_inc = now end
