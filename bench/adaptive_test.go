@@ -27,7 +27,7 @@ var (
 	flagADInc   = flag.Float64("ad.increase", 0, "adaptive run: ADAPTIVE_RATE_INCREASE (0 = the default)")
 	flagADTrace = flag.Bool("ad.trace", false, "adaptive run: print each second's capacity, learned rate, accepted and throttled calls to stderr")
 	flagADRatio = flag.Float64("ad.ratio", -1, "adaptive run: ADAPTIVE_RATE_INCREASE_RATIO (-1 = the default, 0 = additive only)")
-	flagADModes = flag.String("ad.modes", "off,adaptive,static", "adaptive run: modes, comma-separated: off (today), adaptive, static (TYPE_RATE_LIMITS at the first phase's capacity)")
+	flagADModes = flag.String("ad.modes", "alone,off,adaptive,static", "adaptive run: modes, comma-separated: alone (the other tenant by itself: the baseline of other_ratio_vs_alone; first), off (today), adaptive, static (TYPE_RATE_LIMITS at the first phase's capacity)")
 )
 
 // adPhases are the downstream's hidden capacities (jobs/s), each for 20 s
@@ -242,6 +242,9 @@ func submitJobs(ctx context.Context, c *client.Client, typ string, first, n int)
 // of capacity (converge_s: the end of the first 1 s slice, at -ad.scale 1,
 // that met the goals of goodput and 429s; -1 if none); and per mode the
 // worst phase (goodput_ratio_min, throttles_per_job_max, tenant_jain_min).
+// Mode alone runs the fourth tenant by itself, with the adaptive rate on:
+// the modes after it report that tenant's jobs/s as a share of alone's, per
+// phase (other_ratio_vs_alone) and at worst (other_ratio_min).
 // Goals are reported, not asserted.
 func BenchmarkAdaptive(b *testing.B) {
 	rep := &Reporter{W: os.Stdout, Bench: "adaptive"}
@@ -267,6 +270,10 @@ func splitList(s string) []string {
 	}
 	return out
 }
+
+// aloneOther is the other tenant's jobs/s per phase in mode alone, the
+// baseline of the modes after it (nil until alone ran).
+var aloneOther []float64
 
 func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 	env, err := StartEnv()
@@ -294,12 +301,12 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 	}
 	switch mode {
 	case "off":
-	case "adaptive":
+	case "adaptive", "alone":
 		cfg.AdaptiveRateEnabled = true
 	case "static":
 		cfg.TypeRateLimits = fmt.Sprintf("partner=%d/s", int(adPhases[0]))
 	default:
-		return fmt.Errorf("mode %q: want off, adaptive or static", mode)
+		return fmt.Errorf("mode %q: want alone, off, adaptive or static", mode)
 	}
 	phaseLen := time.Duration(float64(20*time.Second) * *flagADScale)
 	p := newPartner(phaseLen)
@@ -324,6 +331,8 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 		c := client.New(st.Conns.JS, client.Options{Names: st.Conns.Names, Tenant: t})
 		if t == "other" {
 			typ, n, other = "elsewhere", adOtherBacklog, c
+		} else if mode == "alone" {
+			continue
 		}
 		if err := submitJobs(ctx, c, typ, 0, n); err != nil {
 			return err
@@ -347,7 +356,16 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	span := (phaseLen - phaseLen/4).Seconds()
-	gMin, tMax, jMin := math.Inf(1), 0.0, math.Inf(1)
+	if mode == "alone" {
+		aloneOther = aloneOther[:0]
+		for i := range adPhases {
+			r := float64(p.other[i]) / span
+			aloneOther = append(aloneOther, r)
+			rep.Add(fmt.Sprintf("alone.phase%d.other_jobs_per_sec", i+1), r)
+		}
+		return nil
+	}
+	gMin, tMax, jMin, oMin := math.Inf(1), 0.0, math.Inf(1), math.Inf(1)
 	for i, capacity := range adPhases {
 		acc, xs := 0, []float64{}
 		for _, t := range []string{"t1", "t2", "t3"} {
@@ -361,13 +379,21 @@ func runAdaptive(b *testing.B, rep *Reporter, mode string) error {
 		rep.Add(name+".goodput_ratio", g)
 		rep.Add(name+".throttles_per_job", tp)
 		rep.Add(name+".tenant_jain", jain)
-		rep.Add(name+".other_jobs_per_sec", float64(p.other[i])/span)
+		o := float64(p.other[i]) / span
+		rep.Add(name+".other_jobs_per_sec", o)
+		if i < len(aloneOther) && aloneOther[i] > 0 {
+			rep.Add(name+".other_ratio_vs_alone", o/aloneOther[i])
+			oMin = math.Min(oMin, o/aloneOther[i])
+		}
 		rep.Add(name+".converge_s", p.converge(i))
 		gMin, tMax, jMin = math.Min(gMin, g), math.Max(tMax, tp), math.Min(jMin, jain)
 	}
 	rep.Add(mode+".goodput_ratio_min", gMin)
 	rep.Add(mode+".throttles_per_job_max", tMax)
 	rep.Add(mode+".tenant_jain_min", jMin)
+	if !math.IsInf(oMin, 1) {
+		rep.Add(mode+".other_ratio_min", oMin)
+	}
 	return nil
 }
 
