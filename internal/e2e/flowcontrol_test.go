@@ -202,7 +202,17 @@ func TestMaxInFlightAcrossProcesses(t *testing.T) {
 		}
 	}()
 	e.submitWith("limited", "work", nLimited, 100, contracts.GroupSettings{MaxInFlight: limit})
-	ev := e.wait("limited", time.Minute)
+	wctx, cancelWait := context.WithTimeout(context.Background(), time.Minute)
+	ev, err := e.client.Wait(wctx, "limited")
+	cancelWait()
+	if err != nil {
+		// what held it: its meta (in flight, queued, backing off, done)
+		// and the processors running its jobs now
+		info := group(t, q, "limited")
+		n, _, _ := conc.now("limited")
+		t.Fatalf("group limited did not end within a minute: %v; %s, %d of %d done, inFlight %d (max %d), %d queued, %d backing off, "+
+			"%d running now; meta %v", err, info.State, info.Done, nLimited, info.InFlight, info.MaxInFlight, info.Pending, info.NonReady, n, info.Meta)
+	}
 	limitedTook := time.Since(start)
 	close(stopFeed)
 	nFree := <-fed
