@@ -11,6 +11,9 @@
 //	<PREFIX>_EVENTS  <prefix>.events.>  limits (group state changes, kept 7 days, 1 GiB)
 //	<PREFIX>_DLQ     <prefix>.dlq.>     limits (rejected messages, kept 7 days, 1 GiB, 1000 per tenant and reason)
 //
+// Beside them, the key-value bucket <PREFIX>_TENANTS ([TenantsBucketConfig])
+// is the durable record of the tenant settings SUBMIT does not carry.
+//
 // Every stream keeps a duplicate window (2 minutes by default) so that a
 // publisher retrying with the same Nats-Msg-Id stores the message once.
 package natsutil

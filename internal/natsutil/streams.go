@@ -195,9 +195,10 @@ func StreamConfigs(n contracts.Names, s StreamSettings) []jetstream.StreamConfig
 	}
 }
 
-// EnsureStreams creates the streams of [StreamConfigs] that do not exist and
-// updates the ones that do, so it is safe to call at every start: a second
-// call with the same settings changes nothing. An error names the stream.
+// EnsureStreams creates the streams of [StreamConfigs] and the bucket of
+// [TenantsBucketConfig] that do not exist and updates the ones that do, so
+// it is safe to call at every start: a second call with the same settings
+// changes nothing. An error names the stream or bucket.
 // An invalid prefix in n or a negative field of s fails before any stream is
 // touched.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, n contracts.Names, s StreamSettings) error {
@@ -222,7 +223,25 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n contracts.Name
 			return fmt.Errorf("natsutil: stream %s: %w", cfg.Name, err)
 		}
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, TenantsBucketConfig(n, s)); err != nil {
+		return fmt.Errorf("natsutil: bucket %s: %w", n.BucketTenants(), err)
+	}
 	return nil
+}
+
+// TenantsBucketConfig is the configuration of the key-value bucket named
+// [contracts.Names.BucketTenants], the durable record of the tenant settings
+// SUBMIT does not carry (docs/ARCHITECTURE.md §6.7): its storage and
+// replicas are the streams', and it keeps each key's last value only.
+func TenantsBucketConfig(n contracts.Names, s StreamSettings) jetstream.KeyValueConfig {
+	s = s.withDefaults()
+	return jetstream.KeyValueConfig{
+		Bucket:      n.BucketTenants(),
+		Description: "bulkaction tenant settings: default sending windows and callback secrets",
+		History:     1,
+		Storage:     s.Storage,
+		Replicas:    s.Replicas,
+	}
 }
 
 // ErrSubmitWorkQueue is wrapped by the error of [EnsureStreams] when SUBMIT

@@ -256,6 +256,11 @@ func (n Names) StreamEvents() string { return n.streamName("EVENTS") }
 // BULKACTION_DLQ for the default prefix.
 func (n Names) StreamDLQ() string { return n.streamName("DLQ") }
 
+// BucketTenants returns the name of the JetStream key-value bucket holding the durable record of
+// each tenant's settings that are not carried by SUBMIT (its default sending windows and its
+// callback secrets): BULKACTION_TENANTS for the default prefix. Redis holds their working copy.
+func (n Names) BucketTenants() string { return n.streamName("TENANTS") }
+
 // JobsMsgID returns the Nats-Msg-Id of a jobs submission: "<tenant>:<groupId>:<jobId>" for one
 // job, so a producer that publishes the same job again within the stream's duplicate window is
 // deduplicated, and "<tenant>:<groupId>:jobs:<n>:<digest of the job IDs>" for more. Job-level

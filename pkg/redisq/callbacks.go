@@ -302,6 +302,9 @@ func (q *Queue) CallbackSecretsOf(ctx context.Context, tenant string) (CallbackS
 // SetCallbackSecret makes secret tenant's current callback secret; the one
 // it replaces keeps signing for grace (0 = it stops at once). It returns
 // the secrets after the change.
+// It writes Redis only, unrevisioned: the writers of a deployment go through
+// package tenantset, which records them in JetStream first and writes them
+// here with [Queue.PutCallbackSecrets].
 func (q *Queue) SetCallbackSecret(ctx context.Context, tenant, secret string, grace time.Duration) (CallbackSecrets, error) {
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return CallbackSecrets{}, err

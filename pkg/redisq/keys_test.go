@@ -22,6 +22,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.TenantClock(): "TenantClock", k.TenantWeights(): "TenantWeights", k.StuckWatch(): "StuckWatch",
 		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants", k.GroupIndex(): "GroupIndex",
 		k.Positions(): "Positions", k.Guard("0123456789abcdef-1"): "Guard", k.CallbacksDue(): "CallbacksDue",
+		k.TenantSettingsRev(): "TenantSettingsRev", k.TenantWindows(): "TenantWindows",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
@@ -32,7 +33,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p", "refusals", "refused-ids", "refused-recent",
 		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas", "group-index", "index",
 		"retry-of", "retries", "idempotency", "admin", "positions", "guard", "callback", "callbacks", "due",
-		"callback-secret"}
+		"callback-secret", "tenant-settings-rev", "tenant-windows"}
 	owner := map[string]string{} // user key -> what built it
 	add := func(key, what string) {
 		if sys, ok := system[key]; ok {

@@ -144,6 +144,9 @@ func (q *Queue) RefreshWindows(ctx context.Context) (int, error) {
 // SetTenantWindows sets a tenant's default sending windows (none: removes
 // them). They apply to the groups it creates afterwards without windows of
 // their own.
+// It writes Redis only, unrevisioned: the writers of a deployment go through
+// package tenantset, which records them in JetStream first and writes them
+// here with [Queue.PutTenantWindows].
 func (q *Queue) SetTenantWindows(ctx context.Context, tenant string, ws []contracts.Window) error {
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return err
