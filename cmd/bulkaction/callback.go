@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/pkg/status"
@@ -110,7 +111,11 @@ replaces keeps signing beside the new one for BULKACTION_CALLBACK_SECRET_GRACE
 			} else if a != nil {
 				return a.callbackSecret(cmd, rotate)
 			}
-			c, err := dialFromEnv(cmd.Context(), cli.NeedRedis)
+			need := cli.NeedRedis
+			if rotate {
+				need |= cli.NeedNATS // the tenants bucket, written first
+			}
+			c, err := dialFromEnv(cmd.Context(), need)
 			if err != nil {
 				return err
 			}
@@ -118,8 +123,12 @@ replaces keeps signing beside the new one for BULKACTION_CALLBACK_SECRET_GRACE
 			out := cmd.OutOrStdout()
 			ctx := cmd.Context()
 			if rotate {
+				ts, err := tenantset.Open(ctx, c.JS, c.Names, c.Queue)
+				if err != nil {
+					return err
+				}
 				secret := webhook.NewSecret()
-				s, err := c.Queue.SetCallbackSecret(ctx, tenant, secret, c.Config.CallbackSecretGrace)
+				s, err := ts.RotateCallbackSecret(ctx, tenant, secret, c.Config.CallbackSecretGrace)
 				if err != nil {
 					return err
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/apiclient"
 	"github.com/bulkaction/bulkaction/internal/cli"
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -91,8 +92,8 @@ duration from now (90m), or now.`,
 }
 
 // newTenantWindowsCmd is `tenant windows TENANT [--window W]... [--clear]`:
-// a tenant's default sending windows, kept in Redis, directly or through
-// the gateway (--api).
+// a tenant's default sending windows, kept in the tenants bucket and Redis
+// (package tenantset), directly or through the gateway (--api).
 func newTenantWindowsCmd() *cobra.Command {
 	var windows []string
 	var clear bool
@@ -105,7 +106,7 @@ With a tenant alone, windows prints them; with --window (repeatable), it
 sets them; --clear removes them. Groups that exist keep the windows they
 have. With --api (or $BULKACTION_API) it goes through the gateway (GET and
 PUT /v1/windows) with the tenant's key or an admin key; otherwise it reads
-and writes Redis.`,
+Redis, and writes the JetStream bucket that keeps them, then Redis.`,
 		Example: `  bulkaction tenant windows acme --window "mon-fri 08:00-20:00 Europe/Berlin" --window "sat 10:00-14:00 Europe/Berlin"
   bulkaction tenant windows acme --clear`,
 		Args: cobra.ExactArgs(1),
@@ -148,13 +149,22 @@ and writes Redis.`,
 				printTenantWindows(cmd, args[0], tw.Windows)
 				return nil
 			}
-			c, err := dialFromEnv(ctx, cli.NeedRedis)
+			set := clear || len(ws) > 0
+			need := cli.NeedRedis
+			if set {
+				need |= cli.NeedNATS // the tenants bucket, written first
+			}
+			c, err := dialFromEnv(ctx, need)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if clear || len(ws) > 0 {
-				if err := c.Queue.SetTenantWindows(ctx, args[0], ws); err != nil {
+			if set {
+				ts, err := tenantset.Open(ctx, c.JS, c.Names, c.Queue)
+				if err != nil {
+					return err
+				}
+				if err := ts.SetWindows(ctx, args[0], ws); err != nil {
 					return err
 				}
 			}

@@ -218,6 +218,12 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		return fmt.Errorf("fetcher: subscribe %s: %w", f.d.Names.Notify("work"), err)
 	}
 	f.replay.base, f.replay.cons = ctx, cons
+	// The tenant settings SUBMIT does not carry are copied from their
+	// bucket into Redis at start too: a Redis that came back older while
+	// no fetcher ran, with its position current, gets them back here.
+	if err := f.restoreTenantSettings(ctx); err != nil && ctx.Err() == nil {
+		f.log.Warn("tenant settings not restored from their bucket", "err", err)
+	}
 	// A Redis that restarted since the last position gets SUBMIT's replay
 	// before anything else is applied (§6.7); a failure here is retried by
 	// the ingest.

@@ -14,6 +14,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 )
 
 // SUBMIT is a retained log (docs/ARCHITECTURE.md §6.7). The fetchers keep
@@ -25,6 +26,8 @@ import (
 // point; so before applying anything more, a fetcher replays SUBMIT from
 // the stored position to the stream's end, applying each message again
 // (applying is idempotent), and only then makes the position current.
+// Before the replay it copies the tenants bucket (package tenantset) into
+// Redis: the settings written there and not in SUBMIT.
 
 // submitLog is the name of SUBMIT's position in Redis.
 const submitLog = "submit"
@@ -134,6 +137,12 @@ func (f *Fetcher) replaySubmit(ctx context.Context) error {
 	}()
 	if p, err = f.d.Queue.Position(ctx, submitLog); err != nil || p.Current {
 		return err // another fetcher replayed while this one took the lease
+	}
+	// The tenant settings SUBMIT does not carry (default windows, callback
+	// secrets) come back from their bucket first, so that the groups the
+	// replay creates again take the tenant's windows of now.
+	if err := f.restoreTenantSettings(ctx); err != nil {
+		return err
 	}
 	ci, err := f.replay.cons.Info(ctx)
 	if err != nil {
@@ -480,4 +489,19 @@ func (f *Fetcher) purge(ctx context.Context, pos uint64) error {
 	rs.purged = max(rs.purged, upTo+1)
 	rs.mu.Unlock()
 	return nil
+}
+
+// restoreTenantSettings copies the tenants bucket, the durable record of the
+// tenants' default windows and callback secrets, into Redis: what Redis
+// holds older than the bucket is written again.
+func (f *Fetcher) restoreTenantSettings(ctx context.Context) error {
+	ts, err := tenantset.Open(ctx, f.d.JS, f.d.Names, f.d.Queue)
+	if err != nil {
+		return err
+	}
+	n, err := ts.Restore(ctx)
+	if n > 0 {
+		f.log.Warn("tenant settings older in Redis than in their bucket: restored", "entries", n)
+	}
+	return err
 }

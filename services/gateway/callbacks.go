@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 	"github.com/bulkaction/bulkaction/pkg/api"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
@@ -165,7 +167,8 @@ func (g *Gateway) getCallbackSecret(w http.ResponseWriter, r *http.Request) {
 // rotateCallbackSecret: POST /v1/callback-secret. Makes a new secret for
 // the tenant and answers it, once: it is never shown again. The secret it
 // replaces keeps signing for SecretGrace, so receivers can move to the new
-// one. Each call rotates (no Idempotency-Key replay: the answer holds a
+// one. The secrets are written to the tenants bucket, then to Redis
+// (package tenantset). Each call rotates (no Idempotency-Key replay: the answer holds a
 // secret, which the gateway does not keep).
 func (g *Gateway) rotateCallbackSecret(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := settingsTenant(w, r)
@@ -173,7 +176,11 @@ func (g *Gateway) rotateCallbackSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	secret := webhook.NewSecret()
-	s, err := g.q.SetCallbackSecret(r.Context(), tenant, secret, g.cfg.Callbacks.SecretGrace)
+	ts, err := g.tenantSettings(r.Context())
+	var s redisq.CallbackSecrets
+	if err == nil {
+		s, err = ts.RotateCallbackSecret(r.Context(), tenant, secret, g.cfg.Callbacks.SecretGrace)
+	}
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
@@ -182,4 +189,11 @@ func (g *Gateway) rotateCallbackSecret(w http.ResponseWriter, r *http.Request) {
 	v.Secret = secret
 	g.log.Info("callback secret rotated", "tenant", tenant, "graceUntil", v.PreviousValidUntil)
 	writeJSON(w, http.StatusCreated, v)
+}
+
+// tenantSettings binds the tenants bucket, the durable record of the
+// settings written here (windows, callback secrets). Writes are rare: it is
+// bound on each.
+func (g *Gateway) tenantSettings(ctx context.Context) (*tenantset.Settings, error) {
+	return tenantset.Open(ctx, g.deps.JS, g.deps.Names, g.q)
 }

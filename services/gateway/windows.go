@@ -25,7 +25,8 @@ func (g *Gateway) getTenantWindows(w http.ResponseWriter, r *http.Request) {
 
 // setTenantWindows: PUT /v1/windows with {"windows": [...]}. Replaces the
 // tenant's default sending windows (an empty list removes them) and
-// answers them; groups that exist keep the windows they have.
+// answers them; groups that exist keep the windows they have. They are
+// written to the tenants bucket, then to Redis (package tenantset).
 func (g *Gateway) setTenantWindows(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := settingsTenant(w, r)
 	if !ok {
@@ -53,7 +54,11 @@ func (g *Gateway) setTenantWindows(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, slugInvalidBody, hint, fieldError(err))
 		return
 	}
-	if err := g.q.SetTenantWindows(r.Context(), tenant, *body.Windows); err != nil {
+	ts, err := g.tenantSettings(r.Context())
+	if err == nil {
+		err = ts.SetWindows(r.Context(), tenant, *body.Windows)
+	}
+	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
