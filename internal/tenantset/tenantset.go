@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,9 @@ const rotateAttempts = 5
 type Settings struct {
 	kv jetstream.KeyValue
 	q  *redisq.Queue
+	// bucket tells this bucket from one made again after it was deleted
+	// (its stream's creation time), whose revisions start again at 1.
+	bucket string
 }
 
 // Open binds the bucket named by n, which [natsutil.EnsureStreams] creates
@@ -46,7 +50,19 @@ func Open(ctx context.Context, js jetstream.JetStream, n contracts.Names, q *red
 	if err != nil {
 		return nil, fmt.Errorf("tenantset: bucket %s (a bulkaction service creates it at start): %w", n.BucketTenants(), err)
 	}
-	return &Settings{kv: kv, q: q}, nil
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tenantset: bucket %s: %w", n.BucketTenants(), err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return nil, fmt.Errorf("tenantset: bucket %s: status %T has no stream info", n.BucketTenants(), st)
+	}
+	return &Settings{kv: kv, q: q, bucket: strconv.FormatInt(bs.StreamInfo().Created.UnixNano(), 10)}, nil
+}
+
+func (s *Settings) version(rev uint64) redisq.SettingVersion {
+	return redisq.SettingVersion{Bucket: s.bucket, Rev: rev}
 }
 
 // SetWindows makes ws tenant's default sending windows (none: removes
@@ -68,7 +84,7 @@ func (s *Settings) SetWindows(ctx context.Context, tenant string, ws []contracts
 	if err != nil {
 		return fmt.Errorf("tenantset: windows of tenant %s: %w", tenant, err)
 	}
-	_, err = s.q.PutTenantWindows(ctx, tenant, ws, rev)
+	_, err = s.q.PutTenantWindows(ctx, tenant, ws, s.version(rev))
 	return err
 }
 
@@ -154,7 +170,7 @@ func (s *Settings) RotateCallbackSecret(ctx context.Context, tenant, secret stri
 			return redisq.CallbackSecrets{}, fmt.Errorf("tenantset: callback secret of tenant %s: %w", tenant, err)
 		}
 		out := r.secrets()
-		if _, err := s.q.PutCallbackSecrets(ctx, tenant, out, nrev); err != nil {
+		if _, err := s.q.PutCallbackSecrets(ctx, tenant, out, s.version(nrev)); err != nil {
 			return redisq.CallbackSecrets{}, err
 		}
 		return out, nil
@@ -205,13 +221,13 @@ func (s *Settings) restore(ctx context.Context, e jetstream.KeyValueEntry) (bool
 		if err := json.Unmarshal(e.Value(), &ws); err != nil {
 			return false, fmt.Errorf("tenantset: entry %s: %w", e.Key(), err)
 		}
-		return s.q.PutTenantWindows(ctx, tenant, ws, e.Revision())
+		return s.q.PutTenantWindows(ctx, tenant, ws, s.version(e.Revision()))
 	case kindSecret:
 		var r secretRecord
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			return false, fmt.Errorf("tenantset: entry %s: %w", e.Key(), err)
 		}
-		return s.q.PutCallbackSecrets(ctx, tenant, r.secrets(), e.Revision())
+		return s.q.PutCallbackSecrets(ctx, tenant, r.secrets(), s.version(e.Revision()))
 	}
 	return false, nil
 }

@@ -3,6 +3,8 @@ package tenantset_test
 import (
 	"context"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,7 +98,8 @@ func TestRestoreWritesWhatRedisLostOnce(t *testing.T) {
 
 // TestOlderRevisionNeverOverwrites: a copy of an older revision (a restore
 // that read the bucket before a write and writes Redis after it) leaves
-// Redis as the newer write made it.
+// Redis as the newer write made it; a copy of a bucket made again (its
+// revisions start again at 1) is written over whatever revision Redis has.
 func TestOlderRevisionNeverOverwrites(t *testing.T) {
 	t.Parallel()
 	e, s := open(t)
@@ -104,17 +107,47 @@ func TestOlderRevisionNeverOverwrites(t *testing.T) {
 	if err := s.SetWindows(ctx, "a", york); err != nil {
 		t.Fatal(err)
 	}
-	rev, err := e.Redis.HGet(ctx, e.Keys.TenantSettingsRev(), "a:windows").Uint64()
-	if err != nil || rev == 0 {
-		t.Fatalf("revision of a's windows in Redis: %d, %v", rev, err)
+	stored, err := e.Redis.HGet(ctx, e.Keys.TenantSettingsRev(), "a:windows").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, revText, _ := strings.Cut(stored, ":")
+	rev, err := strconv.ParseUint(revText, 10, 64)
+	if err != nil || rev == 0 || bucket == "" {
+		t.Fatalf("version of a's windows in Redis: %q", stored)
 	}
 	for _, r := range []uint64{rev - 1, rev} {
-		if wrote, err := e.Queue.PutTenantWindows(ctx, "a", berlin, r); err != nil || wrote {
-			t.Errorf("PutTenantWindows at revision %d (Redis at %d): wrote %v, %v; want not written", r, rev, wrote, err)
+		v := redisq.SettingVersion{Bucket: bucket, Rev: r}
+		if wrote, err := e.Queue.PutTenantWindows(ctx, "a", berlin, v); err != nil || wrote {
+			t.Errorf("PutTenantWindows at %v (Redis at %q): wrote %v, %v; want not written", v, stored, wrote, err)
 		}
 	}
 	if ws := windows(t, e, "a"); !reflect.DeepEqual(ws, york) {
 		t.Errorf("a's windows %v, want %v", ws, york)
+	}
+
+	// Redis copied a's windows from a bucket since deleted, at a revision
+	// the bucket of now has not reached.
+	if err := e.Redis.HSet(ctx, e.Keys.TenantSettingsRev(), "a:windows", "1:999").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetWindows(ctx, "a", berlin); err != nil {
+		t.Fatal(err)
+	}
+	if ws := windows(t, e, "a"); !reflect.DeepEqual(ws, berlin) {
+		t.Errorf("a's windows after a write to a bucket made again: %v, want %v", ws, berlin)
+	}
+	if err := e.Redis.HSet(ctx, e.Keys.TenantSettingsRev(), "a:windows", "1:999").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Redis.HSet(ctx, e.Keys.TenantWindows(), "a", `[{"zone":"UTC","days":["sun"],"from":"00:00","to":"01:00"}]`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := restore(t, s); n != 1 {
+		t.Errorf("restore over a copy of a bucket made again wrote %d entries, want 1", n)
+	}
+	if ws := windows(t, e, "a"); !reflect.DeepEqual(ws, berlin) {
+		t.Errorf("a's windows after a restore: %v, want %v", ws, berlin)
 	}
 }
 

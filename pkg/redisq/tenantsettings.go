@@ -6,27 +6,51 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
-// TenantSettingsRev is the HASH of the revision of each tenant setting whose
+// TenantSettingsRev is the HASH of the version of each tenant setting whose
 // durable record is in JetStream (docs/ARCHITECTURE.md §6.7) that Redis
 // holds a copy of (field: "<tenant>:windows" or "<tenant>:callback-secret",
-// value: the revision of its entry in the bucket). A copy is written only
-// over an older revision, so a late restore never undoes a newer write.
+// value: "<bucket>:<revision>", a [SettingVersion]). A copy is written only
+// over an older revision of the same bucket, so a late restore never undoes
+// a newer write.
 func (k Keys) TenantSettingsRev() string { return k.prefix + "tenant-settings-rev" }
+
+// SettingVersion is the version of a tenant setting's record: the bucket it
+// is in, as an id that changes when the bucket is made again (its revisions
+// then start again at 1), and its revision there.
+type SettingVersion struct {
+	Bucket string
+	Rev    uint64
+}
+
+func (v SettingVersion) String() string { return v.Bucket + ":" + strconv.FormatUint(v.Rev, 10) }
+
+// newerThan reports whether v is to be written over a copy of version
+// stored ("" = none): a later revision, or one of another bucket.
+func (v SettingVersion) newerThan(stored string) bool {
+	i := strings.LastIndexByte(stored, ':')
+	if i < 0 || stored[:i] != v.Bucket {
+		return true
+	}
+	rev, err := strconv.ParseUint(stored[i+1:], 10, 64)
+	return err != nil || rev < v.Rev
+}
 
 // putAttempts bounds the optimistic transactions of a revisioned write that
 // other writers keep interrupting.
 const putAttempts = 10
 
 // PutTenantWindows makes ws (none: no windows) tenant's default sending
-// windows as revision rev of their durable record, unless Redis holds that
-// revision or a later one already. It reports whether it wrote.
-func (q *Queue) PutTenantWindows(ctx context.Context, tenant string, ws []contracts.Window, rev uint64) (bool, error) {
+// windows as version v of their durable record, unless Redis holds that
+// revision of the same bucket or a later one already. It reports whether it
+// wrote.
+func (q *Queue) PutTenantWindows(ctx context.Context, tenant string, ws []contracts.Window, v SettingVersion) (bool, error) {
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return false, err
 	}
@@ -41,7 +65,7 @@ func (q *Queue) PutTenantWindows(ctx context.Context, tenant string, ws []contra
 		}
 		val = string(b)
 	}
-	return q.putRevisioned(ctx, tenant+":windows", rev, func(p redis.Pipeliner) {
+	return q.putRevisioned(ctx, tenant+":windows", v, func(p redis.Pipeliner) {
 		if val == "" {
 			p.HDel(ctx, q.keys.TenantWindows(), tenant)
 		} else {
@@ -50,15 +74,15 @@ func (q *Queue) PutTenantWindows(ctx context.Context, tenant string, ws []contra
 	})
 }
 
-// PutCallbackSecrets makes s tenant's callback secrets as revision rev of
-// their durable record, unless Redis holds that revision or a later one
-// already. It reports whether it wrote.
-func (q *Queue) PutCallbackSecrets(ctx context.Context, tenant string, s CallbackSecrets, rev uint64) (bool, error) {
+// PutCallbackSecrets makes s tenant's callback secrets as version v of
+// their durable record, unless Redis holds that revision of the same bucket
+// or a later one already. It reports whether it wrote.
+func (q *Queue) PutCallbackSecrets(ctx context.Context, tenant string, s CallbackSecrets, v SettingVersion) (bool, error) {
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return false, err
 	}
 	key := q.keys.TenantCallbackSecret(tenant)
-	return q.putRevisioned(ctx, tenant+":callback-secret", rev, func(p redis.Pipeliner) {
+	return q.putRevisioned(ctx, tenant+":callback-secret", v, func(p redis.Pipeliner) {
 		p.Del(ctx, key)
 		if s.Current != "" {
 			p.HSet(ctx, key, "current", s.Current, "createdAt", s.CreatedAt.UnixMilli())
@@ -69,9 +93,9 @@ func (q *Queue) PutCallbackSecrets(ctx context.Context, tenant string, s Callbac
 	})
 }
 
-// putRevisioned runs write and records rev as field's revision in one
-// transaction, unless the recorded revision is rev or later.
-func (q *Queue) putRevisioned(ctx context.Context, field string, rev uint64, write func(redis.Pipeliner)) (bool, error) {
+// putRevisioned runs write and records v as field's version in one
+// transaction, unless the recorded version is v or later.
+func (q *Queue) putRevisioned(ctx context.Context, field string, v SettingVersion, write func(redis.Pipeliner)) (bool, error) {
 	revKey := q.keys.TenantSettingsRev()
 	for range putAttempts {
 		wrote := false
@@ -80,12 +104,12 @@ func (q *Queue) putRevisioned(ctx context.Context, field string, rev uint64, wri
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return err
 			}
-			if n, _ := strconv.ParseUint(cur, 10, 64); err == nil && n >= rev {
+			if !v.newerThan(cur) {
 				return nil
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				write(p)
-				p.HSet(ctx, revKey, field, rev)
+				p.HSet(ctx, revKey, field, v.String())
 				return nil
 			})
 			wrote = err == nil
