@@ -107,6 +107,38 @@ func TestEnsureStreamsCreatesFiveStreams(t *testing.T) {
 	}
 }
 
+// TestEnsureStreamsCreatesTheTenantsBucket: the bucket is made with the
+// streams' storage, keeps one value per key, and a second call keeps it and
+// its entries.
+func TestEnsureStreamsCreatesTheTenantsBucket(t *testing.T) {
+	t.Parallel()
+	_, _, js := testenv.NATS(t)
+	ctx := context.Background()
+	n := contracts.Names{Prefix: "acme.bulk"}
+	s := natsutil.StreamSettings{Storage: jetstream.MemoryStorage}
+	if err := natsutil.EnsureStreams(ctx, js, n, s); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "ACME_BULK_TENANTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "t1.windows", []byte("[]")); err != nil {
+		t.Fatal(err)
+	}
+	if err := natsutil.EnsureStreams(ctx, js, n, s); err != nil {
+		t.Fatalf("second EnsureStreams: %v", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+	if info.Config.Storage != jetstream.MemoryStorage || st.History() != 1 || st.Values() != 1 {
+		t.Errorf("bucket: storage %v, history %d, values %d; want memory, 1, 1", info.Config.Storage, st.History(), st.Values())
+	}
+}
+
 func TestEnsureStreamsIsIdempotentAndUpdates(t *testing.T) {
 	t.Parallel()
 	_, _, js := testenv.NATS(t)

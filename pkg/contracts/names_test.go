@@ -82,11 +82,12 @@ func TestTenantWildcardsCoverOnlyTheTenant(t *testing.T) {
 	}
 }
 
+// TestStreamNamesAreValid: stream names, and the tenants bucket's, take only A-Z, 0-9 and _.
 func TestStreamNamesAreValid(t *testing.T) {
 	t.Parallel()
 	for _, prefix := range []string{"", "a.b", "ünï.cødé", "x-y_z.0"} {
 		n := contracts.Names{Prefix: prefix}
-		for _, s := range []string{n.StreamSubmit(), n.StreamReady(), n.StreamResult(), n.StreamEvents(), n.StreamDLQ()} {
+		for _, s := range []string{n.StreamSubmit(), n.StreamReady(), n.StreamResult(), n.StreamEvents(), n.StreamDLQ(), n.BucketTenants()} {
 			for i := 0; i < len(s); i++ {
 				c := s[i]
 				if !(('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || c == '_') {
