@@ -219,11 +219,14 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	}
 	f.replay.base, f.replay.cons = ctx, cons
 	// The tenant settings SUBMIT does not carry are copied from their
-	// bucket into Redis at start too: a Redis that came back older while
-	// no fetcher ran, with its position current, gets them back here.
-	if err := f.restoreTenantSettings(ctx); err != nil && ctx.Err() == nil {
+	// bucket into Redis at start too, not only by a replay: a write that
+	// reached the bucket and not Redis (Redis failed in between) is
+	// completed here. Bounded, so that a slow NATS does not hold the start.
+	rctx, cancel := context.WithTimeout(ctx, replayWait)
+	if err := f.restoreTenantSettings(rctx); err != nil && ctx.Err() == nil {
 		f.log.Warn("tenant settings not restored from their bucket", "err", err)
 	}
+	cancel()
 	// A Redis that restarted since the last position gets SUBMIT's replay
 	// before anything else is applied (§6.7); a failure here is retried by
 	// the ingest.

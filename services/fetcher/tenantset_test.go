@@ -89,3 +89,40 @@ func TestRedisRestoredFromAnOlderSnapshotKeepsTenantSettings(t *testing.T) {
 		t.Errorf("callback secrets after the replay: %+v, want %+v", sec, rotated)
 	}
 }
+
+// TestFetcherStartCompletesATenantSettingRedisMissed: a setting the bucket
+// has and Redis has not (its write to Redis failed after the bucket's) is
+// in Redis once a fetcher has started, with no replay to do.
+func TestFetcherStartCompletesATenantSettingRedisMissed(t *testing.T) {
+	t.Parallel()
+	e := pipelinetest.NewEnv(t, redisq.Config{})
+	ctx := context.Background()
+	stop := testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	testkit.WaitFor(t, "the position current", 0, func() bool {
+		p, err := e.Queue.Position(ctx, "submit")
+		return err == nil && p.Current
+	})
+	stop()
+
+	kv, err := e.JS.KeyValue(ctx, e.Names.BucketTenants())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := []contracts.Window{{Zone: "Asia/Kolkata", Days: []string{"fri"}, From: "10:00", To: "18:00"}}
+	if _, err := kv.Put(ctx, "acme.windows", []byte(`[{"zone":"Asia/Kolkata","days":["fri"],"from":"10:00","to":"18:00"}]`)); err != nil {
+		t.Fatal(err)
+	}
+	f := newFetcher(t, fetcher.Config{}, e.Deps())
+	testkit.Start(t, f)
+	testkit.WaitFor(t, "the fetcher ready (once the start's copy is done)", 0, func() bool {
+		select {
+		case <-f.Ready():
+			return true
+		default:
+			return false
+		}
+	})
+	if got, err := e.Queue.TenantWindows(ctx, "acme"); err != nil || !reflect.DeepEqual(got, ws) {
+		t.Errorf("windows once the fetcher started: %v, %v; want %v", got, err, ws)
+	}
+}
