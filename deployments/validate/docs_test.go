@@ -10,7 +10,8 @@ import (
 // Metric names and settings written in the deployment files and the operations guide exist.
 func TestNamesInDocsAndDeployments(t *testing.T) {
 	settingRE := regexp.MustCompile(`BULKACTION_[A-Z0-9_]*[A-Z0-9]`)
-	streams := []string{"BULKACTION_SUBMIT", "BULKACTION_READY", "BULKACTION_RESULT", "BULKACTION_EVENTS", "BULKACTION_DLQ"}
+	// JetStream streams and the tenants key-value bucket, not settings
+	streams := []string{"BULKACTION_SUBMIT", "BULKACTION_READY", "BULKACTION_RESULT", "BULKACTION_EVENTS", "BULKACTION_DLQ", "BULKACTION_TENANTS"}
 	var files []string
 	for _, g := range []string{"../../docs/operations.md", "../helm/bulkaction/*.yaml", "../helm/bulkaction/templates/*", "../helm/bulkaction/ci/*.yaml", "../compose/*.yaml", "../compose/.env.example", "../compose/prometheus/*.yml"} {
 		m, err := filepath.Glob(g)
