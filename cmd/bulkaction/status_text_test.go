@@ -60,7 +60,7 @@ func TestWriteStatusWaitingRow(t *testing.T) {
 func TestStatusOfAScheduledGroup(t *testing.T) {
 	env := testenv.Redis(t)
 	ctx := context.Background()
-	q, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix, Mode: redisq.ModeFair})
+	q, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix, GlobalLimit: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func TestCountsMatchJobStates(t *testing.T) {
 		i, b := st.info, st.byStatus
 		checks[g]++
 		inFlight := i.Jobs - i.Pending - i.NonReady - i.Done - i.Cancelled
-		running := b["LEASED"] + b["RUNNING"] + b["DEQUEUED"]
+		running := b["LEASED"] + b["RUNNING"]
 		type pair struct {
 			what      string
 			got, want int64

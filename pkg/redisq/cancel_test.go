@@ -128,7 +128,7 @@ func TestCancelInBoundedSteps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	calls := &scriptCounter{n: map[string]*atomic.Int64{"cancel": {}}}
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Observer: calls}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Observer: calls}, true)
 	cancelFixture(t, q)
 	res, err := q.Cancel(ctx, G("big"), redisq.SweepChunk(4))
 	if err != nil {
@@ -155,7 +155,7 @@ func TestCancelCutShortIsFinishedBySweep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	stop := &stopAfter{script: "cancel"}
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Observer: stop}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Observer: stop}, true)
 	cancelFixture(t, q)
 	cctx, cancel := context.WithCancel(ctx)
 	stop.cancel = cancel
@@ -243,7 +243,7 @@ func TestScriptsStopAtTheirTimeBudget(t *testing.T) {
 		min, max int64
 	}{{-1, 1, 2}, {time.Microsecond, 8, 1000}} {
 		calls := &scriptCounter{n: map[string]*atomic.Int64{"cancel": {}}}
-		q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Observer: calls, ScriptTimeBudget: tc.budget}, true)
+		q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Observer: calls, ScriptTimeBudget: tc.budget}, true)
 		cancelFixture(t, q)
 		res, err := q.Cancel(ctx, G("big"))
 		if err != nil {
@@ -264,7 +264,7 @@ func TestScriptsStopAtTheirTimeBudget(t *testing.T) {
 		assertCancelled(t, qa, b, 55, 6)
 	}
 
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, ScriptTimeBudget: time.Microsecond}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, ScriptTimeBudget: time.Microsecond}, true)
 	enqueueN(t, q, "A", 40, "", 0)
 	r := admit(t, q, 40)
 	for _, j := range r.Jobs {

@@ -614,40 +614,14 @@ func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitRe
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return q.admit(ctx, n, q.cfg.Mode, ms(q.cfg.Lease), o)
+	return q.admit(ctx, n, q.cfg.GlobalLimit, q.limitsWith(o.learned), o)
 }
 
-// Dequeue takes the next job in fair order, with no rate gate and no lease
-// (status DEQUEUED; the job counts in its group's in-flight jobs until its
-// result is recorded). It returns ErrQueueEmpty when no job waits.
-func (q *Queue) Dequeue(ctx context.Context) (*LeasedJob, error) {
-	jobs, err := q.DequeueBatch(ctx, 1)
-	if err != nil {
-		return nil, err
-	}
-	if len(jobs) == 0 {
-		return nil, ErrQueueEmpty
-	}
-	return &jobs[0], nil
-}
-
-// DequeueBatch takes up to n jobs in fair order in one call, with no rate
-// gate and no lease.
-func (q *Queue) DequeueBatch(ctx context.Context, n int) ([]LeasedJob, error) {
-	r, err := q.admit(ctx, n, ModeFair, 0, admitOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return r.Jobs, nil
-}
-
-func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o admitOptions) (*AdmitResult, error) {
+// admit runs admit.lua in the configured mode, with the global limit per
+// window globalLimit and the per-type limits typeLimits (limitsWith).
+func (q *Queue) admit(ctx context.Context, n, globalLimit int, typeLimits string, o admitOptions) (*AdmitResult, error) {
 	if n <= 0 {
 		return &AdmitResult{}, nil
-	}
-	typeLimits := q.limitsWith(o.learned)
-	if mode == ModeFair {
-		typeLimits = "" // no rate gate
 	}
 	congestion := "1"
 	if q.cfg.DisableCongestion {
@@ -656,7 +630,7 @@ func (q *Queue) admit(ctx context.Context, n int, mode string, leaseMs int64, o 
 	keys := append(q.keys.FairQueues(), q.keys.VClock(), q.keys.Inflight(),
 		q.keys.ActiveTenants(), q.keys.ActiveSeen(), q.keys.RatePacer(), q.keys.TenantWeights(),
 		q.keys.TenantClock(), q.keys.StuckWatch(), q.keys.ScheduleWait())
-	args := []any{q.keys.Prefix(), n, q.cfg.Alpha, mode, q.cfg.GlobalLimit, ms(q.cfg.Window), leaseMs, q.now(),
+	args := []any{q.keys.Prefix(), n, q.cfg.Alpha, q.cfg.Mode, globalLimit, ms(q.cfg.Window), ms(q.cfg.Lease), q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst) / 1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
 		o.rooms, typeLimits, o.seq}
 	var v any

@@ -62,7 +62,7 @@ func checkCounts(t *testing.T, q *redisq.Queue, gid string, state contracts.Grou
 // by its own result.
 func TestRecordFencesResultOfQueuedJob(t *testing.T) {
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, false)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, false)
 	enqueueN(t, q, "A", 2, "", 0)
 	seal(t, q, "A", 2)
 	for _, a := range []int{0, 1, 2} { // whatever attempt it claims
@@ -102,7 +102,7 @@ func TestRecordFencesResultOfQueuedJob(t *testing.T) {
 // while the job backs off; attempt 2's result counts.
 func TestRecordFencesEarlierAttempt(t *testing.T) {
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, BaseBackoff: time.Second, MaxBackoff: time.Second}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, BaseBackoff: time.Second, MaxBackoff: time.Second}, true)
 	enqueueN(t, q, "A", 1, "", 0)
 	seal(t, q, "A", 1)
 	r, err := q.Admit(ctx, 1)
@@ -147,7 +147,7 @@ func TestRecordFencesEarlierAttempt(t *testing.T) {
 // ones count, and the group's counts stay exact.
 func TestRecordFencesForgedResults(t *testing.T) {
 	ctx := context.Background()
-	q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair}, false)
+	q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, false)
 	enqueueN(t, q, "A", 6, "", 0)
 	seal(t, q, "A", 6)
 	r, err := q.Admit(ctx, 3) // j00000..j00002 leased as attempt 1
@@ -210,7 +210,7 @@ func TestRecordFencesForgedResults(t *testing.T) {
 // last attempt.
 func TestRecordKeepsLegitimateFlows(t *testing.T) {
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Second, BaseBackoff: time.Second, MaxBackoff: time.Second}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Lease: time.Second, BaseBackoff: time.Second, MaxBackoff: time.Second}, true)
 	S := contracts.ResultSuccess
 
 	// reclaimed: the lease expired and the job was re-leased as the same attempt

@@ -37,7 +37,7 @@ func TestEnqueueIsIdempotent(t *testing.T) {
 		t.Fatalf("jobs %d pending %d, want 2 and 1", info.Jobs, info.Pending)
 	}
 	h, _ := b.rdb.HGetAll(ctx, q.Keys().Job(G("g"), "j1")).Result()
-	if h["payload"] != `{"a":1}` || h["status"] != "DEQUEUED" || h["attempt"] != "1" {
+	if h["payload"] != `{"a":1}` || h["status"] != "LEASED" || h["attempt"] != "1" {
 		t.Fatalf("duplicate changed the job: %v", h)
 	}
 }

@@ -128,7 +128,6 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	if err != nil {
 		return nil, err
 	}
-	gated := q.cfg.Mode != ModeFair
 	windowMs := ms(q.cfg.Window)
 	window := now / windowMs
 	windowEnd := (window + 1) * windowMs
@@ -152,19 +151,15 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 			head:     pipe.LIndex(ctx, jobs, 0),
 			nonReady: pipe.Get(ctx, q.keys.CongestionCount(g)),
 		}
-		if gated && tenants[g.Tenant] == nil {
+		if tenants[g.Tenant] == nil {
 			tenants[g.Tenant] = &tenantCmds{
 				count:  pipe.Get(ctx, q.keys.RateLimitTenant(g.Tenant, window)),
 				weight: pipe.HGet(ctx, q.keys.TenantWeights(), g.Tenant),
 			}
 		}
 	}
-	var globalCount *redis.StringCmd
-	var active *redis.IntCmd
-	if gated {
-		globalCount = pipe.Get(ctx, q.keys.RateLimitGlobal(window))
-		active = pipe.SCard(ctx, q.keys.ActiveTenants())
-	}
+	globalCount := pipe.Get(ctx, q.keys.RateLimitGlobal(window))
+	active := pipe.SCard(ctx, q.keys.ActiveTenants())
 	// The live types as LiveTypes reads them, without its clean-up.
 	liveCmd := pipe.ZRangeByScore(ctx, q.keys.WorkerTypes(), &redis.ZRangeBy{
 		Min: "(" + strconv.FormatInt(q.clockNow().UnixMilli(), 10), Max: "+inf"})
@@ -197,7 +192,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	// the learned destination rates, with the adaptive rate on
 	var learned *DestRates
 	byDest := map[string]DestRate{}
-	if gated && q.cfg.Adaptive.Enabled {
+	if q.cfg.Adaptive.Enabled {
 		if learned, err = q.DestinationRates(ctx); err != nil {
 			return nil, err
 		}
@@ -205,11 +200,8 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 			byDest[d.Destination] = d
 		}
 	}
-	var gc, limit, act int64
-	if gated {
-		gc, _ = globalCount.Int64()
-		limit, act = int64(q.cfg.GlobalLimit), active.Val()
-	}
+	gc, _ := globalCount.Int64()
+	limit, act := int64(q.cfg.GlobalLimit), active.Val()
 	for i, g := range groups {
 		v := cs[i].meta.Val()
 		st, _ := v[0].(string)
@@ -237,16 +229,14 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 		case maxIF > 0 && inFlight >= maxIF:
 			hs = append(hs, Hold{Reason: HoldInFlightLimit, Count: inFlight, Limit: maxIF})
 		default:
-			if gated {
-				t := tenants[g.Tenant]
-				tc, _ := t.count.Int64()
-				share := TenantShare(limit, act, ParseTenantWeight(t.weight.Val()))
-				if tc >= share {
-					hs = append(hs, Hold{Reason: HoldRateShare, UntilMs: windowEnd, Count: tc, Limit: share, Tenant: g.Tenant})
-				}
-				if gc >= limit {
-					hs = append(hs, Hold{Reason: HoldGlobalRate, UntilMs: windowEnd, Count: gc, Limit: limit})
-				}
+			t := tenants[g.Tenant]
+			tc, _ := t.count.Int64()
+			share := TenantShare(limit, act, ParseTenantWeight(t.weight.Val()))
+			if tc >= share {
+				hs = append(hs, Hold{Reason: HoldRateShare, UntilMs: windowEnd, Count: tc, Limit: share, Tenant: g.Tenant})
+			}
+			if gc >= limit {
+				hs = append(hs, Hold{Reason: HoldGlobalRate, UntilMs: windowEnd, Count: gc, Limit: limit})
 			}
 			if cs[i].typ == nil {
 				break

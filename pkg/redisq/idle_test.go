@@ -86,7 +86,7 @@ func keysWithTTL(t *testing.T, q *redisq.Queue, b *testBundle, gid string) []str
 func TestAbandonSparesGroupsWithWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour}, true)
 
 	startGroup(t, q, "done", 2, 2) // nothing left: abandoned
 	startGroup(t, q, "leased", 2, 1)
@@ -170,7 +170,7 @@ func TestAbandonSparesGroupsWithWork(t *testing.T) {
 func TestActivityKeepsAGroupFromBeingAbandoned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour}, true)
 	startGroup(t, q, "resumed", 1, 1)
 	startGroup(t, q, "quiet", 1, 1)
 	late := startGroup(t, q, "result", 2, 1)
@@ -212,7 +212,7 @@ func TestActivityKeepsAGroupFromBeingAbandoned(t *testing.T) {
 func TestControlRevivesAnAbandonedGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour}, true)
 	gids := []string{"paused", "resumed", "sealed"}
 	for _, gid := range gids {
 		startGroup(t, q, gid, 1, 1)
@@ -264,7 +264,7 @@ func TestControlRevivesAnAbandonedGroup(t *testing.T) {
 func TestPauseResumeInPublishOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	g := G("g")
 	enqueueN(t, q, "g", 3, "", 0)
 	type step struct {
@@ -335,7 +335,7 @@ func TestPauseResumeInPublishOrder(t *testing.T) {
 func TestPauseResumeReplayedInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	g := G("g")
 	enqueueN(t, q, "g", 2, "", 0)
 	apply := func(pause bool, seq uint64) redisq.ControlOutcome {

@@ -11,7 +11,7 @@ import (
 )
 
 // inFlightOf reads a group's in-flight counter and counts its jobs whose
-// hash says LEASED, RUNNING or DEQUEUED.
+// hash says LEASED or RUNNING.
 func inFlightOf(t *testing.T, q *redisq.Queue, b *testBundle, name string, n int) (counter, leased int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -21,7 +21,7 @@ func inFlightOf(t *testing.T, q *redisq.Queue, b *testBundle, name string, n int
 	}
 	for i := 0; i < n; i++ {
 		switch st, _ := b.rdb.HGet(ctx, q.Keys().Job(G(name), fmt.Sprintf("j%05d", i)), "status").Result(); st {
-		case "LEASED", "RUNNING", "DEQUEUED":
+		case "LEASED", "RUNNING":
 			leased++
 		}
 	}
@@ -32,7 +32,7 @@ func inFlightOf(t *testing.T, q *redisq.Queue, b *testBundle, name string, n int
 // never exceed its maxInFlight, whatever the calls; a group at its limit is
 // passed by (others are served meanwhile), and each result frees a slot.
 func TestMaxInFlightIsNeverExceeded(t *testing.T) {
-	for _, mode := range []string{redisq.ModeFair, redisq.ModePaced, redisq.ModeSeed} {
+	for _, mode := range []string{redisq.ModePaced, redisq.ModeSeed} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -92,7 +92,7 @@ func TestMaxInFlightIsNeverExceeded(t *testing.T) {
 // its group's queue.
 func TestMaxInFlightSlotsAndPlace(t *testing.T) {
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: 5 * time.Second}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Lease: 5 * time.Second}, true)
 	enqueueJobs(t, q, "lim", "t", 10, 1)
 	enqueueN(t, q, "other", 10, "", 0)
 	r := admit(t, q, 4)

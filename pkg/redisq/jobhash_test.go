@@ -141,7 +141,7 @@ func TestCancelOfNeverAdmittedGroupGivesIDsTTL(t *testing.T) {
 // group TTL too, in steps, where they have none.
 func TestAbandonReachesJobHashes(t *testing.T) {
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour}, true)
 	enqueueN(t, q, "idle", 7, "", 0)
 	for _, j := range admit(t, q, 7).Jobs {
 		if _, err := q.Record(ctx, contracts.JobResult{Tenant: testTenant, GroupID: "idle", JobID: j.ID, Attempt: j.Attempt,

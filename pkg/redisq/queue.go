@@ -2,7 +2,6 @@ package redisq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -15,8 +14,6 @@ import (
 
 // Admission modes (docs/ARCHITECTURE.md §5).
 const (
-	// ModeFair takes jobs in fair order with no rate gate.
-	ModeFair = "fair"
 	// ModeSeed is the fixed-window check: a denied job is parked in the
 	// non-ready queue with the congestion-aware backoff.
 	ModeSeed = "seed"
@@ -57,7 +54,7 @@ type Config struct {
 	// Alpha weighs a group's progress in its score (docs/ARCHITECTURE.md
 	// §4). Zero, the default, means pure age order (round robin).
 	Alpha float64
-	// Mode is the admission mode: ModePaced (default), ModeSeed or ModeFair.
+	// Mode is the admission mode: ModePaced (default) or ModeSeed.
 	Mode string
 	// GlobalLimit is the number of jobs admitted per Window across all
 	// tenants; default 10000. Each active tenant's share of it is
@@ -174,9 +171,9 @@ func (c *Config) setDefaults() {
 
 func (c *Config) validate() error {
 	switch c.Mode {
-	case ModeFair, ModeSeed, ModePaced:
+	case ModeSeed, ModePaced:
 	default:
-		return fmt.Errorf("redisq: mode %q: must be %s, %s or %s", c.Mode, ModePaced, ModeSeed, ModeFair)
+		return fmt.Errorf("redisq: mode %q: must be %s or %s", c.Mode, ModePaced, ModeSeed)
 	}
 	if c.GlobalLimit < 1 {
 		return fmt.Errorf("redisq: global limit %d: must be at least 1", c.GlobalLimit)
@@ -315,9 +312,6 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 0) }
 
 func secs(d time.Duration) int64 { return int64(d / time.Second) }
-
-// ErrQueueEmpty is returned by Dequeue when no job waits.
-var ErrQueueEmpty = errors.New("redisq: queue empty")
 
 // reply helpers
 

@@ -110,7 +110,7 @@ func TestRepairStuckGroups(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute}, true)
+			q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Lease: time.Minute}, true)
 			g := G("stuck")
 			enqueueJobs(t, q, "stuck", "t", 3, tc.max)
 			enqueueJobs(t, q, "x/bystander", "t", 1, 0)
@@ -167,7 +167,7 @@ func TestRepairStuckGroups(t *testing.T) {
 func TestRepairTakesRunsAsLostByLivenessAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
 	g := G("long")
 	enqueueJobs(t, q, "long", "t", 3, 0)
 	if _, err := q.Seal(ctx, g, 3); err != nil {
@@ -250,7 +250,7 @@ func TestRepairTakesRunsAsLostByLivenessAlone(t *testing.T) {
 func TestAbandonIdleUnsealedGroups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour}, true)
 	enqueueN(t, q, "idle", 5, "", 0)
 	enqueueN(t, q, "sealed", 1, "", 0)
 	if _, err := q.Seal(ctx, G("sealed"), 1); err != nil {
@@ -297,7 +297,7 @@ func TestAbandonIdleUnsealedGroups(t *testing.T) {
 func TestSecondDeliveryOfAHeldJobDoesNotRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
 	enqueueJobs(t, q, "dup", "t", 4, 0)
 	var ds []redisq.Delivery
 	for _, j := range admit(t, q, 100).Jobs {
@@ -365,7 +365,7 @@ func TestSecondDeliveryOfAHeldJobDoesNotRun(t *testing.T) {
 func TestHandBackHeldEndsOnlyTheHoldersClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
+	q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Lease: time.Minute, ClaimTTL: 30 * time.Second}, true)
 	enqueueJobs(t, q, "lost", "t", 2, 0)
 	var ds []redisq.Delivery
 	for _, j := range admit(t, q, 100).Jobs {

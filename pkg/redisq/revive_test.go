@@ -18,7 +18,7 @@ import (
 func TestEnqueueRevivesAbandonedGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour, JobTTL: time.Minute}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour, JobTTL: time.Minute}, true)
 	enqueueN(t, q, "idle", 2, "", 0)
 	g := G("idle")
 	recordAll := func(jobs []redisq.LeasedJob) {
@@ -92,7 +92,7 @@ func TestEnqueueRevivesAbandonedGroup(t *testing.T) {
 func TestEnqueueIntoLiveGroupKeepsNoTTL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair, GroupTTL: time.Hour}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, GroupTTL: time.Hour}, true)
 	enqueueN(t, q, "live", 2, "", 0)
 	if watched := b.rdb.ZCard(ctx, q.Keys().StuckWatch()).Val(); watched != 0 {
 		t.Fatalf("a new group put on the watch list by enqueue: %d", watched)

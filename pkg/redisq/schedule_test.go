@@ -46,7 +46,7 @@ func holdsOf(t testing.TB, q *redisq.Queue, gid string) []redisq.Hold {
 // groups go on), reported as scheduled, and admitted from then on.
 func TestNotBeforeHoldsAGroupUntilThenKeepingItsPlace(t *testing.T) {
 	t.Parallel()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	ctx := context.Background()
 	at := b.clock.t.Add(3 * time.Second)
 	enqueueScheduled(t, q, "later", 2, at.Format(time.RFC3339Nano), nil)
@@ -89,7 +89,7 @@ func TestNotBeforeHoldsAGroupUntilThenKeepingItsPlace(t *testing.T) {
 // held after its notBefore until resumed; a cancelled one never starts.
 func TestNotBeforePauseAndCancelBeforeTheStart(t *testing.T) {
 	t.Parallel()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	ctx := context.Background()
 	at := b.clock.t.Add(time.Second).Format(time.RFC3339Nano)
 	enqueueScheduled(t, q, "p", 1, at, nil)
@@ -118,7 +118,7 @@ func TestNotBeforePauseAndCancelBeforeTheStart(t *testing.T) {
 // outside its window until the next opening, and admitted again then.
 func TestWindowClosesAndReopens(t *testing.T) {
 	t.Parallel()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	// the fixed clock is Tuesday 2024-01-23 08:53:20 UTC
 	ws := []contracts.Window{{Zone: "Europe/Berlin", Days: []string{"tue"}, From: "09:00", To: "10:00"}}
 	enqueueScheduled(t, q, "w", 4, "", ws)
@@ -158,7 +158,7 @@ func TestWindowClosesAndReopens(t *testing.T) {
 // windows of its own keeps them.
 func TestTenantDefaultWindows(t *testing.T) {
 	t.Parallel()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	ctx := context.Background()
 	closed := []contracts.Window{{Zone: "UTC", Days: []string{"sun"}, From: "00:00", To: "01:00"}}
 	if err := q.SetTenantWindows(ctx, testTenant, closed); err != nil {
@@ -192,7 +192,7 @@ func TestTenantDefaultWindows(t *testing.T) {
 // the start changes nothing.
 func TestRescheduleMovesTheStart(t *testing.T) {
 	t.Parallel()
-	q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	ctx := context.Background()
 	t0 := b.clock.t
 	enqueueScheduled(t, q, "g", 2, t0.Add(time.Second).Format(time.RFC3339Nano), nil)

@@ -70,7 +70,7 @@ func admitTenants(t *testing.T, q *redisq.Queue, total int) (tenants []string, b
 // group does not get 1/21 of the capacity, b's many groups do not get
 // 20/21), and b's groups still alternate. With weights 2:1 the split is 2:1.
 func TestTenantWeightedRoundRobin(t *testing.T) {
-	for _, mode := range []string{redisq.ModeFair, redisq.ModePaced} {
+	for _, mode := range []string{redisq.ModeSeed, redisq.ModePaced} {
 		for _, weightA := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/weight=%d", mode, weightA), func(t *testing.T) {
 				t.Parallel()
@@ -167,7 +167,7 @@ func TestTenantWeights(t *testing.T) {
 // away.
 func TestLateTenantGetsNoCatchUp(t *testing.T) {
 	t.Run("arrives late", func(t *testing.T) {
-		q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair}, false)
+		q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, false)
 		enqueueJobs(t, q, "a/g", "t", 3000, 0)
 		if tn, _ := admitTenants(t, q, 1000); len(tn) != 1000 {
 			t.Fatalf("admitted %d", len(tn))
@@ -186,7 +186,7 @@ func TestLateTenantGetsNoCatchUp(t *testing.T) {
 	})
 	t.Run("held back", func(t *testing.T) {
 		ctx := context.Background()
-		q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair}, false)
+		q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, false)
 		enqueueJobs(t, q, "a/g", "ta", 3000, 0)
 		enqueueJobs(t, q, "x/g", "tx", 3000, 0)
 		// x's type has no room for 1000 admissions
@@ -236,7 +236,7 @@ func TestSameGroupIDInTwoTenants(t *testing.T) {
 	if err != nil || rec.Outcome != redisq.Recorded || rec.Group.Declared != 3 || rec.Group.Jobs != 3 {
 		t.Fatalf("record: %+v %v", rec, err)
 	}
-	if st, _ := b.rdb.HGet(ctx, q.Keys().Job(globex, "j00000"), "status").Result(); st != "DEQUEUED" {
+	if st, _ := b.rdb.HGet(ctx, q.Keys().Job(globex, "j00000"), "status").Result(); st != "LEASED" {
 		t.Fatalf("globex's job is %s", st)
 	}
 	if r, err := q.Cancel(ctx, acme); err != nil || r.Dropped != 2 {
@@ -282,7 +282,7 @@ func resumeOK(t *testing.T, q *redisq.Queue, g contracts.GroupRef, want redisq.C
 // had.
 func TestPauseKeepsPlace(t *testing.T) {
 	ctx := context.Background()
-	q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+	q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	for _, g := range []string{"A", "B", "C"} {
 		enqueueN(t, q, g, 10, "", 0)
 	}
@@ -330,7 +330,7 @@ func TestPauseKeepsPlace(t *testing.T) {
 // PAUSED; its jobs are queued, not admitted, until it is resumed.
 func TestPauseBeforeTheFirstJob(t *testing.T) {
 	ctx := context.Background()
-	q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair}, false)
+	q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, false)
 	r := pauseOK(t, q, G("early"), redisq.Paused)
 	if r.Transition != contracts.StatePaused || r.Group.State != contracts.StatePaused || r.Group.Jobs != 0 {
 		t.Fatalf("pause of a group with no job yet: %+v", r)
@@ -436,7 +436,7 @@ func TestPausedGroupsJobsStayQueued(t *testing.T) {
 // TestResumeOfASealedDrainedGroupAggregates: a RUNNING group sealed while
 // paused, with no job queued, resumes to AGGREGATING.
 func TestResumeOfASealedDrainedGroupAggregates(t *testing.T) {
-	q, _ := setup(t, redisq.Config{Mode: redisq.ModeFair}, false)
+	q, _ := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, false)
 	enqueueN(t, q, "g", 2, "", 0)
 	drain(t, q, 2)
 	pauseOK(t, q, G("g"), redisq.Paused)

@@ -475,17 +475,12 @@ func TestReleasesPassTheTypeLimit(t *testing.T) {
 }
 
 // TestTypeLimitsConfig: type limits name valid job types and are at least
-// 1; the fair mode (Dequeue) has no rate gate and ignores them.
+// 1.
 func TestTypeLimitsConfig(t *testing.T) {
 	env := testenv.Redis(t)
 	for _, tl := range []map[string]int{{"sms": 0}, {"bad type": 5}, {"": 1}, {"a:b": 1}} {
 		if _, err := redisq.New(context.Background(), env.Client, redisq.Config{Prefix: env.Prefix, TypeLimits: tl}); err == nil {
 			t.Errorf("type limits %v accepted", tl)
 		}
-	}
-	q, _ := setup(t, redisq.Config{Mode: redisq.ModePaced, TypeLimits: map[string]int{"t": 1}}, true)
-	enqueueN(t, q, "g", 5, "", 0)
-	if js, err := q.DequeueBatch(context.Background(), 10); err != nil || len(js) != 5 {
-		t.Fatalf("fair dequeue: %d jobs, %v", len(js), err)
 	}
 }

@@ -38,7 +38,7 @@ func TestBatchAdmissionOrderEqualsSingle(t *testing.T) {
 			}
 			r.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 			order := func(batch int) []string {
-				q, b := setup(t, redisq.Config{Mode: redisq.ModeFair}, true)
+				q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 				if err := b.rdb.HSet(ctx, q.Keys().TenantWeights(), "b", 2).Err(); err != nil {
 					t.Fatal(err)
 				}

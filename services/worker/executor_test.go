@@ -76,7 +76,7 @@ func serveTestExecutor() int {
 // counted runs, and no READY message waits for AckWait.
 func TestIsolatedPoisonTakesOnlyItsExecutor(t *testing.T) {
 	t.Parallel()
-	b := setup(t, redisq.Config{Mode: redisq.ModeFair})
+	b := setup(t, redisq.Config{GlobalLimit: 1 << 30}) // no rate gate to speak of
 	ctx := context.Background()
 	g := grp("iso")
 	runs := t.TempDir()
@@ -150,7 +150,7 @@ func TestIsolatedPoisonTakesOnlyItsExecutor(t *testing.T) {
 // failure and a panic.
 func TestIsolatedOutcomes(t *testing.T) {
 	t.Parallel()
-	b := setup(t, redisq.Config{Mode: redisq.ModeFair})
+	b := setup(t, redisq.Config{GlobalLimit: 1 << 30}) // no rate gate to speak of
 	ctx := context.Background()
 	g := grp("verdicts")
 	outcomes := []string{"success", "retry", "failed", "panic"}

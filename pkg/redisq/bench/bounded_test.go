@@ -166,7 +166,7 @@ func BenchmarkRedisqBoundedScripts(b *testing.B) {
 	// Release with the clock 5 minutes on: every backed-off job is due.
 	later := q.Config()
 	later.Observer = times
-	later.Mode = redisq.ModeFair // no rate gate: every call moves a full batch
+	later.GlobalLimit = ungated // every call moves a full batch
 	later.Clock = func() time.Time { return time.Now().Add(5 * time.Minute) }
 	rq, err := redisq.New(ctx, s.rdb, later)
 	if err != nil {

@@ -27,13 +27,13 @@ const (
 // and the fair queue's keys), the keys, their bytes by MEMORY USAGE (the job
 // hashes by a sample scaled to all of them), the bytes per job and the
 // encoding (OBJECT ENCODING); then the same after every job has left the
-// list (DequeueBatch: its id in the group's id set). Each phase also prints
+// list (take: its id in the group's id set, the job LEASED). Each phase also prints
 // used_memory's growth per job beyond the payload
 // (memory_per_job_beyond_payload_queued_1group, …_dequeued_1group).
 func BenchmarkRedisqMemoryBreakdown(b *testing.B) {
 	b.StopTimer()
 	s := startServer(b)
-	q := s.queue(b, redisq.Config{Alpha: serviceAlpha})
+	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 	ctx := context.Background()
 	n := size(b, breakdownJobs)
 	g := contracts.GroupRef{Tenant: benchTenant, ID: "group-breakdown"}
@@ -49,7 +49,7 @@ func BenchmarkRedisqMemoryBreakdown(b *testing.B) {
 	b.ReportMetric(figure("memory_per_job_beyond_payload_queued_1group",
 		float64(s.usedMemory(b)-before)/float64(n)-payloadLen), "bytes/job")
 	for left := n; left > 0; {
-		got, err := q.DequeueBatch(ctx, 1000)
+		got, err := take(ctx, q, 1000)
 		if err != nil {
 			b.Fatal(err)
 		}

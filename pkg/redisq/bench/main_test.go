@@ -64,6 +64,20 @@ func (s *server) queue(b *testing.B, cfg redisq.Config) *redisq.Queue {
 	return q
 }
 
+// ungated is a global limit per window no benchmark reaches: a queue with
+// it takes jobs in fair order with no rate gate to speak of.
+const ungated = 1 << 30
+
+// take takes up to n jobs in fair order as the fetcher hands them on:
+// Admit, then Confirm (as once they are on READY).
+func take(ctx context.Context, q *redisq.Queue, n int) ([]redisq.LeasedJob, error) {
+	r, err := q.Admit(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return r.Jobs, q.Confirm(ctx, r.Jobs...)
+}
+
 // keysOf returns the key names of q's prefix, for the benchmarks that read
 // or fill raw state around the queue's methods.
 func keysOf(q *redisq.Queue) redisq.Keys { return redisq.NewKeys(q.Config().Prefix) }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ const (
 	latencyGroups  = 10_000 // non-empty groups during the latency run
 	latencyCalls   = 30_000 // timed single dequeues
 	memoryJobs     = 100_000
-	batchSize      = 100 // jobs per EnqueueBatch / DequeueBatch, pairs per raw pipeline
+	batchSize      = 100 // jobs per EnqueueBatch / take, pairs per raw pipeline
 	serviceAlpha   = 0   // the service default (BULKACTION_ALPHA)
 	listpackLimit  = "128"
 	defaultHashEnc = "listpack" // every job-hash value fits hash-max-listpack-value 64
@@ -42,12 +41,12 @@ func BenchmarkRedisqThroughput(b *testing.B) {
 	}
 }
 
-// benchSingle enqueues n jobs with Queue.Enqueue, then dequeues them with
-// Queue.Dequeue.
+// benchSingle enqueues n jobs with Queue.Enqueue, then takes them one at a
+// time (take: Admit and Confirm).
 func benchSingle(b *testing.B) {
 	b.StopTimer()
 	s := startServer(b)
-	q := s.queue(b, redisq.Config{Alpha: serviceAlpha})
+	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 	ctx := context.Background()
 	n := size(b, singleJobs)
 	jobs := make([]redisq.Job, n)
@@ -73,15 +72,15 @@ func benchSingle(b *testing.B) {
 	b.StartTimer()
 	start = time.Now()
 	for i := 0; i < n; i++ {
-		if _, err := q.Dequeue(ctx); err != nil {
-			b.Fatalf("dequeue %d of %d: %v", i, n, err)
+		if js, err := take(ctx, q, 1); err != nil || len(js) != 1 {
+			b.Fatalf("dequeue %d of %d: %d jobs, %v", i, n, len(js), err)
 		}
 	}
 	deq := time.Since(start)
 	b.StopTimer()
 	st2 := s.commandStats(b)
-	if _, err := q.Dequeue(ctx); !errors.Is(err, redisq.ErrQueueEmpty) {
-		b.Fatalf("dequeue after %d jobs: %v, want ErrQueueEmpty", n, err)
+	if js, err := take(ctx, q, 1); err != nil || len(js) != 0 {
+		b.Fatalf("dequeue after %d jobs: %d jobs, %v, want none", n, len(js), err)
 	}
 
 	b.ReportMetric(figure("enqueue_jobs_per_s", float64(n)/enq.Seconds()), "enq-jobs/s")
@@ -92,11 +91,11 @@ func benchSingle(b *testing.B) {
 
 // benchBatch enqueues n jobs with EnqueueBatch, 100 jobs of one group per
 // call (a producer submits a group's jobs together), then dequeues them with
-// DequeueBatch(100). It returns the jobs/s of the whole cycle.
+// take(100) (Admit and Confirm). It returns the jobs/s of the whole cycle.
 func benchBatch(b *testing.B) float64 {
 	b.StopTimer()
 	s := startServer(b)
-	q := s.queue(b, redisq.Config{Alpha: serviceAlpha})
+	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 	ctx := context.Background()
 	n := size(b, batchJobs)
 	jobs := make([]redisq.Job, n)
@@ -125,7 +124,7 @@ func benchBatch(b *testing.B) float64 {
 	start = time.Now()
 	got := 0
 	for got < n {
-		js, err := q.DequeueBatch(ctx, batchSize)
+		js, err := take(ctx, q, batchSize)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,7 +155,7 @@ func benchBatch(b *testing.B) float64 {
 func benchBatchMixed(b *testing.B) {
 	b.StopTimer()
 	s := startServer(b)
-	q := s.queue(b, redisq.Config{Alpha: serviceAlpha})
+	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 	ctx := context.Background()
 	n := size(b, batchJobs/2)
 	jobs := make([]redisq.Job, n)
@@ -223,12 +222,13 @@ func benchRaw(b *testing.B) float64 {
 	return pairs
 }
 
-// BenchmarkRedisqDequeueLatency times single Dequeue calls while 10,000
+// BenchmarkRedisqDequeueLatency times single take calls (Admit and Confirm
+// of one job) while 10,000
 // groups hold jobs (every group keeps at least one job to the end).
 func BenchmarkRedisqDequeueLatency(b *testing.B) {
 	b.StopTimer()
 	s := startServer(b)
-	q := s.queue(b, redisq.Config{Alpha: serviceAlpha})
+	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 	ctx := context.Background()
 	n := size(b, latencyCalls)
 	perGroup := n/latencyGroups + 2
@@ -244,8 +244,8 @@ func BenchmarkRedisqDequeueLatency(b *testing.B) {
 	b.StartTimer()
 	for i := range lat {
 		t := time.Now()
-		if _, err := q.Dequeue(ctx); err != nil {
-			b.Fatal(err)
+		if js, err := take(ctx, q, 1); err != nil || len(js) != 1 {
+			b.Fatalf("dequeue %d: %d jobs, %v", i, len(js), err)
 		}
 		lat[i] = time.Since(t)
 	}
@@ -280,7 +280,7 @@ func BenchmarkRedisqMemory(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.StopTimer()
 			s := startServer(b, c.config...)
-			q := s.queue(b, redisq.Config{Alpha: serviceAlpha})
+			q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 			ctx := context.Background()
 			n := size(b, memoryJobs)
 			jobs := make([]redisq.Job, n)

@@ -16,12 +16,12 @@
 -- ARGV[1]:  key prefix (tenant, group, job, counter and congestion keys are built from it)
 -- ARGV[2]:  N, the most jobs to take (the caller's free READY capacity)
 -- ARGV[3]:  ALPHA
--- ARGV[4]:  mode: 'fair' (no rate gate), 'seed' (fixed window, denied jobs
---           parked with backoff) or 'paced' (per-tenant shares skipped, not
---           parked; global rate paced within the window)
+-- ARGV[4]:  mode: 'seed' (fixed window, denied jobs parked with backoff) or
+--           'paced' (per-tenant shares skipped, not parked; global rate
+--           paced within the window)
 -- ARGV[5]:  global limit per window
 -- ARGV[6]:  window length in ms
--- ARGV[7]:  lease in ms (0 = no lease: the job is handed over at once)
+-- ARGV[7]:  lease in ms (at least 1)
 -- ARGV[8]:  now override in ms ('' = Redis TIME)
 -- ARGV[9]:  active-tenant staleness timeout in ms
 -- ARGV[10]: paced burst tolerance in ms
@@ -33,7 +33,7 @@
 --           whose type has no room is held (its group keeps its place) and
 --           never takes the room of other types.
 -- ARGV[15]: rate limit per window of each limited job type, 'type=n,...'
---           ('' = none; applied in the gated modes): a job whose type has no
+--           ('' = none): a job whose type has no
 --           rate left in this window (paced: or is ahead of its type's
 --           pacer) is held as for READY room, in seed mode too (not parked)
 -- ARGV[16]: READY's last sequence when the rooms of ARGV[14] were measured
@@ -90,7 +90,12 @@ local lease_ms = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local stale_ms = tonumber(ARGV[9])
 local burst_ms = tonumber(ARGV[10])
-local gated = mode ~= 'fair'
+if mode ~= 'seed' and mode ~= 'paced' then
+  return redis.error_reply('ERR admit: mode ' .. tostring(mode) .. ': must be seed or paced')
+end
+if not lease_ms or lease_ms < 1 then
+  return redis.error_reply('ERR admit: lease ' .. tostring(ARGV[7]) .. ': must be at least 1 ms')
+end
 if (ARGV[17] or '') ~= '' and redis.call('EXISTS', ARGV[17]) == 0 then
   return redis.error_reply('NOTCURRENT the log position is not current')
 end
@@ -102,7 +107,7 @@ local held = {}
 -- per-type rate limits: tlimits (nil = none), their states in this call,
 -- the groups each held and the soonest wait among them
 local tlimits, tstate, rate_held, type_wake = nil, {}, {}, nil
-if gated then tlimits = type_limits_parse(ARGV[15]) end
+tlimits = type_limits_parse(ARGV[15])
 -- MAX_BLOCKED bounds how many held groups one call passes by.
 local MAX_BLOCKED = 256
 
@@ -110,40 +115,36 @@ local jobs, started, drained, inflight = {}, {}, {}, {}
 local admitted, parked, wake = 0, 0, -1
 local denied_global, denied_share = 0, 0
 
-local active, gcount, tat, interval = 0, 0, now, 0
+local tat, interval = now, 0
 local gkey = prefix .. 'rate-limit:global:' .. window
-if gated then
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - stale_ms, 'LIMIT', 0, 100)
-  if #stale > 0 then
-    redis.call('SREM', KEYS[6], unpack(stale))
-    redis.call('ZREM', KEYS[7], unpack(stale))
-  end
-  active = redis.call('SCARD', KEYS[6])
-  gcount = num(redis.call('GET', gkey))
-  if mode == 'paced' then
-    tat = tonumber(redis.call('GET', KEYS[8]) or '0')
-    if tat < now then tat = now end
-    interval = window_ms / limit
-  end
+local stale = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - stale_ms, 'LIMIT', 0, 100)
+if #stale > 0 then
+  redis.call('SREM', KEYS[6], unpack(stale))
+  redis.call('ZREM', KEYS[7], unpack(stale))
+end
+local active = redis.call('SCARD', KEYS[6])
+local gcount = num(redis.call('GET', gkey))
+if mode == 'paced' then
+  tat = tonumber(redis.call('GET', KEYS[8]) or '0')
+  if tat < now then tat = now end
+  interval = window_ms / limit
 end
 
 sched_wake(prefix, KEYS[12], now, alpha)
 local vt = vclock_load(KEYS[4], now)
 
--- tenant loads a tenant's state once per call; a gated tenant also "asks
--- for capacity" (joins the active set and refreshes its last-seen time).
+-- tenant loads a tenant's state once per call; a tenant also "asks for
+-- capacity" (joins the active set and refreshes its last-seen time).
 local tenants = {}
 local function tenant(t)
   local s = tenants[t]
   if s then return s end
-  s = { weight = tenant_weight(KEYS[9], t), wcount = 0, wstart = 0 }
-  if gated then
-    s.rkey = prefix .. 'rate-limit:tenant:' .. t .. ':' .. window
-    s.wcount = num(redis.call('GET', s.rkey))
-    s.wstart = s.wcount
-    active = active + redis.call('SADD', KEYS[6], t)
-    redis.call('ZADD', KEYS[7], now, t)
-  end
+  s = { weight = tenant_weight(KEYS[9], t) }
+  s.rkey = prefix .. 'rate-limit:tenant:' .. t .. ':' .. window
+  s.wcount = num(redis.call('GET', s.rkey))
+  s.wstart = s.wcount
+  active = active + redis.call('SADD', KEYS[6], t)
+  redis.call('ZADD', KEYS[7], now, t)
   tenants[t] = s
   return s
 end
@@ -376,14 +377,10 @@ while admitted + parked < want do
       end
       if allowed then
         local attempt = num(d.attempt) + 1
-        if lease_ms > 0 then
-          redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
-          inflight[#inflight + 1] = now + lease_ms
-          inflight[#inflight + 1] = gk .. ':' .. jid
-          if ty and rooms.seq then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end
-        else
-          redis.call('HSET', job_key, 'status', 'DEQUEUED', 'attempt', attempt)
-        end
+        redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
+        inflight[#inflight + 1] = now + lease_ms
+        inflight[#inflight + 1] = gk .. ':' .. jid
+        if ty and rooms.seq then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end
         jobs[#jobs + 1] = gk
         jobs[#jobs + 1] = jid
         jobs[#jobs + 1] = d.type or false
@@ -393,11 +390,9 @@ while admitted + parked < want do
         admitted = admitted + 1
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1
-        if gated then
-          gcount = gcount + 1
-          s.wcount = s.wcount + 1
-          tat = tat + interval
-        end
+        gcount = gcount + 1
+        s.wcount = s.wcount + 1
+        tat = tat + interval
         if tg then type_take(tg) end
       end
     end
@@ -487,25 +482,23 @@ for _, g in pairs(groups) do
     end
   end
 end
-if gated then
-  local ttl = math.ceil(window_ms * 2)
-  local dg = 0
-  for _, s in pairs(tenants) do
-    if s.wcount > s.wstart then
-      redis.call('INCRBY', s.rkey, s.wcount - s.wstart)
-      redis.call('PEXPIRE', s.rkey, ttl)
-      dg = dg + s.wcount - s.wstart
-    end
+local ttl = math.ceil(window_ms * 2)
+local dg = 0
+for _, s in pairs(tenants) do
+  if s.wcount > s.wstart then
+    redis.call('INCRBY', s.rkey, s.wcount - s.wstart)
+    redis.call('PEXPIRE', s.rkey, ttl)
+    dg = dg + s.wcount - s.wstart
   end
-  if dg > 0 then
-    redis.call('INCRBY', gkey, dg)
-    redis.call('PEXPIRE', gkey, ttl)
-  end
-  if mode == 'paced' then
-    redis.call('SET', KEYS[8], fmt(tat), 'PX', ttl + math.ceil(burst_ms))
-  end
-  type_save(tstate, window_ms, burst_ms)
 end
+if dg > 0 then
+  redis.call('INCRBY', gkey, dg)
+  redis.call('PEXPIRE', gkey, ttl)
+end
+if mode == 'paced' then
+  redis.call('SET', KEYS[8], fmt(tat), 'PX', ttl + math.ceil(burst_ms))
+end
+type_save(tstate, window_ms, burst_ms)
 
 local first = redis.call('ZRANGE', KEYS[12], 0, 0, 'WITHSCORES')
 local scheduled = -1

@@ -273,7 +273,7 @@ local function sched_wake(prefix, wait_key, now, alpha)
 end
 
 -- inflight_release: n of the group's jobs left the in-flight states
--- (LEASED, RUNNING, DEQUEUED). Its inFlight goes down by n, never below 0,
+-- (LEASED, RUNNING). Its inFlight goes down by n, never below 0,
 -- and a group with an in-flight limit that is below it again is queued if
 -- jobs wait (requeue_group). A group whose meta is gone is left alone.
 local function inflight_release(prefix, gk, n, now, alpha)

@@ -22,7 +22,7 @@
 --   reply (as lib.lua's group_reply) holds the group's state and counters
 --   right after that result.
 -- Fencing (docs/ARCHITECTURE.md §6.4): a result is recorded only when its
--- job is in flight (LEASED, RUNNING or DEQUEUED: handed out and not back)
+-- job is in flight (LEASED or RUNNING: handed out and not back)
 -- with the result's attempt. A result for a job that is QUEUED or in BACKOFF
 -- (say, Redis lost the writes that leased or claimed it, or an earlier
 -- attempt's result arrives after a retry parked the job), for another
@@ -46,7 +46,7 @@ local job_ttl, group_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local alpha = tonumber(ARGV[5])
 local failures_kept = tonumber(ARGV[6])
 local ngroups = #KEYS
-local IN_FLIGHT = { LEASED = true, RUNNING = true, DEQUEUED = true }
+local IN_FLIGHT = { LEASED = true, RUNNING = true }
 
 -- Each group's meta is read once; its counters are then kept here and
 -- written back once, after all of its results.

@@ -7,7 +7,7 @@
 -- leased: it goes back to the front of its group's list (status QUEUED),
 -- where admission finds it once the group is resumed or a slot frees; such
 -- a group is not queued (docs/ARCHITECTURE.md §5). Releases pass the
--- per-type rate limits too (gated modes): a due job whose type has no rate
+-- per-type rate limits too: a due job whose type has no rate
 -- left goes back to the front of its group's list (status QUEUED) and the
 -- group is queued, so admission takes it in fair order once the type has
 -- rate again; it never holds back due jobs of other types.
@@ -18,7 +18,7 @@
 -- ARGV[2]: N
 -- ARGV[3]: lease in ms
 -- ARGV[4]: now override in ms ('' = Redis TIME)
--- ARGV[5]: mode (fair|seed|paced)
+-- ARGV[5]: mode (seed|paced)
 -- ARGV[6]: global limit per window
 -- ARGV[7]: window in ms
 -- ARGV[8]: paced burst tolerance in ms
@@ -57,6 +57,9 @@ local rooms = ready_rooms(ARGV[12], ARGV[13])
 local ready_seq, ready_held = tonumber(ARGV[13] or ''), {}
 local reserved = {} -- READY reservations, added before the script returns
 
+if mode ~= 'seed' and mode ~= 'paced' then
+  return redis.error_reply('ERR release: mode ' .. tostring(mode) .. ': must be seed or paced')
+end
 local window = math.floor(now / window_ms)
 local gkey = prefix .. 'rate-limit:global:' .. window
 if mode == 'paced' then
@@ -69,7 +72,7 @@ if mode == 'paced' then
   if paced < room then room = paced end
   if room < want then want = room end
   if want < 0 then want = 0 end
-elseif mode == 'seed' then
+else
   local room = limit - num(redis.call('GET', gkey))
   if room < want then want = room end
   if want < 0 then want = 0 end
@@ -82,8 +85,8 @@ if want > 0 then
 end
 local decr, groups = {}, {}
 local requeued = 0
-local tlimits, tstate, rate_held = nil, {}, {}
-if mode == 'paced' or mode == 'seed' then tlimits = type_limits_parse(ARGV[10]) end
+local tstate, rate_held = {}, {}
+local tlimits = type_limits_parse(ARGV[10])
 local spent, time_up = time_budget(ARGV[14]), 0
 for i, mem in ipairs(due) do
   if i % TIME_SLICE == 0 and spent() then
@@ -173,7 +176,7 @@ end
 for tenant, n in pairs(tdecr) do
   uncount_nonready(prefix, tenant, n)
 end
-if (mode == 'paced' or mode == 'seed') and released > 0 then
+if released > 0 then
   local ttl = math.ceil(window_ms * 2)
   redis.call('INCRBY', gkey, released)
   redis.call('PEXPIRE', gkey, ttl)

@@ -22,7 +22,7 @@
 --             to be renewed), and every result published before that
 --             sighting has been taken from RESULT (ARGV[11]), so a result
 --             backed up there is never mistaken for a lost one;
--- and counts the jobs in flight (LEASED, RUNNING, DEQUEUED). The last step:
+-- and counts the jobs in flight (LEASED, RUNNING). The last step:
 --   inflight: a group with an in-flight limit whose inFlight is above the
 --             jobs really in flight gets the real count, and is queued again
 --             if it has jobs waiting. Over several steps this is done only
@@ -103,10 +103,10 @@ repeat
   for _, jid in ipairs(page) do
     local job_key = job_key_of(prefix, gk, jid)
     local st = redis.call('HGET', job_key, 'status')
-    if st == 'LEASED' or st == 'RUNNING' or st == 'DEQUEUED' then
+    if st == 'LEASED' or st == 'RUNNING' then
       counted = counted + 1
       local member = gk .. ':' .. jid
-      if st ~= 'DEQUEUED' and not redis.call('ZSCORE', KEYS[3], member) then
+      if not redis.call('ZSCORE', KEYS[3], member) then
         local lease = st == 'LEASED'
         local live = st == 'RUNNING' and num(redis.call('ZSCORE', KEYS[5], member)) >= now
         if live then
