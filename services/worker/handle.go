@@ -139,6 +139,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 	cctx, cancel := context.WithTimeout(base, settleTimeout)
 	outcomes, err := w.d.Queue.ClaimBatch(cctx, ds, redisq.ClaimHolder(w.holder))
 	cancel()
+	claimedAt := time.Now() // the claim saw every group as it was by now
 	if err != nil {
 		// The claim's answer is lost (a timeout, a dropped connection): its
 		// script may have run, leaving the jobs RUNNING under this worker,
@@ -182,8 +183,9 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 				defer jobs.done()
 				defer w.results.leave(c.runner)
 				// A further job of a message runs in a slot of its own; one
-				// that had to wait for it checks that its group was not
-				// cancelled meanwhile (cancel stops what has not started).
+				// that had to wait for it startCheckAfter or longer checks
+				// that its group was not cancelled meanwhile (cancel stops
+				// what has not started).
 				waited := c.extra && w.slots.TryAcquire(1) == 0
 				if waited && !w.slots.Acquire(jobs.base) {
 					w.settle(c, consume.Retry(0, nil)) // the shutdown grace is over
@@ -192,7 +194,7 @@ func (w *Worker) handle(ctx context.Context, jobType string, msgs []jetstream.Ms
 				var once sync.Once
 				c.free = func() { once.Do(func() { w.slots.Release(1) }) }
 				defer c.free()
-				if waited && w.cancelledBeforeStart(base, c) {
+				if waited && time.Since(claimedAt) >= startCheckAfter && w.cancelledBeforeStart(base, c) {
 					return
 				}
 				w.run(c, jobs)

@@ -66,6 +66,14 @@ const (
 	// does not depend on Run's context, so a delivery in progress is settled
 	// even while the worker stops.
 	settleTimeout = 10 * time.Second
+	// startCheckAfter is how long a further job of a pack may wait for a
+	// slot after its claim and still start without looking at its group
+	// again (start.lua): its claim saw the group as it was then, so no job
+	// starts later than this after its group's cancel was applied. A
+	// shorter wait needs no Redis call: checking every job that waited
+	// at all held each slot for a round trip and more than halved the
+	// throughput of short jobs.
+	startCheckAfter = 50 * time.Millisecond
 	// abandonWait is how long Run waits, after cancelling the jobs still
 	// running at the end of the grace period, for their processors to return.
 	abandonWait = 5 * time.Second
