@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/pkg/webhook"
@@ -113,8 +114,12 @@ func t16(t *testing.T, p profile) run {
 			if err != nil {
 				return err
 			}
+			ts, err := tenantset.Open(ctx, e.js, e.names, q)
+			if err != nil {
+				return err
+			}
 			for tenant, s := range secrets {
-				if _, err := q.SetCallbackSecret(ctx, tenant, s, 0); err != nil {
+				if _, err := ts.RotateCallbackSecret(ctx, tenant, s, 0); err != nil {
 					return err
 				}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -165,7 +166,11 @@ func t17(p profile) run {
 			if err != nil {
 				return err
 			}
-			if err := q.SetTenantWindows(ctx, lastTenant, []contracts.Window{window("Europe/Berlin", boundary, boundary.Add(time.Hour))}); err != nil {
+			ts, err := tenantset.Open(ctx, e.js, e.names, q)
+			if err != nil {
+				return err
+			}
+			if err := ts.SetWindows(ctx, lastTenant, []contracts.Window{window("Europe/Berlin", boundary, boundary.Add(time.Hour))}); err != nil {
 				return err
 			}
 			for i, gp := range plans {

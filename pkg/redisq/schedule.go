@@ -141,29 +141,6 @@ func (q *Queue) RefreshWindows(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// SetTenantWindows sets a tenant's default sending windows (none: removes
-// them). They apply to the groups it creates afterwards without windows of
-// their own.
-// It writes Redis only, unrevisioned: the writers of a deployment go through
-// package tenantset, which records them in JetStream first and writes them
-// here with [Queue.PutTenantWindows].
-func (q *Queue) SetTenantWindows(ctx context.Context, tenant string, ws []contracts.Window) error {
-	if err := contracts.ValidateTenant(tenant); err != nil {
-		return err
-	}
-	if len(ws) == 0 {
-		return q.rdb.HDel(ctx, q.keys.TenantWindows(), tenant).Err()
-	}
-	if err := contracts.ValidateWindows("windows", ws); err != nil {
-		return err
-	}
-	b, err := json.Marshal(ws)
-	if err != nil {
-		return err
-	}
-	return q.rdb.HSet(ctx, q.keys.TenantWindows(), tenant, string(b)).Err()
-}
-
 // TenantWindows returns a tenant's default sending windows (nil: none).
 func (q *Queue) TenantWindows(ctx context.Context, tenant string) ([]contracts.Window, error) {
 	raw, err := q.rdb.HGet(ctx, q.keys.TenantWindows(), tenant).Result()

@@ -161,10 +161,10 @@ func TestTenantDefaultWindows(t *testing.T) {
 	q, b := setup(t, redisq.Config{GlobalLimit: redisq.UngatedLimit}, true)
 	ctx := context.Background()
 	closed := []contracts.Window{{Zone: "UTC", Days: []string{"sun"}, From: "00:00", To: "01:00"}}
-	if err := q.SetTenantWindows(ctx, testTenant, closed); err != nil {
+	if _, err := q.PutTenantWindows(ctx, testTenant, closed, redisq.SettingVersion{Bucket: "b", Rev: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.SetTenantWindows(ctx, testTenant, []contracts.Window{{Zone: "Mars/Base"}}); err == nil {
+	if _, err := q.PutTenantWindows(ctx, testTenant, []contracts.Window{{Zone: "Mars/Base"}}, redisq.SettingVersion{Bucket: "b", Rev: 2}); err == nil {
 		t.Fatal("invalid windows were taken")
 	}
 	open := []contracts.Window{{Zone: "UTC", Days: []string{"tue"}, From: "08:00", To: "09:00"}}

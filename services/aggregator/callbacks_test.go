@@ -16,6 +16,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/internal/tenantset"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -95,7 +96,11 @@ func (b *testBundle) finish(t *testing.T, g contracts.GroupRef, n int) {
 
 func (b *testBundle) setSecret(t *testing.T, tenant, secret string, grace time.Duration) {
 	t.Helper()
-	if _, err := b.q.SetCallbackSecret(context.Background(), tenant, secret, grace); err != nil {
+	ts, err := tenantset.Open(context.Background(), b.js, b.names, b.q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.RotateCallbackSecret(context.Background(), tenant, secret, grace); err != nil {
 		t.Fatal(err)
 	}
 }
