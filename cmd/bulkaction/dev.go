@@ -30,7 +30,6 @@ import (
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
-	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 	"github.com/bulkaction/bulkaction/services/gateway"
 )
@@ -103,15 +102,17 @@ that setting lists.
 
 --demo submits tenants of very different sizes and priorities (one of
 20,000 "sleep" jobs, three of hundreds, an urgent high-priority one a few
-seconds in) at a low global rate (400 jobs/s; 300 with --scale small), shows
-their progress live and ends with a summary per group. It sets
-BULKACTION_GLOBAL_RPS and BULKACTION_WORKER_COUNT itself unless they are set.
+seconds in, and hooli's 1,500 "http" jobs calling a partner API this
+process serves on a port of 127.0.0.1, whose capacity changes during the
+run) at a low global rate (400 jobs/s; 300 with --scale small), shows
+their progress live and ends with a summary per group, and of the rate the
+adaptive rate learned of the partner beside its capacity. It sets
+BULKACTION_GLOBAL_RPS, BULKACTION_WORKER_COUNT, BULKACTION_TYPE_RATE_LIMITS
+and BULKACTION_ADAPTIVE_RATE_ENABLED (true) itself unless they are set.
 Its logs go to dev.log in the data directory (warnings and errors to stderr
 as well when the output is not a terminal).
 The full scale takes ` + demo.FullDuration + `; --scale small has a tenth of the jobs
-and takes ` + demo.SmallDuration + `: it ends when hooli's unluckiest job, answered 429
-several times in a row, has waited 4 s after each. The demo exits 0 only if
-every group COMPLETED.`,
+and takes ` + demo.SmallDuration + `. The demo exits 0 only if every group COMPLETED.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd, o)
@@ -159,6 +160,11 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		}
 		if !envSet("TYPE_RATE_LIMITS") {
 			cfg.TypeRateLimits = w.TypeRateLimits
+		}
+		if !envSet("ADAPTIVE_RATE_ENABLED") {
+			// hooli's partner API throttles: the adaptive rate learns its
+			// capacity (its jobs are the only "http" ones).
+			cfg.AdaptiveRateEnabled = true
 		}
 		if err := cfg.Validate(); err != nil {
 			return err
@@ -287,13 +293,18 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		so.HTTPAnyHost = true
 		log.Info("the http processor may call any host (dev only); set BULKACTION_HTTP_ALLOWED_HOSTS to restrict it")
 	}
+	var partner *demo.Partner
 	if o.demo {
-		// The demo's second job type runs like sleep, behind its own rate limit.
-		mux := processor.NewMux()
+		// hooli's partner API, on a port of 127.0.0.1 of its own: the http
+		// processor may call it (that address alone, not the rest of
+		// 127.0.0.1, when BULKACTION_HTTP_ALLOWED_HOSTS restricts it). The
+		// demo's second job type runs like sleep, behind its own rate limit.
+		if partner, err = demo.StartPartner(w.Partner); err != nil {
+			return err
+		}
+		defer partner.Close()
 		bo := builtin.Options{DefaultURL: cfg.HTTPProcessorURL, AllowedHosts: cfg.HTTPAllowedHosts, AllowAnyHost: so.HTTPAnyHost}
-		builtin.Register(mux, bo)
-		mux.Handle(w.SMSType, builtin.Sleep(bo))
-		so.Mux = mux
+		so.Mux = w.Processors(bo, partner)
 	}
 	st, err := stack.Start(ctx, so)
 	if err != nil {
@@ -333,7 +344,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		// Servers this run did not start keep the ids of earlier runs.
 		suffix = "-" + strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)
 	}
-	return runDemo(ctx, st, w, demo.Options{Out: out, Terminal: live, Suffix: suffix, Log: log}, b.uiURL())
+	return runDemo(ctx, st, w, demo.Options{Out: out, Terminal: live, Suffix: suffix, Log: log, Partner: partner}, b.uiURL())
 }
 
 // runDemo runs the demo workload w on the running stack st, stops the
@@ -342,8 +353,18 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 // banner's, signing in with dev's key).
 func runDemo(ctx context.Context, st *stack.Stack, w demo.Workload, o demo.Options, uiURL string) error {
 	cfg := st.Config()
-	fmt.Fprintf(o.Out, "demo (%s): %d groups, %d %s jobs, global limit %d jobs/s, %d worker slots\n\n",
-		w.Scale, len(w.Groups), w.TotalJobs(), w.JobType, cfg.GlobalRps, cfg.WorkerCount)
+	fmt.Fprintf(o.Out, "demo (%s): %d groups, %d jobs, global limit %d jobs/s, %d worker slots\n",
+		w.Scale, len(w.Groups), w.TotalJobs(), cfg.GlobalRps, cfg.WorkerCount)
+	if o.Partner != nil {
+		adaptive := "the adaptive rate learns it"
+		if !cfg.AdaptiveRateEnabled {
+			adaptive = "the adaptive rate is off (BULKACTION_ADAPTIVE_RATE_ENABLED)"
+		}
+		c := o.Partner.Capacity()
+		fmt.Fprintf(o.Out, "%s (http://%s) accepts %s, and answers 429 (Retry-After: %d) past that; %s\n",
+			c.Name, o.Partner.Addr(), c, int(demo.PartnerRetryAfter/time.Second), adaptive)
+	}
+	fmt.Fprintln(o.Out)
 	demoCtx, stopDemo := context.WithCancel(ctx)
 	defer stopDemo()
 	go func() {

@@ -136,6 +136,12 @@ func TestDevDemoSmall(t *testing.T) {
 			if !strings.Contains(summary, "umbrella/vip-recall (high priority, submitted at") {
 				t.Errorf("no verdict on the urgent group:\n%s", summary)
 			}
+			// hooli's jobs called the partner API this process served, and
+			// the adaptive rate (on in the demo) learned its capacity.
+			if !strings.Contains(out, "hooli's partner API (http://127.0.0.1:") || !strings.Contains(out, "the adaptive rate learns it") ||
+				!strings.Contains(summary, "\nhooli/crm-sync called hooli's partner API: ") || !strings.Contains(summary, "learned rate over the second half of each phase (its capacity): ") {
+				t.Errorf("no partner API in the demo, or nothing learned of it:\n%s", out)
+			}
 			// The small tenants (globex's four groups among them: a tenant
 			// that splits its work still gets a tenant's share) did not wait
 			// behind acme's newsletter.

@@ -15,6 +15,10 @@ type Limits struct {
 	GlobalRps float64
 	// TypeRps are the per-type limits (BULKACTION_TYPE_RATE_LIMITS).
 	TypeRps map[string]float64
+	// Capacity is, by job type, the capacity of the downstream the type's
+	// jobs call (the demo's partner API for "http"): whatever the limits,
+	// it accepts no more, so its callers can end no sooner.
+	Capacity map[string]Capacity
 }
 
 // LimitsOf returns the limits of a queue's configuration in the paced mode
@@ -50,6 +54,10 @@ func LimitsOf(c redisq.Config) Limits {
 // pipeline cannot know which attempt that will be, so a run ends about one
 // Retry-After, or a short chain of them, after its last first attempt).
 //
+// A downstream's capacity (Limits.Capacity) bounds the groups calling it in
+// the same way, counting the calls it accepted (their jobs that
+// succeeded): the throttled ones it did not accept cost it nothing.
+//
 // The zero value is no bound (nothing limits the rate, or nothing was
 // admitted).
 type Bound struct {
@@ -58,11 +66,16 @@ type Bound struct {
 	// FirstAttempts is the bound counting first attempts alone.
 	FirstAttempts time.Duration
 	// Jobs and Retries count the first attempts and the retries under the
-	// binding limit; Jobs + Retries are its admissions.
+	// binding limit; Jobs + Retries are its admissions. Under a
+	// downstream's capacity, Jobs counts the calls it accepted and Retries
+	// is 0.
 	Jobs, Retries int64
-	// Limit names the binding limit: "the global limit of 400/s" or "the
-	// sms limit of 20/s".
+	// Limit names the binding limit: "the global limit of 400/s", "the
+	// sms limit of 20/s" or "the capacity of hooli's partner API (60/s,
+	// 20/s from 12s, 100/s from 24s)".
 	Limit string
+	// Downstream says the binding limit is a downstream's capacity.
+	Downstream bool
 	// From is when the binding admissions could start (the first of their
 	// groups' submissions); 0 for the whole workload.
 	From time.Duration
@@ -113,9 +126,36 @@ func boundOf(rps float64, groups []admissions) (b Bound) {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// capacityBound is the bound of a downstream's capacity c over the calls
+// it accepted from the groups calling it: the largest, over the submission
+// times τ, of τ plus the time c takes from τ to accept the calls of the
+// groups submitted at τ or later.
+func capacityBound(c Capacity, groups []admissions) (b Bound) {
+	groups = slices.Clone(groups)
+	slices.SortFunc(groups, func(a, b admissions) int { return int(a.at - b.at) })
+	var calls int64
+	for i := len(groups) - 1; i >= 0; i-- {
+		calls += groups[i].jobs
+		if i > 0 && groups[i-1].at == groups[i].at {
+			continue
+		}
+		at := groups[i].at
+		if calls <= 0 {
+			continue
+		}
+		if span := at + c.timeFor(at, float64(calls)); span > b.Makespan {
+			b = Bound{Makespan: span, Jobs: calls, From: at, Downstream: true}
+		}
+	}
+	b.FirstAttempts = b.Makespan
+	return b
+}
+
 // Bound returns the shortest makespan the limits allow for the admissions
-// of the run: the largest of the global limit's bound over every group and
-// each type limit's bound over the groups of that type.
+// of the run: the largest of the global limit's bound over every group,
+// each type limit's bound over the groups of that type, and each
+// downstream capacity's bound over the calls it accepted from the groups
+// of its type.
 func (s *Summary) Bound() Bound {
 	var all []admissions
 	byType := map[string][]admissions{}
@@ -143,6 +183,26 @@ func (s *Summary) Bound() Bound {
 		first = max(first, b.FirstAttempts)
 		if b.Makespan > best.Makespan {
 			b.Limit = fmt.Sprintf("the %s limit of %s/s", t, rate(rps))
+			best = b
+		}
+	}
+	types = types[:0]
+	for t := range s.Limits.Capacity {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	for _, t := range types {
+		var calls []admissions
+		for _, g := range s.Groups {
+			if g.Type == t {
+				calls = append(calls, admissions{at: g.SubmittedAt, jobs: g.Succeeded})
+			}
+		}
+		c := s.Limits.Capacity[t]
+		b := capacityBound(c, calls)
+		first = max(first, b.FirstAttempts)
+		if b.Makespan > best.Makespan {
+			b.Limit = fmt.Sprintf("the capacity of %s (%s)", c.Name, c)
 			best = b
 		}
 	}

@@ -113,3 +113,42 @@ func TestMakespanLine(t *testing.T) {
 		t.Errorf("unfinished run: %q", got)
 	}
 }
+
+// TestBoundOfPartnerCapacity: the groups calling a downstream end no sooner
+// than its capacity accepts their calls, whatever the admission limits.
+func TestBoundOfPartnerCapacity(t *testing.T) {
+	w, err := ForScale(ScaleFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Summary{Limits: Limits{GlobalRps: 2000, Capacity: map[string]Capacity{"http": w.Partner}}, Groups: []GroupResult{
+		{ID: "acme/newsletter", Type: "sleep", Jobs: 20000, Retries: 1000, Succeeded: 19990},
+		{ID: "hooli/crm-sync", Type: "http", Jobs: 1500, Retries: 90, Throttles: 90, Succeeded: 1500},
+	}}
+	b := s.Bound()
+	// 12 calls in the bucket, 720 by 12 s, 240 by 24 s, 528 at 100/s; the
+	// global limit allows 22,590 admissions in 11.3 s.
+	if !near(b.Makespan, 29.28) || !b.Downstream || b.Jobs != 1500 || b.Retries != 0 ||
+		b.Limit != "the capacity of hooli's partner API (60/s, 20/s from 12s, 100/s from 24s)" {
+		t.Errorf("bound %+v, want hooli's 1500 calls at the partner's capacity: 29.28s", b)
+	}
+	if !near(b.FirstAttempts, 29.28) {
+		t.Errorf("first attempts alone %s", b.FirstAttempts)
+	}
+	s.Makespan = 31 * time.Second
+	want := "makespan 31.0s, limit allows 29.3s (1.06×): 1500 calls accepted at the capacity of hooli's partner API (60/s, 20/s from 12s, 100/s from 24s); first attempts alone 29.3s"
+	if got := s.MakespanLine(); got != want {
+		t.Errorf("makespan line\n%s\nwant\n%s", got, want)
+	}
+	// Only the calls it accepted count: jobs that failed never got through.
+	s.Groups[1].Succeeded = 972
+	if b := s.Bound(); !near(b.Makespan, 24) || !b.Downstream {
+		t.Errorf("972 calls accepted: %+v, want 24s", b)
+	}
+	// At the demo's own limit the global limit binds: the partner does not
+	// make the demo longer than its admissions do.
+	s.Limits.GlobalRps = 400
+	if b := s.Bound(); b.Downstream || b.Limit != "the global limit of 400/s" {
+		t.Errorf("at 400/s: %+v, want the global limit", b)
+	}
+}

@@ -62,6 +62,32 @@ func TestForScale(t *testing.T) {
 		if high != 1 {
 			t.Errorf("%s: %d high-priority groups, want 1", w.Scale, high)
 		}
+		// hooli's jobs alone call the partner API, as "http" jobs: the
+		// rate learned for that type is theirs.
+		for _, g := range w.Groups {
+			if g.Partner != (g.Tenant == "hooli") || (g.Partner && g.Type != "http") || (!g.Partner && g.Type == "http") {
+				t.Errorf("%s: group %s/%s: partner %v, type %q", w.Scale, g.Tenant, g.ID, g.Partner, g.Type)
+			}
+		}
+		if err := w.Partner.validate(); err != nil || len(w.Partner.Phases) != 3 {
+			t.Errorf("%s: partner capacity %+v: %v", w.Scale, w.Partner, err)
+		}
+		// The partner lowers its capacity, then raises it above the first.
+		if ph := w.Partner.Phases; len(ph) == 3 && (ph[1].Rps >= ph[0].Rps || ph[2].Rps <= ph[0].Rps) {
+			t.Errorf("%s: capacity %s does not fall then rise", w.Scale, w.Partner)
+		}
+		// The partner accepts hooli's calls well within the time the global
+		// limit takes for every first attempt: it slows hooli, not the demo.
+		var hooli int
+		for _, g := range w.Groups {
+			if g.Partner {
+				hooli += g.Jobs
+			}
+		}
+		partner, global := w.Partner.timeFor(0, float64(hooli)), seconds(float64(w.TotalJobs())/float64(w.GlobalRps))
+		if partner >= global {
+			t.Errorf("%s: the partner takes %s for hooli's %d calls, the global limit %s for every first attempt", w.Scale, partner, hooli, global)
+		}
 		// A tenth of the jobs at 3/4 of the rate finishes within ~30 s
 		// only if the pure admission time is well below it.
 		if secs := float64(w.TotalJobs()) / float64(w.GlobalRps); w.Scale == ScaleSmall && secs > 10 {
@@ -190,5 +216,72 @@ func TestVerdictReportsALateThrottledGroup(t *testing.T) {
 	}
 	if !strings.Contains(v, "initech/tiny finished by 2.0s while acme/big was 3% done") || strings.Contains(v, "crm and") {
 		t.Errorf("early group claim:\n%s", v)
+	}
+}
+
+// TestPartnerLine: the summary says how often the partner's callers were
+// throttled, and the rate learned over the second half of each phase
+// beside the capacity of that phase.
+func TestPartnerLine(t *testing.T) {
+	w, err := ForScale(ScaleFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sampleSummary()
+	s.Groups = append(s.Groups, GroupResult{ID: "hooli/crm-sync", Priority: "normal", Type: "http", Jobs: 1500, State: "COMPLETED",
+		Succeeded: 1500, Retries: 90, Throttles: 90, FinishedAt: 31200 * time.Millisecond, BiggestPercent: 48})
+	s.Partner = &PartnerRun{Capacity: w.Partner, Destination: "http", Groups: []string{"hooli/crm-sync"}, Accepted: 1500, Throttled: 90,
+		End: 31200 * time.Millisecond, Learned: []Reading{
+			{At: 500 * time.Millisecond}, {At: 5 * time.Second, Rate: 30}, {At: 11500 * time.Millisecond, Rate: 55.4},
+			{At: 12 * time.Second, Rate: 50, Stopped: true}, {At: 18500 * time.Millisecond, Rate: 21}, {At: 20 * time.Second},
+			{At: 23500 * time.Millisecond, Rate: 19.2}, {At: 31 * time.Second, Rate: 96.4},
+		}}
+	// The second halves: 6-12 s, 18-24 s, and 27.5 s to the last reading;
+	// a reading without a rate counts in none of the means.
+	want := "hooli/crm-sync called hooli's partner API: 0.06 throttles per job (90 429s, 1500 calls accepted); " +
+		"learned rate over the second half of each phase (its capacity): 55/s (60/s) 6.0-12.0s, 20/s (20/s) 18.0-24.0s, 96/s (100/s) 27.5-31.0s"
+	if got := s.PartnerLine(); got != want {
+		t.Errorf("partner line\n%s\nwant\n%s", got, want)
+	}
+	var b bytes.Buffer
+	if err := s.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	// Before the makespan line (none here: no group's end is known).
+	if got := lines[len(lines)-1]; got != want+"." {
+		t.Errorf("the summary ends with\n%s\nwant the partner line", got)
+	}
+	// A run that ended before any throttle learned nothing; no reading,
+	// no rates; no partner, no line.
+	s.Partner.Learned = []Reading{{At: 2 * time.Second}}
+	if got := s.PartnerLine(); !strings.HasSuffix(got, "; learned rate over the second half of each phase (its capacity): none (60/s) 1.0-2.0s") {
+		t.Errorf("nothing learned: %q", got)
+	}
+	s.Partner.Learned = nil
+	if got := s.PartnerLine(); !strings.HasSuffix(got, "1500 calls accepted)") {
+		t.Errorf("no readings: %q", got)
+	}
+	s.Partner = nil
+	if got := s.PartnerLine(); got != "" {
+		t.Errorf("no partner: %q", got)
+	}
+}
+
+// TestPartnerInGlobalLine: while hooli runs, the live view's global line
+// shows the partner's capacity and the rate learned of it.
+func TestPartnerInGlobalLine(t *testing.T) {
+	s := snap(time.Second)
+	s.partner = &partnerNow{name: "hooli's partner API", capacity: 60}
+	if got := globalLine(s); !strings.HasSuffix(got, "; hooli's partner API: capacity 60.0/s") {
+		t.Errorf("before a reading: %q", got)
+	}
+	s.partner.last = &Reading{Rate: 0}
+	if got := globalLine(s); !strings.HasSuffix(got, "capacity 60.0/s, no rate learned yet") {
+		t.Errorf("nothing learned: %q", got)
+	}
+	s.partner.last = &Reading{Rate: 55.25, Stopped: true}
+	if got := globalLine(s); !strings.HasSuffix(got, "capacity 60.0/s, learned 55.2/s (stopped by a Retry-After)") {
+		t.Errorf("learned: %q", got)
 	}
 }

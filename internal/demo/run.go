@@ -14,6 +14,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 	"github.com/bulkaction/bulkaction/pkg/status"
 )
@@ -58,6 +59,11 @@ type Options struct {
 	StallTimeout time.Duration
 	// Log receives submission notes; nil means slog.Default().
 	Log *slog.Logger
+	// Partner is the partner API the workload's Partner groups call
+	// (StartPartner with Workload.Partner); required when it has such
+	// groups. Run starts its phases, and reads the rate the adaptive rate
+	// learns of it while they run.
+	Partner *Partner
 }
 
 // tracked is what Run knows of one group.
@@ -124,13 +130,29 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 
 	groups := make([]*tracked, len(w.Groups))
 	big := 0
+	var pt *partnerTrack
 	for i, g := range w.Groups {
+		if g.Partner {
+			if o.Partner == nil {
+				return nil, fmt.Errorf("demo: group %s/%s calls the partner API: Options.Partner is required", g.Tenant, g.ID)
+			}
+			if g.Type == "" {
+				g.Type = builtin.TypeHTTP
+			}
+			g.Payload = partnerPayload(o.Partner.URL())
+			if pt == nil {
+				pt = &partnerTrack{p: o.Partner, dest: g.Type}
+			}
+		}
 		groups[i] = &tracked{Group: g, id: g.ID + o.Suffix, submitted: -1}
 		if g.Jobs > w.Groups[big].Jobs {
 			big = i
 		}
 	}
 	start := time.Now()
+	if pt != nil {
+		o.Partner.Begin(start)
+	}
 	var mu sync.Mutex // guards tracked.submitted
 	var wg sync.WaitGroup
 	for _, t := range groups {
@@ -160,7 +182,7 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 		err          error
 	)
 	pollOnce := func(ctx context.Context) bool {
-		snap, perr := poll(ctx, o, groups, start, &mu, big)
+		snap, perr := poll(ctx, o, groups, start, &mu, big, pt)
 		if perr != nil && ctx.Err() == nil {
 			err = perr
 			return false
@@ -186,7 +208,17 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 	v.close()
 	cancel(nil)
 	wg.Wait()
-	return summarize(groups, big, start, time.Since(start), LimitsOf(o.Queue.Config()), w.JobType), err
+	limits := LimitsOf(o.Queue.Config())
+	if pt != nil && limits.GlobalRps > 0 {
+		// What the partner accepts bounds its callers whatever the limits
+		// (in a mode without a rate there is no bound at all).
+		limits.Capacity = map[string]Capacity{pt.dest: o.Partner.Capacity()}
+	}
+	s := summarize(groups, big, start, time.Since(start), limits, w.JobType)
+	if pt != nil {
+		s.Partner = pt.result(groups)
+	}
+	return s, err
 }
 
 // submit publishes one group's jobs (after its delay) and seals it.
@@ -228,14 +260,23 @@ func submit(ctx context.Context, o Options, jobType string, t *tracked, start ti
 	return nil
 }
 
-// poll reads every submitted group once.
-func poll(ctx context.Context, o Options, groups []*tracked, start time.Time, mu *sync.Mutex, big int) (*snapshot, error) {
+// poll reads every submitted group once, and the partner's learned rate
+// (pt nil: no partner) while a group calling it runs.
+func poll(ctx context.Context, o Options, groups []*tracked, start time.Time, mu *sync.Mutex, big int, pt *partnerTrack) (*snapshot, error) {
 	snap := &snapshot{elapsed: time.Since(start)}
 	rate, err := cli.AdmittedRate(ctx, o.Queue)
 	if err != nil {
 		return nil, err
 	}
 	snap.rate = rate
+	if pt != nil && pt.running(groups, mu) {
+		r, err := o.Queue.DestinationRates(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pt.observe(snap.elapsed, r)
+		snap.partner = pt.now(snap.elapsed)
+	}
 	for _, t := range groups {
 		mu.Lock()
 		submitted := t.submitted >= 0
@@ -269,6 +310,7 @@ type snapshot struct {
 	elapsed time.Duration
 	rate    cli.Rate
 	groups  []row
+	partner *partnerNow // nil without a partner API
 }
 
 // row is one group's line of the live view.

@@ -72,6 +72,9 @@ type Summary struct {
 	Makespan time.Duration
 	// Limits are the admission limits the run was held to.
 	Limits Limits
+	// Partner is what the partner API saw and what the adaptive rate
+	// learned of it; nil when no group called it.
+	Partner *PartnerRun
 }
 
 // AllCompleted reports whether every group is COMPLETED.
@@ -177,8 +180,8 @@ func (s *Summary) Verdicts() []string {
 }
 
 // Write prints the summary table (group, priority, jobs, succeeded,
-// failed, makespan, retries and throttles per job, finished at) and the
-// verdicts.
+// failed, makespan, retries and throttles per job, finished at), the
+// verdicts, the partner API's line (PartnerLine) and the makespan line.
 func (s *Summary) Write(w io.Writer) error {
 	fmt.Fprintf(w, "\nSummary (%s):\n", secs(s.Elapsed))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -206,6 +209,11 @@ func (s *Summary) Write(w io.Writer) error {
 			return err
 		}
 	}
+	if line := s.PartnerLine(); line != "" {
+		if _, err := fmt.Fprintln(w, line+"."); err != nil {
+			return err
+		}
+	}
 	if line := s.MakespanLine(); line != "" {
 		if _, err := fmt.Fprintln(w, line); err != nil {
 			return err
@@ -218,8 +226,11 @@ func (s *Summary) Write(w io.Writer) error {
 // shortest its limits allow for the admissions it made, and their ratio,
 // e.g. "makespan 72.3s, limit allows 66.8s (1.08×): 26716 admissions
 // (23100 first attempts, 3616 retries) at the global limit of 400/s; first
-// attempts alone 57.8s". "" while a group has not ended; without a rate
-// limit, the makespan alone.
+// attempts alone 57.8s". When a downstream's capacity binds (Limits.Capacity)
+// it counts the calls the downstream accepted instead: "1500 calls accepted
+// at the capacity of hooli's partner API (60/s, 20/s from 12s, 100/s from
+// 24s)". "" while a group has not ended; without a rate limit, the
+// makespan alone.
 func (s *Summary) MakespanLine() string {
 	if s.Makespan <= 0 {
 		return ""
@@ -231,6 +242,10 @@ func (s *Summary) MakespanLine() string {
 	from := "" // said only of a group submitted later: the others are a few ms in
 	if b.From >= 50*time.Millisecond {
 		from = fmt.Sprintf(" from %s", secs(b.From))
+	}
+	if b.Downstream {
+		return fmt.Sprintf("makespan %s, limit allows %s (%.2f×): %d calls accepted at %s%s; first attempts alone %s",
+			secs(s.Makespan), secs(b.Makespan), b.Ratio(s.Makespan), b.Jobs, b.Limit, from, secs(b.FirstAttempts))
 	}
 	return fmt.Sprintf("makespan %s, limit allows %s (%.2f×): %d admissions (%d first attempts, %d retries) at %s%s; first attempts alone %s",
 		secs(s.Makespan), secs(b.Makespan), b.Ratio(s.Makespan), b.Jobs+b.Retries, b.Jobs, b.Retries, b.Limit, from, secs(b.FirstAttempts))

@@ -36,10 +36,15 @@ func fmtETA(sec float64) string {
 	return "eta " + d.String()
 }
 
-// globalLine is the line of the rate limiter and the total throughput.
+// globalLine is the line of the rate limiter and the total throughput,
+// and of the partner API's capacity and learned rate when there is one.
 func globalLine(s *snapshot) string {
-	return fmt.Sprintf("global: admitted %s of %s limit, completing %s, %d active tenant(s)",
+	line := fmt.Sprintf("global: admitted %s of %s limit, completing %s, %d active tenant(s)",
 		fmtRate(s.rate.Admitted), fmtRate(s.rate.Limit), fmtRate(s.completedRate()), s.rate.ActiveTenants)
+	if s.partner != nil {
+		line += "; " + s.partner.String()
+	}
+	return line
 }
 
 // detail is a row's text after its counters: rate, ETA and congestion,

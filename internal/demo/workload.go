@@ -3,9 +3,11 @@ package demo
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 )
 
@@ -13,9 +15,9 @@ import (
 const (
 	// ScaleFull is a minute of work or more: 23,100 jobs at 400 jobs/s.
 	ScaleFull = "full"
-	// ScaleSmall has the same shape with a tenth of the jobs and a shorter
-	// head start for the urgent group. It lasts as long as hooli's
-	// unluckiest job, answered 429 (Retry-After 4 s) several times in a row.
+	// ScaleSmall has the same shape with a tenth of the jobs, a shorter
+	// head start for the urgent group, and a partner API of lower
+	// capacity whose phases are a quarter as long.
 	ScaleSmall = "small"
 )
 
@@ -44,8 +46,13 @@ type Group struct {
 	Type string
 	// After is how long after the start the group is submitted; 0 = at once.
 	After time.Duration
-	// Payload is the "sleep" payload of every job of the group.
+	// Payload is the payload of every job of the group; Run sets it for a
+	// Partner group.
 	Payload json.RawMessage
+	// Partner makes the group's jobs call the demo's partner API
+	// (Workload.Partner, Options.Partner): "http" jobs whose payload Run
+	// fills in with the partner's URL.
+	Partner bool
 }
 
 // Workload is the demo's groups and the settings under which they run.
@@ -69,6 +76,34 @@ type Workload struct {
 	// TypeRateLimits is the per-type rate limit the demo runs with unless
 	// BULKACTION_TYPE_RATE_LIMITS is set.
 	TypeRateLimits string
+	// Partner is the capacity of the partner API the Partner groups call
+	// (StartPartner): it changes during the run, and the adaptive rate
+	// learns it.
+	Partner Capacity
+}
+
+// Processors are the demo's processors: the built-in ones with bo, and
+// SMSType run like "sleep". The "http" processor may also call the partner
+// API p (nil = none), at its address alone: 127.0.0.1:<its port> joins
+// bo.AllowedHosts, not the rest of the loopback addresses, unless
+// bo.AllowAnyHost already allows every host.
+func (w Workload) Processors(bo builtin.Options, p *Partner) *processor.Mux {
+	if p != nil && !bo.AllowAnyHost {
+		bo.AllowedHosts = append(slices.Clone(bo.AllowedHosts), p.Addr())
+	}
+	mux := processor.NewMux()
+	builtin.Register(mux, bo)
+	if w.SMSType != "" {
+		mux.Handle(w.SMSType, builtin.Sleep(bo))
+	}
+	return mux
+}
+
+// partnerPayload is the payload of a job that calls the partner API at
+// url: a contact to update.
+func partnerPayload(url string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"url": url, "method": "POST", "body": map[string]any{"contact": "crm", "fields": []string{"email", "phone"}}})
+	return b
 }
 
 // TotalJobs is the number of jobs of every group.
@@ -80,51 +115,60 @@ func (w Workload) TotalJobs() int {
 	return n
 }
 
-// sleepPayload is a "sleep" job's payload: 5-20 ms of work, a few
-// retryable failures and rate-limit answers with a Retry-After, and rare
-// permanent failures.
-func sleepPayload(failRate, rateLimitRate float64, retryAfterMs int) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"ms": 5, "jitterMs": 15, "failRate": failRate, "rateLimitRate": rateLimitRate,
-		"retryAfterMs": retryAfterMs, "permanentFailRate": 0.002,
-	})
+// sleepPayload is a "sleep" job's payload: 5-20 ms of work, a share
+// failRate of retryable failures and rare permanent failures. It injects
+// no rate limit (429): the adaptive rate, on in the demo, learns per job
+// type, and would take random 429s of "sleep" jobs for a capacity of
+// every "sleep" group; the demo's one rate-limited downstream is the
+// partner API.
+func sleepPayload(failRate float64) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"ms": 5, "jitterMs": 15, "failRate": failRate, "permanentFailRate": 0.002})
 	return b
 }
 
+// partnerBurst is how much of its rate the partner API's bucket holds.
+const partnerBurst = 200 * time.Millisecond
+
 // ForScale returns the workload of a scale: one tenant's big newsletter of
-// 20,000 jobs, another's CRM sync of 1,500 against a partner API that
-// rate-limits hard, a tenant that splits 800 jobs into four bulk actions
-// (it still gets one tenant's share), two tenants of a few hundred, and an
-// urgent high-priority recall of 150 jobs submitted a few seconds in (a
-// tenth of each at ScaleSmall). initech's billing runs at most 3 jobs at
-// once (maxInFlight), and umbrella's survey is an "sms" job type limited
-// to 20 jobs/s (5/s at ScaleSmall).
+// 20,000 jobs, another's CRM sync of 1,500 against a partner API whose
+// capacity changes during the run, a tenant that splits 800 jobs into four
+// bulk actions (it still gets one tenant's share), two tenants of a few
+// hundred, and an urgent high-priority recall of 150 jobs submitted a few
+// seconds in (a tenth of each at ScaleSmall). The partner API accepts
+// 60 calls/s, 20/s from 12 s, 100/s from 24 s (20/s, 8/s from 3 s and 40/s
+// from 6 s at ScaleSmall). initech's billing runs at most 3 jobs at once
+// (maxInFlight), and umbrella's survey is an "sms" job type limited to 20
+// jobs/s (5/s at ScaleSmall).
 func ForScale(scale string) (Workload, error) {
 	div, vipAfter, rps, sms := 1, 5*time.Second, 400, 20
+	partner := []Phase{{From: 0, Rps: 60}, {From: 12 * time.Second, Rps: 20}, {From: 24 * time.Second, Rps: 100}}
 	switch scale {
 	case ScaleFull, "":
 		scale = ScaleFull
 	case ScaleSmall:
 		div, vipAfter, rps, sms = 10, 2*time.Second, 300, 5
+		partner = []Phase{{From: 0, Rps: 20}, {From: 3 * time.Second, Rps: 8}, {From: 6 * time.Second, Rps: 40}}
 	default:
 		return Workload{}, fmt.Errorf("demo: scale %q: must be %s or %s", scale, ScaleFull, ScaleSmall)
 	}
 	return Workload{
 		Scale: scale, GlobalRps: rps, WorkerCount: 16, JobType: builtin.TypeSleep,
 		SMSType: "sms", TypeRateLimits: fmt.Sprintf("sms=%d/s", sms),
+		Partner: Capacity{Name: "hooli's partner API", Phases: partner, Burst: partnerBurst},
 		Groups: []Group{
-			{Tenant: "acme", ID: "newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.08, 2000)},
-			// Its partner API answers 429 with "Retry-After: 4" to half the
-			// calls: its jobs pile up in the backoff queue and its congestion
-			// level rises, then falls as they drain.
-			{Tenant: "hooli", ID: "crm-sync", Jobs: 1500 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.5, 4000)},
-			{Tenant: "globex", ID: "sync-eu", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
-			{Tenant: "globex", ID: "sync-us", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
-			{Tenant: "globex", ID: "sync-apac", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
-			{Tenant: "globex", ID: "sync-latam", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03, 0.02, 500)},
-			{Tenant: "initech", ID: "billing", Jobs: 400 / div, MaxInFlight: 3, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
-			{Tenant: "umbrella", ID: "survey", Jobs: 250 / div, Type: "sms", Priority: contracts.PriorityNormal, Payload: sleepPayload(0.01, 0.02, 500)},
-			{Tenant: "umbrella", ID: "vip-recall", Jobs: 150 / div, Priority: contracts.PriorityHigh, After: vipAfter, Payload: sleepPayload(0.01, 0.02, 500)},
+			{Tenant: "acme", ID: "newsletter", Jobs: 20000 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.09)},
+			// Its jobs call the partner API ("http" jobs), which answers 429
+			// with "Retry-After: 1" past its capacity: the adaptive rate
+			// learns that capacity as it changes, and admits hooli's jobs no
+			// faster.
+			{Tenant: "hooli", ID: "crm-sync", Jobs: 1500 / div, Priority: contracts.PriorityNormal, Type: builtin.TypeHTTP, Partner: true},
+			{Tenant: "globex", ID: "sync-eu", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.05)},
+			{Tenant: "globex", ID: "sync-us", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.05)},
+			{Tenant: "globex", ID: "sync-apac", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.05)},
+			{Tenant: "globex", ID: "sync-latam", Jobs: 200 / div, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.05)},
+			{Tenant: "initech", ID: "billing", Jobs: 400 / div, MaxInFlight: 3, Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03)},
+			{Tenant: "umbrella", ID: "survey", Jobs: 250 / div, Type: "sms", Priority: contracts.PriorityNormal, Payload: sleepPayload(0.03)},
+			{Tenant: "umbrella", ID: "vip-recall", Jobs: 150 / div, Priority: contracts.PriorityHigh, After: vipAfter, Payload: sleepPayload(0.03)},
 		},
 	}, nil
 }
