@@ -25,7 +25,7 @@ const (
 // redis-server on a 2-core machine (`dev --help` and the README say it).
 const (
 	FullDuration  = "60 to 90 seconds"
-	SmallDuration = "30 to 40 seconds"
+	SmallDuration = "10 to 20 seconds"
 )
 
 // Group is one tenant's bulk action in the workload. The zero value is not
@@ -147,7 +147,7 @@ func ForScale(scale string) (Workload, error) {
 		scale = ScaleFull
 	case ScaleSmall:
 		div, vipAfter, rps, sms = 10, 2*time.Second, 300, 5
-		partner = []Phase{{From: 0, Rps: 20}, {From: 3 * time.Second, Rps: 8}, {From: 6 * time.Second, Rps: 40}}
+		partner = []Phase{{From: 0, Rps: 20}, {From: 3 * time.Second, Rps: 12}, {From: 6 * time.Second, Rps: 40}}
 	default:
 		return Workload{}, fmt.Errorf("demo: scale %q: must be %s or %s", scale, ScaleFull, ScaleSmall)
 	}
