@@ -619,10 +619,13 @@ func (s *quotaRun) check(e *env) []string {
 	ctx := context.Background()
 	stored := 0
 	for g, ids := range s.refused {
+		// a job's hash, or its record while it is queued
 		cmds := make([]*redis.IntCmd, 0, len(ids))
+		recs := make([]*redis.BoolCmd, 0, len(ids))
 		_, err := e.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			for id := range ids {
 				cmds = append(cmds, pl.Exists(ctx, e.keys.Job(g, id)))
+				recs = append(recs, pl.HExists(ctx, e.keys.GroupQueued(g), id))
 			}
 			return nil
 		})
@@ -630,8 +633,11 @@ func (s *quotaRun) check(e *env) []string {
 			out = append(out, "refused jobs: "+err.Error())
 			break
 		}
-		for _, c := range cmds {
+		for i, c := range cmds {
 			stored += int(c.Val())
+			if recs[i].Val() {
+				stored++
+			}
 		}
 	}
 	if stored > 0 {

@@ -35,16 +35,16 @@ type system struct {
 	redis *testenv.RedisEnv
 }
 
-// jobStored reports whether Redis holds the job hash of job id of the
-// default tenant's group gid (no command shows a job by its id).
+// jobStored reports whether Redis holds job id of the default tenant's
+// group gid, queued or not (no command shows a job by its id).
 func (s *system) jobStored(t *testing.T, gid, id string) bool {
 	t.Helper()
-	key := redisq.NewKeys(s.redis.Prefix).Job(contracts.Group(client.DefaultTenant, gid), id)
-	n, err := s.redis.Client.Exists(context.Background(), key).Result()
+	h, err := redisq.ReadJob(context.Background(), s.redis.Client, redisq.NewKeys(s.redis.Prefix),
+		contracts.Group(client.DefaultTenant, gid), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n == 1
+	return len(h) > 0
 }
 
 // startSystem points the environment at a new embedded NATS server and the

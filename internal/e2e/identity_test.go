@@ -36,12 +36,16 @@ func readJobStates(ctx context.Context, rdb redis.UniversalClient, k redisq.Keys
 	pending := pipe.LLen(ctx, k.GroupJobs(g))
 	nonReady := pipe.Get(ctx, k.CongestionCount(g))
 	members := make([]string, n)
+	jids := make([]string, n)
 	statuses := make([]*redis.StringCmd, n)
 	for i := range n {
 		jid := fmt.Sprintf("job-%06d", i)
 		members[i] = g.Tenant + ":" + g.ID + ":" + jid
+		jids[i] = jid
 		statuses[i] = pipe.HGet(ctx, k.Job(g, jid), "status")
 	}
+	// a queued job that has not left the list has a record, not a hash
+	queued := pipe.HMGet(ctx, k.GroupQueued(g), jids...)
 	scores := pipe.ZMScore(ctx, k.NonReadyQueue(), members...)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
@@ -58,8 +62,12 @@ func readJobStates(ctx context.Context, rdb redis.UniversalClient, k redisq.Keys
 	st.info.InFlight, st.info.MaxInFlight = num("inFlight"), num("maxInFlight")
 	st.info.Pending = pending.Val()
 	st.info.NonReady, _ = nonReady.Int64()
-	for _, c := range statuses {
-		st.byStatus[c.Val()]++
+	for i, c := range statuses {
+		if queued.Val()[i] != nil {
+			st.byStatus["QUEUED"]++
+		} else {
+			st.byStatus[c.Val()]++
+		}
 	}
 	for _, s := range scores.Val() {
 		if s != 0 {

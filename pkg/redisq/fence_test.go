@@ -27,16 +27,16 @@ func recordOne(t *testing.T, q *redisq.Queue, r contracts.JobResult, want redisq
 	return got
 }
 
-// jobState reads a job's status and attempt (a job hash without the field
-// attempt has attempt 0).
+// jobState reads a job's status and attempt (a job without the field
+// attempt, a queued job's record included, has attempt 0).
 func jobState(t *testing.T, q *redisq.Queue, b *testBundle, gid, jid string) (string, string) {
 	t.Helper()
-	h, err := b.rdb.HMGet(context.Background(), q.Keys().Job(G(gid), jid), "status", "attempt").Result()
+	h, err := redisq.ReadJob(context.Background(), b.rdb, q.Keys(), G(gid), jid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := h[0].(string)
-	a, ok := h[1].(string)
+	s := h["status"]
+	a, ok := h["attempt"]
 	if !ok && s != "" {
 		a = "0"
 	}

@@ -137,6 +137,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 		pending  *redis.IntCmd
 		head     *redis.StringCmd
 		nonReady *redis.StringCmd
+		rec      *redis.StringCmd
 		typ      *redis.StringCmd
 	}
 	type tenantCmds struct{ count, weight *redis.StringCmd }
@@ -178,6 +179,8 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	n := 0
 	for i, g := range groups {
 		if admissible(i) {
+			// its record while it has not left the list, else its hash
+			cs[i].rec = pipe.HGet(ctx, q.keys.GroupQueued(g), cs[i].head.Val())
 			cs[i].typ = pipe.HGet(ctx, q.keys.Job(g, cs[i].head.Val()), "type")
 			n++
 		}
@@ -242,6 +245,9 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 				break
 			}
 			typ := cs[i].typ.Val()
+			if f, ok := decodeQueued(cs[i].rec.Val()); ok {
+				typ = f["type"]
+			}
 			if typ == "" {
 				break
 			}

@@ -29,9 +29,10 @@ func jsonOfLen(n int) []byte {
 }
 
 // TestJobHashKeepsPayloads: a job's payload, whatever its size, comes back
-// whole from admission, reclaim and the failures index, and a job hash
-// whose payload fits 100 parts of 64 bytes stays a listpack at Redis's
-// default hash-max-listpack-value.
+// whole from its queued record, admission, reclaim and the failures index;
+// a queued job has no hash until it is admitted, and a job hash whose
+// payload fits 100 parts of 64 bytes stays a listpack at Redis's default
+// hash-max-listpack-value.
 func TestJobHashKeepsPayloads(t *testing.T) {
 	ctx := context.Background()
 	sizes := []int{0, 1, 2, 63, 64, 65, 100, 128, 129, 6400, 6401, 20_000}
@@ -44,20 +45,34 @@ func TestJobHashKeepsPayloads(t *testing.T) {
 				t.Fatalf("enqueue: %v %v", o, err)
 			}
 			key := q.Keys().Job(G("g"), "j")
-			h, err := b.rdb.HGetAll(ctx, key).Result()
+			queued, err := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), "j")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := redisq.JobPayload(h); !bytes.Equal(got, p) {
-				t.Fatalf("JobPayload %q, want %q", got, p)
+			if got := redisq.JobPayload(queued); !bytes.Equal(got, p) || queued["status"] != "QUEUED" || queued["type"] != "t" ||
+				queued["trace"] != job.Trace || queued["createdAt"] == "" {
+				t.Fatalf("queued job %v, payload %q, want %q", queued, got, p)
 			}
-			enc, _ := b.rdb.ObjectEncoding(ctx, key).Result()
-			if want := n <= redisq.PayloadChunk*redisq.PayloadChunksMax; (enc == "listpack") != want {
-				t.Fatalf("encoding %s with a payload of %d bytes", enc, n)
+			if n := b.rdb.Exists(ctx, key).Val(); n != 0 {
+				t.Fatal("a queued job has a hash")
 			}
 			r := admit(t, q, 1)
 			if len(r.Jobs) != 1 || !bytes.Equal(r.Jobs[0].Payload, p) || r.Jobs[0].Type != "t" || r.Jobs[0].Trace != job.Trace || r.Jobs[0].Attempt != 1 {
 				t.Fatalf("admitted %+v", r.Jobs)
+			}
+			h, err := b.rdb.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := redisq.JobPayload(h); !bytes.Equal(got, p) || h["status"] != "LEASED" || h["createdAt"] != queued["createdAt"] {
+				t.Fatalf("admitted job's hash %v, payload %q, want %q", h, got, p)
+			}
+			if b.rdb.Exists(ctx, q.Keys().GroupQueued(G("g"))).Val() != 0 {
+				t.Fatal("the admitted job's record is left in its group's queued hash")
+			}
+			enc, _ := b.rdb.ObjectEncoding(ctx, key).Result()
+			if want := n <= redisq.PayloadChunk*redisq.PayloadChunksMax; (enc == "listpack") != want {
+				t.Fatalf("encoding %s with a payload of %d bytes", enc, n)
 			}
 			b.clock.advance(6 * time.Second)
 			rc, err := q.Reclaim(ctx, 1)
@@ -168,7 +183,7 @@ func TestAbandonReachesJobHashes(t *testing.T) {
 // job's hash is made anew.
 func TestJobHashLeftFromAnEarlierGroup(t *testing.T) {
 	ctx := context.Background()
-	q, b := setup(t, redisq.Config{}, true)
+	q, b := setup(t, redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 1_000_000, Window: time.Hour, Burst: time.Hour}, true)
 	k := q.Keys()
 	// a finished job and a job leased when its group ended
 	b.rdb.HSet(ctx, k.Job(G("g"), "done"), "status", "SUCCESS", "attempt", 3, "createdAt", 1, "error", "x")
@@ -181,9 +196,16 @@ func TestJobHashLeftFromAnEarlierGroup(t *testing.T) {
 		t.Fatalf("jobs of an earlier group: %v %v", out, err)
 	}
 	for _, jid := range []string{"done", "lost"} {
-		h := b.rdb.HGetAll(ctx, k.Job(G("g"), jid)).Val()
-		if h["status"] != "QUEUED" || h["attempt"] != "" || h["error"] != "" || b.rdb.TTL(ctx, k.Job(G("g"), jid)).Val() != -1 {
-			t.Fatalf("hash of %s: %v", jid, h)
+		h, err := redisq.ReadJob(ctx, b.rdb, k, G("g"), jid)
+		if err != nil || h["status"] != "QUEUED" || h["attempt"] != "" || h["error"] != "" || b.rdb.Exists(ctx, k.Job(G("g"), jid)).Val() != 0 {
+			t.Fatalf("job %s: %v %v (the hash left over must go)", jid, h, err)
+		}
+	}
+	// admitted, they get hashes of their own: nothing of the earlier ones
+	for _, j := range admit(t, q, 3).Jobs {
+		h := b.rdb.HGetAll(ctx, k.Job(G("g"), j.ID)).Val()
+		if h["status"] != "LEASED" || h["attempt"] != "1" || h["error"] != "" || b.rdb.TTL(ctx, k.Job(G("g"), j.ID)).Val() != -1 {
+			t.Fatalf("hash of %s: %v", j.ID, h)
 		}
 	}
 	if o, _ := q.Enqueue(ctx, redisq.Job{Group: G("g"), ID: "done", Type: "t"}); o != redisq.Duplicate {
@@ -194,7 +216,141 @@ func TestJobHashLeftFromAnEarlierGroup(t *testing.T) {
 	if o, _ := q.Enqueue(ctx, redisq.Job{Group: G("new"), ID: "lost", Type: "t"}); o != redisq.Added {
 		t.Fatalf("job of a new group with a hash left over: %v", o)
 	}
-	if a := b.rdb.HGet(ctx, k.Job(G("new"), "lost"), "attempt").Val(); a != "" {
-		t.Fatalf("attempt %q left over", a)
+	if h, _ := redisq.ReadJob(ctx, b.rdb, k, G("new"), "lost"); h["status"] != "QUEUED" || h["attempt"] != "" {
+		t.Fatalf("job %v: a hash left over", h)
+	}
+}
+
+// bigAdmission is a configuration whose admission takes every job asked for.
+var bigAdmission = redisq.Config{Mode: redisq.ModePaced, GlobalLimit: 1_000_000, Window: time.Hour, Burst: time.Hour}
+
+// jobKeys lists the job hashes under the queue's prefix.
+func jobKeys(t *testing.T, q *redisq.Queue, b *testBundle) []string {
+	t.Helper()
+	keys, err := b.rdb.Keys(context.Background(), q.Keys().Prefix()+"job:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestQueuedJobsHaveRecordsNotHashes: a queued job is a record in its
+// group's queued hash, with no hash of its own, until it leaves the list:
+// admitted, it gets its hash and its record goes; cancelled, the same, its
+// hash CANCELLED with the job TTL; and the queued hash goes with its last
+// record.
+func TestQueuedJobsHaveRecordsNotHashes(t *testing.T) {
+	ctx := context.Background()
+	cfg := bigAdmission
+	cfg.JobTTL = time.Hour
+	q, b := setup(t, cfg, true)
+	enqueueN(t, q, "g", 5, "", 0)
+	if keys := jobKeys(t, q, b); len(keys) != 0 {
+		t.Fatalf("queued jobs made hashes %v", keys)
+	}
+	qk := q.Keys().GroupQueued(G("g"))
+	if n := b.rdb.HLen(ctx, qk).Val(); n != 5 {
+		t.Fatalf("%d records, want 5", n)
+	}
+	r := admit(t, q, 2)
+	if len(r.Jobs) != 2 {
+		t.Fatalf("admitted %d jobs", len(r.Jobs))
+	}
+	for _, j := range r.Jobs {
+		if string(j.Payload) != `{}` || j.Type != "t" || j.Attempt != 1 {
+			t.Fatalf("admitted %+v", j)
+		}
+		h := b.rdb.HGetAll(ctx, q.Keys().Job(G("g"), j.ID)).Val()
+		if h["status"] != "LEASED" || h["attempt"] != "1" || h["payload"] != `{}` || h["type"] != "t" {
+			t.Fatalf("admitted job's hash %v", h)
+		}
+		if b.rdb.HExists(ctx, qk, j.ID).Val() {
+			t.Fatalf("admitted job %s kept its record", j.ID)
+		}
+	}
+	if n := b.rdb.HLen(ctx, qk).Val(); n != 3 {
+		t.Fatalf("%d records after two admissions, want 3", n)
+	}
+	if h, err := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), "j00004"); err != nil || h["status"] != "QUEUED" || h["payload"] != `{}` {
+		t.Fatalf("queued job %v %v", h, err)
+	}
+	if _, err := q.Cancel(ctx, G("g")); err != nil {
+		t.Fatal(err)
+	}
+	if b.rdb.Exists(ctx, qk).Val() != 0 {
+		t.Fatal("the cancelled group's queued hash is left")
+	}
+	for _, jid := range []string{"j00002", "j00003", "j00004"} {
+		key := q.Keys().Job(G("g"), jid)
+		h := b.rdb.HGetAll(ctx, key).Val()
+		if ttl := b.rdb.TTL(ctx, key).Val(); h["status"] != "CANCELLED" || h["payload"] != `{}` || ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("cancelled job %s: %v, TTL %v", jid, h, ttl)
+		}
+	}
+}
+
+// TestQueuedJobHashOfAnEarlierVersion: a queued job whose hash an earlier
+// version wrote (no record) is a duplicate when sent again, keeps its place,
+// and is admitted with its type, trace and payload, like a job queued now.
+func TestQueuedJobHashOfAnEarlierVersion(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, bigAdmission, true)
+	trace := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	p := jsonOfLen(100)
+	colons := []byte(`{"at":"12:30:00","n":1}`) // a record's payload may hold its separator
+	jobs := []redisq.Job{{Group: G("g"), ID: "old", Type: "t1", Payload: p, Trace: trace}, {Group: G("g"), ID: "new", Type: "t2", Payload: colons}}
+	if out, err := q.EnqueueBatch(ctx, jobs); err != nil || out[0] != redisq.Added || out[1] != redisq.Added {
+		t.Fatalf("enqueue: %v %v", out, err)
+	}
+	// the earlier layout: the job's hash, its payload in 64-byte parts
+	h, err := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.rdb.HDel(ctx, q.Keys().GroupQueued(G("g")), "old")
+	b.rdb.HSet(ctx, q.Keys().Job(G("g"), "old"), "type", "t1", "status", "QUEUED", "createdAt", h["createdAt"], "trace", trace,
+		"p1", string(p[:64]), "p2", string(p[64:]))
+	if o, err := q.Enqueue(ctx, jobs[0]); err != nil || o != redisq.Duplicate {
+		t.Fatalf("re-sent job of the earlier layout: %v %v", o, err)
+	}
+	if h, _ := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), "old"); h["status"] != "QUEUED" || !bytes.Equal(redisq.JobPayload(h), p) {
+		t.Fatalf("ReadJob of the earlier layout: %v", h)
+	}
+	r := admit(t, q, 2)
+	if len(r.Jobs) != 2 {
+		t.Fatalf("admitted %+v", r.Jobs)
+	}
+	for i, want := range []struct {
+		id, typ, trace string
+		payload        []byte
+	}{{"old", "t1", trace, p}, {"new", "t2", "", colons}} {
+		j := r.Jobs[i]
+		if j.ID != want.id || j.Type != want.typ || j.Trace != want.trace || !bytes.Equal(j.Payload, want.payload) || j.Attempt != 1 {
+			t.Fatalf("admitted %d: %+v, want %+v", i, j, want)
+		}
+	}
+	res := contracts.JobResult{Tenant: testTenant, GroupID: "g", JobID: "old", Attempt: 1, Status: contracts.ResultSuccess}
+	if rr, err := q.Record(ctx, res); err != nil || rr.Outcome != redisq.Recorded {
+		t.Fatalf("record: %+v %v", rr, err)
+	}
+}
+
+// TestResultOfAQueuedJobIsFenced: a result for a job that is queued (a
+// record: it was never handed out) is fenced, as for a queued job's hash,
+// with the job's createdAt; the job stays queued.
+func TestResultOfAQueuedJobIsFenced(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, bigAdmission, true)
+	enqueueN(t, q, "g", 1, "", 0)
+	res := contracts.JobResult{Tenant: testTenant, GroupID: "g", JobID: "j00000", Attempt: 1, Status: contracts.ResultSuccess}
+	r, err := q.Record(ctx, res)
+	if err != nil || r.Outcome != redisq.FencedResult || r.CreatedAtMs != 1_706_000_000_000 {
+		t.Fatalf("result of a queued job: %+v %v", r, err)
+	}
+	if h, _ := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), "j00000"); h["status"] != "QUEUED" {
+		t.Fatalf("job after the fenced result: %v", h)
+	}
+	if n := len(admit(t, q, 1).Jobs); n != 1 {
+		t.Fatalf("admitted %d jobs", n)
 	}
 }

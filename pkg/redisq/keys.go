@@ -17,7 +17,7 @@ const DefaultPrefix = "bulk-action:"
 //
 // A group is named by (tenant, groupId). Inside Redis its group key is
 // "<tenant>:<groupId>" (tokens never contain ':'): per-group keys are
-// P group:<tenant>:<gid>:meta|jobs|ids|progress, job hashes P job:<tenant>:<gid>:<jid>,
+// P group:<tenant>:<gid>:meta|jobs|queued|ids|progress, job hashes P job:<tenant>:<gid>:<jid>,
 // and the members of the inflight and non-ready ZSETs "<tenant>:<gid>:<jid>".
 type Keys struct{ prefix string }
 
@@ -122,6 +122,15 @@ func (k Keys) GroupJobs(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":jobs"
 }
 
+// GroupQueued is the HASH of the group's queued jobs that have not left
+// its job list ([Keys.GroupJobs]) yet: field the job id, value the job's
+// record (type, trace, createdAt and payload; jobhash.go). Such a job has
+// no hash ([Keys.Job]) until it first leaves the list; [ReadJob] reads a
+// job in either place.
+func (k Keys) GroupQueued(g contracts.GroupRef) string {
+	return k.prefix + "group:" + groupKey(g) + ":queued"
+}
+
 // GroupMeta is the HASH of a group's counters and state.
 func (k Keys) GroupMeta(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":meta"
@@ -129,8 +138,8 @@ func (k Keys) GroupMeta(g contracts.GroupRef) string {
 
 // GroupIDs is the SET of the ids of the group's jobs that left its job list
 // ([Keys.GroupJobs]: admitted, parked or cancelled). With the list it holds
-// every job id the group ever accepted: a queued job is known by its hash,
-// and a job that left the list by this set, for as long as the group lives,
+// every job id the group ever accepted: a queued job is known by its record
+// ([Keys.GroupQueued]) or its hash, and a job that left the list by this set, for as long as the group lives,
 // whether or not its hash expired.
 func (k Keys) GroupIDs(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":ids"
@@ -151,7 +160,9 @@ func (k Keys) GroupFailures(g contracts.GroupRef) string {
 	return k.prefix + "group:" + groupKey(g) + ":failures"
 }
 
-// Job is the HASH of one job (its fields: jobhash.go).
+// Job is the HASH of one job that has left its group's job list at least
+// once (its fields: jobhash.go); a queued job has a record in
+// [Keys.GroupQueued] instead.
 func (k Keys) Job(g contracts.GroupRef, jid string) string {
 	return k.prefix + "job:" + groupKey(g) + ":" + jid
 }

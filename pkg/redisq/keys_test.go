@@ -66,6 +66,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 			add(k.GroupJobs(g), "GroupJobs("+g.String()+")")
 			add(k.GroupMeta(g), "GroupMeta("+g.String()+")")
 			add(k.GroupIDs(g), "GroupIDs("+g.String()+")")
+			add(k.GroupQueued(g), "GroupQueued("+g.String()+")")
 			add(k.GroupProgress(g), "GroupProgress("+g.String()+")")
 			add(k.CongestionCount(g), "CongestionCount("+g.String()+")")
 			add(k.CongestionStats(g), "CongestionStats("+g.String()+")")

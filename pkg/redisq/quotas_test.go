@@ -114,8 +114,8 @@ func TestQueuedJobsQuotaIsExactAtTheBoundary(t *testing.T) {
 	if info, _, _ := q.Group(ctx, G("a/g")); info.Jobs != 10 || info.Pending != 10 {
 		t.Errorf("group after the refusal: %d jobs, %d pending", info.Jobs, info.Pending)
 	}
-	if n, _ := b.rdb.Exists(ctx, q.Keys().Job(G("a/g"), "j00010")).Result(); n != 0 {
-		t.Error("the refused job's hash was stored")
+	if h, err := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("a/g"), "j00010"); err != nil || len(h) != 0 {
+		t.Errorf("the refused job was stored: %v %v", h, err)
 	}
 	if ok, _ := b.rdb.SIsMember(ctx, q.Keys().GroupIDs(G("a/g")), "j00010").Result(); ok {
 		t.Error("the refused job's id was stored")

@@ -243,7 +243,8 @@ func TestRecordBatchUnknownJobs(t *testing.T) {
 	if got[2].Group.State != "" {
 		t.Errorf("a group that does not exist has state %q", got[2].Group.State)
 	}
-	n, err := b.rdb.Exists(ctx, q.Keys().GroupMeta(G("nobody")), q.Keys().Job(G("nobody"), "j00000"), q.Keys().Job(G("A"), "j00099")).Result()
+	n, err := b.rdb.Exists(ctx, q.Keys().GroupMeta(G("nobody")), q.Keys().Job(G("nobody"), "j00000"), q.Keys().GroupQueued(G("nobody")),
+		q.Keys().Job(G("A"), "j00099")).Result()
 	if err != nil || n != 0 {
 		t.Errorf("unknown results created %d keys (%v)", n, err)
 	}

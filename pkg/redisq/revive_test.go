@@ -50,7 +50,7 @@ func TestEnqueueRevivesAbandonedGroup(t *testing.T) {
 	if err != nil || out[0] != redisq.Duplicate || out[1] != redisq.Added {
 		t.Fatalf("enqueue into the abandoned group: %v %v", out, err)
 	}
-	for _, key := range []string{k.GroupMeta(g), k.GroupJobs(g), k.GroupIDs(g), k.Job(g, "new")} {
+	for _, key := range []string{k.GroupMeta(g), k.GroupJobs(g), k.GroupIDs(g), k.GroupQueued(g)} {
 		if ttl := b.rdb.TTL(ctx, key).Val(); ttl != -1 {
 			t.Errorf("revived: %s has TTL %v, want none", key, ttl)
 		}

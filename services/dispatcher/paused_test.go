@@ -71,8 +71,8 @@ func TestPausedGroupIsNotReadmitted(t *testing.T) {
 			t.Errorf("%s: list %v, want its jobs %v back in it", g, ids, want)
 		}
 		for _, jid := range ids {
-			if st, _ := e.Redis.HGet(ctx, keys.Job(g, jid), "status").Result(); st != "QUEUED" {
-				t.Errorf("%s/%s: status %q, want QUEUED", g, jid, st)
+			if h, err := redisq.ReadJob(ctx, e.Redis, keys, g, jid); err != nil || h["status"] != "QUEUED" {
+				t.Errorf("%s/%s: status %q (%v), want QUEUED", g, jid, h["status"], err)
 			}
 		}
 		if _, err := e.Redis.ZScore(ctx, keys.TenantGroups(tenant, contracts.PriorityNormal), keys.GroupMember(g)).Result(); !errors.Is(err, redis.Nil) {

@@ -100,7 +100,7 @@ func TestOverQuotaIsDeadLettered(t *testing.T) {
 			t.Errorf("tenant %s: %+v %v, want %d queued jobs and %d active groups", tenant, tq, err, want[0], want[1])
 		}
 	}
-	if n, _ := e.Redis.Exists(ctx, e.Keys.Job(g, jobID(10))).Result(); n != 0 {
-		t.Error("a refused job was stored")
+	if h, err := redisq.ReadJob(ctx, e.Redis, e.Keys, g, jobID(10)); err != nil || len(h) != 0 {
+		t.Errorf("a refused job was stored: %v %v", h, err)
 	}
 }

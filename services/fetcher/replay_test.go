@@ -352,7 +352,7 @@ func TestReplayRestoresAcceptedSubmissionsOverQuota(t *testing.T) {
 		t.Errorf("g2 has %d jobs after the replay, want the 3 accepted", n)
 	}
 	for _, g := range []contracts.GroupRef{q2, g2} {
-		if n, _ := rdb.Exists(ctx, e.Keys.Job(g, jobID(0))).Result(); n != 1 {
+		if h, _ := redisq.ReadJob(ctx, rdb, e.Keys, g, jobID(0)); len(h) == 0 {
 			t.Errorf("job %s of %s not stored", jobID(0), g)
 		}
 	}

@@ -57,7 +57,8 @@ if cursor == '0' then
   end
   redis.call('HSET', KEYS[1], 'abandonedAt', now)
   redis.call('ZREM', KEYS[3], gk)
-  local keys = { KEYS[1], prefix .. 'group:' .. gk .. ':jobs', KEYS[2], prefix .. 'group:' .. gk .. ':progress',
+  local keys = { KEYS[1], prefix .. 'group:' .. gk .. ':jobs', prefix .. 'group:' .. gk .. ':queued', KEYS[2],
+    prefix .. 'group:' .. gk .. ':progress',
     prefix .. 'group:' .. gk .. ':failures', prefix .. 'congestion:' .. gk .. ':stats',
     prefix .. 'congestion:' .. gk .. ':non-ready-count' }
   for _, k in ipairs(keys) do redis.call('EXPIRE', k, ttl) end

@@ -323,7 +323,9 @@ while admitted + parked < want do
   local jid = redis.call('LPOP', g.jobs)
   local passed, ty, d, tg = false, nil, nil, false
   if jid then
-    d = job_read(prefix .. 'job:' .. gk .. ':' .. jid) or { payload = '' }
+    -- it leaves the list: a job with a record gets its hash (a job put
+    -- back below keeps it)
+    d = job_take(prefix, gk, jid) or { payload = '' }
   end
   if jid and rooms then
     ty = d.type or ''

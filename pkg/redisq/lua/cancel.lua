@@ -101,8 +101,9 @@ while budget > 0 and not out_of_time do
   ids_add(KEYS[4], ids)
   if group_ttl > 0 then redis.call('EXPIRE', KEYS[4], group_ttl, 'NX') end
   for _, jid in ipairs(ids) do
-    local job_key = job_key_of(prefix, gk, jid)
-    if redis.call('HGET', job_key, 'status') == 'QUEUED' then drop(job_key) end
+    -- a job with a record in the queued hash gets its hash (lib.lua job_take)
+    local d = job_take(prefix, gk, jid)
+    if d and d.status == 'QUEUED' then drop(job_key_of(prefix, gk, jid)) end
   end
   out_of_time = spent()
 end

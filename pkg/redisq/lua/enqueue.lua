@@ -6,7 +6,9 @@
 -- KEYS[3]:    group:<gk>:ids (the job ids that left the group's list: with
 --             the list and the job hashes, every job id the group accepted;
 --             lib.lua ids_add)
--- KEYS[3+i]:  job:<gk>:<jid_i>, i = 1..n
+-- KEYS[3+i]:  job:<gk>:<jid_i>, i = 1..n (a job added is written as a
+--             record of group:<gk>:queued, lib.lua job_take; its hash is
+--             read when one exists)
 -- ARGV[1]: key prefix (the fair-queue and tenant keys are built from it)
 -- ARGV[2]: tenant
 -- ARGV[3]: groupId
@@ -71,6 +73,7 @@ local gk = tenant .. ':' .. gid
 local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
+local queued_key = queued_key_of(prefix, gk)
 local n = #KEYS - 3
 local FIRST = 18
 local TENANT_TYPES_MAX = 1000 -- redisq TenantTypesMax
@@ -126,8 +129,12 @@ if status and not ended and not quota_counted(prefix, tenant, gid) then
 end
 
 -- A job id is known when it is in the id set (it left the list: its hash
--- may have expired since), or its hash exists and is not terminal (it is
--- queued, or has left the list and is in the set anyway). A terminal job
+-- may have expired since), or it has a record in the group's queued hash
+-- (it is queued), or its hash exists and is not terminal (it is queued, or
+-- has left the list and is in the set anyway). Records of a group that does
+-- not exist (no meta) are left over from an earlier group of the same name
+-- (its keys expire together, so this is only a safeguard): they go, and a
+-- record older than the group (createdAt) is replaced. A terminal job
 -- of the group is always in its set, so a terminal hash outside it, like a
 -- hash created before the group (createdAt) or any hash of a group that
 -- does not exist (no meta), is left over from an earlier
@@ -135,23 +142,31 @@ end
 -- and its hash is made anew (stale). Both are read in bulk first: the id
 -- set (when it exists) in one SMISMEMBER, and one EXISTS of all the job
 -- keys tells whether any hash needs a look.
-local in_ids, any_hash, stale = {}, false, {}
+local in_ids, in_queued, any_hash, stale = {}, {}, false, {}
 local created_at = tonumber(m[10] or '')
 if n > 0 then
+  if not m[1] then redis.call('DEL', queued_key) end
   local jids = {}
   for k = 1, n do jids[k] = ARGV[FIRST + 4 * (k - 1) + 1] end
   local has_ids = redis.call('EXISTS', ids_key) == 1
+  local has_queued = m[1] and redis.call('EXISTS', queued_key) == 1
   for k = 1, n, BULK do
     local hi = math.min(k + BULK - 1, n)
     if has_ids then
       local r = redis.call('SMISMEMBER', ids_key, unpack(jids, k, hi))
       for i = 1, #r do in_ids[k + i - 1] = r[i] == 1 end
     end
+    if has_queued then
+      local r = redis.call('HMGET', queued_key, unpack(jids, k, hi))
+      for i = 1, #r do in_queued[k + i - 1] = r[i] end
+    end
     if not any_hash then any_hash = redis.call('EXISTS', unpack(KEYS, 3 + k, 3 + hi)) > 0 end
   end
 end
 local function known(k)
   if in_ids[k] then return true end
+  local r = in_queued[k]
+  if r and not (created_at and queued_created(r) < created_at) then return true end
   if not any_hash then return false end
   local h = redis.call('HMGET', KEYS[3 + k], 'status', 'createdAt')
   if not h[1] then return false end
@@ -164,6 +179,7 @@ end
 
 local out = {}
 local new_ids = {}
+local records = {} -- field, value pairs of the queued hash to write
 local new_types = {} -- the types of the jobs added, for the tenant's type index
 local written = {} -- ids of the jobs written by earlier units of this call
 local refusals = {}
@@ -200,16 +216,12 @@ for u, size in ipairs(units) do
       for _, k in ipairs(cand) do
         local a = FIRST + 4 * (k - 1)
         local jid = ARGV[a + 1]
-        local job_key = KEYS[3 + k]
-        -- the job hash (lib.lua payload_fields): tenant, group and id are
-        -- in its key, attempt 0 is not stored
-        local f = { 'type', ARGV[a + 2], 'status', 'QUEUED', 'createdAt', now }
-        if ARGV[a + 4] ~= '' then
-          f[#f + 1] = 'trace'
-          f[#f + 1] = ARGV[a + 4]
-        end
-        if stale[k] then redis.call('DEL', job_key) end
-        redis.call('HSET', job_key, unpack(payload_fields(f, ARGV[a + 3])))
+        -- its record in the group's queued hash (lib.lua job_take): its
+        -- hash is written when it first leaves the list; one left over
+        -- from an earlier group goes now
+        if stale[k] then redis.call('DEL', KEYS[3 + k]) end
+        records[#records + 1] = jid
+        records[#records + 1] = queued_record(fmt(now), ARGV[a + 2], ARGV[a + 4], ARGV[a + 3])
         written[jid] = true
         new_ids[#new_ids + 1] = jid
         new_types[ARGV[a + 2]] = true
@@ -232,6 +244,9 @@ if adopt then
   quota_count(prefix, tenant, adopted)
 end
 if added > 0 then
+  for k = 1, #records, BULK do
+    redis.call('HSET', queued_key, unpack(records, k, math.min(k + BULK - 1, #records)))
+  end
   for k = 1, added, BULK do
     jobs_len = redis.call('RPUSH', jobs_key, unpack(new_ids, k, math.min(k + BULK - 1, added)))
   end

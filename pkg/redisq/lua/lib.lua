@@ -3,9 +3,11 @@
 -- (the slot check below); reads no ARGV itself.
 --
 -- A group is named inside Redis by its group key "<tenant>:<gid>" (tokens
--- never contain ':'); its keys are P group:<gk>:meta|jobs|ids, its jobs'
--- hashes P job:<gk>:<jid>, and the inflight and non-ready ZSETs hold members
--- "<gk>:<jid>" (docs/ARCHITECTURE.md §3).
+-- never contain ':'); its keys are P group:<gk>:meta|jobs|ids|queued, its
+-- jobs' hashes P job:<gk>:<jid> (a queued job that has not left the list
+-- yet has a record in P group:<gk>:queued instead: job_take), and the
+-- inflight and non-ready ZSETs hold members "<gk>:<jid>"
+-- (docs/ARCHITECTURE.md §3).
 
 -- The slot check, every script's first command. While a Redis Cluster slot
 -- moves between primaries (docs/operations.md, "Adding a primary, moving
@@ -122,6 +124,7 @@ end
 local function meta_key_of(prefix, gk) return prefix .. 'group:' .. gk .. ':meta' end
 local function jobs_key_of(prefix, gk) return prefix .. 'group:' .. gk .. ':jobs' end
 local function job_key_of(prefix, gk, jid) return prefix .. 'job:' .. gk .. ':' .. jid end
+local function queued_key_of(prefix, gk) return prefix .. 'group:' .. gk .. ':queued' end
 local function tenant_queue_key(prefix, tenant, level)
   return prefix .. 'tenant:' .. tenant .. ':groups:' .. level
 end
@@ -292,10 +295,10 @@ end
 -- hold every job id the group accepted (docs/ARCHITECTURE.md §3.1): a job
 -- is in the list from its enqueue until it first leaves it (admitted,
 -- parked or cancelled), and its id enters the set then (ids_add), in the
--- same script. A queued job costs no set entry; its hash, which lives
--- while the job is not terminal, makes a re-sent id a duplicate
--- (enqueue.lua), and the set does from then on, whether or not the hash
--- has expired since.
+-- same script. A queued job costs no set entry; its record in the group's
+-- queued hash (job_take), or its hash, which lives while the job is not
+-- terminal, makes a re-sent id a duplicate (enqueue.lua), and the set does
+-- from then on, whether or not the hash has expired since.
 local function ids_add(ids_key, ids)
   for i = 1, #ids, BULK do
     redis.call('SADD', ids_key, unpack(ids, i, math.min(i + BULK - 1, #ids)))
@@ -322,7 +325,8 @@ local function callback_schedule(prefix, gk, meta_key)
 end
 
 -- group_cleanup drops an ended group's congestion state; its meta, job
--- list, id set, progress samples and failures index get the group TTL. (Its tenant leaves
+-- list, queued records (those a cancel has not gone through yet), id set,
+-- progress samples and failures index get the group TTL. (Its tenant leaves
 -- the rate limiter's active set when it stops asking for capacity.) A group
 -- with a callback URL gets its pending delivery (callback_schedule).
 local function group_cleanup(prefix, gk, meta_key, group_ttl)
@@ -338,6 +342,7 @@ local function group_cleanup(prefix, gk, meta_key, group_ttl)
   if group_ttl > 0 then
     redis.call('EXPIRE', meta_key, group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':jobs', group_ttl)
+    redis.call('EXPIRE', queued_key_of(prefix, gk), group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':ids', group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':progress', group_ttl)
     redis.call('EXPIRE', prefix .. 'group:' .. gk .. ':failures', group_ttl)
@@ -499,6 +504,64 @@ local function job_read(job_key)
     end
   end
   return { type = h[1] or nil, attempt = h[2] or nil, trace = h[3] or nil, status = h[4], payload = p }
+end
+
+-- A queued job that has not left its group's list yet has no job hash: it
+-- is one field of its group's HASH P group:<gk>:queued (docs/ARCHITECTURE.md
+-- §3.1), named by its id, whose value is the record
+--   <createdAt>:<len(type)>:<len(trace)>:<type><trace><payload>
+-- (lengths in bytes, decimal; the payload whole, '' when empty). Its status
+-- is QUEUED and its attempt 0: neither is stored. So a queued job costs one
+-- field of a hash its group shares rather than a key of its own (the key,
+-- its entry in the keyspace, and a field name per value). The first time it
+-- leaves the list (admitted or parked by admission, held by admission and
+-- put back, or cancelled), job_take writes its job hash as above and drops
+-- its record. A queued job whose hash an earlier version wrote (no record)
+-- is read from its hash, like any job that has left the list once: both
+-- layouts are read. (Go: jobhash.go, ReadJob.)
+local function queued_record(created, ty, trace, payload)
+  return created .. ':' .. #ty .. ':' .. #trace .. ':' .. ty .. trace .. payload
+end
+
+-- queued_decode reads a record into job_read's fields (status QUEUED, no
+-- attempt, trace nil when it has none, createdAt a string); nil when r is
+-- not a record.
+local function queued_decode(r)
+  local _, e, c, tl, rl = string.find(r, '^(%d+):(%d+):(%d+):')
+  if not e then return nil end
+  tl, rl = tonumber(tl), tonumber(rl)
+  local tr = string.sub(r, e + tl + 1, e + tl + rl)
+  if tr == '' then tr = nil end
+  return { type = string.sub(r, e + 1, e + tl), trace = tr, status = 'QUEUED', createdAt = c,
+    payload = string.sub(r, e + tl + rl + 1) }
+end
+
+-- queued_created is the createdAt of a record (a number; 0 when r is not one).
+local function queued_created(r)
+  return tonumber(string.match(r, '^(%d+):') or '0') or 0
+end
+
+-- job_take reads a job that leaves its group's list as job_read does: a job
+-- with a record in the group's queued hash gets its job hash now (status
+-- QUEUED, any hash left over from an earlier group of the same name
+-- replaced) and the record goes; a job without one is read from its hash.
+-- nil when the job has neither.
+local function job_take(prefix, gk, jid)
+  local qkey = queued_key_of(prefix, gk)
+  local job_key = job_key_of(prefix, gk, jid)
+  local r = redis.call('HGET', qkey, jid)
+  if not r then return job_read(job_key) end
+  redis.call('HDEL', qkey, jid)
+  local d = queued_decode(r)
+  if not d then return job_read(job_key) end
+  local f = { 'type', d.type, 'status', 'QUEUED', 'createdAt', d.createdAt }
+  if d.trace then
+    f[#f + 1] = 'trace'
+    f[#f + 1] = d.trace
+  end
+  redis.call('DEL', job_key)
+  redis.call('HSET', job_key, unpack(payload_fields(f, d.payload)))
+  return d
 end
 
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
@@ -840,7 +903,7 @@ local function group_revive(prefix, gk, meta_key, now)
   redis.call('HDEL', meta_key, 'abandonedAt')
   redis.call('HSET', meta_key, 'lastProgressAt', now)
   local g = prefix .. 'group:' .. gk .. ':'
-  for _, k in ipairs({ meta_key, g .. 'jobs', g .. 'ids', g .. 'progress', g .. 'failures',
+  for _, k in ipairs({ meta_key, g .. 'jobs', g .. 'queued', g .. 'ids', g .. 'progress', g .. 'failures',
     prefix .. 'congestion:' .. gk .. ':stats', prefix .. 'congestion:' .. gk .. ':non-ready-count' }) do
     redis.call('PERSIST', k)
   end

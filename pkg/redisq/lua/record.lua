@@ -87,7 +87,11 @@ for i = 7 + ngroups, #ARGV, 5 do
   else
     local j = redis.call('HMGET', job_key, 'status', 'createdAt', 'attempt')
     created = num(j[2])
-    if j[1] == false then
+    local rec = j[1] == false and redis.call('HGET', queued_key_of(prefix, s.gk), ARGV[i + 1])
+    if rec then
+      -- queued, with a record rather than a hash (lib.lua job_take): not handed out
+      emit('fenced', 0, queued_created(rec), s)
+    elseif j[1] == false then
       emit('unknown', 0, 0, s)
     elseif TERMINAL_JOB[j[1]] then
       terminal[job_key] = created
