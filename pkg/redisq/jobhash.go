@@ -21,10 +21,11 @@ import (
 // (lengths in bytes, in decimal; the payload whole). Its status is QUEUED and
 // its attempt 0, neither stored. So a queued job costs a field of a hash its
 // group shares, not a key (the key's name, its entry in the keyspace, its
-// object) and a field name per value. The first time the job leaves the list
-// (admitted, parked, held and put back, or cancelled) its job hash is written
-// and its record dropped; a job hash written for a queued job by an earlier
-// version is read as before. [ReadJob] reads a job in either place.
+// object) and a field name per value. When the job leaves the list
+// (admitted, parked or cancelled; one that admission holds goes back as it
+// was) its job hash is written and its record dropped; a job hash written
+// for a queued job by an earlier version is read as before. [ReadJob] reads
+// a job in either place.
 //
 // The job hash P job:<tenant>:<gid>:<jid> ([Keys.Job]) keeps every value
 // within Redis's default hash-max-listpack-value (64 bytes) so that it stays
@@ -36,8 +37,8 @@ import (
 //   - otherwise cut into fields "p1", "p2", … of [PayloadChunk] bytes each
 //     (the last one shorter).
 //
-// lua/lib.lua (queued_record, job_take, payload_fields, job_read) writes and
-// reads this layout.
+// lua/lib.lua (queued_record, job_peek, job_leave, payload_fields, job_read)
+// writes and reads this layout.
 const (
 	// PayloadChunk is the most bytes of a payload in one field of a job hash.
 	PayloadChunk = 64

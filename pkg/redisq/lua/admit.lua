@@ -323,9 +323,9 @@ while admitted + parked < want do
   local jid = redis.call('LPOP', g.jobs)
   local passed, ty, d, tg = false, nil, nil, false
   if jid then
-    -- it leaves the list: a job with a record gets its hash (a job put
-    -- back below keeps it)
-    d = job_take(prefix, gk, jid) or { payload = '' }
+    -- read, not written: a job held below goes back to the list as it was
+    -- (lib.lua job_peek, job_leave)
+    d = job_peek(prefix, gk, jid) or { payload = '' }
   end
   if jid and rooms then
     ty = d.type or ''
@@ -373,13 +373,14 @@ while admitted + parked < want do
         end
         if not allowed then
           if ty then ready_give_back(rooms, ty) end
+          job_leave(prefix, gk, jid, d, 'QUEUED')
           park(prefix, gk, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
           parked = parked + 1
         end
       end
       if allowed then
         local attempt = num(d.attempt) + 1
-        redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
+        job_leave(prefix, gk, jid, d, 'LEASED', attempt)
         inflight[#inflight + 1] = now + lease_ms
         inflight[#inflight + 1] = gk .. ':' .. jid
         if ty and rooms.seq then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end

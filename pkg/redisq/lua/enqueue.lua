@@ -7,7 +7,7 @@
 --             the list and the job hashes, every job id the group accepted;
 --             lib.lua ids_add)
 -- KEYS[3+i]:  job:<gk>:<jid_i>, i = 1..n (a job added is written as a
---             record of group:<gk>:queued, lib.lua job_take; its hash is
+--             record of group:<gk>:queued, lib.lua job_leave; its hash is
 --             read when one exists)
 -- ARGV[1]: key prefix (the fair-queue and tenant keys are built from it)
 -- ARGV[2]: tenant
@@ -216,8 +216,8 @@ for u, size in ipairs(units) do
       for _, k in ipairs(cand) do
         local a = FIRST + 4 * (k - 1)
         local jid = ARGV[a + 1]
-        -- its record in the group's queued hash (lib.lua job_take): its
-        -- hash is written when it first leaves the list; one left over
+        -- its record in the group's queued hash (lib.lua job_leave): its
+        -- hash is written when it leaves the list; one left over
         -- from an earlier group goes now
         if stale[k] then redis.call('DEL', KEYS[3 + k]) end
         records[#records + 1] = jid

@@ -5,7 +5,7 @@
 -- A group is named inside Redis by its group key "<tenant>:<gid>" (tokens
 -- never contain ':'); its keys are P group:<gk>:meta|jobs|ids|queued, its
 -- jobs' hashes P job:<gk>:<jid> (a queued job that has not left the list
--- yet has a record in P group:<gk>:queued instead: job_take), and the
+-- yet has a record in P group:<gk>:queued instead: job_leave), and the
 -- inflight and non-ready ZSETs hold members "<gk>:<jid>"
 -- (docs/ARCHITECTURE.md §3).
 
@@ -296,7 +296,7 @@ end
 -- is in the list from its enqueue until it first leaves it (admitted,
 -- parked or cancelled), and its id enters the set then (ids_add), in the
 -- same script. A queued job costs no set entry; its record in the group's
--- queued hash (job_take), or its hash, which lives while the job is not
+-- queued hash (job_leave), or its hash, which lives while the job is not
 -- terminal, makes a re-sent id a duplicate (enqueue.lua), and the set does
 -- from then on, whether or not the hash has expired since.
 local function ids_add(ids_key, ids)
@@ -514,11 +514,15 @@ end
 -- is QUEUED and its attempt 0: neither is stored. So a queued job costs one
 -- field of a hash its group shares rather than a key of its own (the key,
 -- its entry in the keyspace, and a field name per value). The first time it
--- leaves the list (admitted or parked by admission, held by admission and
--- put back, or cancelled), job_take writes its job hash as above and drops
--- its record. A queued job whose hash an earlier version wrote (no record)
+-- leaves the list (admitted or parked by admission, or cancelled),
+-- job_leave writes its job hash as above and drops its record (admission
+-- reads the job first, job_peek, and a job it holds goes back to the list
+-- as it was). A queued job whose hash an earlier version wrote (no record)
 -- is read from its hash, like any job that has left the list once: both
--- layouts are read. (Go: jobhash.go, ReadJob.)
+-- layouts are read. Enqueue deletes a hash left over from an earlier group
+-- of the same name when it writes a job's record, and nothing writes the
+-- hash of a job that has a record, so the hash job_leave writes is new.
+-- (Go: jobhash.go, ReadJob.)
 local function queued_record(created, ty, trace, payload)
   return created .. ':' .. #ty .. ':' .. #trace .. ':' .. ty .. trace .. payload
 end
@@ -541,26 +545,48 @@ local function queued_created(r)
   return tonumber(string.match(r, '^(%d+):') or '0') or 0
 end
 
--- job_take reads a job that leaves its group's list as job_read does: a job
--- with a record in the group's queued hash gets its job hash now (status
--- QUEUED, any hash left over from an earlier group of the same name
--- replaced) and the record goes; a job without one is read from its hash.
--- nil when the job has neither.
-local function job_take(prefix, gk, jid)
-  local qkey = queued_key_of(prefix, gk)
-  local job_key = job_key_of(prefix, gk, jid)
-  local r = redis.call('HGET', qkey, jid)
-  if not r then return job_read(job_key) end
-  redis.call('HDEL', qkey, jid)
-  local d = queued_decode(r)
-  if not d then return job_read(job_key) end
-  local f = { 'type', d.type, 'status', 'QUEUED', 'createdAt', d.createdAt }
-  if d.trace then
-    f[#f + 1] = 'trace'
-    f[#f + 1] = d.trace
+-- job_peek reads a queued job of group gk as job_read does, from its record
+-- (then d.record is true) or else its hash, and writes nothing; nil when
+-- the job has neither.
+local function job_peek(prefix, gk, jid)
+  local r = redis.call('HGET', queued_key_of(prefix, gk), jid)
+  local d = r and queued_decode(r)
+  if d then
+    d.record = true
+    return d
   end
-  redis.call('DEL', job_key)
-  redis.call('HSET', job_key, unpack(payload_fields(f, d.payload)))
+  return job_read(job_key_of(prefix, gk, jid))
+end
+
+-- job_leave writes the status (and attempt, unless nil) of a job read by
+-- job_peek that leaves its group's list: into its hash, or, for a job with
+-- a record, into the hash it gets now with the record's fields, in one
+-- HSET, and the record goes.
+local function job_leave(prefix, gk, jid, d, status, attempt)
+  local job_key = job_key_of(prefix, gk, jid)
+  local f = { 'status', status }
+  if attempt then
+    f[3] = 'attempt'
+    f[4] = attempt
+  end
+  if d.record then
+    redis.call('HDEL', queued_key_of(prefix, gk), jid)
+    d.record = nil
+    for _, v in ipairs({ 'type', d.type, 'createdAt', d.createdAt }) do f[#f + 1] = v end
+    if d.trace then
+      f[#f + 1] = 'trace'
+      f[#f + 1] = d.trace
+    end
+    payload_fields(f, d.payload)
+  end
+  redis.call('HSET', job_key, unpack(f))
+end
+
+-- job_take reads a job that leaves its group's list (job_peek) and gives a
+-- job with a record its hash, status QUEUED (job_leave).
+local function job_take(prefix, gk, jid)
+  local d = job_peek(prefix, gk, jid)
+  if d and d.record then job_leave(prefix, gk, jid, d, 'QUEUED') end
   return d
 end
 

@@ -89,7 +89,7 @@ for i = 7 + ngroups, #ARGV, 5 do
     created = num(j[2])
     local rec = j[1] == false and redis.call('HGET', queued_key_of(prefix, s.gk), ARGV[i + 1])
     if rec then
-      -- queued, with a record rather than a hash (lib.lua job_take): not handed out
+      -- queued, with a record rather than a hash (lib.lua job_leave): not handed out
       emit('fenced', 0, queued_created(rec), s)
     elseif j[1] == false then
       emit('unknown', 0, 0, s)
