@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -13,29 +14,33 @@ import (
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
-// Sizes of the memory breakdown: one group of breakdownJobs jobs, of which
-// MEMORY USAGE reads every key but the job hashes, and breakdownSample job
-// hashes (their sum is scaled to all of them).
+// Sizes of the memory breakdown: one group of breakdownJobs jobs (with
+// -figures; -breakdown.jobs changes it), of which MEMORY USAGE reads every
+// key but the job hashes, and breakdownSample job hashes (their sum is
+// scaled to all of them).
 const (
 	breakdownJobs   = 100_000
 	breakdownSample = 2_000
 )
 
+var breakdownSize = flag.Int("breakdown.jobs", breakdownJobs, "jobs of the memory breakdown's group with -figures")
+
 // BenchmarkRedisqMemoryBreakdown tells where the bytes of queued jobs go. It
 // enqueues one group of 100,000 jobs with 100-byte payloads and prints, per
-// kind of key (job hashes, the group's job list, id set, meta, the indexes
-// and the fair queue's keys), the keys, their bytes by MEMORY USAGE (the job
-// hashes by a sample scaled to all of them), the bytes per job and the
-// encoding (OBJECT ENCODING); then the same after every job has left the
-// list (take: its id in the group's id set, the job LEASED). Each phase also prints
-// used_memory's growth per job beyond the payload
-// (memory_per_job_beyond_payload_queued_1group, …_dequeued_1group).
+// kind of key (the group's queued records, job list, id set and meta, job
+// hashes, the indexes and the fair queue's keys), the keys, their bytes by
+// MEMORY USAGE (the job hashes by a sample scaled to all of them), the bytes
+// per job and the encoding (OBJECT ENCODING); then the same after every job
+// has left the list (take: its record became its job hash, LEASED, its id
+// entered the group's id set). Each phase also prints used_memory's growth
+// per job beyond the payload (memory_per_job_beyond_payload_queued_1group,
+// …_dequeued_1group).
 func BenchmarkRedisqMemoryBreakdown(b *testing.B) {
 	b.StopTimer()
 	s := startServer(b)
 	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
 	ctx := context.Background()
-	n := size(b, breakdownJobs)
+	n := size(b, *breakdownSize)
 	g := contracts.GroupRef{Tenant: benchTenant, ID: "group-breakdown"}
 	jobs := make([]redisq.Job, n)
 	for i := range jobs {

@@ -14,7 +14,9 @@
 // BenchmarkRedisqMemoryBreakdown also prints, for one group of 100,000
 // queued jobs and again once they have left its list, one line per kind of
 // key ("name":"memory_breakdown" with phase, kind, keys, bytes by MEMORY
-// USAGE, bytes_per_job and encoding), to tell where the bytes of a job go.
+// USAGE, bytes_per_job and encoding), to tell where the bytes of a job go;
+// -breakdown.jobs sets the group's size (-breakdown.jobs 1000000 for a
+// million-job group).
 //
 // Without it the workloads scale with b.N like any Go benchmark and only the
 // ordinary benchmark metrics are reported. BenchmarkAdmission runs only with
