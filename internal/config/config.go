@@ -95,12 +95,13 @@ type Config struct {
 	CallbackTimeout     time.Duration `envconfig:"CALLBACK_TIMEOUT" default:"10s" desc:"bound of one callback attempt (connecting, sending, reading at most 4 KiB of the answer); callbacks go only where the http processor may go (HTTP_ALLOWED_HOSTS and its address checks)"`
 	CallbackSecretGrace time.Duration `envconfig:"CALLBACK_SECRET_GRACE" default:"24h" desc:"after a tenant's callback secret is rotated, how long the previous one keeps signing beside the new one (0 = it stops at once)"`
 
-	ResultBatchSize int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
-	JobTTL          time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
-	GroupTTL        time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
-	StuckAfter      time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, jobs whose claims expired re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck; above CLAIM_TTL"`
-	ClaimTTL        time.Duration `envconfig:"CLAIM_TTL" default:"30s" desc:"a worker's claim of a job lasts this long unless renewed (every third of it, while the job runs, waits for a slot or its result is held); only a job whose claim expired (its worker stopped, or lost Redis this long) runs again; at least 1s"`
-	GroupIdleTTL    time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without work (paused, or jobs queued, backing off, leased or running) and without activity (creation, start, result, pause, resume, seal) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
+	ResultBatchSize   int           `envconfig:"RESULT_BATCH_SIZE" default:"256" desc:"results the aggregator records per batch"`
+	JobTTL            time.Duration `envconfig:"JOB_TTL" default:"24h" desc:"how long a finished job's hash is kept (at least 1s, whole seconds)"`
+	KeepSucceededJobs bool          `envconfig:"KEEP_SUCCEEDED_JOBS" default:"true" desc:"keep a succeeded job's hash for JOB_TTL, as every finished job's; false deletes it as soon as its success is recorded (BullMQ's removeOnComplete), so a bulk action's Redis holds its queued, running and failed jobs only: its group's counts stay exact and its id still makes a re-sent job a duplicate, but the job itself can no longer be read"`
+	GroupTTL          time.Duration `envconfig:"GROUP_TTL" default:"168h" desc:"how long an ended group's meta is kept (at least 1s, whole seconds)"`
+	StuckAfter        time.Duration `envconfig:"STUCK_AFTER" default:"5m" desc:"a running group without progress this long is repaired (re-queued, leases re-published, jobs whose claims expired re-published, leaked in-flight slots freed, completed when done) and, if nothing needed repair, reported stuck; above CLAIM_TTL"`
+	ClaimTTL          time.Duration `envconfig:"CLAIM_TTL" default:"30s" desc:"a worker's claim of a job lasts this long unless renewed (every third of it, while the job runs, waits for a slot or its result is held); only a job whose claim expired (its worker stopped, or lost Redis this long) runs again; at least 1s"`
+	GroupIdleTTL      time.Duration `envconfig:"GROUP_IDLE_TTL" default:"168h" desc:"an unsealed group without work (paused, or jobs queued, backing off, leased or running) and without activity (creation, start, result, pause, resume, seal) this long is abandoned: it leaves the stuck check and its keys expire after GROUP_TTL (at least 1s, whole seconds)"`
 
 	StreamStorage   string        `envconfig:"STREAM_STORAGE" default:"file" desc:"file or memory"`
 	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas per stream"`

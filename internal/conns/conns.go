@@ -71,6 +71,7 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 		MaxBackoff:        config.Ms(cfg.MaxBackoffMs),
 		DisableCongestion: !cfg.CongestionEnabled,
 		JobTTL:            cfg.JobTTL,
+		DropSucceededJobs: !cfg.KeepSucceededJobs,
 		GroupTTL:          cfg.GroupTTL,
 
 		Adaptive: redisq.AdaptiveConfig{

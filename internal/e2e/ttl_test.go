@@ -142,3 +142,54 @@ func TestT9EndedGroupsLeaveNoKeyWithoutTTL(t *testing.T) {
 	pipelinetest.WaitWorkStreamsEmpty(t, e.js, contracts.Names{Prefix: cfg.SubjectPrefix}, 30*time.Second)
 	pipelinetest.CheckGroupTTLs(t, r.st.Conns.Redis, e.prefix)
 }
+
+// With KEEP_SUCCEEDED_JOBS=false a group's succeeded jobs leave Redis as
+// their results are recorded, and nothing else changes: the counts are
+// exact (failures, retries and throttles included), the failed jobs are
+// listed, a succeeded job sent again changes nothing, and the ended
+// group's keys get their TTLs.
+func TestDroppedSucceededJobsKeepCountsExact(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(func(c *config.Config) {
+		c.GlobalRps = 1000
+		c.KeepSucceededJobs = false
+	})
+	r := e.start(cfg, stack.PipelineTargets, t9Mux())
+	q, rdb := r.st.Conns.Queue, r.st.Conns.Redis
+	ctx := context.Background()
+
+	const n = 700
+	e.submit("drop", "t9", n, `{}`, "")
+	ev := e.wait("drop", 2*time.Minute)
+	failed := int64(0)
+	for i := 0; i < n; i++ {
+		if i%7 == 0 {
+			failed++
+		}
+	}
+	if ev.State != contracts.StateCompleted || ev.Failed != failed || ev.Succeeded != n-failed {
+		t.Fatalf("group ended %+v; want COMPLETED with %d failed and %d succeeded", ev, failed, n-failed)
+	}
+	jobs, err := rdb.Keys(ctx, e.prefix+"job:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(jobs)) != failed {
+		t.Errorf("%d job hashes left, want the %d failed jobs' alone", len(jobs), failed)
+	}
+	fs, _, err := q.Failures(ctx, ref("drop"), "", redisq.MaxFailuresPage)
+	if err != nil || int64(len(fs)) != failed || fs[0].Type != "t9" {
+		t.Errorf("failures listing: %d entries (%v), want %d", len(fs), err, failed)
+	}
+
+	// a succeeded job sent again: the counts do not move
+	if err := e.client.Submit(ctx, "drop", client.Job{ID: "job-000001", Type: "t9", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if info := group(t, q, "drop"); info.Jobs != n || info.Succeeded != n-failed {
+		t.Errorf("after a succeeded job was sent again: %d jobs, %d succeeded", info.Jobs, info.Succeeded)
+	}
+	pipelinetest.WaitWorkStreamsEmpty(t, e.js, contracts.Names{Prefix: cfg.SubjectPrefix}, 30*time.Second)
+	pipelinetest.CheckGroupTTLs(t, r.st.Conns.Redis, e.prefix)
+}

@@ -154,8 +154,9 @@ func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
 		}
 		results = append(results, g, r.JobID, string(r.Status), r.Error, r.Attempt)
 	}
-	args := make([]any, 0, 6+len(gks)+len(results))
-	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha, MaxFailuresKept)
+	args := make([]any, 0, 7+len(gks)+len(results))
+	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha, MaxFailuresKept,
+		boolArg(q.cfg.DropSucceededJobs))
 	args = append(args, gks...)
 	args = append(args, results...)
 	return keys, args

@@ -95,6 +95,13 @@ type Config struct {
 	DisableCongestion bool
 	// JobTTL is how long a terminal job's hash is kept; default 24h.
 	JobTTL time.Duration
+	// DropSucceededJobs deletes a job's hash as soon as its success is
+	// recorded instead of keeping it JobTTL (failed and cancelled jobs are
+	// kept). Its group's counts stay exact, its id stays in the group's id
+	// set (a re-sent job is still a duplicate, a second result still a
+	// duplicate), but the job itself can no longer be read. The zero value
+	// keeps succeeded jobs, as the other terminal ones.
+	DropSucceededJobs bool
 	// GroupTTL is how long an ended group's meta is kept; default 7 days.
 	GroupTTL time.Duration
 	// HistoryLen is how many congestion snapshots are kept; default 360.
@@ -334,4 +341,12 @@ func toStr(v any) string {
 func toList(v any) []any {
 	l, _ := v.([]any)
 	return l
+}
+
+// boolArg is a boolean script argument: "1" or "0".
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

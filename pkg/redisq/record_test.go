@@ -450,3 +450,53 @@ func TestRecordBatchMatchesOneByOne(t *testing.T) {
 		}
 	}
 }
+
+// TestDropSucceededJobs: with Config.DropSucceededJobs a succeeded job's
+// hash goes when its result is recorded; a failed one is kept. The group's
+// counts stay exact: a second result of the dropped job is a duplicate, and
+// so is the job sent again.
+func TestDropSucceededJobs(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{JobTTL: time.Hour, DropSucceededJobs: true}, true)
+	enqueueN(t, q, "A", 3, "", 0)
+	seal(t, q, "A", 3)
+	drain(t, q, 3)
+	rs := []contracts.JobResult{success("A", 0), failure("A", 1, "no"), success("A", 0)}
+	got, err := q.RecordBatch(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	R, D := redisq.Recorded, redisq.DuplicateResult
+	checkBatch(t, rs, got, []want{
+		{outcome: R, done: 1, succeeded: 1, declared: 3, jobs: 3},
+		{outcome: R, done: 2, succeeded: 1, failed: 1, declared: 3, jobs: 3},
+		{outcome: D, done: 2, succeeded: 1, failed: 1, declared: 3, jobs: 3},
+	})
+	if n, _ := b.rdb.Exists(ctx, q.Keys().Job(G("A"), "j00000")).Result(); n != 0 {
+		t.Errorf("a succeeded job's hash was kept")
+	}
+	h, _ := b.rdb.HGetAll(ctx, q.Keys().Job(G("A"), "j00001")).Result()
+	if h["status"] != string(contracts.ResultFailed) || h["error"] != "no" {
+		t.Errorf("the failed job: %v", h)
+	}
+	if ttl, _ := b.rdb.TTL(ctx, q.Keys().Job(G("A"), "j00001")).Result(); ttl <= 59*time.Minute {
+		t.Errorf("the failed job's TTL %s, want 1h", ttl)
+	}
+
+	// a later result of the dropped job, in another batch: a duplicate, not unknown
+	rs = []contracts.JobResult{success("A", 0), success("A", 2)}
+	got, err = q.RecordBatch(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Outcome != D || got[0].Group.Done != 2 {
+		t.Errorf("a second result of a dropped job: %s, done %d; want duplicate, 2", got[0].Outcome, got[0].Group.Done)
+	}
+	if got[1].Outcome != R || !got[1].Completed || got[1].Group.Succeeded != 2 || got[1].Group.Failed != 1 {
+		t.Errorf("the last result: %s completed=%v %+v", got[1].Outcome, got[1].Completed, got[1].Group)
+	}
+	out, err := q.EnqueueBatch(ctx, []redisq.Job{{Group: G("A"), ID: "j00000", Type: "t", Payload: []byte(`{}`)}})
+	if err != nil || out[0] == redisq.Added {
+		t.Errorf("the dropped job sent again: %v %v, want it refused as known", out, err)
+	}
+}

@@ -8,8 +8,10 @@
 -- ARGV[4]:    group TTL in seconds once ended (0 = keep)
 -- ARGV[5]:    ALPHA (a group below its in-flight limit again is re-queued)
 -- ARGV[6]:    most entries kept in a group's failures index
--- ARGV[7..6+G]: group key "<tenant>:<gid>" of KEYS[1..G]
--- ARGV[7+G..]: 5 values per result, in order: group index g (KEYS[g]),
+-- ARGV[7]:    '1' drops a succeeded job's hash when its result is recorded
+--             (Config.DropSucceededJobs), '0' keeps it the job TTL
+-- ARGV[8..7+G]: group key "<tenant>:<gid>" of KEYS[1..G]
+-- ARGV[8+G..]: 5 values per result, in order: group index g (KEYS[g]),
 --             jobId, status (SUCCESS or FAILED), error text ('' = none),
 --             attempt that produced the result
 -- Returns: a flat list of 10 values per result, in the order of the results:
@@ -45,6 +47,7 @@ local now = now_ms(ARGV[2])
 local job_ttl, group_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local alpha = tonumber(ARGV[5])
 local failures_kept = tonumber(ARGV[6])
+local drop_succeeded = ARGV[7] == '1'
 local ngroups = #KEYS
 local IN_FLIGHT = { LEASED = true, RUNNING = true }
 
@@ -55,7 +58,7 @@ for g = 1, ngroups do
   local m = redis.call('HMGET', KEYS[g], 'status', 'declaredTotal', 'totalJobs', 'doneJobs',
     'successCount', 'failedCount', 'cancelledCount', 'inFlight', 'maxInFlight')
   groups[g] = {
-    gk = ARGV[6 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
+    gk = ARGV[7 + g], status = m[1], declared = m[2] and tonumber(m[2]), jobs = num(m[3]),
     done = num(m[4]), succeeded = num(m[5]), failed = num(m[6]), cancelled = num(m[7]),
     inflight = num(m[8]), max = num(m[9]), freed = 0, completed = false,
   }
@@ -78,7 +81,7 @@ end
 local terminal = {}
 -- recorded: job key and the ARGV index of each result to write.
 local recorded = {}
-for i = 7 + ngroups, #ARGV, 5 do
+for i = 8 + ngroups, #ARGV, 5 do
   local s = groups[tonumber(ARGV[i])]
   local job_key = prefix .. 'job:' .. s.gk .. ':' .. ARGV[i + 1]
   local created = terminal[job_key]
@@ -91,6 +94,9 @@ for i = 7 + ngroups, #ARGV, 5 do
     if rec then
       -- queued, with a record rather than a hash (lib.lua job_leave): not handed out
       emit('fenced', 0, queued_created(rec), s)
+    elseif j[1] == false and redis.call('SISMEMBER', prefix .. 'group:' .. s.gk .. ':ids', ARGV[i + 1]) == 1 then
+      -- left the list (lib.lua ids_add) and its hash is gone: it ended
+      emit('duplicate', 0, 0, s, ARGV[i + 1])
     elseif j[1] == false then
       emit('unknown', 0, 0, s)
     elseif TERMINAL_JOB[j[1]] then
@@ -140,18 +146,23 @@ end
 -- Writes only from here on.
 for _, r in ipairs(recorded) do
   local job_key, i = r[1], r[2]
-  if ARGV[i + 3] ~= '' then
-    redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4],
-      'error', ARGV[i + 3])
+  if drop_succeeded and ARGV[i + 2] == 'SUCCESS' then
+    -- its group's counts and id set keep it; nothing reads its hash again
+    redis.call('DEL', job_key)
   else
-    redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4])
-  end
-  if ARGV[i + 2] ~= 'SUCCESS' and redis.call('HSTRLEN', job_key, 'payload') > PAYLOAD_HEAD then
-    local p = redis.call('HGET', job_key, 'payload')
-    redis.call('HSET', job_key, 'payloadHead', string.sub(p, 1, PAYLOAD_HEAD))
-  end
-  if job_ttl > 0 then
-    redis.call('EXPIRE', job_key, job_ttl)
+    if ARGV[i + 3] ~= '' then
+      redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4],
+        'error', ARGV[i + 3])
+    else
+      redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4])
+    end
+    if ARGV[i + 2] ~= 'SUCCESS' and redis.call('HSTRLEN', job_key, 'payload') > PAYLOAD_HEAD then
+      local p = redis.call('HGET', job_key, 'payload')
+      redis.call('HSET', job_key, 'payloadHead', string.sub(p, 1, PAYLOAD_HEAD))
+    end
+    if job_ttl > 0 then
+      redis.call('EXPIRE', job_key, job_ttl)
+    end
   end
 end
 for i = 1, #ended, BULK do
