@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/loop"
 )
 
@@ -24,14 +25,22 @@ type millionSystem struct {
 func runMillion(ctx context.Context, o Options, sys map[string]bool, rep *Reporter) error {
 	var all []millionSystem
 	if sys[SystemPipeline] {
-		all = append(all, millionSystem{name: SystemPipeline, start: func(ctx context.Context, env *Env) (func() (ThroughputResult, error), func(), error) {
-			pl, err := startPipelineOn(ctx, o, env)
-			if err != nil {
-				return nil, nil, err
+		// First as the peers run (they delete a job once it has run), then
+		// with the default retention, which keeps every succeeded job's hash.
+		for _, keep := range []bool{false, true} {
+			suffix := ""
+			if keep {
+				suffix = millionKeptSuffix
 			}
-			run := func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Million, o.Groups) }
-			return run, func() { _ = pl.Close() }, nil
-		}})
+			all = append(all, millionSystem{name: SystemPipeline, suffix: suffix, start: func(ctx context.Context, env *Env) (func() (ThroughputResult, error), func(), error) {
+				pl, err := startPipelineOn(ctx, o, env, func(c *config.Config) { c.KeepSucceededJobs = keep })
+				if err != nil {
+					return nil, nil, err
+				}
+				run := func() (ThroughputResult, error) { return pl.Throughput(ctx, o.Million, o.Groups) }
+				return run, func() { _ = pl.Close() }, nil
+			}})
+		}
 	}
 	if sys[SystemAsynq] {
 		all = append(all, millionSystem{name: SystemAsynq, suffix: "_asynq", start: func(ctx context.Context, env *Env) (func() (ThroughputResult, error), func(), error) {
@@ -56,7 +65,8 @@ func runMillion(ctx context.Context, o Options, sys map[string]bool, rep *Report
 	rep.Add("million_jobs", float64(o.Million))
 	for _, s := range all {
 		if s.name == SystemPipeline {
-			o.Progress(fmt.Sprintf("pipeline: million, %d jobs over %d groups, on servers of its own", o.Million, o.Groups))
+			o.Progress(fmt.Sprintf("pipeline: million, %d jobs over %d groups, on servers of its own, KEEP_SUCCEEDED_JOBS=%t",
+				o.Million, o.Groups, s.suffix == millionKeptSuffix))
 		} else {
 			o.Progress(fmt.Sprintf("%s: million, %d jobs, on a redis-server of its own", s.name, o.Million))
 		}
@@ -73,16 +83,22 @@ func runMillion(ctx context.Context, o Options, sys map[string]bool, rep *Report
 		if s.name != SystemPipeline && sys[SystemPipeline] {
 			addRatio(rep, "million_time_ratio_vs_"+s.name, FigMillion, s.suffix)
 			addRatio(rep, "million_peak_redis_ratio_vs_"+s.name, FigMillionPeakRedis, s.suffix)
+			addRatio(rep, "million_peak_redis_ratio_vs_"+s.name+millionKeptSuffix, FigMillionPeakRedis+millionKeptSuffix, s.suffix)
 		}
 	}
 	return nil
 }
 
+// millionKeptSuffix names the million run's figures of the pipeline with
+// its default retention (KEEP_SUCCEEDED_JOBS=true).
+const millionKeptSuffix = "_kept"
+
 // startPipelineOn starts the pipeline on env's servers, as the runs on
-// servers of their own (million, same rate) do.
-func startPipelineOn(ctx context.Context, o Options, env *Env) (*Pipeline, error) {
+// servers of their own (million, same rate) do; configure (nil = none)
+// adjusts its configuration.
+func startPipelineOn(ctx context.Context, o Options, env *Env, configure func(*config.Config)) (*Pipeline, error) {
 	return StartPipeline(ctx, PipelineOptions{
-		RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log,
+		RedisURL: env.RedisURL(PipelineDB), NatsURL: env.NatsURL(), Workers: o.Workers, Log: o.Log, Configure: configure,
 	})
 }
 

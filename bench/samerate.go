@@ -21,7 +21,7 @@ type latencySystem func(ctx context.Context, env *Env) (run func(rate float64) (
 // ratios.
 func runSameRate(ctx context.Context, o Options, sys map[string]bool, rep *Reporter) error {
 	pipeline := func(ctx context.Context, env *Env) (func(float64) (LatencyResult, error), func(), error) {
-		pl, err := startPipelineOn(ctx, o, env)
+		pl, err := startPipelineOn(ctx, o, env, nil)
 		if err != nil {
 			return nil, nil, err
 		}
