@@ -62,9 +62,12 @@ python:
 ## bench: every benchmark that reports figures
 bench: bench-redisq bench-admission bench-e2e bench-gateway bench-demo
 
-## bench-redisq: fair queue throughput, latency and memory (own redis-server)
+## bench-redisq: fair queue throughput, latency and memory (own redis-server), then a backlog of
+# 1,000,000 queued jobs with 100-byte payloads against BullMQ's (bench/'s BenchmarkQueuedMemory; the
+# BullMQ peer needs Node.js 20+ and npm, as bench-e2e; QUEUED_FLAGS passes -queued.* flags)
 bench-redisq: redis
 	$(GO) test -run '^$$' -bench '^BenchmarkRedisq' -benchtime 1x -count 1 -timeout 15m ./pkg/redisq/bench/ -args -figures
+	cd bench && $(GO) test -run '^$$' -bench BenchmarkQueuedMemory -benchtime 1x -count 1 -timeout 20m . -args $(QUEUED_FLAGS)
 
 ## bench-admission: the admission load test, both admission modes
 bench-admission: redis

@@ -191,4 +191,12 @@
 // room, publish, total) and of their time outside the gateway's handler, to
 // tell which wait grows during the flood.
 // The -iso.* flags change the phases, the pace and the flood.
+//
+// `make bench-redisq` ends with BenchmarkQueuedMemory: what a backlog costs
+// in Redis. One bulk action of 1,000,000 jobs with 100-byte JSON payloads
+// (-queued.jobs, -queued.payload) is queued through pkg/redisq into one
+// group with no fetcher admitting, and the same jobs are added to a BullMQ
+// queue with no Worker running, each on a redis-server of its own:
+// queued_bytes_per_job, queued_bytes_per_job_bullmq (the growth of
+// used_memory per job, payload included) and queued_memory_ratio_vs_bullmq.
 package bench

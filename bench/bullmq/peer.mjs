@@ -36,6 +36,12 @@
 //	  carrying its add time.
 //	  -> sent, duration_ms, and latencies_us: add call until the processor
 //	     started, one per job added after the first W ms.
+//	{"op":"queued","jobs":N,"payload_bytes":P}
+//	  N jobs, each with data whose JSON is P bytes, added with addBulk in
+//	  chunks of 1000 to a queue of their own while no Worker runs; they stay
+//	  queued (the memory of a backlog). Nothing removes them: the benchmark
+//	  reads Redis's memory and then stops the server.
+//	  -> added.
 //	{"op":"cpu"}
 //	  -> cpu_us: this process's CPU time so far (user + system).
 //
@@ -213,12 +219,31 @@ async function latency({ rate, duration_ms: d, warmup_ms: warmup }) {
   }
 }
 
+async function queued({ jobs, payload_bytes: size }) {
+  const queue = new Queue("bench-queued", {
+    connection: connect(),
+    defaultJobOptions: { removeOnComplete: true, removeOnFail: true },
+  });
+  await queue.waitUntilReady();
+  await queue.obliterate({ force: true });
+  // {"p":"xx…"}: 8 bytes of JSON around the string
+  const data = { p: "x".repeat(Math.max(0, size - 8)) };
+  for (let done = 0; done < jobs; ) {
+    const k = Math.min(addChunk, jobs - done);
+    const batch = new Array(k);
+    for (let j = 0; j < k; j++) batch[j] = { name: "noop", data };
+    await queue.addBulk(batch);
+    done += k;
+  }
+  return { added: jobs };
+}
+
 function cpu() {
   const u = process.cpuUsage();
   return { cpu_us: u.user + u.system };
 }
 
-const ops = { throughput, million, hol, latency, cpu };
+const ops = { throughput, million, hol, latency, queued, cpu };
 
 const reply = (v) => process.stdout.write(JSON.stringify(v) + "\n");
 
