@@ -46,8 +46,8 @@
 //	  -> cpu_us: this process's CPU time so far (user + system).
 //
 // Every workload has a queue of its own, emptied (obliterated) before it
-// starts. Jobs are removed on completion, as asynq and bulkaction drop
-// finished jobs.
+// starts. Jobs are removed on completion, as asynq does without Retention
+// and bulkaction does with KEEP_SUCCEEDED_JOBS=false (its million run).
 
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
