@@ -30,6 +30,9 @@ const (
 	DefaultAdaptiveMaxDestinations = 1000
 	// DefaultAdaptiveForgetAfter is how long a destination not reported is kept.
 	DefaultAdaptiveForgetAfter = 10 * time.Minute
+	// DefaultAdaptiveMaxDestinationsPerTenant bounds a tenant's explicit
+	// destinations.
+	DefaultAdaptiveMaxDestinationsPerTenant = 100
 )
 
 // AdaptiveConfig configures the adaptive rate per destination
@@ -79,8 +82,15 @@ type AdaptiveConfig struct {
 	// [DefaultAdaptiveMaxDestinations] (1000).
 	MaxDestinations int
 	// ForgetAfter forgets a destination not reported for this long; default
-	// [DefaultAdaptiveForgetAfter] (10 min).
+	// [DefaultAdaptiveForgetAfter] (10 min). A tenant's explicit
+	// destination not used for this long leaves its set too.
 	ForgetAfter time.Duration
+	// MaxDestinationsPerTenant bounds the explicit destinations
+	// ([Job.Destination]) a tenant uses at once; a job naming a new one past
+	// it falls back to its type ([EnqueuedGroup.DestinationsRefused]);
+	// default [DefaultAdaptiveMaxDestinationsPerTenant] (100). It holds
+	// whether or not the adaptive rate is on.
+	MaxDestinationsPerTenant int
 }
 
 func (c *AdaptiveConfig) setDefaults() {
@@ -102,6 +112,9 @@ func (c *AdaptiveConfig) setDefaults() {
 	if c.ForgetAfter == 0 {
 		c.ForgetAfter = DefaultAdaptiveForgetAfter
 	}
+	if c.MaxDestinationsPerTenant == 0 {
+		c.MaxDestinationsPerTenant = DefaultAdaptiveMaxDestinationsPerTenant
+	}
 }
 
 func (c *AdaptiveConfig) validate() error {
@@ -120,6 +133,8 @@ func (c *AdaptiveConfig) validate() error {
 		return fmt.Errorf("redisq: adaptive decrease hold %s: must not be negative", c.DecreaseHold)
 	case c.MaxDestinations < 1:
 		return fmt.Errorf("redisq: adaptive max destinations %d: must be at least 1", c.MaxDestinations)
+	case c.MaxDestinationsPerTenant < 1:
+		return fmt.Errorf("redisq: adaptive max destinations per tenant %d: must be at least 1", c.MaxDestinationsPerTenant)
 	case c.ForgetAfter < time.Second:
 		return fmt.Errorf("redisq: adaptive forget-after %s: must be at least 1s", c.ForgetAfter)
 	}

@@ -42,6 +42,13 @@ type Job struct {
 	// Trace is the W3C traceparent of the job's submission ("" = none); it
 	// is kept with the job so later hops continue the same trace.
 	Trace string
+	// Destination names the downstream the job calls (docs/ARCHITECTURE.md
+	// §5, adaptive rate): "" or its type means its type. An explicit one is
+	// stored with the job and carried to its worker ([LeasedJob]), and
+	// admission gates the job by its learned rate as well as its type's
+	// limit; a tenant has at most [AdaptiveConfig.MaxDestinationsPerTenant]
+	// at once, and a job naming a new one past it falls back to its type.
+	Destination string
 	// Message makes units of jobs for the tenant quotas (docs/ARCHITECTURE.md
 	// §5): consecutive jobs of a call with the same Group and Message are
 	// accepted or refused by a quota together, as a jobs message is. With
@@ -129,6 +136,11 @@ type EnqueuedGroup struct {
 	Settings contracts.GroupSettings
 	// Counts are the group's state and counters after the call.
 	Counts GroupCounts
+	// DestinationsRefused counts the jobs added without their explicit
+	// destination: the tenant had its most destinations
+	// ([AdaptiveConfig.MaxDestinationsPerTenant]), so they fall back to
+	// their type.
+	DestinationsRefused int
 }
 
 // Enqueue adds one job. Enqueueing a job that already exists in its group
@@ -219,6 +231,9 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		units []int // sizes of the run's units (consecutive jobs with one Message)
 		want  contracts.GroupSettings
 		sched [4]string // scheduleArgs of want
+		// dests are the jobs' explicit destinations ("" = the type), nil
+		// while none of the call's jobs names one
+		dests []any
 	}
 	var calls []*call
 	last := map[string]*call{} // per tenant, the call its last job went to
@@ -259,6 +274,24 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		cur.idx = append(cur.idx, i)
 		cur.keys = append(cur.keys, q.keys.Job(j.Group, j.ID))
 		cur.jobs = append(cur.jobs, j.ID, j.Type, j.Payload, j.Trace)
+		dest := j.Destination
+		if dest == j.Type {
+			dest = ""
+		}
+		if dest != "" {
+			if err := contracts.ValidateDestination(dest); err != nil {
+				return nil, fmt.Errorf("redisq: enqueue: group %s: job %s: %w", j.Group, j.ID, err)
+			}
+		}
+		if dest != "" && cur.dests == nil {
+			cur.dests = make([]any, len(cur.idx)-1, len(cur.idx))
+			for k := range cur.dests {
+				cur.dests[k] = ""
+			}
+		}
+		if cur.dests != nil {
+			cur.dests = append(cur.dests, dest)
+		}
 	}
 	var g *guard
 	guardKey := ""
@@ -280,7 +313,12 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		args = append(args, q.keys.Prefix(), c.g.Tenant, c.g.ID, string(c.want.Priority), c.want.BasePriority,
 			c.want.MaxInFlight, q.cfg.Alpha, q.now(), q.cfg.TenantMaxQueuedJobs, q.cfg.TenantMaxActiveGroups,
 			strings.Join(units, ","), guardKey, mode, c.want.CallbackURL, c.sched[0], c.sched[1], c.sched[2], c.sched[3])
-		return c.keys, append(args, c.jobs...)
+		args = append(args, c.jobs...)
+		if c.dests != nil {
+			args = append(args, q.cfg.Adaptive.MaxDestinationsPerTenant, ms(q.cfg.Adaptive.ForgetAfter))
+			args = append(args, c.dests...)
+		}
+		return c.keys, args
 	})
 	if err != nil {
 		return nil, err
@@ -290,7 +328,7 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 	groupAt := map[contracts.GroupRef]int{} // index in res.Groups
 	for ci, c := range calls {
 		rep := toList(replies[ci])
-		if len(rep) != 9+groupReplyWidth {
+		if len(rep) != 10+groupReplyWidth {
 			return nil, fmt.Errorf("redisq: enqueue script: %d reply values", len(rep))
 		}
 		codes := toStr(rep[0])
@@ -310,7 +348,8 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 				Priority: contracts.Priority(toStr(rep[2])).OrDefault(), BasePriority: toInt(rep[3]), MaxInFlight: toInt(rep[4]),
 				CallbackURL: toStr(rep[6]),
 			},
-			Counts: parseCounts(rep[9:]),
+			Counts:              parseCounts(rep[10:]),
+			DestinationsRefused: int(toInt(rep[9])),
 		}
 		if nb, err := strconv.ParseInt(toStr(rep[7]), 10, 64); err == nil {
 			eg.Settings.NotBefore = time.UnixMilli(nb).UTC().Format(time.RFC3339Nano)
@@ -324,6 +363,7 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		if k, ok := groupAt[c.g]; ok {
 			// a later run of the same group: its state after the call
 			eg.Created = eg.Created || res.Groups[k].Created
+			eg.DestinationsRefused += res.Groups[k].DestinationsRefused
 			res.Groups[k] = eg
 			continue
 		}
@@ -494,6 +534,9 @@ type LeasedJob struct {
 	Attempt int
 	// Trace is the W3C traceparent stored with the job ("" = none).
 	Trace string
+	// Destination is the job's explicit destination ([Job.Destination]);
+	// "" means its type.
+	Destination string
 	// ReadySeq is the READY stream sequence of the job's message, set by
 	// the publisher from its PubAck before [Queue.Confirm] (0 = unknown):
 	// from then on READY's measurements show the message, and its room

@@ -47,7 +47,8 @@ const (
 	HoldTypeRate HoldReason = "type_rate"
 	// HoldDestinationRate: with the adaptive rate on
 	// ([AdaptiveConfig.Enabled]), the destination of the group's next
-	// queued job (its type) has used up its learned rate for the current
+	// queued job (its explicit one, else its type: [Hold.Type] names it)
+	// has used up its learned rate for the current
 	// window, or is stopped by a Retry-After (until then).
 	HoldDestinationRate HoldReason = "destination_rate"
 	// HoldReadyFull: READY has no room left for the type of the group's
@@ -138,7 +139,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 		head     *redis.StringCmd
 		nonReady *redis.StringCmd
 		rec      *redis.StringCmd
-		typ      *redis.StringCmd
+		typ      *redis.SliceCmd // type, dest of the head job's hash
 	}
 	type tenantCmds struct{ count, weight *redis.StringCmd }
 	pipe := q.rdb.Pipeline()
@@ -181,7 +182,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 		if admissible(i) {
 			// its record while it has not left the list, else its hash
 			cs[i].rec = pipe.HGet(ctx, q.keys.GroupQueued(g), cs[i].head.Val())
-			cs[i].typ = pipe.HGet(ctx, q.keys.Job(g, cs[i].head.Val()), "type")
+			cs[i].typ = pipe.HMGet(ctx, q.keys.Job(g, cs[i].head.Val()), "type", "dest")
 			n++
 		}
 	}
@@ -244,9 +245,10 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 			if cs[i].typ == nil {
 				break
 			}
-			typ := cs[i].typ.Val()
+			hv := cs[i].typ.Val()
+			typ, dest := metaStr(hv[0]), metaStr(hv[1])
 			if f, ok := decodeQueued(cs[i].rec.Val()); ok {
-				typ = f["type"]
+				typ, dest = f["type"], f["dest"]
 			}
 			if typ == "" {
 				break
@@ -263,7 +265,19 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 					hs = append(hs, Hold{Reason: HoldTypeRate, UntilMs: windowEnd, Count: n, Limit: tl, Type: typ})
 				}
 			}
-			if d, ok := byDest[typ]; ok {
+			// its destination: its explicit one, else its type
+			if dest == "" {
+				dest = typ
+			} else if tl := int64(q.cfg.TypeLimits[dest]); tl > 0 {
+				n, err := q.rdb.Get(ctx, q.keys.RateLimitType(dest, window)).Int64()
+				if err != nil && !isNil(err) {
+					return nil, fmt.Errorf("redisq: holds: %w", err)
+				}
+				if n >= tl {
+					hs = append(hs, Hold{Reason: HoldTypeRate, UntilMs: windowEnd, Count: n, Limit: tl, Type: dest})
+				}
+			}
+			if d, ok := byDest[dest]; ok {
 				h, err := q.destinationHold(ctx, learned, d, window, windowEnd)
 				if err != nil {
 					return nil, err

@@ -80,9 +80,10 @@ func JobPayload(h map[string]string) []byte {
 
 // ReadJob returns job jid of group g as the fields of its job hash: for a
 // queued job that has a record rather than a hash, the record's fields
-// (type, createdAt, trace when it has one, its payload whole in "payload"
-// when it has one) with status QUEUED. An empty map when the group has no
-// such job (or its hash expired).
+// (type, createdAt, trace when it has one, dest when it names an explicit
+// destination, its payload whole in "payload" when it has one) with status
+// QUEUED. An empty map when the group has no such job (or its hash
+// expired).
 func ReadJob(ctx context.Context, rdb redis.Cmdable, k Keys, g contracts.GroupRef, jid string) (map[string]string, error) {
 	pipe := rdb.Pipeline()
 	rec := pipe.HGet(ctx, k.GroupQueued(g), jid)
@@ -96,14 +97,25 @@ func ReadJob(ctx context.Context, rdb redis.Cmdable, k Keys, g contracts.GroupRe
 	return h.Val(), nil
 }
 
-// decodeQueued reads a queued job's record (see above) into the fields its
-// job hash would have; false when r is not a record.
+// decodeQueued reads a queued job's record (see above; lua/lib.lua
+// queued_record) into the fields its job hash would have; false when r is
+// not a record. A record of a job with an explicit destination has its
+// length after the trace's and a '/': <createdAt>:<lt>:<lr>/<ld>:.
 func decodeQueued(r string) (map[string]string, bool) {
-	var n [3]int
+	var n [4]int
 	var created string
 	rest := r
-	for i := range n {
+	for i := range 3 {
 		v, tail, ok := strings.Cut(rest, ":")
+		if i == 2 {
+			if a, b, slash := strings.Cut(v, "/"); ok && slash {
+				d, err := strconv.Atoi(b)
+				if err != nil || b == "" || strings.Trim(b, "0123456789") != "" {
+					return nil, false
+				}
+				v, n[3] = a, d
+			}
+		}
 		if !ok || v == "" || strings.Trim(v, "0123456789") != "" {
 			return nil, false
 		}
@@ -116,14 +128,17 @@ func decodeQueued(r string) (map[string]string, bool) {
 		}
 		n[i], rest = x, tail
 	}
-	if n[1]+n[2] > len(rest) {
+	if n[1]+n[2]+n[3] > len(rest) {
 		return nil, false
 	}
 	f := map[string]string{"status": "QUEUED", "createdAt": created, "type": rest[:n[1]]}
 	if n[2] > 0 {
 		f["trace"] = rest[n[1] : n[1]+n[2]]
 	}
-	if p := rest[n[1]+n[2]:]; p != "" {
+	if n[3] > 0 {
+		f["dest"] = rest[n[1]+n[2] : n[1]+n[2]+n[3]]
+	}
+	if p := rest[n[1]+n[2]+n[3]:]; p != "" {
 		f["payload"] = p
 	}
 	return f, true

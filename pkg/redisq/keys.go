@@ -287,6 +287,13 @@ func (k Keys) DestRates() string { return k.prefix + "dest-rates" }
 // Destinations are tokens (no ':'), so no destination's key is another key.
 func (k Keys) DestRate(dest string) string { return k.prefix + "dest-rate:" + dest }
 
+// TenantDestinations is the ZSET of a tenant's explicit destinations
+// (enqueue.lua), scored by their last use in ms: at most
+// [AdaptiveConfig.MaxDestinationsPerTenant] at once.
+func (k Keys) TenantDestinations(tenant string) string {
+	return k.prefix + "tenant:" + tenant + ":destinations"
+}
+
 // CallbacksDue is the ZSET of pending callback deliveries (member: group
 // key "<tenant>:<gid>"), scored by when each is due (ms); a leased one by
 // when its lease runs out.

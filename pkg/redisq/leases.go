@@ -320,12 +320,15 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery, opts ...ClaimOpti
 	return out, nil
 }
 
+// parseJobs reads the scripts' flat list of leased jobs: gk, jid, type,
+// payload, attempt, trace, dest for each (lua/lib.lua lease).
 func parseJobs(flat []any) []LeasedJob {
-	jobs := make([]LeasedJob, 0, len(flat)/6)
-	for i := 0; i+5 < len(flat); i += 6 {
+	jobs := make([]LeasedJob, 0, len(flat)/7)
+	for i := 0; i+6 < len(flat); i += 7 {
 		jobs = append(jobs, LeasedJob{
 			Group: parseGroupKey(toStr(flat[i])), ID: toStr(flat[i+1]), Type: toStr(flat[i+2]),
 			Payload: []byte(toStr(flat[i+3])), Attempt: int(toInt(flat[i+4])), Trace: toStr(flat[i+5]),
+			Destination: toStr(flat[i+6]),
 		})
 	}
 	return jobs

@@ -32,10 +32,11 @@
 --           per-type limit); a type not listed has the room 'other'. A job
 --           whose type has no room is held (its group keeps its place) and
 --           never takes the room of other types.
--- ARGV[15]: rate limit per window of each limited job type, 'type=n,...'
---           ('' = none): a job whose type has no
---           rate left in this window (paced: or is ahead of its type's
---           pacer) is held as for READY room, in seed mode too (not parked)
+-- ARGV[15]: rate limit per window of each limited job type or
+--           destination, 'name=n,...' ('' = none): a job whose type, or
+--           explicit destination (its dest), has no rate left in this window
+--           (paced: or is ahead of its pacer) is held as for READY room, in
+--           seed mode too (not parked)
 -- ARGV[16]: READY's last sequence when the rooms of ARGV[14] were measured
 --           ('' = none): the call then takes from each type's room the
 --           jobs other admitters handed to READY that the measurement does
@@ -50,8 +51,8 @@
 --           nothing is done
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
 --            scheduled }
---   jobs:    flat list gk, jid, type, payload, attempt, trace for each
---            admitted job (gk = "<tenant>:<gid>")
+--   jobs:    flat list gk, jid, type, payload, attempt, trace, dest for each
+--            admitted job (gk = "<tenant>:<gid>"; dest '' = its type)
 --   parked:  jobs sent to the non-ready queue (seed mode)
 --   wake:    -1 nothing is waiting; -2 jobs wait but their types have no
 --            READY room; 0 call again now; > 0 ms until the rate gate has
@@ -62,8 +63,9 @@
 --   drained: group keys of sealed groups whose last queued job left (-> AGGREGATING)
 --   held:    flat list type, groups: job types without room that held the
 --            next job of that many groups in this call
---   rateHeld: flat list type, groups: the same for job types whose rate
---            limit held the next job of that many groups
+--   rateHeld: flat list name, groups: the same for job types (or
+--            explicit destinations) whose rate limit held the next job of
+--            that many groups
 --   scheduled: ms until the first group passed by for its schedule is
 --            due (-1 = none)
 --
@@ -321,7 +323,7 @@ while admitted + parked < want do
   if gk == nil then break end
 
   local jid = redis.call('LPOP', g.jobs)
-  local passed, ty, d, tg = false, nil, nil, false
+  local passed, ty, d, tg, dg = false, nil, nil, false, false
   if jid then
     -- read, not written: a job held below goes back to the list as it was
     -- (lib.lua job_peek, job_leave)
@@ -341,17 +343,25 @@ while admitted + parked < want do
   end
   if jid and tlimits and not passed then
     tg = type_gate(tstate, tlimits, prefix, d.type or '', mode, window, window_ms, now)
+    local hg = tg -- the gate that holds the job, if one does
     local w = tg and type_wait(tg, now, window_end, burst_ms) or 0
+    if w == 0 and d.dest then
+      -- a job with an explicit destination passes its destination's gate
+      -- too (one namespace with the types: lib.lua type_gate)
+      dg = type_gate(tstate, tlimits, prefix, d.dest, mode, window, window_ms, now)
+      hg = dg
+      w = dg and type_wait(dg, now, window_end, burst_ms) or 0
+    end
     if w > 0 then
-      -- its type's rate is used up: held as for READY room
-      type_hold(tg)
+      -- its type's or destination's rate is used up: held as for READY room
+      type_hold(hg)
       if ty then ready_give_back(rooms, ty) end
       redis.call('LPUSH', g.jobs, jid)
-      passed, tg = true, false
+      passed, tg, dg = true, false, false
       held_group[gk] = true
       nheld[g.tq] = (nheld[g.tq] or 0) + 1
       nblocked = nblocked + 1
-      rate_held[d.type or ''] = (rate_held[d.type or ''] or 0) + 1
+      rate_held[hg.type] = (rate_held[hg.type] or 0) + 1
       if type_wake == nil or w < type_wake then type_wake = w end
     end
   end
@@ -390,6 +400,7 @@ while admitted + parked < want do
         jobs[#jobs + 1] = d.payload
         jobs[#jobs + 1] = attempt
         jobs[#jobs + 1] = d.trace or ''
+        jobs[#jobs + 1] = d.dest or ''
         admitted = admitted + 1
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1
@@ -397,6 +408,7 @@ while admitted + parked < want do
         s.wcount = s.wcount + 1
         tat = tat + interval
         if tg then type_take(tg) end
+        if dg then type_take(dg) end
       end
     end
 

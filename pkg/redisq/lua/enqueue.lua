@@ -40,8 +40,14 @@
 --           (meta winAt, redisq schedule.go)
 -- ARGV[18]: when winAt is to be refreshed, Unix ms (schedule:windows score)
 -- ARGV[18+4(i-1)+1..4]: jobId_i, type_i, payload_i, trace_i (W3C traceparent, '' = none)
+-- Only when a job of the call names an explicit destination (one that is
+-- not its type), after the n jobs (D = 18 + 4n):
+-- ARGV[D+1]: the most explicit destinations of the tenant
+--            (tenant:<t>:destinations) at once
+-- ARGV[D+2]: ms after its last use that a destination leaves that set
+-- ARGV[D+2+i]: destination_i ('' = its type)
 -- Returns: { outcomes, created, level, basePriority, maxInFlight, refusals, callbackUrl, notBefore,
---            windows, <group reply> }
+--            windows, destRefused, <group reply> }
 --   outcomes: one char per job: 'A' added, 'D' duplicate (accepted before
 --   by the group, even if its job hash has expired since: nothing changed),
 --   'S' rejected (beyond the sealed total), 'C' rejected (group cancelled or
@@ -57,6 +63,8 @@
 --   group keeps that of the job that created it).
 --   notBefore, windows: the group's after the call ('' = none; kept from
 --   the job that created it).
+--   destRefused: the jobs added without their destination, which the
+--   tenant's bound refused: they fall back to their type.
 --   refusals: 5 values per unit a quota refused: the unit's index (1-based),
 --   'G' or 'Q', the limit, the tenant's count when the unit was judged
 --   (active groups or queued jobs) and the unit's new jobs.
@@ -77,6 +85,38 @@ local queued_key = queued_key_of(prefix, gk)
 local n = #KEYS - 3
 local FIRST = 18
 local TENANT_TYPES_MAX = 1000 -- redisq TenantTypesMax
+
+-- Explicit destinations (docs/ARCHITECTURE.md §5): a job added keeps its
+-- destination while the tenant has fewer than the bound, or uses it
+-- already; past the bound it falls back to its type (not stored), counted
+-- in dest_refused. Read only when the call carries destinations.
+local D = FIRST + 4 * n
+local dests = #ARGV > D
+local dest_refused = 0
+local dest_key, dest_bound, dest_card, dest_seen = nil, 0, 0, {}
+local function dest_of(k)
+  local dest = ARGV[D + 2 + k]
+  if dest == '' then return nil end
+  if dest_key == nil then
+    dest_key = prefix .. 'tenant:' .. tenant .. ':destinations'
+    dest_bound = tonumber(ARGV[D + 1])
+    redis.call('ZREMRANGEBYSCORE', dest_key, '-inf', now - tonumber(ARGV[D + 2]))
+    dest_card = redis.call('ZCARD', dest_key)
+  end
+  local seen = dest_seen[dest]
+  if seen == nil then
+    seen = redis.call('ZSCORE', dest_key, dest) ~= false
+    if not seen and dest_card < dest_bound then
+      seen = true
+      dest_card = dest_card + 1
+    end
+    if seen then redis.call('ZADD', dest_key, now, dest) end
+    dest_seen[dest] = seen
+  end
+  if seen then return dest end
+  dest_refused = dest_refused + 1
+  return nil
+end
 
 local units = {}
 if ARGV[11] == '' then
@@ -221,7 +261,8 @@ for u, size in ipairs(units) do
         -- from an earlier group goes now
         if stale[k] then redis.call('DEL', KEYS[3 + k]) end
         records[#records + 1] = jid
-        records[#records + 1] = queued_record(fmt(now), ARGV[a + 2], ARGV[a + 4], ARGV[a + 3])
+        records[#records + 1] = queued_record(fmt(now), ARGV[a + 2], ARGV[a + 4], ARGV[a + 3],
+          dests and dest_of(k) or nil)
         written[jid] = true
         new_ids[#new_ids + 1] = jid
         new_types[ARGV[a + 2]] = true
@@ -292,4 +333,4 @@ end
 
 local kept = redis.call('HMGET', meta_key, 'callbackUrl', 'notBefore', 'windows')
 return reply(meta_key, concat_all(out), created, level, base, maxinf, refusals,
-  kept[1] or '', kept[2] or '', kept[3] or '')
+  kept[1] or '', kept[2] or '', kept[3] or '', dest_refused)

@@ -480,7 +480,7 @@ end
 -- has none); nil when the hash does not exist (every job hash has a
 -- status). One HMGET reads a payload of up to 4 parts; a larger one takes
 -- one more for the others.
-local JOB_READ = { 'type', 'attempt', 'trace', 'status', 'payload', 'p1', 'p2', 'p3', 'p4' }
+local JOB_READ = { 'type', 'attempt', 'trace', 'status', 'payload', 'p1', 'p2', 'p3', 'p4', 'dest' }
 local JOB_READ_MORE = {}
 for k = 5, PAYLOAD_CHUNKS_MAX do JOB_READ_MORE[#JOB_READ_MORE + 1] = 'p' .. k end
 local function job_read(job_key)
@@ -503,7 +503,8 @@ local function job_read(job_key)
       p = ''
     end
   end
-  return { type = h[1] or nil, attempt = h[2] or nil, trace = h[3] or nil, status = h[4], payload = p }
+  return { type = h[1] or nil, attempt = h[2] or nil, trace = h[3] or nil, status = h[4], payload = p,
+    dest = h[10] or nil }
 end
 
 -- A queued job that has not left its group's list yet has no job hash: it
@@ -523,7 +524,17 @@ end
 -- of the same name when it writes a job's record, and nothing writes the
 -- hash of a job that has a record, so the hash job_leave writes is new.
 -- (Go: jobhash.go, ReadJob.)
-local function queued_record(created, ty, trace, payload)
+--
+-- A job with an explicit destination (docs/ARCHITECTURE.md §5: one that is
+-- not its type) carries it after its trace, its length after the trace's
+-- and a '/':
+--   <createdAt>:<len(type)>:<len(trace)>/<len(dest)>:<type><trace><dest><payload>
+-- so a job without one has the record above, byte for byte, and its hash no
+-- 'dest' field.
+local function queued_record(created, ty, trace, payload, dest)
+  if dest and dest ~= '' then
+    return created .. ':' .. #ty .. ':' .. #trace .. '/' .. #dest .. ':' .. ty .. trace .. dest .. payload
+  end
   return created .. ':' .. #ty .. ':' .. #trace .. ':' .. ty .. trace .. payload
 end
 
@@ -532,12 +543,18 @@ end
 -- not a record.
 local function queued_decode(r)
   local _, e, c, tl, rl = string.find(r, '^(%d+):(%d+):(%d+):')
-  if not e then return nil end
+  local dl, dest = 0, nil
+  if not e then
+    _, e, c, tl, rl, dl = string.find(r, '^(%d+):(%d+):(%d+)/(%d+):')
+    if not e then return nil end
+    dl = tonumber(dl)
+  end
   tl, rl = tonumber(tl), tonumber(rl)
   local tr = string.sub(r, e + tl + 1, e + tl + rl)
   if tr == '' then tr = nil end
+  if dl > 0 then dest = string.sub(r, e + tl + rl + 1, e + tl + rl + dl) end
   return { type = string.sub(r, e + 1, e + tl), trace = tr, status = 'QUEUED', createdAt = c,
-    payload = string.sub(r, e + tl + rl + 1) }
+    payload = string.sub(r, e + tl + rl + dl + 1), dest = dest }
 end
 
 -- queued_created is the createdAt of a record (a number; 0 when r is not one).
@@ -577,6 +594,10 @@ local function job_leave(prefix, gk, jid, d, status, attempt)
       f[#f + 1] = 'trace'
       f[#f + 1] = d.trace
     end
+    if d.dest then
+      f[#f + 1] = 'dest'
+      f[#f + 1] = d.dest
+    end
     payload_fields(f, d.payload)
   end
   redis.call('HSET', job_key, unpack(f))
@@ -591,14 +612,16 @@ local function job_take(prefix, gk, jid)
 end
 
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
--- until confirmed. Appends gk, jid, type, payload, attempt, trace to out.
+-- until confirmed. Appends gk, jid, type, payload, attempt, trace, dest
+-- ('' = its type) to out. d is the job as job_read read it (nil: it is
+-- read here).
 -- The caller counts the job in its group's inFlight.
-local function lease(out, inflight_key, job_key, gk, jid, deadline)
-  local d = job_read(job_key) or { payload = '' }
+local function lease(out, inflight_key, job_key, gk, jid, deadline, d)
+  d = d or job_read(job_key) or { payload = '' }
   local attempt = num(d.attempt) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
   redis.call('ZADD', inflight_key, deadline, gk .. ':' .. jid)
-  for _, v in ipairs({ gk, jid, d.type or false, d.payload, attempt, d.trace or '' }) do
+  for _, v in ipairs({ gk, jid, d.type or false, d.payload, attempt, d.trace or '', d.dest or '' }) do
     out[#out + 1] = v
   end
 end
@@ -659,6 +682,9 @@ end
 -- type_gate returns the rate state of type ty in this call, loading it once
 -- into cache; false when ty has no limit. Keys: P rate-limit:type:<ty>:<window>
 -- (fixed-window count) and P rate-limit:type:<ty>:pacer (paced mode).
+-- Destinations and types are one namespace (docs/ARCHITECTURE.md §5): a
+-- job with an explicit destination (its dest) passes the gate of its type
+-- and then that of its destination, both through this function.
 local function type_gate(cache, limits, prefix, ty, mode, window, window_ms, now)
   local s = cache[ty]
   if s ~= nil then return s end

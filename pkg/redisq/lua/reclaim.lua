@@ -13,8 +13,9 @@
 -- ARGV[4]: now override in ms ('' = Redis TIME)
 -- ARGV[5]: ALPHA
 -- Returns: { jobs, next, requeued } where jobs is a flat list gk, jid, type,
---   payload, attempt, trace, next is the earliest remaining deadline (-1 =
---   none) and requeued counts the jobs of paused groups put back in their lists.
+--   payload, attempt, trace, dest ('' = its type), next is the earliest
+--   remaining deadline (-1 = none) and requeued counts the jobs of paused
+--   groups put back in their lists.
 local prefix = ARGV[1]
 local now = now_ms(ARGV[4])
 local deadline = now + tonumber(ARGV[3])
@@ -41,6 +42,7 @@ for _, mem in ipairs(expired) do
       out[#out + 1] = d.payload
       out[#out + 1] = num(d.attempt)
       out[#out + 1] = d.trace or ''
+      out[#out + 1] = d.dest or ''
     end
   else
     -- already running, finished or gone: nothing to recover

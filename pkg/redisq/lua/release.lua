@@ -23,7 +23,9 @@
 -- ARGV[7]: window in ms
 -- ARGV[8]: paced burst tolerance in ms
 -- ARGV[9]: job TTL in seconds (cancelled jobs)
--- ARGV[10]: rate limit per window of each limited job type, 'type=n,...' ('' = none)
+-- ARGV[10]: rate limit per window of each limited job type or destination,
+--           'name=n,...' ('' = none); a job with an explicit destination
+--           (its dest) passes its destination's limit too
 -- ARGV[11]: ALPHA (a group that gets a rate-held job back is queued)
 -- ARGV[12]: READY room per job type, as admit.lua's ARGV[14] ('' = no
 --           per-type limit)
@@ -38,12 +40,13 @@
 --           is spent (lib.lua time_budget); the due jobs it did not reach
 --           stay in the non-ready queue for the next call.
 -- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld, timeUp } where jobs is a flat
---   list gk, jid, type, payload, attempt, trace; next is the due time (ms) of
+--   list gk, jid, type, payload, attempt, trace, dest ('' = its type); next is the due time (ms) of
 --   the earliest job left, or -1 when the queue is empty; cancelled counts
 --   jobs of cancelled groups that were counted instead of released; requeued
 --   counts the jobs of paused groups or groups at their in-flight limit put
---   back in their groups' lists; rateHeld is a flat list type, jobs of the
---   jobs put back in their groups' lists for their type's rate limit;
+--   back in their groups' lists; rateHeld is a flat list name, jobs of the
+--   jobs put back in their groups' lists for their type's (or explicit
+--   destination's) rate limit;
 --   readyHeld the same for their type's READY room; timeUp is 1 when the
 --   time budget stopped the call before the due jobs it took were done.
 local prefix = ARGV[1]
@@ -114,20 +117,31 @@ for i, mem in ipairs(due) do
       redis.call('HSET', job_key, 'status', 'QUEUED')
       requeued = requeued + 1
     else
-      local tg, ty = false, nil
-      if (tlimits and g.status) or rooms then
+      local tg, dg, hg, ty, dest = false, false, false, nil, nil
+      if tlimits and g.status then
+        local h = redis.call('HMGET', job_key, 'type', 'dest')
+        ty, dest = h[1] or '', h[2]
+      elseif rooms then
         ty = redis.call('HGET', job_key, 'type') or ''
       end
       if tlimits and g.status then
         tg = type_gate(tstate, tlimits, prefix, ty, mode, window, window_ms, now)
+        if tg and type_wait(tg, now, (window + 1) * window_ms, burst_ms) > 0 then
+          hg = tg
+        elseif dest then
+          -- a job with an explicit destination passes its gate too
+          dg = type_gate(tstate, tlimits, prefix, dest, mode, window, window_ms, now)
+          if dg and type_wait(dg, now, (window + 1) * window_ms, burst_ms) > 0 then hg = dg end
+        end
       end
-      if tg and type_wait(tg, now, (window + 1) * window_ms, burst_ms) > 0 then
-        -- its type's rate is used up: back into its group, held there
-        type_hold(tg)
+      if hg then
+        -- its type's or destination's rate is used up: back into its
+        -- group, held there
+        type_hold(hg)
         redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
         redis.call('HSET', job_key, 'status', 'QUEUED')
         g.requeue = true
-        rate_held[ty] = (rate_held[ty] or 0) + 1
+        rate_held[hg.type] = (rate_held[hg.type] or 0) + 1
       elseif g.status and not ready_take(rooms, prefix, ty, now) then
         -- its type's READY room is full: back into its group, held there
         redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
@@ -136,6 +150,7 @@ for i, mem in ipairs(due) do
         ready_held[ty] = (ready_held[ty] or 0) + 1
       else
         if tg then type_take(tg) end
+        if dg then type_take(dg) end
         if ready_seq and ty then ready_reserve_later(reserved, ty, mem, now, lease_ms) end
         lease(out, KEYS[2], job_key, gk, jid, now + lease_ms)
         g.inflight = g.inflight + 1
