@@ -78,7 +78,7 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 			Enabled: cfg.AdaptiveRateEnabled, TimeoutThrottles: cfg.AdaptiveRateTimeoutThrottles,
 			Increase: cfg.AdaptiveRateIncrease, IncreaseRatio: cfg.AdaptiveRateIncreaseRatio, Decrease: cfg.AdaptiveRateDecrease, Floor: cfg.AdaptiveRateFloor,
 			Ceiling: cfg.AdaptiveRateCeiling, DecreaseHold: cfg.AdaptiveRateDecreaseHold,
-			MaxDestinations: cfg.AdaptiveRateMaxDestinations,
+			MaxDestinations: cfg.AdaptiveRateMaxDestinations, MaxDestinationsPerTenant: cfg.AdaptiveRateMaxDestinationsPerTenant,
 		},
 
 		TenantMaxQueuedJobs:   int64(cfg.TenantMaxQueuedJobs),

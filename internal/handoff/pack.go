@@ -62,7 +62,8 @@ func packLimit(d deps.Deps) int {
 
 // readyItem is the JSON of job j as an item of a [contracts.ReadyBatch].
 func readyItem(j redisq.LeasedJob) ([]byte, error) {
-	rj := contracts.ReadyJob{Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}
+	rj := contracts.ReadyJob{Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt,
+		Destination: j.Destination}
 	if len(j.Payload) > 0 {
 		rj.Payload = json.RawMessage(j.Payload)
 	}

@@ -159,10 +159,13 @@ type Metrics struct {
 	// "process") that exited while they ran jobs; each of those jobs runs again alone. A poison
 	// job makes a few; a steady rate means processors that crash.
 	ExecutorExits prometheus.Counter
-	// DestinationsRefused is bulk_action_destinations_refused_total: destinations a worker
-	// reported to the adaptive rate and that were refused (not learned: ADAPTIVE_RATE_MAX_DESTINATIONS
-	// are tracked already), one per destination per report; their jobs keep the per-job backoff.
-	DestinationsRefused prometheus.Counter
+	// DestinationsRefused is bulk_action_destinations_refused_total{scope}: scope="overall",
+	// destinations a worker reported to the adaptive rate and that were refused (not learned:
+	// ADAPTIVE_RATE_MAX_DESTINATIONS are tracked already), one per destination per report, their
+	// jobs keeping the per-job backoff; scope="tenant", jobs a fetcher stored without their
+	// explicit destination because their tenant had ADAPTIVE_RATE_MAX_DESTINATIONS_PER_TENANT
+	// already (they fall back to their type).
+	DestinationsRefused *prometheus.CounterVec
 	// SubmitLatency is bulk_action_job_latency_ms: time from submission to the recorded result
 	// (buckets 10 ms to 1 h).
 	SubmitLatency prometheus.Histogram
@@ -293,10 +296,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: fqName("executor_exits_total"),
 			Help: "Worker executor processes that exited while they ran jobs (each job then runs again alone).",
 		}),
-		DestinationsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+		DestinationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: fqName("destinations_refused_total"),
-			Help: "Destinations reported to the adaptive rate and refused because ADAPTIVE_RATE_MAX_DESTINATIONS are tracked already, one per destination per report.",
-		}),
+			Help: "Destinations refused: scope=overall, reported to the adaptive rate while ADAPTIVE_RATE_MAX_DESTINATIONS are tracked already, one per destination per report; " +
+				"scope=tenant, jobs stored without their explicit destination (they fall back to their type) because their tenant has ADAPTIVE_RATE_MAX_DESTINATIONS_PER_TENANT.",
+		}, []string{"scope"}),
 		SubmitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    fqName("job_latency_ms"),
 			Help:    "Time from job submission to its recorded result, in milliseconds.",
@@ -311,6 +315,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.DeadLetters, m.DeadLetterFailures, m.SubmitReplayed, m.ControlMessages, m.ExecutorExits, m.DestinationsRefused,
 		m.SubmitLatency,
 	)
+	for _, sc := range []string{"overall", "tenant"} {
+		m.DestinationsRefused.WithLabelValues(sc)
+	}
 	for _, k := range []string{"pause", "resume"} {
 		m.ControlMessages.WithLabelValues(k, "superseded")
 	}

@@ -157,8 +157,11 @@ type SubmitJob struct {
 	Type string `json:"type"`
 	// Destination names the downstream the job calls (a partner's host, an account of a
 	// provider), whose accepted rate the adaptive rate learns (docs/ARCHITECTURE.md §5); ""
-	// means its type. It matches [DestinationPattern]: at most [MaxDestinationLen] bytes.
-	// PLANNED: it is validated and carried, but destinations are still keyed by type.
+	// means its type. It matches [DestinationPattern]: at most [MaxDestinationLen] bytes. The
+	// built-in http type without one gets its URL's host at ingest. It is carried to the
+	// worker ([ReadyJob.Destination]), which reports outcomes under it, and admission gates
+	// the job by its learned rate as well as its type's limit. A tenant has at most
+	// ADAPTIVE_RATE_MAX_DESTINATIONS_PER_TENANT at once; past it a job falls back to its type.
 	Destination string `json:"destination,omitempty"`
 	// Payload is the job's input, any JSON value. Nil or absent means JSON null. At most
 	// [Limits.MaxPayloadBytes] bytes in compact form.
@@ -292,6 +295,9 @@ type ReadyJob struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Attempt numbers the attempts of the job, starting at 1.
 	Attempt int `json:"attempt"`
+	// Destination is the job's explicit destination (see [SubmitJob.Destination]); absent
+	// means its type. Workers report the job's outcome under it (the adaptive rate).
+	Destination string `json:"destination,omitempty"`
 }
 
 // Ref returns the job's group.

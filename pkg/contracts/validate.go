@@ -549,6 +549,11 @@ func (r *ReadyJob) validate(lim Limits, canonical bool) error {
 	if r.Attempt < 1 {
 		return minError("attempt", int64(r.Attempt), 1)
 	}
+	if r.Destination != "" {
+		if err := ValidateDestination(r.Destination); err != nil {
+			return err
+		}
+	}
 	return checkPayload(r.Payload, lim, canonical)
 }
 

@@ -152,7 +152,10 @@ type Fetcher struct {
 	// may reuse its measurement of READY (admit).
 	roomQuiet bool
 	heldLog   telemetry.WarnLimiter
-	replay    replayState
+	// destLog: jobs stored without their explicit destination (the
+	// tenant's bound), logged at most once a minute per tenant
+	destLog destWarn
+	replay  replayState
 	// wake wakes the admission loop: jobs were enqueued, by this fetcher
 	// (notifyWork) or by another process (the work notification). origin
 	// marks this fetcher's own notifications, which it does not need back.

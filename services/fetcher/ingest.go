@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,7 +15,9 @@ import (
 	"github.com/bulkaction/bulkaction/internal/consume"
 	"github.com/bulkaction/bulkaction/internal/events"
 	"github.com/bulkaction/bulkaction/internal/handoff"
+	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -239,7 +242,7 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 		set := s.Settings()
 		for _, j := range s.Jobs {
 			jobs = append(jobs, redisq.Job{
-				Group: s.Ref(), ID: j.JobID, Type: j.Type, Payload: j.Payload,
+				Group: s.Ref(), ID: j.JobID, Type: j.Type, Payload: j.Payload, Destination: jobDestination(&j),
 				Priority: set.Priority, BasePriority: set.BasePriority, MaxInFlight: set.MaxInFlight, CallbackURL: set.CallbackURL,
 				NotBefore: set.NotBefore, Windows: set.Windows,
 				Trace:   it.trace,
@@ -316,6 +319,9 @@ func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (add
 	groups := make(map[contracts.GroupRef]redisq.EnqueuedGroup, len(res.Groups))
 	for _, g := range res.Groups {
 		groups[g.Group] = g
+		if g.DestinationsRefused > 0 {
+			f.destinationsRefused(g.Group.Tenant, g.DestinationsRefused)
+		}
 		if g.Created {
 			f.publishEvent(ctx, f.withRefused(ctx, events.Change{Group: g.Group,
 				Counts: redisq.GroupCounts{State: contracts.StateCreated, Declared: -1, Jobs: addedIn[g.Group]}}))
@@ -563,3 +569,47 @@ func (f *Fetcher) publishEvent(ctx context.Context, ch events.Change) {
 		f.log.Warn("group event not published", "tenant", ch.Group.Tenant, "group", ch.Group.ID, "state", string(ch.Counts.State), "err", err)
 	}
 }
+
+// jobDestination is the destination a job is stored with: its own, else,
+// for the built-in http type, its URL's host (builtin.Destination; a URL
+// without a usable host leaves the type), else none (its type).
+func jobDestination(j *contracts.SubmitJob) string {
+	if j.Destination != "" || j.Type != builtin.TypeHTTP {
+		return j.Destination
+	}
+	d, _ := builtin.Destination(j.Payload)
+	return d
+}
+
+// destWarn limits the warnings about a tenant's refused destinations to
+// one a minute per tenant.
+type destWarn struct {
+	mu  sync.Mutex
+	per map[string]*telemetry.WarnLimiter
+}
+
+// destinationsRefused counts n jobs of tenant stored without their
+// explicit destination (the tenant has its most destinations: they fall
+// back to their type) and warns, at most once a minute per tenant.
+func (f *Fetcher) destinationsRefused(tenant string, n int) {
+	f.d.Metrics.DestinationsRefused.WithLabelValues("tenant").Add(float64(n))
+	w := &f.destLog
+	w.mu.Lock()
+	if w.per == nil {
+		w.per = map[string]*telemetry.WarnLimiter{}
+	}
+	l := w.per[tenant]
+	if l == nil {
+		if len(w.per) >= destWarnTenants {
+			clear(w.per)
+		}
+		l = &telemetry.WarnLimiter{Interval: time.Minute}
+		w.per[tenant] = l
+	}
+	w.mu.Unlock()
+	l.Warn(f.log, "jobs stored without their destination: the tenant has its most destinations, they fall back to their type",
+		"tenant", tenant, "jobs", n, "max", f.d.Queue.Config().Adaptive.MaxDestinationsPerTenant)
+}
+
+// destWarnTenants bounds the tenants destWarn remembers.
+const destWarnTenants = 1000

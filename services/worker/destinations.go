@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/telemetry"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/processor"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
@@ -76,7 +77,7 @@ func (w *Worker) reportDestinations(ctx context.Context) {
 		return
 	}
 	if len(refused) > 0 {
-		w.d.Metrics.DestinationsRefused.Add(float64(len(refused)))
+		w.d.Metrics.DestinationsRefused.WithLabelValues("overall").Add(float64(len(refused)))
 		w.dests.warn.Warn(w.log, "destinations refused by the adaptive rate: too many tracked, their rates are not learned",
 			"refused", refused, "max", w.d.Queue.Config().Adaptive.MaxDestinations)
 	}
@@ -85,10 +86,14 @@ func (w *Worker) reportDestinations(ctx context.Context) {
 // countDestination counts a run's outcome for the adaptive rate: a
 // throttle (a rate-limited error; with
 // redisq.AdaptiveConfig.TimeoutThrottles, a timeout), or an acceptance (any other outcome). A job's destination is
-// its type.
-func (w *Worker) countDestination(jobType string, kind processor.Outcome, after time.Duration, perr error) {
+// its explicit one (contracts.ReadyJob.Destination), else its type.
+func (w *Worker) countDestination(job *contracts.ReadyJob, kind processor.Outcome, after time.Duration, perr error) {
 	if w.dests == nil {
 		return
+	}
+	jobType := job.Destination
+	if jobType == "" {
+		jobType = job.Type
 	}
 	switch {
 	case kind == processor.OutcomeRateLimited:

@@ -32,14 +32,14 @@ func TestDestinationsRefusedCounted(t *testing.T) {
 		r, err := b.q.DestinationRates(context.Background())
 		return err == nil && len(r.Rates) == 1 && r.Rates[0].Destination == "mail"
 	})
-	if n := counterValue(t, b.metrics.DestinationsRefused); n != 0 {
+	if n := counterValue(t, b.metrics.DestinationsRefused.WithLabelValues("overall")); n != 0 {
 		t.Fatalf("refused %g before a second destination, want 0", n)
 	}
 
 	b.submit(t, "second", "sms", 3)
 	b.waitCompleted(t, "second")
 	testkit.WaitFor(t, "sms refused and counted", waitTimeout, func() bool {
-		return counterValue(t, b.metrics.DestinationsRefused) >= 1
+		return counterValue(t, b.metrics.DestinationsRefused.WithLabelValues("overall")) >= 1
 	})
 	r, err := b.q.DestinationRates(context.Background())
 	if err != nil {

@@ -387,7 +387,7 @@ func (w *Worker) run(c claimed, jobs *tracker) {
 	}
 
 	kind, after := processor.Classify(perr)
-	w.countDestination(job.Type, kind, after, perr)
+	w.countDestination(job, kind, after, perr)
 	switch kind {
 	case processor.OutcomeSuccess:
 		w.publishResult(c, contracts.ResultSuccess, "", elapsed)

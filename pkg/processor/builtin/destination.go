@@ -11,9 +11,9 @@ import (
 // §5): the host of its payload's "url", lower-cased, without port or trailing dot. ok is false
 // when the payload has no valid http or https URL (a job using Options.DefaultURL), or when the
 // host is not a valid destination ([contracts.ValidateDestination]: an IPv6 literal, or longer
-// than [contracts.MaxDestinationLen]); the job's destination is then its type.
-//
-// PLANNED: ingest does not call it yet; it is the derivation explicit destinations will use.
+// than [contracts.MaxDestinationLen]); the job's destination is then its type. Ingest (the
+// fetcher) calls it for every http job without a destination, before the job is stored, so
+// admission gates the job by its host's learned rate.
 func Destination(payload []byte) (dest string, ok bool) {
 	if !isObject(payload) {
 		return "", false
