@@ -42,9 +42,11 @@ type PartnerRun struct {
 
 // partnerTrack follows the partner API during a run.
 type partnerTrack struct {
-	p        *Partner
-	dest     string
-	readings []Reading
+	p *Partner
+	// dest is the destination the partner's jobs are learned under (the
+	// URL's host for http jobs), typ their job type
+	dest, typ string
+	readings  []Reading
 }
 
 // running says whether a group calling the partner is submitted and has

@@ -141,7 +141,13 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 			}
 			g.Payload = partnerPayload(o.Partner.URL())
 			if pt == nil {
-				pt = &partnerTrack{p: o.Partner, dest: g.Type}
+				// its destination: the URL's host, as ingest derives it for
+				// an http job, else its type
+				dest, ok := builtin.Destination(g.Payload)
+				if !ok || g.Type != builtin.TypeHTTP {
+					dest = g.Type
+				}
+				pt = &partnerTrack{p: o.Partner, dest: dest, typ: g.Type}
 			}
 		}
 		groups[i] = &tracked{Group: g, id: g.ID + o.Suffix, submitted: -1}
@@ -212,7 +218,7 @@ func Run(ctx context.Context, w Workload, o Options) (*Summary, error) {
 	if pt != nil && limits.GlobalRps > 0 {
 		// What the partner accepts bounds its callers whatever the limits
 		// (in a mode without a rate there is no bound at all).
-		limits.Capacity = map[string]Capacity{pt.dest: o.Partner.Capacity()}
+		limits.Capacity = map[string]Capacity{pt.typ: o.Partner.Capacity()}
 	}
 	s := summarize(groups, big, start, time.Since(start), limits, w.JobType)
 	if pt != nil {
