@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -29,8 +30,14 @@ type bucketDownstream struct {
 }
 
 func newBucketDownstream(t *testing.T, rate, burst float64) *bucketDownstream {
+	return newBucketDownstreamAt(t, "127.0.0.1", rate, burst)
+}
+
+// newBucketDownstreamAt is newBucketDownstream listening on host (a
+// loopback address: 127.0.0.1, 127.0.0.2, ...).
+func newBucketDownstreamAt(t *testing.T, host string, rate, burst float64) *bucketDownstream {
 	d := &bucketDownstream{rate: rate, burst: burst, tokens: burst, last: time.Now()}
-	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	d.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		time.Sleep(2 * time.Millisecond) // a downstream takes some time
 		d.mu.Lock()
@@ -56,6 +63,13 @@ func newBucketDownstream(t *testing.T, rate, burst float64) *bucketDownstream {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.srv.Listener.Close()
+	d.srv.Listener = l
+	d.srv.Start()
 	t.Cleanup(d.srv.Close)
 	return d
 }
