@@ -130,10 +130,15 @@ func (c *Client) group(groupID string) (contracts.GroupRef, error) {
 // Job is one job to submit. ID must be unique within its group
 // (^[A-Za-z0-9_-]{1,128}$), Type selects the processor
 // (^[A-Za-z0-9_-]{1,64}$) and Payload is any JSON value (nil means null).
+// Destination optionally names the downstream the job calls
+// (^[A-Za-z0-9_.-]{1,128}$: a partner's host, an account of a provider),
+// whose accepted rate the adaptive rate learns; "" means its type, or, for
+// the built-in http type, its URL's host ([contracts.SubmitJob.Destination]).
 type Job struct {
-	ID      string
-	Type    string
-	Payload json.RawMessage
+	ID          string
+	Type        string
+	Payload     json.RawMessage
+	Destination string
 }
 
 // SubmitError reports the jobs of a [Client.Submit] call that JetStream did
@@ -198,7 +203,7 @@ func (c *Client) SubmitGroup(ctx context.Context, groupID string, settings contr
 	all := make([]contracts.SubmitJob, len(jobs))
 	seen := make(map[string]int, len(jobs))
 	for i, j := range jobs {
-		all[i] = contracts.SubmitJob{JobID: j.ID, Type: j.Type, Payload: j.Payload}
+		all[i] = contracts.SubmitJob{JobID: j.ID, Type: j.Type, Payload: j.Payload, Destination: j.Destination}
 		if err := all[i].Validate(c.limits); err != nil {
 			return fmt.Errorf("client: submit: %w", contracts.ItemError("jobs", i, err))
 		}

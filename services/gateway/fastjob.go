@@ -9,7 +9,7 @@ import (
 )
 
 // parseJobFast decodes the common form of a job object without
-// reflection: keys jobId, type and payload (each at most once, spelt
+// reflection: keys jobId, type, destination and payload (each at most once, spelt
 // exactly, in any order), strings without escapes, valid UTF-8 throughout,
 // and any valid JSON payload. It reports ok false for anything else, which
 // the caller then decodes with decodeJobSlow to get the precise error or
@@ -24,12 +24,12 @@ func parseJobFast(data []byte) (j contracts.SubmitJob, ok bool) {
 		return j, false
 	}
 	i = skipWS(data, i+1)
-	var seen [3]bool
+	var seen [4]bool // jobId, type, payload, destination
 	for {
 		if i >= len(data) {
 			return j, false
 		}
-		if data[i] == '}' && !seen[0] && !seen[1] && !seen[2] {
+		if data[i] == '}' && !seen[0] && !seen[1] && !seen[2] && !seen[3] {
 			// the empty object: let decodeJob say what is missing
 			return j, false
 		}
@@ -43,16 +43,20 @@ func parseJobFast(data []byte) (j contracts.SubmitJob, ok bool) {
 		}
 		i = skipWS(data, i+1)
 		switch string(key) {
-		case "jobId", "type":
+		case "jobId", "type", "destination":
 			s, next, ok := plainString(data, i)
 			if !ok {
 				return j, false
 			}
 			k := 0
-			if key[0] == 't' {
+			switch key[0] {
+			case 't':
 				k = 1
 				j.Type = string(s)
-			} else {
+			case 'd':
+				k = 3
+				j.Destination = string(s)
+			default:
 				j.JobID = string(s)
 			}
 			if seen[k] {

@@ -15,6 +15,8 @@ import (
 var jobSeeds = []string{
 	`{"jobId":"a","type":"t","payload":{"to":"x@y.z"}}`,
 	`{"jobId":"a","type":"t"}`,
+	`{"jobId":"a","type":"http","destination":"api.example.com","payload":{}}`,
+	`{"destination":"x","destination":"y","jobId":"a","type":"t"}`,
 	` { "type" : "t" , "jobId" : "a" , "payload" : [1, 2.5e3, {"a": null}] } `,
 	`{"payload":"x","jobId":"a","type":"t"}`,
 	`{"jobId":"a","type":"t","payload":null}`,
@@ -110,4 +112,30 @@ func FuzzDecodeJob(f *testing.F) {
 			t.Fatalf("%q: taken as %+v: %v", data, got, contracts.CheckObject(data, jobFields...))
 		}
 	})
+}
+
+// TestDecodeJobKeepsDestination: a job's destination is decoded, on the
+// fast path's forms and the slow path's alike, and refused when given twice.
+func TestDecodeJobKeepsDestination(t *testing.T) {
+	for _, line := range []string{
+		`{"jobId":"a","type":"http","destination":"api.example.com","payload":{"url":"https://x.example"}}`,
+		`{"destination" : "api.example.com", "type":"http","jobId":"a\u0020"}`,
+	} {
+		var j contracts.SubmitJob
+		if err := decodeJob([]byte(line), &j); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if j.Destination != "api.example.com" || j.Type != "http" {
+			t.Errorf("%s: decoded as %+v", line, j)
+		}
+	}
+	if _, ok := parseJobFast([]byte(`{"jobId":"a","type":"http","destination":"api.example.com"}`)); !ok {
+		t.Error("the fast path leaves a plain destination to the slow one")
+	}
+	var j contracts.SubmitJob
+	err := decodeJob([]byte(`{"jobId":"a","type":"t","destination":"x","destination":"y"}`), &j)
+	var ve *contracts.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "destination" {
+		t.Errorf("a destination given twice: %+v, err %v", j, err)
+	}
 }

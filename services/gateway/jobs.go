@@ -629,7 +629,7 @@ func (g *guardReader) Read(p []byte) (int, error) {
 }
 
 // jobFields are the fields of a job object.
-var jobFields = []string{"jobId", "type", "payload"}
+var jobFields = []string{"jobId", "type", "destination", "payload"}
 
 // decodeJob decodes one job object strictly: unknown fields are errors,
 // so a misspelt "payload" is not silently dropped, and so are a field
@@ -663,7 +663,7 @@ func decodeJobSlow(data []byte, j *contracts.SubmitJob) error {
 			return fmt.Errorf("field %s: want a JSON %s", te.Field, te.Type)
 		}
 		if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return fmt.Errorf("unknown field %s (a job has jobId, type and payload)", msg)
+			return fmt.Errorf("unknown field %s (a job has jobId, type, destination and payload)", msg)
 		}
 		return err
 	}
