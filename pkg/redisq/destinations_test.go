@@ -238,3 +238,35 @@ func TestReleasesPassTheDestinationGate(t *testing.T) {
 		t.Fatalf("released %v, rate held %v; want slow 3, fast %d", got, rel.RateHeld, fastParked)
 	}
 }
+
+// TestDestinationRateSharedByTenants: two tenants whose jobs (of
+// different types) name one throttled destination share its learned rate
+// equally, whatever their number of groups: a held destination keeps each
+// group's place in the fair order.
+func TestDestinationRateSharedByTenants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Mode: redisq.ModeSeed, GlobalLimit: 10_000, Window: time.Second,
+		Adaptive: redisq.AdaptiveConfig{Enabled: true}}, true)
+	enqueueDest(t, q, "t1/a", "sms", "gw.example", 100)
+	enqueueDest(t, q, "t2/a", "push", "gw.example", 100)
+	enqueueDest(t, q, "t2/b", "push", "gw.example", 100)
+	report(t, q, ok("gw.example", 25))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("gw.example", 1, 0)) // 20/s: 20 per window
+	for w := range 3 {
+		_, r := learned(t, q, "gw.example")
+		res, err := q.Admit(ctx, 300, redisq.WithLearnedRates(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for _, j := range res.Jobs {
+			per[j.Group.Tenant]++
+		}
+		if per["t1"] != 10 || per["t2"] != 10 {
+			t.Fatalf("window %d: admitted per tenant %v, want 10 each of the destination's 20", w, per)
+		}
+		b.clock.advance(time.Second)
+	}
+}
