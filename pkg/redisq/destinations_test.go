@@ -140,6 +140,9 @@ func TestDestinationTenantBound(t *testing.T) {
 	if n, _ := b.rdb.ZCard(ctx, q.Keys().TenantDestinations("t1")).Result(); n != 2 {
 		t.Fatalf("tenant t1 tracks %d destinations, want 2", n)
 	}
+	if ttl, _ := b.rdb.PTTL(ctx, q.Keys().TenantDestinations("t1")).Result(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("the tenant's destinations expire in %s, want ForgetAfter (1m)", ttl)
+	}
 	b.clock.advance(2 * time.Minute)
 	if res := enqueueDest(t, q, "t1/c2", "http", "c.example", 1); res.Groups[0].DestinationsRefused != 0 {
 		t.Fatal("after ForgetAfter, a new destination still refused")

@@ -93,15 +93,17 @@ local TENANT_TYPES_MAX = 1000 -- redisq TenantTypesMax
 local D = FIRST + 4 * n
 local dests = #ARGV > D
 local dest_refused = 0
-local dest_key, dest_bound, dest_card, dest_seen = nil, 0, 0, {}
+local dest_key, dest_bound, dest_card, dest_seen, dest_ttl = nil, 0, 0, {}, 0
 local function dest_of(k)
   local dest = ARGV[D + 2 + k]
   if dest == '' then return nil end
   if dest_key == nil then
     dest_key = prefix .. 'tenant:' .. tenant .. ':destinations'
     dest_bound = tonumber(ARGV[D + 1])
-    redis.call('ZREMRANGEBYSCORE', dest_key, '-inf', now - tonumber(ARGV[D + 2]))
+    local forget = tonumber(ARGV[D + 2])
+    redis.call('ZREMRANGEBYSCORE', dest_key, '-inf', now - forget)
     dest_card = redis.call('ZCARD', dest_key)
+    dest_ttl = forget
   end
   local seen = dest_seen[dest]
   if seen == nil then
@@ -330,6 +332,9 @@ if added > 0 then
   requeue_group(prefix, gk, now, alpha,
     { status, level, base, total + added, m[7], m[11], maxinf, m[12] }, jobs_len)
 end
+
+-- a tenant that stops naming destinations leaves no set behind
+if dest_key then redis.call('PEXPIRE', dest_key, dest_ttl) end
 
 local kept = redis.call('HMGET', meta_key, 'callbackUrl', 'notBefore', 'windows')
 return reply(meta_key, concat_all(out), created, level, base, maxinf, refusals,

@@ -613,11 +613,10 @@ end
 
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
 -- until confirmed. Appends gk, jid, type, payload, attempt, trace, dest
--- ('' = its type) to out. d is the job as job_read read it (nil: it is
--- read here).
+-- ('' = its type) to out.
 -- The caller counts the job in its group's inFlight.
-local function lease(out, inflight_key, job_key, gk, jid, deadline, d)
-  d = d or job_read(job_key) or { payload = '' }
+local function lease(out, inflight_key, job_key, gk, jid, deadline)
+  local d = job_read(job_key) or { payload = '' }
   local attempt = num(d.attempt) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
   redis.call('ZADD', inflight_key, deadline, gk .. ':' .. jid)
