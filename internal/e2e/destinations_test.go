@@ -100,10 +100,10 @@ func TestDestinationsLearnedApart(t *testing.T) {
 	var alone, beside float64
 	t.Run("alone", func(t *testing.T) { alone, _ = destRun(t, false, 0, nFast) })
 	t.Run("beside", func(t *testing.T) { beside, _ = destRun(t, true, nSlow, nFast) })
-	// The fast downstream alone runs at several hundred jobs/s; held by the
-	// other's learned rate it would be near 40/s. Half of alone tells the
-	// two apart on a loaded machine.
-	if beside < 0.5*alone {
+	// The fast downstream alone runs at a thousand jobs/s or more; held by
+	// the other's learned rate it would be near 40/s. 0.6 of alone tells
+	// the two apart on a loaded machine (0.93 measured at load 3.5).
+	if beside < 0.6*alone {
 		t.Errorf("the fast downstream ran at %.0f/s beside the throttled one, %.0f/s alone: slowed by it", beside, alone)
 	}
 }
