@@ -94,3 +94,40 @@ func TestScriptsRunOnMiniredisWithLargeBatches(t *testing.T) {
 		t.Fatalf("group %s after every result, want COMPLETED", st)
 	}
 }
+
+// Explicit destinations run on miniredis too: stored in the records, the
+// tenant's bound, carried by admission.
+func TestDestinationsRunOnMiniredis(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	q, err := redisq.New(ctx, rdb, redisq.Config{Prefix: "mini:", GlobalLimit: 1_000_000,
+		Adaptive: redisq.AdaptiveConfig{MaxDestinationsPerTenant: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := contracts.GroupRef{Tenant: "t", ID: "g"}
+	jobs := make([]redisq.Job, 3000)
+	for i := range jobs {
+		jobs[i] = redisq.Job{Group: g, ID: fmt.Sprintf("j%05d", i), Type: "http", Destination: fmt.Sprintf("h%d.example", i%3)}
+	}
+	res, err := q.EnqueueJobs(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Groups[0].DestinationsRefused != 1000 {
+		t.Fatalf("refused %d, want the 1000 jobs of the third destination", res.Groups[0].DestinationsRefused)
+	}
+	r, err := q.Admit(ctx, len(jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, j := range r.Jobs {
+		per[j.Destination]++
+	}
+	if per["h0.example"] != 1000 || per["h1.example"] != 1000 || per[""] != 1000 {
+		t.Fatalf("admitted per destination %v", per)
+	}
+}
