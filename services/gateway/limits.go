@@ -122,9 +122,12 @@ func (g *Gateway) door(rt route, next http.HandlerFunc) http.HandlerFunc {
 		ask := doorAsk{tenant: p.Tenant, jobs: jobs, slot: slot}
 		if v, refused := g.penalties.check(ask, time.Now()); refused {
 			c.mark("door")
-			g.penalties.hold(ctx, p.Tenant)
-			c.mark("hold")
-			v.RetryAfter = max(v.RetryAfter-refusalHold, 0)
+			if g.penalties.hold(ctx, p.Tenant) {
+				c.mark("hold")
+				v.RetryAfter = max(v.RetryAfter-refusalHold, 0)
+			} else {
+				w.Header().Set("Connection", "close") // too many held: the next request pays a new connection
+			}
 			if v.Requests > 0 {
 				w.Header().Set("RateLimit-Policy", ratePolicy(redisq.DoorRequestRate, v.Requests))
 			}

@@ -155,28 +155,32 @@ func (b *penaltyBox) freed(tenant string, slot redisq.DoorLimit) {
 
 // Refusals the gateway gives by itself are answered after refusalHold:
 // a tenant that sends again before the Retry-After of a refusal (which is
-// at least a second) waits for its next 429, so a client that loops on
-// refusals, however many it runs at once, makes at most a few requests a
-// second each instead of thousands, and holds a parked goroutine rather
-// than a CPU. A client that honours Retry-After never meets the hold. At
-// most holdPerTenant refusals of a tenant (holdTotal of all) wait at once
-// on a replica; past that they are answered at once.
+// at least a second) waits for its next 429 as long as it was told to wait,
+// so a client that loops on refusals makes about one request a second per
+// connection, however many connections it runs, instead of thousands, and
+// each costs a parked goroutine and a timer rather than a CPU. A client
+// that honours Retry-After never meets the hold, nor does another tenant.
+// At most holdPerTenant refusals of a tenant (holdTotal of all) wait at
+// once on a replica; past that a refusal is answered at once and its
+// connection closed, so that the client pays a new connection for its
+// next request.
 const (
-	refusalHold   = 250 * time.Millisecond
+	refusalHold   = time.Second
 	holdPerTenant = 1024
 	holdTotal     = 8192
 )
 
-// hold waits refusalHold before a refusal of tenant is answered, unless
-// too many already wait or ctx ends first.
-func (b *penaltyBox) hold(ctx context.Context, tenant string) {
+// hold waits refusalHold before a refusal of tenant is answered, or until
+// ctx ends. It returns false at once, without waiting, when too many
+// refusals already wait.
+func (b *penaltyBox) hold(ctx context.Context, tenant string) bool {
 	b.mu.Lock()
 	if b.holding == nil {
 		b.holding = map[string]int{}
 	}
 	if b.holding[tenant] >= holdPerTenant || b.held >= holdTotal {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	b.holding[tenant]++
 	b.held++
@@ -193,4 +197,5 @@ func (b *penaltyBox) hold(ctx context.Context, tenant string) {
 	}
 	b.held--
 	b.mu.Unlock()
+	return true
 }
