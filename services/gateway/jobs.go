@@ -499,12 +499,8 @@ func (s *ndjsonSource) next() (contracts.SubmitJob, position, error) {
 			continue
 		}
 		s.index++
-		pos := position{line: s.line, index: s.index}
-		var j contracts.SubmitJob
-		if err := decodeJob(line, &j); err != nil {
-			return j, pos, err
-		}
-		return j, pos, nil
+		j, err := decodeJobValue(line)
+		return j, position{line: s.line, index: s.index}, err
 	}
 }
 
@@ -583,11 +579,8 @@ func (s *arraySource) next() (contracts.SubmitJob, position, error) {
 	if len(raw) > s.limit {
 		return contracts.SubmitJob{}, pos, &tooLongError{limit: s.limit}
 	}
-	var j contracts.SubmitJob
-	if err := decodeJob(raw, &j); err != nil {
-		return j, pos, err
-	}
-	return j, pos, nil
+	j, err := decodeJobValue(raw)
+	return j, pos, err
 }
 
 func (s *arraySource) wrap(err error) error {
@@ -636,11 +629,21 @@ var jobFields = []string{"jobId", "type", "destination", "payload"}
 // spelt in another case ("jobid"), a field given twice and invalid UTF-8
 // (a *contracts.ValidationError naming the field).
 func decodeJob(data []byte, j *contracts.SubmitJob) error {
-	if fast, ok := parseJobFast(data); ok {
-		*j = fast
-		return nil
+	v, err := decodeJobValue(data)
+	*j = v
+	return err
+}
+
+// decodeJobValue is decodeJob returning the job: a job of the common form
+// is not moved to the heap (only the slow path's decoder needs a pointer),
+// which saves an allocation for every job a body holds.
+func decodeJobValue(data []byte) (contracts.SubmitJob, error) {
+	if j, ok := parseJobFast(data); ok {
+		return j, nil
 	}
-	return decodeJobSlow(data, j)
+	var j contracts.SubmitJob
+	err := decodeJobSlow(data, &j)
+	return j, err
 }
 
 // decodeJobSlow is decodeJob without its fast path.
@@ -681,7 +684,6 @@ type batcher struct {
 	limit  int
 	sp     *spool
 	batch  []contracts.SubmitJob
-	ids    map[string]struct{}
 	body   bytes.Buffer
 	jobs   int64
 	msgs   int64
@@ -690,7 +692,7 @@ type batcher struct {
 }
 
 func newBatcher(ref contracts.GroupRef, settings *contracts.GroupSettings, lim contracts.Limits, sp *spool) *batcher {
-	b := &batcher{ref: ref, limit: lim.MessageLimit(), sp: sp, ids: map[string]struct{}{}}
+	b := &batcher{ref: ref, limit: lim.MessageLimit(), sp: sp}
 	if settings != nil {
 		gs, _ := json.Marshal(settings)
 		b.group = append(append([]byte(`"group":`), gs...), ',')
@@ -704,7 +706,9 @@ const envelopeHead = `{"v":2,"kind":"jobs",`
 const msgIDHeader = len("NATS/1.0\r\n\r\n") + len("Nats-Msg-Id: \r\n")
 
 // add encodes j and appends it to the current message, flushing first when
-// it would not fit or repeats a job id of the message.
+// it would not fit. Its job id is not one the request had before (the
+// caller refuses a repeat first, idSet), so a message never holds an id
+// twice.
 func (b *batcher) add(j contracts.SubmitJob) error {
 	b.scrap.Reset()
 	if err := encodeJob(&b.scrap, j); err != nil {
@@ -716,8 +720,7 @@ func (b *batcher) add(j contracts.SubmitJob) error {
 		return &contracts.ValidationError{Reason: contracts.ReasonTooLarge, Field: "",
 			Problem: fmt.Sprintf("a message of %d bytes", fixed+b.scrap.Len()), Limit: fmt.Sprintf("limit %d", b.limit)}
 	}
-	_, dup := b.ids[j.JobID]
-	if len(b.batch) > 0 && (dup || len(b.batch) == contracts.MaxBatch || fixed+b.body.Len()+1+b.scrap.Len() > b.limit) {
+	if len(b.batch) > 0 && (len(b.batch) == contracts.MaxBatch || fixed+b.body.Len()+1+b.scrap.Len() > b.limit) {
 		if err := b.flush(); err != nil {
 			return err
 		}
@@ -727,7 +730,6 @@ func (b *batcher) add(j contracts.SubmitJob) error {
 	}
 	b.body.Write(b.scrap.Bytes())
 	b.batch = append(b.batch, contracts.SubmitJob{JobID: j.JobID})
-	b.ids[j.JobID] = struct{}{}
 	return nil
 }
 
@@ -743,7 +745,6 @@ func (b *batcher) flush() error {
 	b.jobs += int64(len(b.batch))
 	b.msgs++
 	b.batch = b.batch[:0]
-	clear(b.ids)
 	b.body.Reset()
 	return nil
 }
