@@ -107,6 +107,7 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 	cpuAlone, hostAlone := pidCPU(pid)-cpu0, readHostCPU().since(host0)
 	b.Logf("alone: %s; gateway CPU %.2f s", alone, cpuAlone)
 	b.Logf("alone: %s", alone.stageText())
+	b.Logf("alone: %s", alone.worstText())
 
 	resetPeakRSS(pid)
 	fl, err := startFloodProcess(ctx, gatewayflood.Options{Base: base, Key: flood.key, Group: "junk",
@@ -128,6 +129,7 @@ func runIsolation(ctx context.Context, b *testing.B, rep *Reporter) error {
 	}
 	b.Logf("during the flood: %s; gateway CPU %.2f s", during, cpuFlood)
 	b.Logf("during the flood: %s", during.stageText())
+	b.Logf("during the flood: %s", during.worstText())
 	b.Logf("flood: %s", fs.Text)
 	b.Logf("gateway peak RSS %.1f MiB", float64(rss)/(1<<20))
 	if alone.accepted == 0 || during.accepted == 0 {
@@ -392,6 +394,18 @@ type paced struct {
 	// gateway's total (the network, the connection's queue, the answer's
 	// sending and what runs after it).
 	stages map[string][]time.Duration
+	// worst is the slowest answer to a request sent in each second of
+	// the phase: a p99 made of one burst shows as a few slow seconds.
+	worst []time.Duration
+}
+
+// worstText is the slowest answer of each second of the phase.
+func (p *paced) worstText() string {
+	parts := make([]string, len(p.worst))
+	for i, d := range p.worst {
+		parts[i] = strconv.FormatFloat(ms(d), 'f', 1, 64)
+	}
+	return "slowest answer per second (ms): " + strings.Join(parts, " ")
 }
 
 // addTiming records one answer's Server-Timing and its latency.
@@ -493,6 +507,11 @@ func paceTenant(ctx context.Context, base string, k tenantKey, phase string, d t
 				}
 			}
 			res.latencies = append(res.latencies, lat)
+			sec := int(t0.Sub(start) / time.Second)
+			for len(res.worst) <= sec {
+				res.worst = append(res.worst, 0)
+			}
+			res.worst[sec] = max(res.worst[sec], lat)
 		})
 	}
 	wg.Wait()
