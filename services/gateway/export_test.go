@@ -21,3 +21,7 @@ func (g *Gateway) OperationIDs() map[string]string {
 	}
 	return out
 }
+
+// ReadersPerTenant is how many jobs requests of a tenant a replica reads
+// at once.
+var ReadersPerTenant = readersPerTenant

@@ -106,6 +106,8 @@ type Gateway struct {
 	slots       slotSet
 	// penalties refuse a tenant a rate refused, for a moment, without Redis.
 	penalties penaltyBox
+	// turns share the replica's parsing of jobs requests among tenants.
+	turns readTurns
 	// failures keeps the pages of GET …/failures readers asked for.
 	failures failuresCache
 

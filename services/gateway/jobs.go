@@ -172,15 +172,19 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 	sp := &spool{dir: g.cfg.SpoolDir, memLimit: g.cfg.MemorySpool, subject: g.deps.Names.Submit(ref)}
 	defer sp.close()
 	enc := newBatcher(ref, settings, g.deps.Limits, sp)
-	var src jobSource
-	if ndjson {
-		src = newNDJSONSource(r.Body, g.deps.Limits.MessageLimit())
-	} else {
-		src = newArraySource(r.Body, g.deps.Limits.MessageLimit())
-	}
-	seen := newIDSet()
 	pacer := g.newJobPacer(r, ref.Tenant)
 	defer pacer.done(w)
+	body := io.Reader(r.Body)
+	if pacer != nil {
+		body = turnBody{r: r.Body, p: pacer}
+	}
+	var src jobSource
+	if ndjson {
+		src = newNDJSONSource(body, g.deps.Limits.MessageLimit())
+	} else {
+		src = newArraySource(body, g.deps.Limits.MessageLimit())
+	}
+	seen := newIDSet()
 	for {
 		job, pos, err := src.next()
 		if errors.Is(err, io.EOF) {
@@ -219,6 +223,7 @@ func (g *Gateway) submitJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	pacer.endRead()
 	if err := enc.flush(); err != nil {
 		g.unavailable(w, r, err)
 		return

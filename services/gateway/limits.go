@@ -248,6 +248,7 @@ type jobPacer struct {
 	body    *boundedBody // what the request's body has read, for the bytes
 	pending int64        // jobs read since the last charge
 	charged int64        // bytes charged so far
+	turn    bool         // holds a turn of the tenant's (readTurns)
 }
 
 func (g *Gateway) newJobPacer(r *http.Request, tenant string) *jobPacer {
@@ -267,27 +268,45 @@ func (p *jobPacer) unread() int64 {
 }
 
 // read counts one job read; every paceEvery jobs or paceBytes bytes it
-// charges them and waits for the tenant's rates if its burst is spent. It
-// returns false once the request is gone.
+// charges them and waits for the tenant's rates if its burst is spent.
+// The request reads holding one of its tenant's turns (readTurns), given
+// back at every charge and taken again after it. It returns false once the
+// request is gone.
 func (p *jobPacer) read() bool {
 	if p == nil {
 		return true
+	}
+	if !p.turn && !p.takeTurn() {
+		return false
 	}
 	p.pending++
 	if p.pending < paceEvery && p.unread() < paceBytes {
 		return true
 	}
-	wait := p.charge()
-	if wait <= 0 {
-		return true
+	p.endRead()
+	if wait := p.charge(); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-p.r.Context().Done():
+			return false
+		}
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-p.r.Context().Done():
-		return false
+	return p.takeTurn()
+}
+
+func (p *jobPacer) takeTurn() bool {
+	p.turn = p.g.turns.take(p.r.Context(), p.tenant)
+	return p.turn
+}
+
+// endRead gives back the request's turn, if it holds one: the request is
+// not reading now (it charges its tenant's rates, or its body ended).
+func (p *jobPacer) endRead() {
+	if p != nil && p.turn {
+		p.turn = false
+		p.g.turns.give(p.tenant)
 	}
 }
 
@@ -312,6 +331,7 @@ func (p *jobPacer) charge() time.Duration {
 // done charges what is left; the request does not wait for it (its answer
 // is sent first).
 func (p *jobPacer) done(w http.ResponseWriter) {
+	p.endRead()
 	if p != nil && (p.pending > 0 || p.unread() > 0) {
 		sendNow(w)
 		_ = p.charge()

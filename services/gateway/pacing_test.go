@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/bulkaction/bulkaction/services/gateway"
 )
 
 // TestJobRatePacesReading: a tenant's jobs are charged to its job rate as
@@ -262,5 +265,48 @@ func TestRefusalHeldForASecond(t *testing.T) {
 	r = s.do("GET", "/v1/groups", "acme", nil)
 	if _, held := hasHold(r); r.code != http.StatusOK || held {
 		t.Errorf("after Retry-After: %d, Server-Timing %q", r.code, r.header.Get("Server-Timing"))
+	}
+}
+
+// TestStalledUploadHoldsNoTurn: a tenant's jobs requests take turns to be
+// parsed on a replica, but a request whose body stalls gives its turn back
+// while it waits for the network: as many stalled uploads of a tenant as it
+// has turns do not keep its next request from being read and accepted.
+func TestStalledUploadHoldsNoTurn(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(c *config.Config) { c.GatewayBodyIdleTimeout = 5 * time.Minute })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range gateway.ReadersPerTenant() {
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		req, err := http.NewRequestWithContext(ctx, "POST", s.base+"/v1/groups/stalled/jobs", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+s.keys["acme"])
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		go func() {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		if _, err := io.WriteString(pw, ndjson(fmt.Sprintf("s%d-", i), 10, "{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the gateway reads the 10 jobs of each, then waits for more
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	req, _ := http.NewRequestWithContext(rctx, "POST", s.base+"/v1/groups/next/jobs", strings.NewReader(ndjson("n-", 100, "{}")))
+	req.Header.Set("Authorization", "Bearer "+s.keys["acme"])
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the tenant's next request while its uploads stall: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("the tenant's next request while its uploads stall: %d", resp.StatusCode)
 	}
 }
