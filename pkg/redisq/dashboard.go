@@ -64,7 +64,11 @@ type TenantFigures struct {
 	// Types are the job types it submitted jobs of within the window
 	// ReadDashboard was given, sorted.
 	Types []string
-	Quota TenantQuota
+	// Destinations are the explicit destinations ([Keys.TenantDestinations])
+	// its jobs used within that window, sorted; its types are its other
+	// destinations.
+	Destinations []string
+	Quota        TenantQuota
 }
 
 // Tenant returns a tenant's figures: those read, or zero counts and its
@@ -73,7 +77,7 @@ func (d *Dashboard) Tenant(tenant string) TenantFigures {
 	if f, ok := d.Tenants[tenant]; ok {
 		return *f
 	}
-	return TenantFigures{Types: []string{}, Quota: d.quota(tenant, 0, 0)}
+	return TenantFigures{Types: []string{}, Destinations: []string{}, Quota: d.quota(tenant, 0, 0)}
 }
 
 // quota is a tenant's quotas in force, with its counts.
@@ -91,7 +95,8 @@ func (d *Dashboard) quota(tenant string, queued, groups int64) TenantQuota {
 // ReadDashboard reads the dashboard's figures of every tenant: in-flight
 // jobs counted over every active group (jobs - done - cancelled - queued -
 // backing off, per group, as the group views count them), and each
-// tenant's job types accepted within the last typesWithinMs. It reads
+// tenant's job types and explicit destinations used within the last
+// typesWithinMs. It reads
 // Redis in three round trips plus one per [dashboardBatch] active groups,
 // changes nothing, and is meant to be read once and shared by every
 // viewer.
@@ -132,6 +137,7 @@ func (q *Queue) ReadDashboard(ctx context.Context, typesWithinMs int64) (*Dashbo
 		queued  *redis.StringCmd
 		backoff *redis.StringCmd
 		types   *redis.StringSliceCmd
+		dests   *redis.StringSliceCmd
 	}
 	tcs := make([]tenantCmds, len(tenants))
 	pipe = q.rdb.Pipeline()
@@ -140,8 +146,10 @@ func (q *Queue) ReadDashboard(ctx context.Context, typesWithinMs int64) (*Dashbo
 		since = strconv.FormatInt(now-typesWithinMs, 10)
 	}
 	for i, t := range tenants {
+		within := &redis.ZRangeBy{Min: since, Max: "+inf"}
 		tcs[i] = tenantCmds{pipe.SMembers(ctx, k.TenantActiveGroups(t)), pipe.Get(ctx, k.TenantQueuedJobs(t)),
-			pipe.Get(ctx, k.TenantNonReady(t)), pipe.ZRangeByScore(ctx, k.TenantTypes(t), &redis.ZRangeBy{Min: since, Max: "+inf"})}
+			pipe.Get(ctx, k.TenantNonReady(t)), pipe.ZRangeByScore(ctx, k.TenantTypes(t), within),
+			pipe.ZRangeByScore(ctx, k.TenantDestinations(t), within)}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, fmt.Errorf("redisq: dashboard: %w", err)
@@ -156,8 +164,9 @@ func (q *Queue) ReadDashboard(ctx context.Context, typesWithinMs int64) (*Dashbo
 		queued := max(metaInt(tcs[i].queued.Val()), 0)
 		f := &TenantFigures{ActiveGroups: int64(len(groups)), QueuedJobs: queued,
 			BackingOffJobs: max(metaInt(tcs[i].backoff.Val()), 0), Types: tcs[i].types.Val(),
-			Quota: d.quota(t, queued, int64(len(groups)))}
+			Destinations: tcs[i].dests.Val(), Quota: d.quota(t, queued, int64(len(groups)))}
 		slices.Sort(f.Types)
+		slices.Sort(f.Destinations)
 		d.Tenants[t] = f
 		for _, id := range groups {
 			refs = append(refs, groupRef{contracts.GroupRef{Tenant: t, ID: id}, f})

@@ -50,3 +50,25 @@ func TestReadDashboard(t *testing.T) {
 		t.Error("a tenant with nothing was read")
 	}
 }
+
+// TestReadDashboardDestinations: a tenant's figures name the explicit
+// destinations its jobs use, not another tenant's, and none for jobs whose
+// destination is their type.
+func TestReadDashboardDestinations(t *testing.T) {
+	t.Parallel()
+	q, _ := setup(t, redisq.Config{}, true)
+	enqueueDest(t, q, "t1/a", "http", "api.example.com", 2)
+	enqueueDest(t, q, "t1/b", "http", "mail.example.com", 1)
+	enqueueDest(t, q, "t2/c", "http", "partner.example.com", 1)
+	enqueueDest(t, q, "t3/d", "mail", "mail", 1)
+	d, err := q.ReadDashboard(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string][]string{"t1": {"api.example.com", "mail.example.com"},
+		"t2": {"partner.example.com"}, "t3": {}, "nobody": {}} {
+		if got := d.Tenant(tenant).Destinations; !slices.Equal(got, want) {
+			t.Errorf("%s's destinations %v, want %v", tenant, got, want)
+		}
+	}
+}

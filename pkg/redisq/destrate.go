@@ -6,8 +6,11 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of [AdaptiveConfig]; bulkaction's settings use the same values.
@@ -191,6 +194,14 @@ type DestRate struct {
 	// StopUntilMs is when a Retry-After stop ends (ms since the epoch);
 	// 0 = none.
 	StopUntilMs int64
+	// Accepted and Throttled count the jobs reported accepted and
+	// throttled since the destination was first tracked (they start again
+	// at 0 once it is forgotten, after ForgetAfter without reports): their
+	// differences between two readings are its accepted and throttled jobs
+	// per second (the dashboard's chart).
+	Accepted, Throttled int64
+	// LastReportMs is when it was last reported (ms since the epoch).
+	LastReportMs int64
 }
 
 // DestRates are the learned rates read at NowMs (Redis TIME).
@@ -222,19 +233,23 @@ func (r *DestRates) StopEnd(held map[string]int, nowMs int64) (ms int64, ok bool
 	return ms, ok
 }
 
-// DestinationRates reads every tracked destination's learned rate, in name
-// order, in one round trip of a pipeline after the index.
+// DestinationRates reads every tracked destination's learned rate and
+// counts, in name order, in one round trip of a pipeline after the index.
 func (q *Queue) DestinationRates(ctx context.Context) (*DestRates, error) {
-	names, err := q.rdb.ZRange(ctx, q.keys.DestRates(), 0, -1).Result()
+	zs, err := q.rdb.ZRangeWithScores(ctx, q.keys.DestRates(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: destination rates: %w", err)
 	}
-	slices.Sort(names)
+	slices.SortFunc(zs, func(a, b redis.Z) int { return strings.Compare(toStr(a.Member), toStr(b.Member)) })
+	names := make([]string, len(zs))
+	for i, z := range zs {
+		names[i] = toStr(z.Member)
+	}
 	pipe := q.rdb.Pipeline()
 	tm := pipe.Time(ctx)
 	cmds := make([]interface{ Val() []any }, len(names))
 	for i, n := range names {
-		cmds[i] = pipe.HMGet(ctx, q.keys.DestRate(n), "rate", "stop")
+		cmds[i] = pipe.HMGet(ctx, q.keys.DestRate(n), "rate", "stop", "tacc", "tthr")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: destination rates: %w", err)
@@ -246,7 +261,8 @@ func (q *Queue) DestinationRates(ctx context.Context) (*DestRates, error) {
 	for i, n := range names {
 		v := cmds[i].Val()
 		r, _ := strconv.ParseFloat(toStr(v[0]), 64)
-		out.Rates = append(out.Rates, DestRate{Destination: n, Rate: r, StopUntilMs: toInt(v[1])})
+		out.Rates = append(out.Rates, DestRate{Destination: n, Rate: r, StopUntilMs: toInt(v[1]),
+			Accepted: toInt(v[2]), Throttled: toInt(v[3]), LastReportMs: int64(zs[i].Score)})
 	}
 	return out, nil
 }

@@ -64,6 +64,25 @@ func TestAdaptiveNotLimitedBeforeThrottle(t *testing.T) {
 	wantRate(t, q, "mail", 0)
 }
 
+// TestAdaptiveCounts: a destination's reading counts every job reported
+// accepted and throttled, and when it was last reported.
+func TestAdaptiveCounts(t *testing.T) {
+	t.Parallel()
+	q, b := setup(t, redisq.Config{}, true)
+	report(t, q, ok("api", 100), ok("mail", 7))
+	b.clock.advance(time.Second)
+	report(t, q, throttled("api", 3, 0))
+	b.clock.advance(1500 * time.Millisecond)
+	report(t, q, redisq.DestOutcome{Destination: "api", Accepted: 5, Throttled: 2})
+	d, _ := learned(t, q, "api")
+	if d.Accepted != 105 || d.Throttled != 5 || d.LastReportMs != b.clock.now().UnixMilli() {
+		t.Errorf("api read as %+v, want 105 accepted, 5 throttled, last reported at %d", d, b.clock.now().UnixMilli())
+	}
+	if m, _ := learned(t, q, "mail"); m.Accepted != 7 || m.Throttled != 0 || m.Rate != 0 {
+		t.Errorf("mail read as %+v", m)
+	}
+}
+
 // TestAdaptiveDecrease: the first throttle starts the rate at Decrease ×
 // what was accepted in the last second; further throttles within the
 // hold count once; after it, each multiplies again.

@@ -31,7 +31,9 @@
 -- not learned yet: no limit), inc (ms of the last increase or throttle),
 -- dec (ms of the last decrease), stop (ms until which it is stopped), sec,
 -- acc (jobs accepted in second sec), prev (in the second before), first
--- (ms of its first report), max (the rate when it last decreased).
+-- (ms of its first report), max (the rate when it last decreased), tacc
+-- and tthr (jobs accepted and throttled in all its reports, which the
+-- dashboard samples into rates over time).
 local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local inc = tonumber(ARGV[3])
@@ -63,10 +65,11 @@ for i = 12, #ARGV, 4 do
   else
     if not known then count = count + 1 end
     local key = prefix .. 'dest-rate:' .. dest
-    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev', 'first', 'max')
+    local h = redis.call('HMGET', key, 'rate', 'inc', 'dec', 'stop', 'sec', 'acc', 'prev', 'first', 'max', 'tacc', 'tthr')
     local rate, wmax = tonumber(h[1]), tonumber(h[9])
     local t_inc, t_dec, stop = num(h[2]), num(h[3]), num(h[4])
     local sec, acc, prev, first = num(h[5]), num(h[6]), num(h[7]), tonumber(h[8]) or now
+    local tacc, tthr = num(h[10]) + accepted, num(h[11]) + throttled
     local s = math.floor(now / 1000)
     if s ~= sec then
       if s == sec + 1 then prev = acc else prev = 0 end
@@ -131,7 +134,8 @@ for i = 12, #ARGV, 4 do
       end
       if dt > 0 then t_inc = now end
     end
-    local fields = { 'inc', t_inc, 'dec', t_dec, 'stop', stop, 'sec', sec, 'acc', acc, 'prev', prev, 'first', first }
+    local fields = { 'inc', t_inc, 'dec', t_dec, 'stop', stop, 'sec', sec, 'acc', acc, 'prev', prev, 'first', first,
+      'tacc', tacc, 'tthr', tthr }
     if rate ~= nil then
       fields[#fields + 1] = 'rate'
       fields[#fields + 1] = fmt(rate)
