@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // The dashboard's API (docs/ARCHITECTURE.md §10): GET /v1/overview and its
 // SSE stream, GET /v1/tenants (tenants.go) and
 // GET /v1/groups/{groupId}/progress. The handlers are here; the bodies are
 // in overview_views.go, the shared reading of the figures in
-// overview_reading.go and the admitted-rate sampler in overview_sampler.go.
+// overview_reading.go, the admitted-rate sampler in overview_sampler.go and
+// the destinations' learned rates in overview_destinations.go.
 
 // OverviewEvery is the period of GET /v1/overview/events.
 const OverviewEvery = time.Second
@@ -28,6 +30,10 @@ type uiAPI struct {
 	ringMu   sync.Mutex
 	ring     []rateSample // oldest first, consecutive or not
 	sampling bool
+
+	destMu   sync.Mutex
+	destPrev map[string]destCount // each destination's counts at the last reading
+	destNow  *redisq.DestRates    // the last reading
 
 	snapMu  sync.Mutex
 	snap    *snapshot     // the latest reading

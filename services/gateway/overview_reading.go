@@ -114,13 +114,16 @@ func (u *uiAPI) readSnapshot(ctx context.Context) (*snapshot, error) {
 }
 
 // overviewOf derives the overview of tenant ("" = the system) from a
-// reading. A tenant sees its own figures only, and of the worker types
-// those of its own jobs (the types it submitted jobs of within
-// BULKACTION_GROUP_TTL): never another tenant's name, types or figures.
+// reading. A tenant sees its own figures only, of the worker types those
+// of its own jobs (the types it submitted jobs of within
+// BULKACTION_GROUP_TTL) and of the destinations those types and the
+// explicit destinations its jobs named within it: never another tenant's
+// name, types or figures.
 func (u *uiAPI) overviewOf(s *snapshot, tenant string) *Overview {
 	d := s.d
 	ov := &Overview{Scope: "system", Tenant: tenant, At: s.at.UTC(), Workers: []WorkerTypeView{}}
 	var types map[string]bool // nil: every type
+	var dests map[string]bool // nil: every destination
 	if tenant == "" {
 		ov.BackoffJobs = d.NonReady
 		ov.ActiveTenants = int64(len(d.Active))
@@ -138,15 +141,21 @@ func (u *uiAPI) overviewOf(s *snapshot, tenant string) *Overview {
 			ov.ActiveTenants = 1
 		}
 		types = make(map[string]bool, len(f.Types))
+		dests = make(map[string]bool, len(f.Types)+len(f.Destinations))
 		for _, t := range f.Types {
-			types[t] = true
+			types[t], dests[t] = true, true // a job's destination is its type by default
+		}
+		for _, d := range f.Destinations {
+			dests[d] = true
 		}
 	}
 	nActive := int64(len(d.Active))
 	if tenant != "" && !slices.Contains(d.Active, tenant) {
 		nActive++ // an idle tenant that asks for capacity joins the active ones
 	}
-	ov.Rate = u.rateView(tenant, nActive, redisq.ParseTenantWeight(d.Weights[tenant]))
+	ring := u.recentRing()
+	ov.Rate = u.rateView(ring, tenant, nActive, redisq.ParseTenantWeight(d.Weights[tenant]))
+	ov.Destinations = u.destinationsView(ring, dests)
 	// workers: the announced types and READY's consumers
 	nowMs := d.AtMs
 	byType := map[string]*WorkerTypeView{}

@@ -31,6 +31,9 @@ type rateSample struct {
 	active  int64
 	backoff int64
 	tenants map[string]int64
+	// dests are the destinations' figures, sorted by name (only those
+	// with a learned rate or reports); nil when they were not read.
+	dests []destPoint
 }
 
 // nowMs is the time the rate limiter sees (Redis TIME, or the queue's
@@ -63,6 +66,9 @@ func (u *uiAPI) sample(ctx context.Context) error {
 		return err
 	}
 	s := rateSample{window: w, active: c.Active, backoff: c.BackingOff, global: c.Global, tenants: c.Tenants}
+	if s.dests, err = u.sampleDests(ctx); err != nil {
+		u.g.log.Debug("dashboard: destinations not sampled", "err", err)
+	}
 	u.ringMu.Lock()
 	defer u.ringMu.Unlock()
 	if len(u.ring) > 0 && u.ring[len(u.ring)-1].window >= w {
@@ -110,8 +116,23 @@ func (u *uiAPI) startSampling() {
 	}()
 }
 
-// rateView builds the rate part from the ring.
-func (u *uiAPI) rateView(tenant string, active, weight int64) RateView {
+// recentRing is a copy of the ring's samples of the last OverviewHistory
+// windows up to the last sampled one.
+func (u *uiAPI) recentRing() []rateSample {
+	u.ringMu.Lock()
+	ring := slices.Clone(u.ring)
+	u.ringMu.Unlock()
+	if len(ring) > 0 {
+		first := ring[len(ring)-1].window - OverviewHistory + 1
+		for len(ring) > 0 && ring[0].window < first {
+			ring = ring[1:]
+		}
+	}
+	return ring
+}
+
+// rateView builds the rate part from the ring (as recentRing returns it).
+func (u *uiAPI) rateView(ring []rateSample, tenant string, active, weight int64) RateView {
 	wms := u.windowMs()
 	global := int64(u.g.q.Config().GlobalLimit)
 	limitAt := func(active int64) int64 {
@@ -123,17 +144,9 @@ func (u *uiAPI) rateView(tenant string, active, weight int64) RateView {
 	v := RateView{WindowMs: wms, Limit: limitAt(active)}
 	perSec := 1000 / float64(wms)
 	v.LimitPerSecond = round2(float64(v.Limit) * perSec)
-	u.ringMu.Lock()
-	ring := slices.Clone(u.ring)
-	u.ringMu.Unlock()
 	h := RateHistory{WindowMs: wms, Admitted: []*int64{}, Limit: []*int64{}, Backoff: []*int64{}}
 	if len(ring) > 0 {
-		last := ring[len(ring)-1].window
-		first := last - OverviewHistory + 1
-		for len(ring) > 0 && ring[0].window < first {
-			ring = ring[1:]
-		}
-		first = ring[0].window
+		first, last := ring[0].window, ring[len(ring)-1].window
 		h.Start = time.UnixMilli(first * wms).UTC()
 		n := int(last - first + 1)
 		h.Admitted, h.Limit, h.Backoff = make([]*int64, n), make([]*int64, n), make([]*int64, n)

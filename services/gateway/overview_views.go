@@ -41,6 +41,57 @@ type Overview struct {
 	Workers []WorkerTypeView `json:"workers"`
 	// DLQ counts the dead letters by reason; null in the tenant scope.
 	DLQ *DLQView `json:"dlq"`
+	// Destinations are the learned rates per destination over time beside
+	// their 429s per second: every destination for an admin key; in the
+	// tenant scope only those of the tenant's own jobs (its job types and
+	// the explicit destinations its jobs named within
+	// BULKACTION_GROUP_TTL). A destination's learned rate is fleet-wide:
+	// every tenant that uses it shares it.
+	Destinations DestinationsView `json:"destinations"`
+}
+
+// DestinationsView is the destinations whose rate the adaptive controller
+// learns (docs/ARCHITECTURE.md §5), the most used first.
+type DestinationsView struct {
+	// Tracked counts the destinations of the scope the gateway knows of
+	// (tracked now or sampled within the history); at most
+	// OverviewDestinations (10) of them are listed.
+	Tracked int `json:"tracked"`
+	// Start and WindowMs place each destination's history: one entry per
+	// window from Start, the windows of the rate's history.
+	Start        time.Time         `json:"start"`
+	WindowMs     int64             `json:"windowMs"`
+	Destinations []DestinationView `json:"destinations"`
+}
+
+// States of a destination ([DestinationView.State]).
+const (
+	// DestinationLearned: admission holds it to its learned rate.
+	DestinationLearned = "learned"
+	// DestinationStopped: a Retry-After stops it until StoppedUntil.
+	DestinationStopped = "stopped"
+	// DestinationNotLimited: no throttle seen (or forgotten): not limited.
+	DestinationNotLimited = "not_limited"
+)
+
+// DestinationView is one destination's learned rate and 429s.
+type DestinationView struct {
+	Destination string `json:"destination"`
+	// State is "learned", "stopped" or "not_limited".
+	State string `json:"state"`
+	// LearnedPerSecond is the learned rate now, jobs/s; null when none is
+	// learned.
+	LearnedPerSecond *float64 `json:"learnedPerSecond"`
+	// StoppedUntil is when a Retry-After stop ends; null when not stopped.
+	StoppedUntil *time.Time `json:"stoppedUntil"`
+	// ThrottledPerSecond is the jobs throttled (429 or 503) per second in
+	// the last sampled window.
+	ThrottledPerSecond float64 `json:"throttledPerSecond"`
+	// Learned is the learned rate at each window (null: none learned, or
+	// not sampled); Throttled the jobs throttled per second in it (null:
+	// not sampled).
+	Learned   []*float64 `json:"learned"`
+	Throttled []*float64 `json:"throttled"`
 }
 
 // RateView is the admitted rate against the limit, per rate-limit window.
