@@ -1,5 +1,6 @@
 // Overview: admitted rate vs the limit, READY depth per type, backoff
-// queue, active tenants and groups, worker types, dead letters. Live over
+// queue, active tenants and groups, worker types, dead letters, and the
+// learned rate per destination beside its 429s. Live over
 // GET /v1/overview/events (one event a second).
 import {stream, session} from './api.js';
 import {el, setText, num, rate, time, ago, bar, setBar, setLive} from './util.js';
@@ -19,6 +20,55 @@ function table(title, cols, empty, cls) {
   return {root, tbody, note};
 }
 
+// destinations returns the panel of the learned rates per destination: a
+// chart each, the learned rate (left scale) and the 429s per second (right
+// scale) on the rate's time axis, and the state now.
+function destinations() {
+  const list = el('div', {class: 'dests'});
+  const note = el('p', {class: 'muted'});
+  const root = el('section', {class: 'panel chart-panel', id: 'destinations'},
+    el('h2', {text: 'Destinations: learned rate and 429s'}), list, note);
+  const byName = new Map();
+  function item(name) {
+    let it = byName.get(name);
+    if (!it) {
+      const state = el('span', {class: 'dest-state'});
+      const ch = lineChart(`Learned rate and 429s per second of ${name} over the last minutes`,
+        [['learned', 'learned rate/s'], ['throttled', '429s/s (right scale)']]);
+      it = {state, ch, root: el('div', {class: 'dest', 'data-dest': name}, el('h3', {}, el('span', {text: name}), ' ', state), ch.root)};
+      byName.set(name, it);
+    }
+    return it;
+  }
+  function update(v) {
+    const shown = new Set(v.destinations.map(d => d.destination));
+    for (const [name, it] of byName) if (!shown.has(name)) { it.root.remove(); byName.delete(name); }
+    const items = v.destinations.map(d => {
+      const it = item(d.destination);
+      let text, cls;
+      if (d.state === 'stopped') [text, cls] = ['stopped until ' + time(d.stoppedUntil), 'cong-HIGH'];
+      else if (d.state === 'learned') [text, cls] = ['learned ' + rate(d.learnedPerSecond), 'cong-MEDIUM'];
+      else [text, cls] = ['not limited', 'cong-LOW'];
+      setText(it.state, text + (d.throttledPerSecond > 0 ? ` · ${rate(d.throttledPerSecond)} 429s` : ''));
+      it.state.className = 'dest-state ' + cls;
+      it.root.dataset.state = d.state;
+      const n = d.learned.length;
+      const from = n ? new Date(v.start) : null;
+      const to = n ? new Date(new Date(v.start).getTime() + n * v.windowMs) : null;
+      it.ch.update([{cls: 'learned', values: d.learned}, {cls: 'throttled', values: d.throttled, axis: 'right'}], {from, to});
+      return it.root;
+    });
+    // in the order given (the most used first), moving only what moved
+    items.forEach((r, i) => { if (list.children[i] !== r) list.insertBefore(r, list.children[i] || null); });
+    const more = v.tracked - v.destinations.length;
+    setText(note, v.destinations.length
+      ? (more > 0 ? `The ${v.destinations.length} most used of ${num(v.tracked)} destinations. ` : '') + 'A destination\'s learned rate is shared by every tenant that sends to it.'
+      : 'No destination has a learned rate or reported jobs (the adaptive rate is off, or nothing was reported yet).');
+    root.dataset.count = String(v.destinations.length);
+  }
+  return {root, update};
+}
+
 export function mount(root) {
   const ac = new AbortController();
   const cards = {
@@ -32,17 +82,18 @@ export function mount(root) {
   const workers = table('Worker types', [['Type'], ['Status'], ['Consumers', 'num'], ['Running', 'num'], ['Idle pulls', 'num'], ['Expires', 'hide-sm', 'when the latest announcement of the type expires']],
     'No worker has announced a job type.', 'fit');
   const dlq = table('Dead letters by reason', [['Reason'], ['Messages', 'num']], 'No dead letters.');
+  const dests = destinations();
   const scopeNote = el('p', {class: 'muted'});
   // The chart has a row of its own: a panel spanning a grid's every
   // column would keep an empty column beside the tables.
   const panels = el('div', {class: 'panels'}, ready.root, workers.root, dlq.root);
   root.append(el('h1', {text: 'Overview'}), scopeNote,
     el('div', {class: 'grid'}, ...Object.values(cards).map(c => c.root)),
-    el('section', {class: 'panel chart-panel'}, el('h2', {text: 'Admitted rate vs limit'}), ch.root, chartNote), panels);
+    el('section', {class: 'panel chart-panel'}, el('h2', {text: 'Admitted rate vs limit'}), ch.root, chartNote), dests.root, panels);
   if (!session.admin) {
     ready.root.hidden = true;
     dlq.root.hidden = true;
-    setText(scopeNote, `Tenant ${session.tenant}: your admitted rate against your share of the limit. READY and dead letters are shared by every tenant and shown to admins only.`);
+    setText(scopeNote, `Tenant ${session.tenant}: your admitted rate against your share of the limit, and the destinations of your jobs. READY and dead letters are shared by every tenant and shown to admins only.`);
   }
   root.dataset.ready = '';
 
@@ -75,6 +126,8 @@ export function mount(root) {
     const off = drawn.offScale.includes('limit');
     ch.label('limit', off ? `limit ${rate(r.limitPerSecond)}, above this scale` : `limit ${rate(r.limitPerSecond)}`, off);
     setText(chartNote, n ? `${n} windows of ${h.windowMs} ms sampled by the gateway since ${time(from)}; gaps are windows nobody sampled.` : 'Sampling starts now: the chart fills in as windows pass.');
+
+    dests.update(ov.destinations);
 
     if (ov.ready) {
       const cap = ov.ready.capacity;
