@@ -27,6 +27,7 @@ const OverviewEvery = time.Second
 type uiAPI struct {
 	g *Gateway
 
+	sampleMu sync.Mutex // one sample at a time: a second caller finds it taken
 	ringMu   sync.Mutex
 	ring     []rateSample // oldest first, consecutive or not
 	sampling bool

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,5 +83,37 @@ func TestDashboardDestinations(t *testing.T) {
 	s.do("GET", "/v1/overview", "hooli", nil).json(t, &hooli)
 	if len(hooli.Destinations.Destinations) != 0 || hooli.Destinations.Tracked != 0 {
 		t.Errorf("hooli's destinations %+v: want none", hooli.Destinations)
+	}
+}
+
+// TestDashboardDestinationsMostUsed: of more destinations than the
+// overview shows, it lists the most used over the sampled windows, most
+// used first, and counts them all.
+func TestDashboardDestinationsMostUsed(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(c *config.Config) { c.AdaptiveRateEnabled = true })
+	q := s.st.Deps.Queue
+	const n = gateway.OverviewDestinations + 2
+	var ov gateway.Overview
+	s.do("GET", "/v1/overview", "*", nil).json(t, &ov) // starts the sampling
+	testkit.WaitFor(t, "the most used destinations listed", 20*time.Second, func() bool {
+		outs := make([]redisq.DestOutcome, n)
+		for i := range outs {
+			outs[i] = redisq.DestOutcome{Destination: fmt.Sprintf("d%02d.example", i), Accepted: 10 * (i + 1)}
+		}
+		if _, err := q.ReportDestinations(context.Background(), outs); err != nil {
+			t.Fatal(err)
+		}
+		s.do("GET", "/v1/overview", "*", nil).json(t, &ov)
+		ds := ov.Destinations.Destinations
+		return len(ds) == gateway.OverviewDestinations && ds[0].Destination == fmt.Sprintf("d%02d.example", n-1)
+	})
+	if ov.Destinations.Tracked != n {
+		t.Errorf("tracked %d, want %d", ov.Destinations.Tracked, n)
+	}
+	for i, d := range ov.Destinations.Destinations {
+		if want := fmt.Sprintf("d%02d.example", n-1-i); d.Destination != want || d.State != gateway.DestinationNotLimited {
+			t.Errorf("destination %d: %s (%s), want %s not limited", i, d.Destination, d.State, want)
+		}
 	}
 }

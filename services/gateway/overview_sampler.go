@@ -50,6 +50,11 @@ func (u *uiAPI) windowMs() int64 { return max(u.g.q.Config().Window.Milliseconds
 
 // sample adds the last complete window to the ring unless it is there.
 func (u *uiAPI) sample(ctx context.Context) error {
+	// The sampling loop and a reading may call it at once: the second waits
+	// and finds the window sampled, rather than read the destinations' counts
+	// again a few ms later (a rate over a few ms is noise).
+	u.sampleMu.Lock()
+	defer u.sampleMu.Unlock()
 	now, err := u.nowMs(ctx)
 	if err != nil {
 		return err
