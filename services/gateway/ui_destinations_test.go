@@ -68,6 +68,13 @@ func TestDashboardDestinationsInChromium(t *testing.T) {
 		}
 	}
 	b.screenshot("overview-destinations")
+	b.do("a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+	b.wait("the panel on a phone", dest+` !== null && `+dest+`.getBoundingClientRect().width > 0`, 20*time.Second)
+	if w := b.eval(`String(document.documentElement.scrollWidth)`); w != "390" {
+		t.Errorf("on a 390 px screen the overview is %s px wide", w)
+	}
+	b.screenshot("overview-destinations-phone")
+	b.do("a laptop's screen", chromedp.EmulateViewport(1280, 860))
 	b.noReload()
 
 	b.do("log out", chromedp.Click(chromedp.CSS("#logout")))
