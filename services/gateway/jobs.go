@@ -755,14 +755,20 @@ func (b *batcher) flush() error {
 }
 
 // encodeJob writes j, canonicalized ([contracts.SubmitJob.Canonicalize]:
-// ids and types need no escaping, the payload is in its final form), as the
-// contract's compact JSON.
+// ids, types and destinations need no escaping, the payload is in its final
+// form), as the contract's compact JSON.
 func encodeJob(buf *bytes.Buffer, j contracts.SubmitJob) error {
 	buf.WriteString(`{"jobId":"`)
 	buf.WriteString(j.JobID)
 	buf.WriteString(`","type":"`)
 	buf.WriteString(j.Type)
 	buf.WriteByte('"')
+	if j.Destination != "" {
+		// validated: a token that needs no escaping
+		buf.WriteString(`,"destination":"`)
+		buf.WriteString(j.Destination)
+		buf.WriteByte('"')
+	}
 	if len(j.Payload) > 0 {
 		buf.WriteString(`,"payload":`)
 		buf.Write(j.Payload)
