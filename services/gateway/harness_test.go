@@ -132,6 +132,23 @@ func (s *server) group(who, path string) gateway.GroupView {
 	return v
 }
 
+// seen reads a group that may not exist yet: a submit is answered once its
+// jobs are on SUBMIT, and the group appears when ingest has taken them. A
+// group not found yet reads as the zero view; any other error fails.
+func (s *server) seen(who, path string) gateway.GroupView {
+	s.t.Helper()
+	r := s.do("GET", "/v1/groups/"+path, who, nil)
+	var v gateway.GroupView
+	switch r.code {
+	case http.StatusOK:
+		r.json(s.t, &v)
+	case http.StatusNotFound:
+	default:
+		s.t.Fatalf("GET %s: %d %s", path, r.code, r.body)
+	}
+	return v
+}
+
 // waitState polls a group until it reaches state.
 func (s *server) waitState(who, path, state string) gateway.GroupView {
 	s.t.Helper()

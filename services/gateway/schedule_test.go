@@ -26,7 +26,7 @@ func TestNotBeforeThroughTheAPI(t *testing.T) {
 	q := "?total=5&notBefore=" + url.QueryEscape(nb.Format(time.RFC3339Nano))
 	s.submit("acme", "later", q, ndjson("j", 5, `{"ms":1}`))
 
-	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool { return s.group("acme", "later").Jobs == 5 })
+	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool { return s.seen("acme", "later").Jobs == 5 })
 	v := s.group("acme", "later")
 	if v.State != "CREATED" || v.StartedAt != nil {
 		t.Fatalf("before its notBefore: state %s, started %v", v.State, v.StartedAt)
@@ -88,7 +88,7 @@ func TestMoveTheStartThroughTheAPI(t *testing.T) {
 	s := newServer(t, nil)
 	first := time.Now().Add(time.Hour).Truncate(time.Second)
 	s.submit("acme", "moved", "?total=2&notBefore="+url.QueryEscape(first.Format(time.RFC3339)), ndjson("j", 2, `{"ms":1}`))
-	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool { return s.group("acme", "moved").Jobs == 2 })
+	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool { return s.seen("acme", "moved").Jobs == 2 })
 
 	later := first.Add(time.Hour)
 	r := s.do("POST", "/v1/groups/moved/schedule", "acme", strings.NewReader(`{"notBefore":"`+later.Format(time.RFC3339)+`"}`), "Content-Type: application/json")
@@ -156,7 +156,7 @@ func TestTenantWindowsThroughTheAPI(t *testing.T) {
 
 	s.submit("acme", "dflt", "?total=1", ndjson("j", 1, `{"ms":1}`))
 	testkit.WaitFor(t, "the group held outside its tenant's window", 10*time.Second, func() bool {
-		v := s.group("acme", "dflt")
+		v := s.seen("acme", "dflt")
 		return v.Status != nil && len(v.Status.Waiting) > 0 && v.Status.Waiting[0].Reason == "outside_window" &&
 			v.Status.Waiting[0].Until != nil && v.Status.Waiting[0].Until.Equal(opens)
 	})
@@ -212,7 +212,7 @@ func TestCancelAndPauseBeforeTheStartThroughTheAPI(t *testing.T) {
 	s.submit("acme", "off", "?total=3&notBefore="+nb+"&callbackUrl="+url.QueryEscape(rcv.URL+"/done"), ndjson("j", 3, `{"ms":1}`))
 	s.submit("acme", "held", "?total=2&notBefore="+nb, ndjson("j", 2, `{"ms":1}`))
 	testkit.WaitFor(t, "the jobs counted", 10*time.Second, func() bool {
-		return s.group("acme", "off").Jobs == 3 && s.group("acme", "held").Jobs == 2
+		return s.seen("acme", "off").Jobs == 3 && s.seen("acme", "held").Jobs == 2
 	})
 
 	if r := s.do("POST", "/v1/groups/off/cancel", "acme", nil); r.code != http.StatusAccepted {
