@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,7 @@ func t8(t *testing.T, p profile) row {
 	cancelSlow := e.slowestScript()
 	waitedBefore := e.redis.runQueueWait()
 	bigWaited := waitedBefore - bigWaitBefore
+	procBefore := e.redis.procCounters()
 	for _, g := range groups[1:] {
 		if err := retry(ctx, func(ctx context.Context) error { return e.client.ForTenant(g.Tenant).Cancel(ctx, g.ID) }); err != nil {
 			return fail("cancel: %v", err)
@@ -154,7 +156,9 @@ func t8(t *testing.T, p profile) row {
 	cancel()
 	events[big] = ev
 	otherSlow := e.slowestScript()
+	otherTop := e.slowestScripts(3)
 	waited := e.redis.runQueueWait() - waitedBefore
+	procDelta := e.redis.procCounters().minus(procBefore)
 	for _, g := range groups {
 		want := expect[g]
 		rw.jobs += want[0] + want[1]
@@ -186,6 +190,7 @@ func t8(t *testing.T, p profile) row {
 	}
 	rw.notes = append(rw.notes, fmt.Sprintf("longest script %.1f ms (release phase %.1f, big cancel %.1f, other cancels %.1f); big cancel → final event in %s",
 		ms(slowest), ms(releaseSlow), ms(cancelSlow), ms(otherSlow), cancelTook.Round(100*time.Millisecond)))
+	rw.notes = append(rw.notes, "other cancels: redis-server "+procDelta.String()+"; longest calls "+otherTop)
 	if ev := e.latencyEvents(); ev != "" {
 		rw.notes = append(rw.notes, "redis latency events (max): "+ev)
 	}
@@ -299,6 +304,74 @@ func (e *env) fillBackoff(g contracts.GroupRef, n, soon int, now time.Time) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// slowestScripts lists the n longest script calls in SLOWLOG with the
+// time each started (server clock, ms within its second) and its first
+// key, e.g. "79.3 ms at :12.345 group:t:g:meta (cancel.lua)".
+func (e *env) slowestScripts(n int) string {
+	entries, err := e.rdb.SlowLogGet(context.Background(), -1).Result()
+	if err != nil {
+		return ""
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Duration > entries[j].Duration })
+	var out []string
+	for _, s := range entries {
+		if len(out) == n {
+			break
+		}
+		if len(s.Args) < 4 || !strings.HasPrefix(strings.ToLower(s.Args[0]), "eval") {
+			continue
+		}
+		name := redisq.ScriptName(s.Args[1])
+		out = append(out, fmt.Sprintf("%.1f ms at %s %s (%s.lua)", ms(s.Duration), s.Time.Format(":05.000"), s.Args[3], name))
+	}
+	return strings.Join(out, "; ")
+}
+
+// procCounters are a process's counters that tell a stall's cause: major
+// page faults (a read from disk), minor ones, and context switches it made
+// itself (it blocked: I/O, a lock) or had made for it (preempted).
+type procCounters struct{ majflt, minflt, voluntary, involuntary int64 }
+
+func (a procCounters) minus(b procCounters) procCounters {
+	return procCounters{a.majflt - b.majflt, a.minflt - b.minflt, a.voluntary - b.voluntary, a.involuntary - b.involuntary}
+}
+
+func (a procCounters) String() string {
+	return fmt.Sprintf("%d major and %d minor page faults, %d voluntary and %d involuntary context switches",
+		a.majflt, a.minflt, a.voluntary, a.involuntary)
+}
+
+// procCounters reads redis-server's counters from /proc (zero when unknown).
+func (r *redisProc) procCounters() procCounters {
+	r.mu.Lock()
+	cmd := r.cmd
+	r.mu.Unlock()
+	var c procCounters
+	if cmd == nil || cmd.Process == nil {
+		return c
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)); err == nil {
+		// fields after the command name's closing parenthesis: state is 3, minflt 10, majflt 12
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			f := strings.Fields(string(b)[i+1:])
+			if len(f) > 9 {
+				fmt.Sscan(f[7], &c.minflt)
+				fmt.Sscan(f[9], &c.majflt)
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				fmt.Sscan(strings.TrimSpace(v), &c.voluntary)
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				fmt.Sscan(strings.TrimSpace(v), &c.involuntary)
+			}
+		}
+	}
+	return c
 }
 
 // runQueueWait is how long redis-server's main thread has waited for a CPU
