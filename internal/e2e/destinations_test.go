@@ -8,6 +8,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/stack"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -31,24 +32,18 @@ func destRun(t *testing.T, slow bool, nSlow, nFast int) (fastRate float64, s *bu
 	if slow {
 		e.submit("slow", "http", nSlow, fmt.Sprintf(`{"url":%q,"method":"POST"}`, s.srv.URL+"/send"), contracts.PriorityNormal)
 		// the slow destination's rate is learned before the fast jobs come
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testkit.WaitFor(t, "a rate learned for 127.0.0.1", 10*time.Second, func() bool {
 			lr, err := r.st.Conns.Queue.DestinationRates(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			learned := false
 			for _, d := range lr.Rates {
-				learned = learned || d.Destination == "127.0.0.1" && d.Rate > 0
+				if d.Destination == "127.0.0.1" && d.Rate > 0 {
+					return true
+				}
 			}
-			if learned {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no rate learned for 127.0.0.1 in 10 s: %+v", lr.Rates)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	e.submit("fast", "http", nFast, fmt.Sprintf(`{"url":%q,"method":"POST"}`, fast.srv.URL+"/send"), contracts.PriorityNormal)
 	if ev := e.wait("fast", time.Minute); ev.State != contracts.StateCompleted || ev.Succeeded != int64(nFast) {
