@@ -305,3 +305,40 @@ func (k Keys) CallbacksDue() string { return k.prefix + "callbacks:due" }
 func (k Keys) TenantCallbackSecret(tenant string) string {
 	return k.prefix + "tenant:" + tenant + ":callback-secret"
 }
+
+// ShardPrefix is the prefix of logical shard i's keys under the base prefix
+// base (docs/ARCHITECTURE.md §11.1): base + "{s<i>}:", a hash tag of its
+// own, so that Redis Cluster places each shard on a primary of its own
+// choosing. Build a shard's [Keys] with NewKeys(ShardPrefix(base, i)).
+func ShardPrefix(base string, i int) string { return base + "{s" + strconv.Itoa(i) + "}:" }
+
+// GlobalPrefix is the prefix of the cross-shard keys under the base prefix
+// base: base + "{g}:", one slot for the state every shard owner shares
+// (the shard leases among them).
+func GlobalPrefix(base string) string { return base + "{g}:" }
+
+// Fence is the STRING of a shard's fence ([ShardLeases.Fence]): the highest
+// epoch of a lease on the shard that its taker wrote into the shard, raised
+// only; a shard's scripts refuse a call with an older epoch (lib.lua
+// fence_ok). Under a shard's prefix ([ShardPrefix]).
+func (k Keys) Fence() string { return k.prefix + "fence" }
+
+// ShardLeases is the HASH of the shard leases ([ShardLeases]): field the
+// shard number, value "<until ms>:<epoch>:<holder>". A lease whose until
+// has passed is free. Under the cross-shard prefix ([GlobalPrefix]).
+func (k Keys) ShardLeases() string { return k.prefix + "shard-leases" }
+
+// ShardHolders is the ZSET of the holders that asked for shard leases,
+// scored by when their heartbeat expires (ms): the live holders the shards
+// are spread over. Under the cross-shard prefix.
+func (k Keys) ShardHolders() string { return k.prefix + "shard-holders" }
+
+// ShardEpochs is the HASH shard number → the epoch of the shard's last
+// lease taken: raised at every take, never lowered nor reused. Under the
+// cross-shard prefix.
+func (k Keys) ShardEpochs() string { return k.prefix + "shard-epochs" }
+
+// ShardCount is the STRING of the number of shards the leases were first
+// asked for: a holder counting another number is refused. Under the
+// cross-shard prefix.
+func (k Keys) ShardCount() string { return k.prefix + "shard-count" }

@@ -23,6 +23,8 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.TenantQuotas(): "TenantQuotas", k.QuotaTenants(): "QuotaTenants", k.GroupIndex(): "GroupIndex",
 		k.Positions(): "Positions", k.Guard("0123456789abcdef-1"): "Guard", k.CallbacksDue(): "CallbacksDue",
 		k.TenantSettingsRev(): "TenantSettingsRev", k.TenantWindows(): "TenantWindows",
+		k.Fence(): "Fence", k.ShardLeases(): "ShardLeases", k.ShardHolders(): "ShardHolders",
+		k.ShardEpochs(): "ShardEpochs", k.ShardCount(): "ShardCount",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"
@@ -33,7 +35,8 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		"high", "normal", "low", "1234", "meta", "jobs", "ids", "progress", "stats", "job", "p", "refusals", "refused-ids", "refused-recent",
 		"tenant-quotas", "quota-tenants", "queued-jobs", "queued", "quota", "quotas", "group-index", "index",
 		"retry-of", "retries", "idempotency", "admin", "positions", "guard", "callback", "callbacks", "due",
-		"callback-secret", "tenant-settings-rev", "tenant-windows"}
+		"callback-secret", "tenant-settings-rev", "tenant-windows", "fence", "shard-leases", "shard-holders",
+		"shard-epochs", "shard-count", "shard"}
 	owner := map[string]string{} // user key -> what built it
 	add := func(key, what string) {
 		if sys, ok := system[key]; ok {

@@ -63,12 +63,19 @@ type Observer interface {
 
 // run runs a script and wraps its error with the script's name.
 func (q *Queue) run(ctx context.Context, name string, s *redis.Script, keys []string, args ...any) (any, error) {
+	return runScript(ctx, q.rdb, q.obs, name, s, keys, args...)
+}
+
+// runScript runs a script on rdb, reports its duration to obs (nil = none)
+// and wraps its error with the script's name; a call refused because its
+// slot is moving is made again until the slot has moved.
+func runScript(ctx context.Context, rdb redis.Scripter, obs Observer, name string, s *redis.Script, keys []string, args ...any) (any, error) {
 	var waited time.Duration
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		v, err := s.Run(ctx, q.rdb, keys, args...).Result()
-		if q.obs != nil {
-			q.obs.ObserveLua(name, time.Since(start))
+		v, err := s.Run(ctx, rdb, keys, args...).Result()
+		if obs != nil {
+			obs.ObserveLua(name, time.Since(start))
 		}
 		if err == nil || errors.Is(err, redis.Nil) {
 			return v, nil

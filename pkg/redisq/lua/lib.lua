@@ -986,3 +986,15 @@ local function flat_pairs(t)
   end
   return out
 end
+
+-- fence_ok reports whether a call carrying a shard lease's epoch may change
+-- the shard under prefix (docs/ARCHITECTURE.md §11.1): epoch 0 (or '') is
+-- a caller without shard leases (one shard, no fencing) and always may;
+-- any other epoch may while it is not below the shard's fence (P fence,
+-- raised by the lease's taker, shard_fence.lua), so a holder whose lease
+-- was taken over changes nothing.
+local function fence_ok(prefix, epoch)
+  local e = tonumber(epoch) or 0
+  if e == 0 then return true end
+  return e >= (tonumber(redis.call('GET', prefix .. 'fence') or '0') or 0)
+end
