@@ -184,7 +184,7 @@ func (l *ShardLeases) Hold(ctx context.Context, holder string) (map[int]uint64, 
 			stale = append(stale, s)
 			delete(held, s)
 		default:
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("redisq: fence of shard %d: %w", s, err))
 			delete(held, s)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,7 +170,9 @@ func TestShardLeasesTakeover(t *testing.T) {
 	testShardTakeover(t, l, clock)
 }
 
-func testShardTakeover(t *testing.T, l *redisq.ShardLeases, clock *fakeClock) {
+// testShardTakeover is TestShardLeasesTakeover on l; it returns the holds
+// of the last round.
+func testShardTakeover(t *testing.T, l *redisq.ShardLeases, clock *fakeClock) map[string]map[int]uint64 {
 	ctx := context.Background()
 	held := spread(t, l, clock, 2, "a", "b", "c")
 	gone := held["c"] // c stops calling now
@@ -227,6 +230,57 @@ func testShardTakeover(t *testing.T, l *redisq.ShardLeases, clock *fakeClock) {
 	if counts := checkHeld(t, l, held); counts["a"] != 6 || counts["b"] != 5 || counts["c"] != 5 {
 		t.Fatalf("shares %v after c came back, want 6/5/5", counts)
 	}
+	return held
+}
+
+// TestShardLeasesOnRedisCluster: on three primaries the leases (one slot,
+// "{g}") and the shards' fences ("{s<i>}", spread over the primaries) are
+// on different nodes; the takeover runs as on one server, and each fence
+// is stored on its shard's primary with its holder's epoch.
+func TestShardLeasesOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster := testenv.NewRedisCluster(t, 3)
+	const prefix, shards = "sl:", 16
+	clock := &fakeClock{t: time.UnixMilli(1_706_000_000_000)}
+	l := newShardLeases(t, cluster.Client(t), prefix, shards, clock)
+	held := testShardTakeover(t, l, clock)
+
+	owner := func(key string) int {
+		t.Helper()
+		slot, err := cluster.KeySlot(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := cluster.SlotOwner(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	leasesOn := owner(redisq.NewKeys(redisq.GlobalPrefix(prefix)).ShardLeases())
+	nodes := map[int]bool{}
+	elsewhere := 0
+	for _, m := range held {
+		for s, e := range m {
+			key := l.ShardKeys(s).Fence()
+			n := owner(key)
+			nodes[n] = true
+			if n != leasesOn {
+				elsewhere++
+			}
+			node := redis.NewClient(&redis.Options{Addr: cluster.Addrs()[n]})
+			v, err := node.Get(ctx, key).Uint64()
+			_ = node.Close()
+			if err != nil || v != e {
+				t.Fatalf("shard %d's fence on node %d: %d %v, want %d", s, n, v, err, e)
+			}
+		}
+	}
+	if len(nodes) < 2 || elsewhere == 0 {
+		t.Fatalf("fences on nodes %v, leases on node %d: want the fences spread, some away from the leases", nodes, leasesOn)
+	}
+	t.Logf("leases on node %d; fences on nodes %v, %d of %d away from the leases", leasesOn, nodes, elsewhere, shards)
 }
 
 // TestShardLeasesRelease: a holder's Release hands its shards to the
@@ -525,5 +579,34 @@ func TestShardLeasesRedisComesBackOlder(t *testing.T) {
 				t.Fatalf("shard %d taken again at epoch %d, it had %d before Redis went back", s, e, old)
 			}
 		}
+	}
+}
+
+// TestShardLeasesUnfencedShard: a shard whose fence cannot be written (here
+// a key of the wrong type in its place; in production its primary
+// unreachable) is left out of Hold's shards, with an error naming it, while
+// the other shards are returned, and its lease is kept for the next Hold.
+func TestShardLeasesUnfencedShard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := testenv.Redis(t)
+	clock := &fakeClock{t: time.UnixMilli(1_706_000_000_000)}
+	l := newShardLeases(t, env.Client, env.Prefix, 4, clock)
+	broken := l.ShardKeys(2).Fence()
+	if err := env.Client.HSet(ctx, broken, "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := l.Hold(ctx, "a")
+	if err == nil || !strings.Contains(err.Error(), "shard 2") || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("hold with shard 2's fence unwritable: %v", err)
+	}
+	if _, ok := m[2]; ok || len(m) != 3 {
+		t.Fatalf("hold returned %v, want shards 0, 1, 3", m)
+	}
+	if err := env.Client.Del(ctx, broken).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m := hold(t, l, "a"); len(m) != 4 {
+		t.Fatalf("hold returned %v once shard 2's fence could be written", m)
 	}
 }
