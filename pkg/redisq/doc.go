@@ -78,4 +78,15 @@
 // accepts or refuses each unit's new jobs ([Job.Message]: a jobs message)
 // as a whole ([RejectedQueuedJobsQuota], [RejectedActiveGroupsQuota],
 // [EnqueueResult.Refusals]); [Queue.CorrectCounters] re-derives the counts.
+//
+// # Shard leases
+//
+// [ShardLeases] spreads a fixed number of logical shards (docs/ARCHITECTURE.md
+// §11.1; keys under [ShardPrefix]) evenly over the holders that call
+// [ShardLeases.Hold], under leases kept in the cross-shard keys
+// ([GlobalPrefix]). Every take of a shard gets a higher epoch, which its
+// taker writes into the shard as its fence ([ShardLeases.Fence], raised
+// only); a shard's scripts refuse a call whose epoch is below the fence
+// (lib.lua fence_ok), so a holder that lost its lease changes nothing.
+// The services do not use them yet.
 package redisq
