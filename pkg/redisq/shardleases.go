@@ -128,7 +128,7 @@ func (l *ShardLeases) Shards() int { return l.cfg.Shards }
 // TTL is how long a lease lasts without a Hold.
 func (l *ShardLeases) TTL() time.Duration { return l.cfg.TTL }
 
-// ShardKeys is the key builder of shard i ([ShardPrefix]).
+// ShardKeys is the key builder of shard i ([ShardPrefix]), 0 <= i < N.
 func (l *ShardLeases) ShardKeys(i int) Keys { return l.shards[i] }
 
 func (l *ShardLeases) now() string {
@@ -144,7 +144,8 @@ func (l *ShardLeases) leaseKeys() []string {
 
 // Hold records holder alive for the TTL and brings its leases to its even
 // share of the shards over the live holders (N / H, floor or ceil: the
-// first N mod H holders in byte order of their ids get one more), in one
+// first N mod H holders in the order of their ids, as Lua sorts strings,
+// get one more), in one
 // script: it renews the leases it keeps, frees those beyond its share at
 // once (so a joining holder gets shards without waiting for them to
 // expire), and takes free or expired shards up to its share, each take
@@ -152,7 +153,8 @@ func (l *ShardLeases) leaseKeys() []string {
 // fence of each shard it holds to the lease's epoch ([ShardLeases.Fence]).
 //
 // It returns shard → epoch for the shards the holder may work on until
-// the TTL has passed since the call: those held and fenced. A shard whose
+// the TTL has passed since the call began: those held and fenced. A holder
+// whose Hold fails keeps the shards of its last successful Hold until then. A shard whose
 // fence is above its epoch (its lease was taken over in a Redis that lost
 // the writes since, §6.7) is given back and left out; a shard whose fence
 // could not be raised (its primary unreachable) is left out, kept, and

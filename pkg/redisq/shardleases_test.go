@@ -610,3 +610,16 @@ func TestShardLeasesUnfencedShard(t *testing.T) {
 		t.Fatalf("hold returned %v once shard 2's fence could be written", m)
 	}
 }
+
+// BenchmarkShardLeasesHold: one Hold of a holder among 4 over 16 shards,
+// the shares settled (one lease script, then 4 fence scripts).
+func BenchmarkShardLeasesHold(b *testing.B) {
+	l, clock := setupShardLeases(b, 16)
+	spread(b, l, clock, 2, "a", "b", "c", "d")
+	b.ResetTimer()
+	for range b.N {
+		if m := hold(b, l, "a"); len(m) != 4 {
+			b.Fatalf("a holds %v", m)
+		}
+	}
+}

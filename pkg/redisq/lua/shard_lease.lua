@@ -11,12 +11,13 @@
 --   N, ARGV[5] how long a heartbeat and a lease last, in ms.
 --   Records the holder alive until now + ARGV[5] and forgets holders whose
 --   heartbeat expired; computes the holder's share: N over the H live
---   holders, floor(N / H), one more for the first N mod H of them in byte
---   order of their ids; keeps and renews its leases up to its share (the
---   lowest shards), frees the others, and takes free shards (no lease, or
---   one expired), lowest first, up to its share. A take sets the shard's
---   epoch to the greater of its last epoch + 1 and now (ms), so epochs stay
---   above the fences written before even if this key was lost.
+--   holders, floor(N / H), one more for the first N mod H of them in the
+--   order of their ids (Lua's string order); keeps and renews its leases
+--   up to its share (the lowest shards), frees the others, and takes free
+--   shards (no lease, or one expired), lowest first, up to its share. A
+--   take sets the shard's epoch to the greater of its last epoch + 1 and
+--   now (ms), so epochs stay above the fences written before even if this
+--   key went back to an older state.
 --   Returns {H, share, shard, epoch, shard, epoch, ...} for the shards the
 --   holder holds; an error when N differs from the stored number.
 -- release: ARGV[3..] the shards to give back; none = all the holder's,
