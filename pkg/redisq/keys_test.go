@@ -25,6 +25,7 @@ func TestNoUserKeyCollidesWithASystemKey(t *testing.T) {
 		k.TenantSettingsRev(): "TenantSettingsRev", k.TenantWindows(): "TenantWindows",
 		k.Fence(): "Fence", k.ShardLeases(): "ShardLeases", k.ShardHolders(): "ShardHolders",
 		k.ShardEpochs(): "ShardEpochs", k.ShardCount(): "ShardCount",
+		k.GrantPool(): "GrantPool", k.GrantShards(): "GrantShards",
 	}
 	for _, l := range contracts.Priorities {
 		system[k.FairQueue(l)] = "FairQueue"

@@ -1,0 +1,395 @@
+package redisq_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// The cross-shard limiter (docs/ARCHITECTURE.md §11.1, grant.lua), with a
+// fixed clock: every report names the time it is made at.
+
+// grantsBase is the start of an aligned window (and period).
+var grantsBase = time.UnixMilli(1_706_000_000_000)
+
+func setupGrants(t testing.TB, cfg redisq.GrantsConfig) (*redisq.Grants, *fakeClock) {
+	t.Helper()
+	env := testenv.Redis(t)
+	clock := &fakeClock{t: grantsBase}
+	cfg.Clock = clock.now
+	g, err := redisq.NewGrants(context.Background(), env.Client, env.Prefix+"{g}:", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, clock
+}
+
+func grantAt(t testing.TB, g *redisq.Grants, c *fakeClock, at time.Duration, shard int, d redisq.Demand, u redisq.Used) redisq.Grant {
+	t.Helper()
+	c.t = grantsBase.Add(at)
+	gr, err := g.Report(context.Background(), shard, d, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gr
+}
+
+const period = 100 * time.Millisecond
+
+// TestGrantsConfigIsChecked: limits, period and window that cannot work
+// are refused.
+func TestGrantsConfigIsChecked(t *testing.T) {
+	t.Parallel()
+	env := testenv.Redis(t)
+	for _, cfg := range []redisq.GrantsConfig{
+		{},
+		{Limit: 10, Window: time.Second, Period: 300 * time.Millisecond},
+		{Limit: 10, Period: 1500 * time.Microsecond},
+		{Limit: 10, TypeLimits: map[string]int{"sms": 0}},
+		{Limit: 10, Burst: 2 * time.Second},
+	} {
+		if _, err := redisq.NewGrants(context.Background(), env.Client, env.Prefix+"{g}:", cfg); err == nil {
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+	g, _ := setupGrants(t, redisq.GrantsConfig{Limit: 10})
+	if _, err := g.Report(context.Background(), 0, redisq.Demand{Normal: -1}, redisq.Used{}); !errors.Is(err, redisq.ErrBadReport) {
+		t.Errorf("negative demand: %v, want ErrBadReport", err)
+	}
+}
+
+// TestGrantsLevelsServedStrictly: the high level's demand takes the whole
+// period, split by weight across shards; the normal level gets it once no
+// shard reports high demand, a period later.
+func TestGrantsLevelsServedStrictly(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	d := map[int]redisq.Demand{0: {High: 1, Normal: 1}, 1: {Normal: 5}, 2: {High: 3}}
+	report := func(p int) map[int]int64 {
+		out := map[int]int64{}
+		for s := 0; s < 3; s++ {
+			gr := grantAt(t, g, c, time.Duration(p)*period, s, d[s], redisq.Used{Jobs: math.MaxInt32})
+			out[s] = gr.Jobs
+		}
+		return out
+	}
+	if got := report(-1); got[0]+got[1]+got[2] != 0 { // first reports: demand counts from the next period
+		t.Fatalf("first reports granted %v", got)
+	}
+	if got := report(0); got[0] != 25 || got[1] != 0 || got[2] != 75 {
+		t.Fatalf("high 1:3, normal waiting: grants %v, want 25, 0, 75", got)
+	}
+	d[0], d[2] = redisq.Demand{Normal: 1}, redisq.Demand{}
+	// this period was split by the demand of the last: shard 2, with none
+	// left, takes nothing
+	if got := report(1); got[0] != 25 || got[1] != 0 || got[2] != 0 {
+		t.Fatalf("the period after high demand ended: grants %v, want 25, 0, 0", got)
+	}
+	got := report(2)
+	if got[2] != 0 || got[0]+got[1] < 100 || math.Abs(float64(got[1])/float64(got[0])-5) > 0.5 {
+		t.Fatalf("normal 1:5: grants %v", got)
+	}
+}
+
+// TestGrantsTypesSplitByTheirDemand: a type limit of 200/s is split by the
+// shards' demand for the type, never beyond their overall grants, and no
+// window grants more of it than its limit.
+func TestGrantsTypesSplitByTheirDemand(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000, TypeLimits: map[string]int{"sms": 200}})
+	d := []redisq.Demand{
+		{Normal: 1, Types: map[string]int64{"sms": 1}},
+		{Normal: 1, Types: map[string]int64{"sms": 3}},
+		{Normal: 2},
+		{Low: 1, Types: map[string]int64{"sms": 4}}, // below the normal level: no overall grant
+	}
+	sms := make([]int64, len(d))
+	var jobs int64
+	for p := -1; p < 20; p++ {
+		var window int64
+		for s := range d {
+			gr := grantAt(t, g, c, time.Duration(p)*period, s, d[s], redisq.Used{Jobs: math.MaxInt32})
+			if gr.Types["sms"] > gr.Jobs {
+				t.Fatalf("period %d shard %d: %d sms beyond its grant of %d", p, s, gr.Types["sms"], gr.Jobs)
+			}
+			if p >= 0 {
+				sms[s] += gr.Types["sms"]
+				jobs += gr.Jobs
+				window += gr.Types["sms"]
+			}
+		}
+		if p == 9 || p == 19 {
+			// each window's sms
+			var w int64
+			for _, n := range sms {
+				w += n
+			}
+			if w != int64(200*(p+1)/10) {
+				t.Fatalf("sms granted by period %d: %d (%v), want %d", p, w, sms, 200*(p+1)/10)
+			}
+		}
+	}
+	if sms[3] != 0 || sms[2] != 0 {
+		t.Errorf("sms to shards without an overall grant or sms demand: %v", sms)
+	}
+	if sms[1] != 3*sms[0] {
+		t.Errorf("sms split %v, want 1:3 between shards 0 and 1", sms)
+	}
+	if jobs != 2000 {
+		t.Errorf("jobs granted in two windows: %d, want 2000", jobs)
+	}
+}
+
+// TestGrantsNoDemandGoesToOthers: a shard that reports no demand gets
+// nothing; the others get the whole period.
+func TestGrantsNoDemandGoesToOthers(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	for p := -1; p < 3; p++ {
+		idle := grantAt(t, g, c, time.Duration(p)*period, 0, redisq.Demand{}, redisq.Used{})
+		busy := grantAt(t, g, c, time.Duration(p)*period, 1, redisq.Demand{Normal: 1}, redisq.Used{Jobs: 100})
+		if p >= 0 && (idle.Jobs != 0 || busy.Jobs != 100) {
+			t.Fatalf("period %d: idle shard %d, busy shard %d, want 0 and 100", p, idle.Jobs, busy.Jobs)
+		}
+	}
+}
+
+// TestGrantsDeadShardLosesItsGrant: a shard that stops reporting is left
+// out within two periods of its last report; what it was allotted and did
+// not take goes back to the window's pool, which the live shard gets in
+// later periods (up to the burst tolerance), never beyond the limit.
+func TestGrantsDeadShardLosesItsGrant(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	d := redisq.Demand{Normal: 1}
+	var total int64
+	for p := -1; p < 10; p++ {
+		at := time.Duration(p) * period
+		if p < 3 { // shard 1 reports last in period 2
+			gr := grantAt(t, g, c, at, 1, d, redisq.Used{Jobs: 50})
+			if p >= 0 {
+				total += gr.Jobs
+			}
+		}
+		gr := grantAt(t, g, c, at, 0, d, redisq.Used{Jobs: math.MaxInt32})
+		switch {
+		case p >= 0 && p <= 3 && gr.Jobs != 50:
+			t.Fatalf("period %d: the live shard got %d, want half (50)", p, gr.Jobs)
+		case p == 4 && gr.Jobs != 109:
+			// the dead shard's 50 of period 3 were not taken: the window
+			// has 650 left for its 6 periods
+			t.Fatalf("period 4: the live shard got %d, want all the period and what was left (109)", gr.Jobs)
+		}
+		if p >= 0 {
+			total += gr.Jobs
+		}
+	}
+	if total > 1000 || total < 950 {
+		t.Fatalf("granted %d in the window, want at most 1000 and at least 950", total)
+	}
+}
+
+// TestGrantsUnusedGrantFlowsBack: what a shard reports it did not admit
+// goes back to the window's pool at once and is granted again, the
+// window's jobs granted minus returned staying within the limit; a report
+// repeated in the same period gets the same grant and counts nothing twice.
+func TestGrantsUnusedGrantFlowsBack(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	d := redisq.Demand{Normal: 1}
+	grantAt(t, g, c, -period, 0, d, redisq.Used{})
+	var last redisq.Grant
+	var granted, returned int64
+	for p := 0; p < 10; p++ {
+		used := last.Jobs / 2
+		gr := grantAt(t, g, c, time.Duration(p)*period, 0, d, redisq.Used{Jobs: used})
+		again := grantAt(t, g, c, time.Duration(p)*period+50*time.Millisecond, 0, d, redisq.Used{Jobs: used})
+		if again.Jobs != gr.Jobs || again.Period != gr.Period {
+			t.Fatalf("period %d: a repeated report got %+v, the first %+v", p, again, gr)
+		}
+		if gr.Remaining != period || again.Remaining != 50*time.Millisecond {
+			t.Fatalf("period %d: remaining %s and %s, want 100ms and 50ms", p, gr.Remaining, again.Remaining)
+		}
+		returned += last.Jobs - used
+		granted += gr.Jobs
+		if granted-returned > 1000 {
+			t.Fatalf("period %d: %d granted, %d returned", p, granted, returned)
+		}
+		// an even share of what is left over the periods left, within the
+		// sliding cap (1010) over the last ten periods
+		left := 1000 - (granted - gr.Jobs - returned)
+		want := min((left+int64(9-p))/int64(10-p), left, 1010-(granted-gr.Jobs-returned))
+		if gr.Jobs != want {
+			t.Fatalf("period %d: granted %d, want %d: half of each grant came back", p, gr.Jobs, want)
+		}
+		last = gr
+	}
+	if granted < 1000 {
+		t.Fatalf("granted %d in the window, want more than the limit, as half came back", granted)
+	}
+}
+
+// simShard is a shard owner in the simulation: its tenants (equal weight),
+// the next tenant its fair queue serves, its last grant.
+type simShard struct {
+	tenants  []int
+	next     int
+	last     redisq.Grant
+	admitted int64
+}
+
+// simResult holds the simulation's admissions and per-window accounting.
+type simResult struct {
+	times   []float64 // ms since grantsBase, per admitted job
+	tenants []int
+	net     map[int64]int64 // window -> granted minus returned
+}
+
+// simulate runs periods [from, to) of shard owners reporting at the start
+// of each period (shard i i ms late), each admitting its whole grant evenly
+// until the period ends, split among its tenants in turn. busy says
+// whether a shard has work in a period; in the period before one without,
+// its owner admits only half of its grant.
+func simulate(t *testing.T, g *redisq.Grants, c *fakeClock, shards []*simShard, from, to int, busy func(s, p int) bool, r *simResult) {
+	t.Helper()
+	per := int64(time.Second / period)
+	for p := from; p < to; p++ {
+		for i, s := range shards {
+			now := busy(i, p)
+			used := s.admitted
+			cur := grantsBase.UnixMilli()/int64(period/time.Millisecond) + int64(p)
+			if s.last.Period/per == cur/per {
+				r.net[s.last.Period/per] -= s.last.Jobs - used
+			}
+			var d redisq.Demand
+			if now {
+				d.Normal = int64(len(s.tenants))
+			}
+			gr := grantAt(t, g, c, time.Duration(p)*period+time.Duration(i)*time.Millisecond, i, d, redisq.Used{Jobs: used})
+			r.net[gr.Period/per] += gr.Jobs
+			// an owner whose work runs out in the period admits half of its
+			// grant
+			n := gr.Jobs
+			if !busy(i, p+1) {
+				n /= 2
+			}
+			s.last, s.admitted = gr, n
+			start := float64(int64(p)*int64(period/time.Millisecond) + int64(i))
+			span := float64(gr.Remaining / time.Millisecond)
+			for j := int64(0); j < n; j++ {
+				r.times = append(r.times, start+span*float64(j)/float64(gr.Jobs))
+				r.tenants = append(r.tenants, s.tenants[s.next])
+				s.next = (s.next + 1) % len(s.tenants)
+			}
+		}
+	}
+}
+
+// windowStats returns the most jobs in an aligned window of [fromMs,
+// toMs), in any sliding window within it, and the jobs admitted within it.
+func windowStats(times []float64, fromMs, toMs float64) (aligned, sliding, total int) {
+	var in []float64
+	for _, x := range times {
+		if x >= fromMs && x < toMs {
+			in = append(in, x)
+		}
+	}
+	sort.Float64s(in)
+	counts := map[int64]int{}
+	for _, x := range in {
+		counts[int64(math.Floor(x/1000))]++
+	}
+	for _, n := range counts {
+		aligned = max(aligned, n)
+	}
+	j := 0
+	for i := range in { // windows starting at each admission
+		for j < len(in) && in[j] < in[i]+1000 {
+			j++
+		}
+		sliding = max(sliding, j-i)
+	}
+	return aligned, sliding, len(in)
+}
+
+// TestGrantsSimulation: 16 shards holding 60 tenants of equal weight
+// unevenly (1 to 8 each), every tenant always with work, a limit of 1000/s
+// over 20 s: no aligned window beyond the limit, no sliding one beyond
+// 1.02 of it, at least 0.97 of it used, and every 2 s the tenants' jobs
+// equal (Jain ≥ 0.99). Then 20 s of shards going idle and coming back:
+// the same bounds, and the limit still used at 0.97 or more.
+func TestGrantsSimulation(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: limit})
+	sizes := []int{1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 8, 8}
+	var shards []*simShard
+	tenant := 0
+	for _, n := range sizes {
+		s := &simShard{}
+		for range n {
+			s.tenants = append(s.tenants, tenant)
+			tenant++
+		}
+		shards = append(shards, s)
+	}
+	if tenant != 60 {
+		t.Fatalf("%d tenants", tenant)
+	}
+	r := &simResult{net: map[int64]int64{}}
+	simulate(t, g, c, shards, 0, 200, func(int, int) bool { return true }, r)
+	aligned, sliding, total := windowStats(r.times, 0, 20_000)
+	util := float64(total) / (limit * 20)
+	t.Logf("all busy: most in an aligned window %d, in a sliding one %d, utilisation %.4f", aligned, sliding, util)
+	if aligned > limit || float64(sliding) > limit*1.02 || util < 0.97 {
+		t.Errorf("all busy: aligned %d, sliding %d (limit %d), utilisation %.4f", aligned, sliding, limit, util)
+	}
+	worst := 1.0
+	for w := 0; w < 10; w++ {
+		per := make([]float64, 60)
+		for i, x := range r.times {
+			if x >= float64(w*2000) && x < float64((w+1)*2000) {
+				per[r.tenants[i]]++
+			}
+		}
+		worst = math.Min(worst, jain(per...))
+	}
+	t.Logf("all busy: worst Jain index of the tenants over 2 s windows %.5f", worst)
+	if worst < 0.99 {
+		t.Errorf("Jain index %.5f over a 2 s window, want ≥ 0.99", worst)
+	}
+
+	// shards going idle and back: shard i idles for 3 to 9 periods out of
+	// every 11 to 30, out of phase with the others
+	busy := func(s, p int) bool {
+		cycle := 11 + (s*7)%20
+		return (p+s*5)%cycle >= 3+s%7
+	}
+	changes := 0
+	for p := 200; p < 400; p++ {
+		for s := range shards {
+			if busy(s, p) != busy(s, p-1) {
+				changes++
+			}
+		}
+	}
+	simulate(t, g, c, shards, 200, 400, busy, r)
+	aligned, sliding, total = windowStats(r.times, 20_000, 40_000)
+	util = float64(total) / (limit * 20)
+	t.Logf("changing demand (%d changes): most in an aligned window %d, in a sliding one %d, utilisation %.4f",
+		changes, aligned, sliding, util)
+	if aligned > limit || float64(sliding) > limit*1.02 || util < 0.97 {
+		t.Errorf("changing demand: aligned %d, sliding %d (limit %d), utilisation %.4f", aligned, sliding, limit, util)
+	}
+	for w, n := range r.net {
+		if n > limit {
+			t.Errorf("window %d: %d granted minus returned", w, n)
+		}
+	}
+}

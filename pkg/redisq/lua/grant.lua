@@ -1,0 +1,324 @@
+-- grant.lua: the cross-shard limiter (docs/ARCHITECTURE.md §11.1). One
+-- shard owner's report: its demand now and how much of its last grant it
+-- admitted; the reply is its grant for the current aligned period.
+--
+-- Time is cut into aligned periods (ARGV[2] ms), a whole number of them
+-- per aligned window (ARGV[3] ms). At the first report of a period the
+-- script allocates the period's slice of what is left of the window (an
+-- even share over the periods left, at most what keeps the window's worth
+-- of periods ending with this one within the sliding cap) among the live
+-- shards (reported in this period or the last), from the demand they
+-- reported before this period: all of it to the highest level any of them
+-- has demand at (high, normal, low, strictly), split in proportion to
+-- their demand there, each type's slice in proportion to their demand for
+-- the type. Each shard carries the fraction its integer grants missed or
+-- exceeded (its credit) into the next allocation, so shares are exact over
+-- time. A shard takes its allocation when it reports in the period (none
+-- if it now reports no demand; a type's grant never exceeds its overall
+-- grant); what no one takes was never granted. Grants count in the
+-- window's net; the part of a grant its owner reports unused is taken off
+-- again while its window lasts. A shard that reports nothing for a whole
+-- period is left out of the next allocation and forgotten.
+--
+-- KEYS[1]: grants:pool   HASH: period (of the allocation), window, net (jobs
+--          granted minus returned in the window), net:<type>, alloc (JSON:
+--          shard -> {g = jobs, t = {type = jobs}} not taken yet), hist (JSON:
+--          period -> {n = jobs, t = {type = jobs}} granted minus returned,
+--          for the window's worth of periods ending with this one)
+-- KEYS[2]: grants:shards HASH: shard -> JSON {seen = period of its last
+--          report, d = {high, normal, low}, td = {type = demand}, gp = period
+--          of its grant, g = its grant, tg = {type = grant}, c = credit,
+--          tc = {type = credit}}
+-- ARGV[1]:  now override in ms ('' = Redis TIME)
+-- ARGV[2]:  period in ms
+-- ARGV[3]:  window in ms (a multiple of the period)
+-- ARGV[4]:  limit: jobs per window
+-- ARGV[5]:  sliding cap: most jobs granted minus returned in any window's
+--           worth of consecutive periods
+-- ARGV[6]:  limited types 'type=limit:sliding cap,...' ('' = none)
+-- ARGV[7]:  shard
+-- ARGV[8..10]: the shard's demand at high, normal, low
+-- ARGV[11]: jobs of its last grant it admitted
+-- ARGV[12]: n, then n pairs: type, the shard's demand for it
+-- then m, then m pairs: type, jobs of its last grant of the type it admitted
+--          (a type granted and not named: all of it)
+-- Returns: { jobs, period, period end ms, now ms, type, jobs, ... } with
+--          every limited type, in name order
+
+local now = now_ms(ARGV[1])
+local period_ms = tonumber(ARGV[2])
+local window_ms = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
+local types, tnames = {}, {}
+for t, l, c in string.gmatch(ARGV[6], '([^=,]+)=(%d+):(%d+)') do
+  types[t] = { limit = tonumber(l), cap = tonumber(c) }
+  tnames[#tnames + 1] = t
+end
+table.sort(tnames)
+local shard = ARGV[7]
+local dem = { tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]) }
+local used = tonumber(ARGV[11])
+local ai = 12
+local tdem = {}
+for _ = 1, tonumber(ARGV[ai]) do
+  if types[ARGV[ai + 1]] then tdem[ARGV[ai + 1]] = tonumber(ARGV[ai + 2]) end
+  ai = ai + 2
+end
+ai = ai + 1
+local tused = {}
+for _ = 1, tonumber(ARGV[ai]) do
+  tused[ARGV[ai + 1]] = tonumber(ARGV[ai + 2])
+  ai = ai + 2
+end
+
+local per_window = window_ms / period_ms
+local p = math.floor(now / period_ms)
+local w = math.floor(p / per_window)
+
+-- the pool: this window's net counts and this period's allocation
+local pool = {}
+local raw = redis.call('HGETALL', KEYS[1])
+for i = 1, #raw, 2 do pool[raw[i]] = raw[i + 1] end
+local net, tnet = 0, {}
+for _, t in ipairs(tnames) do tnet[t] = 0 end
+if tonumber(pool.window) == w then
+  net = num(pool.net)
+  for _, t in ipairs(tnames) do tnet[t] = num(pool['net:' .. t]) end
+end
+
+-- the periods of the last window's worth
+local hist = {}
+for q, h in pairs(cjson.decode(pool.hist or '{}')) do
+  if tonumber(q) > p - per_window then hist[q] = h end
+end
+local function hist_of(q)
+  local k = string.format('%d', q)
+  local h = hist[k]
+  if h == nil then
+    h = { n = 0, t = {} }
+    hist[k] = h
+  end
+  return h
+end
+
+-- the shards
+local states, ids = {}, {}
+raw = redis.call('HGETALL', KEYS[2])
+for i = 1, #raw, 2 do
+  states[raw[i]] = cjson.decode(raw[i + 1])
+  ids[#ids + 1] = raw[i]
+end
+table.sort(ids, function(a, b) return tonumber(a) < tonumber(b) end)
+local me = states[shard]
+if me == nil then
+  me = { seen = -1, d = { 0, 0, 0 }, td = {}, gp = -1, g = 0, tg = {}, c = 0, tc = {} }
+end
+
+-- 1. the shard's last grant: what it did not admit flows back while its
+-- window lasts
+if me.gp < p then
+  local same = math.floor(me.gp / per_window) == w
+  local h = nil
+  if me.gp > p - per_window then h = hist_of(me.gp) end
+  local back = me.g - math.min(math.max(used, 0), me.g)
+  if same then net = math.max(net - back, 0) end
+  if h then h.n = math.max(h.n - back, 0) end
+  for t, g in pairs(me.tg) do
+    if tnet[t] then
+      local tu = tused[t]
+      if tu == nil then tu = g end
+      back = g - math.min(math.max(tu, 0), g)
+      if same then tnet[t] = math.max(tnet[t] - back, 0) end
+      if h then h.t[t] = math.max((h.t[t] or 0) - back, 0) end
+    end
+  end
+  me.g, me.tg = 0, {}
+end
+
+-- slice is the period's share of what is left of a window's limit lim
+-- (taken: granted minus returned so far): an even share of it over the
+-- periods left, at most what keeps the jobs of the window's worth of
+-- periods ending with this one within the sliding cap scap. ty names a
+-- limited type (nil: all jobs).
+local function slice(lim, scap, taken, ty)
+  local left = lim - taken
+  if left <= 0 then return 0 end
+  local recent = 0
+  for q = p - per_window + 1, p - 1 do
+    local h = hist[string.format('%d', q)]
+    if h then
+      if ty then recent = recent + (h.t[ty] or 0) else recent = recent + h.n end
+    end
+  end
+  local b = math.ceil(left / (per_window - p % per_window))
+  return math.max(math.min(b, left, scap - recent), 0)
+end
+
+-- split divides b jobs among the shards live[k] in proportion to wts[k]
+-- (sum > 0), each with its credit credits[k]: floors first, the jobs left
+-- to the largest remainders (ties to the lower shard). Returns the grants
+-- and the new credits, each within [-1, 1].
+local function split(b, wts, credits)
+  local total = 0
+  for k = 1, #wts do total = total + wts[k] end
+  local x, g, sum, order = {}, {}, 0, {}
+  for k = 1, #wts do
+    if wts[k] > 0 then
+      x[k] = b * wts[k] / total + credits[k]
+      g[k] = math.max(math.floor(x[k]), 0)
+      order[#order + 1] = k
+    else
+      x[k], g[k] = 0, 0
+    end
+    sum = sum + g[k]
+  end
+  table.sort(order, function(a, c)
+    local fa, fc = x[a] - g[a], x[c] - g[c]
+    if fa ~= fc then return fa > fc end
+    return a < c
+  end)
+  local j = 1
+  while sum < b do
+    g[order[j]] = g[order[j]] + 1
+    sum = sum + 1
+    j = j % #order + 1
+  end
+  j = #order
+  while sum > b do
+    local k = order[j]
+    if g[k] > 0 then
+      g[k] = g[k] - 1
+      sum = sum - 1
+    end
+    j = j - 1
+    if j < 1 then j = #order end
+  end
+  local nc = {}
+  for k = 1, #wts do
+    if wts[k] > 0 then
+      nc[k] = math.min(math.max(x[k] - g[k], -1), 1)
+    else
+      nc[k] = 0
+    end
+  end
+  return g, nc
+end
+
+-- 2. the first report of a period allocates it from the demand reported
+-- before it
+local alloc
+local lapsed = {}
+local allocated = tonumber(pool.period) ~= p
+if allocated then
+  alloc = {}
+  local live = {}
+  for _, s in ipairs(ids) do
+    if states[s].seen >= p - 1 then
+      live[#live + 1] = s
+      alloc[s] = { g = 0, t = {} }
+    elseif s ~= shard then
+      lapsed[#lapsed + 1] = s
+    end
+  end
+  local b = slice(limit, cap, net, nil)
+  for l = 1, 3 do
+    local wts, credits, sum = {}, {}, 0
+    for k, s in ipairs(live) do
+      wts[k] = states[s].d[l] or 0
+      credits[k] = states[s].c or 0
+      sum = sum + wts[k]
+    end
+    if sum > 0 then
+      local g, nc = split(b, wts, credits)
+      for k, s in ipairs(live) do
+        alloc[s].g = g[k]
+        states[s].c = nc[k]
+      end
+      break
+    end
+  end
+  -- a type goes to the shards with an overall grant
+  for _, t in ipairs(tnames) do
+    local bt = slice(types[t].limit, types[t].cap, tnet[t], t)
+    local wts, credits, sum = {}, {}, 0
+    for k, s in ipairs(live) do
+      wts[k] = 0
+      if alloc[s].g > 0 then wts[k] = states[s].td[t] or 0 end
+      credits[k] = states[s].tc[t] or 0
+      sum = sum + wts[k]
+    end
+    if sum > 0 then
+      local g, nc = split(bt, wts, credits)
+      for k, s in ipairs(live) do
+        if g[k] > 0 then alloc[s].t[t] = g[k] end
+        states[s].tc[t] = nc[k]
+      end
+    else
+      for _, s in ipairs(live) do states[s].tc[t] = nil end
+    end
+  end
+else
+  alloc = cjson.decode(pool.alloc or '{}')
+end
+
+-- 3. the shard takes its allocation (once a period: a second report in
+-- the same period gets the same grant again)
+if me.gp ~= p then
+  local a = alloc[shard]
+  local g, tg = 0, {}
+  if a then
+    alloc[shard] = nil
+    if dem[1] + dem[2] + dem[3] > 0 then
+      g = math.min(a.g, limit - net)
+      for t, n in pairs(a.t) do
+        if tnet[t] and (tdem[t] or 0) > 0 then
+          local x = math.min(n, g, types[t].limit - tnet[t])
+          if x > 0 then
+            tg[t] = x
+            tnet[t] = tnet[t] + x
+            local h = hist_of(p)
+            h.t[t] = (h.t[t] or 0) + x
+          end
+        end
+      end
+      net = net + g
+      local h = hist_of(p)
+      h.n = h.n + g
+    end
+  end
+  me.gp, me.g, me.tg = p, g, tg
+end
+me.seen, me.d, me.td = p, dem, tdem
+states[shard] = me
+
+-- write back: the shards (every live one after an allocation, else this
+-- one) and the pool
+local ttl = 2 * window_ms + 2 * period_ms
+if #lapsed > 0 then redis.call('HDEL', KEYS[2], unpack(lapsed)) end
+local args = { shard, cjson.encode(me) }
+if allocated then
+  for _, s in ipairs(ids) do
+    if s ~= shard and states[s].seen >= p - 1 then
+      args[#args + 1] = s
+      args[#args + 1] = cjson.encode(states[s])
+    end
+  end
+end
+redis.call('HSET', KEYS[2], unpack(args))
+redis.call('PEXPIRE', KEYS[2], ttl)
+local out = { 'period', p, 'window', w, 'net', net, 'alloc', cjson.encode(alloc), 'hist', cjson.encode(hist) }
+for _, t in ipairs(tnames) do
+  out[#out + 1] = 'net:' .. t
+  out[#out + 1] = tnet[t]
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(out))
+redis.call('PEXPIRE', KEYS[1], ttl)
+
+local reply = { me.g, p, (p + 1) * period_ms, now }
+for _, t in ipairs(tnames) do
+  reply[#reply + 1] = t
+  reply[#reply + 1] = me.tg[t] or 0
+end
+return reply
