@@ -89,4 +89,14 @@
 // only); a shard's scripts refuse a call whose epoch is below the fence
 // (lib.lua fence_ok), so a holder that lost its lease changes nothing.
 // The services do not use them yet.
+//
+// # Cross-shard grants
+//
+// [Grants] splits the global limit and the per-type limits between the
+// owners of the logical shards of a Redis Cluster installation
+// (docs/ARCHITECTURE.md §11.1, not wired into admission yet): each owner
+// reports its demand per level and per limited type every period
+// ([Grants.Report]) and gets its grant for the period, levels served
+// strictly and shares in proportion to demand, within the limit in every
+// aligned window.
 package redisq
