@@ -346,14 +346,14 @@ func (k Keys) ShardCount() string { return k.prefix + "shard-count" }
 // GrantPool is the HASH of the cross-shard limiter's current period and
 // window ([Grants], docs/ARCHITECTURE.md §11.1): period (the number of the
 // period allocated), window, net (jobs granted minus returned in the
-// window), net:<type> for each limited type, and alloc (JSON: each shard's
-// allotment of the period not taken yet). With [NewGrants] the prefix is
-// the cross-shard one, "<prefix>{g}:".
+// window), net:<type> for each limited type, and hist (JSON: the jobs
+// granted minus returned in each period of the last window's worth). With
+// [NewGrants] the prefix is the cross-shard one, "<prefix>{g}:".
 func (k Keys) GrantPool() string { return k.prefix + "grants:pool" }
 
 // GrantShards is the HASH shard → JSON of each shard's last report and
 // grant for the cross-shard limiter ([Grants]): the period of its last
 // report, its demand per level and per limited type, its grant and the
-// grant's period, and its credits (the fractions of its shares carried to
-// the next period).
+// grant's period, its credits (the fractions of its shares carried to
+// the next period), and its allotment of the period not taken yet.
 func (k Keys) GrantShards() string { return k.prefix + "grants:shards" }

@@ -21,14 +21,14 @@
 -- period is left out of the next allocation and forgotten.
 --
 -- KEYS[1]: grants:pool   HASH: period (of the allocation), window, net (jobs
---          granted minus returned in the window), net:<type>, alloc (JSON:
---          shard -> {g = jobs, t = {type = jobs}} not taken yet), hist (JSON:
+--          granted minus returned in the window), net:<type>, hist (JSON:
 --          period -> {n = jobs, t = {type = jobs}} granted minus returned,
 --          for the window's worth of periods ending with this one)
 -- KEYS[2]: grants:shards HASH: shard -> JSON {seen = period of its last
 --          report, d = {high, normal, low}, td = {type = demand}, gp = period
 --          of its grant, g = its grant, tg = {type = grant}, c = credit,
---          tc = {type = credit}}
+--          tc = {type = credit}, ap = period of its allotment, a = its
+--          allotment not taken yet {g = jobs, t = {type = jobs}}}
 -- ARGV[1]:  now override in ms ('' = Redis TIME)
 -- ARGV[2]:  period in ms
 -- ARGV[3]:  window in ms (a multiple of the period)
@@ -76,7 +76,7 @@ local per_window = window_ms / period_ms
 local p = math.floor(now / period_ms)
 local w = math.floor(p / per_window)
 
--- the pool: this window's net counts and this period's allocation
+-- the pool: the period allocated last, this window's net counts
 local pool = {}
 local raw = redis.call('HGETALL', KEYS[1])
 for i = 1, #raw, 2 do pool[raw[i]] = raw[i + 1] end
@@ -102,15 +102,23 @@ local function hist_of(q)
   return h
 end
 
--- the shards
+-- the shards: all of them for the first report of a period (which
+-- allocates it), else the reporting one alone
+local allocated = tonumber(pool.period) ~= p
 local states, ids = {}, {}
-raw = redis.call('HGETALL', KEYS[2])
-for i = 1, #raw, 2 do
-  states[raw[i]] = cjson.decode(raw[i + 1])
-  ids[#ids + 1] = raw[i]
+local me
+if allocated then
+  raw = redis.call('HGETALL', KEYS[2])
+  for i = 1, #raw, 2 do
+    states[raw[i]] = cjson.decode(raw[i + 1])
+    ids[#ids + 1] = raw[i]
+  end
+  table.sort(ids, function(a, b) return tonumber(a) < tonumber(b) end)
+  me = states[shard]
+else
+  local v = redis.call('HGET', KEYS[2], shard)
+  if v then me = cjson.decode(v) end
 end
-table.sort(ids, function(a, b) return tonumber(a) < tonumber(b) end)
-local me = states[shard]
 if me == nil then
   me = { seen = -1, d = { 0, 0, 0 }, td = {}, gp = -1, g = 0, tg = {}, c = 0, tc = {} }
 end
@@ -207,16 +215,15 @@ end
 
 -- 2. the first report of a period allocates it from the demand reported
 -- before it
-local alloc
 local lapsed = {}
-local allocated = tonumber(pool.period) ~= p
 if allocated then
-  alloc = {}
+  local alloc = {}
   local live = {}
   for _, s in ipairs(ids) do
     if states[s].seen >= p - 1 then
       live[#live + 1] = s
       alloc[s] = { g = 0, t = {} }
+      states[s].a, states[s].ap = alloc[s], p
     elseif s ~= shard then
       lapsed[#lapsed + 1] = s
     end
@@ -258,17 +265,16 @@ if allocated then
       for _, s in ipairs(live) do states[s].tc[t] = nil end
     end
   end
-else
-  alloc = cjson.decode(pool.alloc or '{}')
 end
 
 -- 3. the shard takes its allocation (once a period: a second report in
 -- the same period gets the same grant again)
 if me.gp ~= p then
-  local a = alloc[shard]
+  local a = nil
+  if me.ap == p then a = me.a end
   local g, tg = 0, {}
+  me.a, me.ap = nil, nil
   if a then
-    alloc[shard] = nil
     if dem[1] + dem[2] + dem[3] > 0 then
       g = math.min(a.g, limit - net)
       for t, n in pairs(a.t) do
@@ -307,7 +313,7 @@ if allocated then
 end
 redis.call('HSET', KEYS[2], unpack(args))
 redis.call('PEXPIRE', KEYS[2], ttl)
-local out = { 'period', p, 'window', w, 'net', net, 'alloc', cjson.encode(alloc), 'hist', cjson.encode(hist) }
+local out = { 'period', p, 'window', w, 'net', net, 'hist', cjson.encode(hist) }
 for _, t in ipairs(tnames) do
   out[#out + 1] = 'net:' .. t
   out[#out + 1] = tnet[t]
