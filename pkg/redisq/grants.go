@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -196,11 +197,16 @@ type Demand struct {
 // Used is how much of its last grant a shard admitted: Jobs in all, and
 // per limited type. The rest flows back to the window's pool at once (while
 // that grant's window lasts). A type granted and absent from Types counts
-// as wholly admitted.
+// as wholly admitted. The zero Used says that nothing was admitted; an
+// owner that cannot tell (one that has just taken the shard over from
+// another) reports [UsedAll].
 type Used struct {
 	Jobs  int64
 	Types map[string]int64
 }
+
+// UsedAll reports a shard's last grant wholly admitted: nothing flows back.
+var UsedAll = Used{Jobs: math.MaxInt64}
 
 // Grant is what a shard may admit in one aligned period.
 type Grant struct {

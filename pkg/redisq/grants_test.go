@@ -3,6 +3,7 @@ package redisq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"testing"
@@ -235,6 +236,27 @@ func TestGrantsUnusedGrantFlowsBack(t *testing.T) {
 	}
 }
 
+// TestGrantsUsedAllReturnsNothing: an owner that cannot tell what it
+// admitted of its last grant ([redisq.UsedAll]) returns nothing of it; one
+// that admitted none returns it all.
+func TestGrantsUsedAllReturnsNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		used redisq.Used
+		want int64 // the second period's grant: an even share of what is left
+	}{{redisq.UsedAll, 100}, {redisq.Used{}, 112}} {
+		g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+		d := redisq.Demand{Normal: 1}
+		grantAt(t, g, c, -period, 0, d, redisq.Used{})
+		if gr := grantAt(t, g, c, 0, 0, d, redisq.Used{}); gr.Jobs != 100 {
+			t.Fatalf("first period: %d, want 100", gr.Jobs)
+		}
+		if gr := grantAt(t, g, c, period, 0, d, tc.used); gr.Jobs != tc.want {
+			t.Errorf("used %+v: the next period granted %d, want %d", tc.used, gr.Jobs, tc.want)
+		}
+	}
+}
+
 // simShard is a shard owner in the simulation: its tenants (equal weight),
 // the next tenant its fair queue serves, its last grant.
 type simShard struct {
@@ -391,5 +413,57 @@ func TestGrantsSimulation(t *testing.T) {
 		if n > limit {
 			t.Errorf("window %d: %d granted minus returned", w, n)
 		}
+	}
+}
+
+// TestGrantsOnRedisCluster: with the cross-shard prefix "<prefix>{g}:" the
+// script's keys are one slot of a Redis Cluster, and reports through the
+// cluster client get their grants.
+func TestGrantsOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	cluster := testenv.NewRedisCluster(t, 3)
+	rdb := cluster.Client(t)
+	ctx := context.Background()
+	clock := &fakeClock{t: grantsBase}
+	g, err := redisq.NewGrants(ctx, rdb, "bulk-action:{g}:", redisq.GrantsConfig{Limit: 1000, Clock: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := redisq.NewKeys("bulk-action:{g}:")
+	pool, err := cluster.KeySlot(ctx, keys.GrantPool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shards, err := cluster.KeySlot(ctx, keys.GrantShards()); err != nil || shards != pool {
+		t.Fatalf("the grants' keys are in slots %d and %d (%v)", pool, shards, err)
+	}
+	var total int64
+	for p := -1; p < 10; p++ {
+		for s := range 4 {
+			gr := grantAt(t, g, clock, time.Duration(p)*period, s, redisq.Demand{Normal: int64(s + 1)}, redisq.Used{Jobs: math.MaxInt32})
+			if p >= 0 {
+				total += gr.Jobs
+			}
+		}
+	}
+	if total != 1000 {
+		t.Fatalf("granted %d in the window, want 1000", total)
+	}
+}
+
+// BenchmarkGrantsPeriod: one period's reports of every shard (the first
+// allocating the period), per shard count.
+func BenchmarkGrantsPeriod(b *testing.B) {
+	for _, n := range []int{16, 256} {
+		b.Run(fmt.Sprintf("shards=%d", n), func(b *testing.B) {
+			g, c := setupGrants(b, redisq.GrantsConfig{Limit: 100_000, TypeLimits: map[string]int{"sms": 2000}})
+			d := redisq.Demand{Normal: 3, Types: map[string]int64{"sms": 1}}
+			for i := 0; i < b.N; i++ {
+				for s := range n {
+					grantAt(b, g, c, time.Duration(i)*period, s, d, redisq.Used{Jobs: 10})
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/report")
+		})
 	}
 }
