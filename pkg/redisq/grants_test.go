@@ -257,6 +257,20 @@ func TestGrantsUsedAllReturnsNothing(t *testing.T) {
 	}
 }
 
+// TestGrantsPeriodsNeverGoBack: a report whose clock is behind the period
+// allocated last counts in that period, without a second grant.
+func TestGrantsPeriodsNeverGoBack(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	d := redisq.Demand{Normal: 1}
+	grantAt(t, g, c, -period, 0, d, redisq.Used{})
+	first := grantAt(t, g, c, 5*period, 0, d, redisq.UsedAll)
+	back := grantAt(t, g, c, 2*period, 0, d, redisq.UsedAll)
+	if back.Jobs != first.Jobs || back.Period != first.Period || back.Remaining != 400*time.Millisecond {
+		t.Fatalf("a report 300ms back got %+v, the period's grant was %+v", back, first)
+	}
+}
+
 // simShard is a shard owner in the simulation: its tenants (equal weight),
 // the next tenant its fair queue serves, its last grant.
 type simShard struct {

@@ -72,14 +72,17 @@ for _ = 1, tonumber(ARGV[ai]) do
   ai = ai + 2
 end
 
-local per_window = window_ms / period_ms
-local p = math.floor(now / period_ms)
-local w = math.floor(p / per_window)
-
 -- the pool: the period allocated last, this window's net counts
 local pool = {}
 local raw = redis.call('HGETALL', KEYS[1])
 for i = 1, #raw, 2 do pool[raw[i]] = raw[i + 1] end
+
+-- periods never go back (a clock set back, a failover to a server whose
+-- clock is behind): such a report counts in the period allocated last
+local per_window = window_ms / period_ms
+local p = math.floor(now / period_ms)
+if tonumber(pool.period) and p < tonumber(pool.period) then p = tonumber(pool.period) end
+local w = math.floor(p / per_window)
 local net, tnet = 0, {}
 for _, t in ipairs(tnames) do tnet[t] = 0 end
 if tonumber(pool.window) == w then
