@@ -125,7 +125,10 @@ func (c *GrantsConfig) slidingCap(limit int) int64 {
 //     demand for the type; a shard's grant of a type never exceeds its
 //     overall grant.
 //   - A shard that reports no demand gets nothing, and its share goes to
-//     the others. A shard that reports nothing for a whole period (its
+//     the others: from the next period on, and in the period itself to
+//     the shards that have not reported in it yet (in proportion to their
+//     allotments; those that took theirs already are not paid back). A
+//     shard that reports nothing for a whole period (its
 //     owner dead) is left out of the next period's split (at most two
 //     periods after its last report); what it was allotted and did not
 //     take is not granted, and goes back to the window's pool.
@@ -138,9 +141,9 @@ func (c *GrantsConfig) slidingCap(limit int) int64 {
 //     shares are exact over time.
 //
 // Demand reported in a period counts from the next period's split: a shard
-// whose demand appears gets its share one period later, and one whose
-// demand disappears leaves its share of that period unused (it returns to
-// the window's pool).
+// whose demand appears gets its share one period later, and the share of
+// one whose demand disappears goes, in that period, to the shards that
+// report after it (when none does, it returns to the window's pool).
 //
 // The keys are under the prefix given to [NewGrants] (a hash tag of their
 // own, "<prefix>{g}:", in a cluster). A Grants is safe for concurrent use.

@@ -161,6 +161,26 @@ func TestGrantsNoDemandGoesToOthers(t *testing.T) {
 	}
 }
 
+// TestGrantsIdleShardPassesItsAllotmentOn: a shard that reports no demand
+// in a period it was allotted gives its allotment to the shards that have
+// not reported in the period yet.
+func TestGrantsIdleShardPassesItsAllotmentOn(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	d := redisq.Demand{Normal: 1}
+	for p := -1; p < 2; p++ {
+		for s := range 3 {
+			grantAt(t, g, c, time.Duration(p)*period, s, d, redisq.UsedAll)
+		}
+	}
+	first := grantAt(t, g, c, 2*period, 0, d, redisq.UsedAll)
+	idle := grantAt(t, g, c, 2*period, 1, redisq.Demand{}, redisq.UsedAll)
+	last := grantAt(t, g, c, 2*period, 2, d, redisq.UsedAll)
+	if idle.Jobs != 0 || first.Jobs < 33 || first.Jobs > 34 || first.Jobs+last.Jobs != 100 {
+		t.Fatalf("grants %d, %d (idle), %d: want the idle shard's third to the shard after it", first.Jobs, idle.Jobs, last.Jobs)
+	}
+}
+
 // TestGrantsDeadShardLosesItsGrant: a shard that stops reporting is left
 // out within two periods of its last report; what it was allotted and did
 // not take goes back to the window's pool, which the live shard gets in
@@ -359,7 +379,8 @@ func windowStats(times []float64, fromMs, toMs float64) (aligned, sliding, total
 // over 20 s: no aligned window beyond the limit, no sliding one beyond
 // 1.02 of it, at least 0.97 of it used, and every 2 s the tenants' jobs
 // equal (Jain ≥ 0.99). Then 20 s of shards going idle and coming back:
-// the same bounds, and the limit still used at 0.97 or more.
+// the same bounds, the limit still used at 0.97 or more, and the tenants'
+// jobs per period their shard had work still close (Jain ≥ 0.98).
 func TestGrantsSimulation(t *testing.T) {
 	t.Parallel()
 	const limit = 1000
@@ -422,6 +443,28 @@ func TestGrantsSimulation(t *testing.T) {
 		changes, aligned, sliding, util)
 	if aligned > limit || float64(sliding) > limit*1.02 || util < 0.97 {
 		t.Errorf("changing demand: aligned %d, sliding %d (limit %d), utilisation %.4f", aligned, sliding, limit, util)
+	}
+	// tenants' jobs per period their shard had work, over the phase
+	rate := make([]float64, 60)
+	for i, x := range r.times {
+		if x >= 20_000 {
+			rate[r.tenants[i]]++
+		}
+	}
+	for si, s := range shards {
+		n := 0
+		for p := 200; p < 400; p++ {
+			if busy(si, p) {
+				n++
+			}
+		}
+		for _, tn := range s.tenants {
+			rate[tn] /= float64(n)
+		}
+	}
+	t.Logf("changing demand: Jain index of the tenants' jobs per period of work %.4f", jain(rate...))
+	if j := jain(rate...); j < 0.98 {
+		t.Errorf("changing demand: Jain index of the tenants' jobs per period of work %.4f, want ≥ 0.98", j)
 	}
 	for w, n := range r.net {
 		if n > limit {

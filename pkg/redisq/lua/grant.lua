@@ -15,7 +15,9 @@
 -- exceeded (its credit) into the next allocation, so shares are exact over
 -- time. A shard takes its allocation when it reports in the period (none
 -- if it now reports no demand; a type's grant never exceeds its overall
--- grant); what no one takes was never granted. Grants count in the
+-- grant); what it does not take goes to the shards that have not reported
+-- in the period yet, in proportion to their allotments; what no one takes
+-- was never granted. Grants count in the
 -- window's net; the part of a grant its owner reports unused is taken off
 -- again while its window lasts. A shard that reports nothing for a whole
 -- period is left out of the next allocation and forgotten.
@@ -166,52 +168,49 @@ local function slice(lim, scap, taken, ty)
   return math.max(math.min(b, left, scap - recent), 0)
 end
 
--- split divides b jobs among the shards live[k] in proportion to wts[k]
--- (sum > 0), each with its credit credits[k]: floors first, the jobs left
--- to the largest remainders (ties to the lower shard). Returns the grants
--- and the new credits, each within [-1, 1].
+-- split divides b jobs among the shards k in proportion to wts[k] (sum >
+-- 0), each with its credit credits[k] (the fraction of a job its earlier
+-- integer grants missed, or got beyond its shares): each shard's target is
+-- its share plus its credit, at least 0; the targets are scaled to b,
+-- floors first, the jobs left to the largest remainders (ties to the lower
+-- shard). Returns the grants and the new credits, within [-1, 1].
 local function split(b, wts, credits)
   local total = 0
   for k = 1, #wts do total = total + wts[k] end
-  local x, g, sum, order = {}, {}, 0, {}
+  local x, y, ysum = {}, {}, 0
   for k = 1, #wts do
+    x[k], y[k] = 0, 0
     if wts[k] > 0 then
-      x[k] = b * wts[k] / total + credits[k]
-      g[k] = math.max(math.floor(x[k]), 0)
-      order[#order + 1] = k
-    else
-      x[k], g[k] = 0, 0
+      x[k] = b * wts[k] / total + (credits[k] or 0)
+      y[k] = math.max(x[k], 0)
     end
+    ysum = ysum + y[k]
+  end
+  if ysum <= 0 then -- every shard owes: plain shares
+    for k = 1, #wts do y[k] = b * wts[k] / total end
+    ysum = b
+  end
+  local g, sum, order = {}, 0, {}
+  for k = 1, #wts do
+    if ysum > 0 then y[k] = y[k] * b / ysum end
+    g[k] = math.floor(y[k])
     sum = sum + g[k]
+    if wts[k] > 0 then order[#order + 1] = k end
   end
   table.sort(order, function(a, c)
-    local fa, fc = x[a] - g[a], x[c] - g[c]
+    local fa, fc = y[a] - g[a], y[c] - g[c]
     if fa ~= fc then return fa > fc end
     return a < c
   end)
-  local j = 1
-  while sum < b do
+  for j = 1, #order do
+    if sum >= b then break end
     g[order[j]] = g[order[j]] + 1
     sum = sum + 1
-    j = j % #order + 1
-  end
-  j = #order
-  while sum > b do
-    local k = order[j]
-    if g[k] > 0 then
-      g[k] = g[k] - 1
-      sum = sum - 1
-    end
-    j = j - 1
-    if j < 1 then j = #order end
   end
   local nc = {}
   for k = 1, #wts do
-    if wts[k] > 0 then
-      nc[k] = math.min(math.max(x[k] - g[k], -1), 1)
-    else
-      nc[k] = 0
-    end
+    nc[k] = 0
+    if wts[k] > 0 then nc[k] = math.min(math.max(x[k] - g[k], -1), 1) end
   end
   return g, nc
 end
@@ -294,6 +293,53 @@ if me.gp ~= p then
       net = net + g
       local h = hist_of(p)
       h.n = h.n + g
+    end
+    -- what it does not take goes to the shards that have not reported
+    -- in the period yet, in proportion to their allotments
+    local trest, any = {}, a.g > g
+    for t, n in pairs(a.t) do
+      if types[t] and n > (tg[t] or 0) then
+        trest[t] = n - (tg[t] or 0)
+        any = true
+      end
+    end
+    if any then
+      local others, oids = {}, {}
+      raw = redis.call('HGETALL', KEYS[2])
+      for i = 1, #raw, 2 do
+        if raw[i] ~= shard then
+          local st = cjson.decode(raw[i + 1])
+          if st.ap == p and st.a and st.seen < p then
+            others[raw[i]] = st
+            oids[#oids + 1] = raw[i]
+          end
+        end
+      end
+      table.sort(oids, function(x, y) return tonumber(x) < tonumber(y) end)
+      local function pass(rest, weight, add)
+        local wts, sum = {}, 0
+        for k, s in ipairs(oids) do
+          wts[k] = weight(others[s])
+          sum = sum + wts[k]
+        end
+        if rest <= 0 or sum <= 0 then return end
+        local extra = split(rest, wts, {})
+        for k, s in ipairs(oids) do
+          if extra[k] > 0 then add(others[s], extra[k]) end
+        end
+      end
+      pass(a.g - g, function(st) return st.a.g end, function(st, n) st.a.g = st.a.g + n end)
+      for _, t in ipairs(tnames) do
+        if trest[t] then
+          pass(trest[t], function(st) return st.a.t[t] or 0 end, function(st, n) st.a.t[t] = (st.a.t[t] or 0) + n end)
+        end
+      end
+      local args = {}
+      for _, s in ipairs(oids) do
+        args[#args + 1] = s
+        args[#args + 1] = cjson.encode(others[s])
+      end
+      if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
     end
   end
   me.gp, me.g, me.tg = p, g, tg
