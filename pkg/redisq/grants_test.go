@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
+	"github.com/redis/go-redis/v9"
 )
 
 // The cross-shard limiter (docs/ARCHITECTURE.md §11.1, grant.lua), with a
@@ -509,18 +512,44 @@ func TestGrantsOnRedisCluster(t *testing.T) {
 }
 
 // BenchmarkGrantsPeriod: one period's reports of every shard (the first
-// allocating the period), per shard count.
+// allocating the period), per shard count; script_µs/report is the
+// server's own time per call (INFO commandstats).
 func BenchmarkGrantsPeriod(b *testing.B) {
 	for _, n := range []int{16, 256} {
 		b.Run(fmt.Sprintf("shards=%d", n), func(b *testing.B) {
-			g, c := setupGrants(b, redisq.GrantsConfig{Limit: 100_000, TypeLimits: map[string]int{"sms": 2000}})
+			srv := testenv.NewRedisServer(b)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			b.Cleanup(func() { rdb.Close() })
+			ctx := context.Background()
+			c := &fakeClock{t: grantsBase}
+			g, err := redisq.NewGrants(ctx, rdb, "bench{g}:", redisq.GrantsConfig{Limit: 100_000,
+				TypeLimits: map[string]int{"sms": 2000}, Clock: c.now})
+			if err != nil {
+				b.Fatal(err)
+			}
 			d := redisq.Demand{Normal: 3, Types: map[string]int64{"sms": 1}}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for s := range n {
 					grantAt(b, g, c, time.Duration(i)*period, s, d, redisq.Used{Jobs: 10})
 				}
 			}
+			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/report")
+			info := rdb.Info(ctx, "commandstats").Val()
+			for _, line := range strings.Split(info, "\n") {
+				if strings.HasPrefix(line, "cmdstat_evalsha:") {
+					for _, f := range strings.Split(strings.TrimSpace(line[len("cmdstat_evalsha:"):]), ",") {
+						if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+							us, _ := strconv.ParseFloat(v, 64)
+							b.ReportMetric(us, "script_µs/report")
+						}
+					}
+				}
+			}
 		})
 	}
 }
