@@ -169,18 +169,31 @@ func TestGrantsNoDemandGoesToOthers(t *testing.T) {
 // not reported in the period yet.
 func TestGrantsIdleShardPassesItsAllotmentOn(t *testing.T) {
 	t.Parallel()
-	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
-	d := redisq.Demand{Normal: 1}
-	for p := -1; p < 2; p++ {
-		for s := range 3 {
-			grantAt(t, g, c, time.Duration(p)*period, s, d, redisq.UsedAll)
+	// the idle shard reports first in the period (and allocates it), or
+	// second
+	for _, order := range [][]int{{1, 0, 2}, {0, 1, 2}} {
+		g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000, TypeLimits: map[string]int{"sms": 300}})
+		d := redisq.Demand{Normal: 1, Types: map[string]int64{"sms": 1}}
+		for p := -1; p < 2; p++ {
+			for s := range 3 {
+				grantAt(t, g, c, time.Duration(p)*period, s, d, redisq.UsedAll)
+			}
 		}
-	}
-	first := grantAt(t, g, c, 2*period, 0, d, redisq.UsedAll)
-	idle := grantAt(t, g, c, 2*period, 1, redisq.Demand{}, redisq.UsedAll)
-	last := grantAt(t, g, c, 2*period, 2, d, redisq.UsedAll)
-	if idle.Jobs != 0 || first.Jobs < 33 || first.Jobs > 34 || first.Jobs+last.Jobs != 100 {
-		t.Fatalf("grants %d, %d (idle), %d: want the idle shard's third to the shard after it", first.Jobs, idle.Jobs, last.Jobs)
+		got := map[int]redisq.Grant{}
+		for _, s := range order {
+			ds := d
+			if s == 1 {
+				ds = redisq.Demand{}
+			}
+			got[s] = grantAt(t, g, c, 2*period, s, ds, redisq.UsedAll)
+		}
+		jobs, sms := got[0].Jobs+got[2].Jobs, got[0].Types["sms"]+got[2].Types["sms"]
+		if got[1].Jobs != 0 || jobs != 100 || sms != 30 {
+			t.Fatalf("order %v: grants %+v: want the idle shard's third of 100 jobs and 30 sms to the others", order, got)
+		}
+		if order[0] == 0 && (got[0].Jobs < 33 || got[0].Jobs > 34) {
+			t.Fatalf("order %v: grants %+v: want the shard before the idle one at its third", order, got)
+		}
 	}
 }
 

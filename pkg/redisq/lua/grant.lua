@@ -304,15 +304,17 @@ if me.gp ~= p then
       end
     end
     if any then
+      -- the shards' states: in hand when this call allocated the period
+      -- (and written back with the others below), else read now
       local others, oids = {}, {}
-      raw = redis.call('HGETALL', KEYS[2])
-      for i = 1, #raw, 2 do
-        if raw[i] ~= shard then
-          local st = cjson.decode(raw[i + 1])
-          if st.ap == p and st.a and st.seen < p then
-            others[raw[i]] = st
-            oids[#oids + 1] = raw[i]
-          end
+      if not allocated then
+        raw = redis.call('HGETALL', KEYS[2])
+        for i = 1, #raw, 2 do states[raw[i]] = cjson.decode(raw[i + 1]) end
+      end
+      for s, st in pairs(states) do
+        if s ~= shard and st.ap == p and st.a and st.seen < p then
+          others[s] = st
+          oids[#oids + 1] = s
         end
       end
       table.sort(oids, function(x, y) return tonumber(x) < tonumber(y) end)
@@ -334,12 +336,14 @@ if me.gp ~= p then
           pass(trest[t], function(st) return st.a.t[t] or 0 end, function(st, n) st.a.t[t] = (st.a.t[t] or 0) + n end)
         end
       end
-      local args = {}
-      for _, s in ipairs(oids) do
-        args[#args + 1] = s
-        args[#args + 1] = cjson.encode(others[s])
+      if not allocated then
+        local args = {}
+        for _, s in ipairs(oids) do
+          args[#args + 1] = s
+          args[#args + 1] = cjson.encode(others[s])
+        end
+        if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
       end
-      if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
     end
   end
   me.gp, me.g, me.tg = p, g, tg
