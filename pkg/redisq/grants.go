@@ -121,17 +121,17 @@ func (c *GrantsConfig) slidingCap(limit int) int64 {
 //     weights of their tenants waiting there). A shard spends its grant
 //     through its own fair queue, so what its jobs at that level leave goes
 //     to its lower levels.
-//   - Each limited type's period is split in proportion to the shards'
-//     demand for the type; a shard's grant of a type never exceeds its
-//     overall grant.
+//   - Each limited type's period is split among the shards with an
+//     overall grant, in proportion to their demand for the type; a shard's
+//     grant of a type never exceeds its overall grant.
 //   - A shard that reports no demand gets nothing, and its share goes to
 //     the others: from the next period on, and in the period itself to
 //     the shards that have not reported in it yet (in proportion to their
 //     allotments; those that took theirs already are not paid back). A
-//     shard that reports nothing for a whole period (its
-//     owner dead) is left out of the next period's split (at most two
-//     periods after its last report); what it was allotted and did not
-//     take is not granted, and goes back to the window's pool.
+//     shard that reports nothing for a whole period (its owner dead) is
+//     left out of the next period's split (at most two periods after its
+//     last report); what it was allotted and did not take is not granted,
+//     and goes back to the window's pool.
 //   - In every aligned window the jobs granted minus those returned
 //     unused ([Used]) never exceed the limit. A period grants an even
 //     share of what is left of its window over the periods left, at most
