@@ -481,8 +481,16 @@ end
 -- status). One HMGET reads a payload of up to 4 parts; a larger one takes
 -- one more for the others.
 local JOB_READ = { 'type', 'attempt', 'trace', 'status', 'payload', 'p1', 'p2', 'p3', 'p4', 'dest' }
-local JOB_READ_MORE = {}
-for k = 5, PAYLOAD_CHUNKS_MAX do JOB_READ_MORE[#JOB_READ_MORE + 1] = 'p' .. k end
+-- The fields of the parts past p4, built on first use: lib.lua runs in
+-- front of every script, and most calls never read a payload that long.
+local JOB_READ_MORE
+local function job_read_more()
+  if not JOB_READ_MORE then
+    JOB_READ_MORE = {}
+    for k = 5, PAYLOAD_CHUNKS_MAX do JOB_READ_MORE[#JOB_READ_MORE + 1] = 'p' .. k end
+  end
+  return JOB_READ_MORE
+end
 local function job_read(job_key)
   local h = redis.call('HMGET', job_key, unpack(JOB_READ))
   if not h[4] then return nil end
@@ -491,7 +499,7 @@ local function job_read(job_key)
     if h[6] then
       p = h[6] .. (h[7] or '') .. (h[8] or '') .. (h[9] or '')
       if h[9] then
-        local more = redis.call('HMGET', job_key, unpack(JOB_READ_MORE))
+        local more = redis.call('HMGET', job_key, unpack(job_read_more()))
         local parts = { p }
         for i = 1, #more do
           if not more[i] then break end
