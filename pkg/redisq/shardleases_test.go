@@ -3,6 +3,7 @@ package redisq_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -376,20 +377,25 @@ func TestShardLeasesShardCount(t *testing.T) {
 	}
 }
 
+var leaseSeed = flag.Uint64("leases.seed", 0, "TestShardLeasesRandomized's seed (0: a new one)")
+
 // TestShardLeasesRandomized: holders join, stop cleanly and die at random
-// over many rounds. After every call no shard is held by two holders whose
-// leases run (as each holder's last Hold said), a shard taken over has a
-// higher epoch whose fence refuses the earlier holder's, and once the live
-// holders have been the same for two rounds every shard is held, the
-// shares even.
+// over many rounds (a new seed each run, logged; -leases.seed repeats
+// one). After every call no shard is held by two holders whose leases run
+// (as each holder's last Hold said), a shard taken over has a higher epoch
+// whose fence refuses the earlier holder's, and once the live holders have
+// been the same for two rounds every shard is held, the shares even.
 func TestShardLeasesRandomized(t *testing.T) {
 	t.Parallel()
 	const shards, rounds = 16, 300
 	ctx := context.Background()
 	l, clock := setupShardLeases(t, shards)
 	seed := uint64(time.Now().UnixNano())
+	if *leaseSeed != 0 {
+		seed = *leaseSeed
+	}
 	rng := rand.New(rand.NewPCG(seed, 1))
-	t.Logf("seed %d", seed)
+	t.Logf("seed %d (run again with -args -leases.seed %d)", seed, seed)
 
 	type state struct {
 		alive    bool
