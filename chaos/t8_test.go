@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,13 @@ func t8(t *testing.T, p profile) row {
 	bigN := p.t8Backoff / 2
 	per := (p.t8Backoff - bigN) / (len(groups) - 1)
 	soon := p.t8Soon // per other group, due within the next 10-40 s
+	// No AOF rewrite from here on: after its fork, every page the server
+	// writes first is copied (copy-on-write), and the rewrite child takes a
+	// CPU; a script deleting thousands of job hashes then pays for both.
+	// Turned off before the fill, since a rewrite the fill's AOF growth
+	// starts runs on for tens of seconds (waited for below). The AOF itself
+	// is still written and fsynced on every write.
+	_ = e.rdb.ConfigSet(ctx, "auto-aof-rewrite-percentage", "0").Err()
 	fillStart := time.Now()
 	expect := map[contracts.GroupRef][2]int{} // succeeded, cancelled
 	e.fillBackoff(big, bigN, 0, now)
@@ -96,16 +104,17 @@ func t8(t *testing.T, p profile) row {
 	}
 	n, _ := e.rdb.ZCard(ctx, e.keys.NonReadyQueue()).Result()
 	rw.faults = fmt.Sprintf("%d backoff entries (filled in %s), cancel of a %d-entry group", n, time.Since(fillStart).Round(time.Second), bigN)
+	if waited, err := e.awaitNoRewrite(ctx, 5*time.Minute); err != nil {
+		return fail("%v", err)
+	} else if waited > 0 {
+		rw.faults += fmt.Sprintf(", an AOF rewrite ended %s after the fill", waited.Round(time.Second))
+	}
+	rewritesBefore := e.aofRewrites(ctx)
 	_ = e.rdb.Do(ctx, "SLOWLOG", "RESET").Err()
 	// Redis's latency monitor names what else stalled the server (a fork
 	// for an AOF rewrite, an fsync, an expiry cycle) beside the scripts.
 	_ = e.rdb.ConfigSet(ctx, "latency-monitor-threshold", "10").Err()
 	_ = e.rdb.Do(ctx, "LATENCY", "RESET").Err()
-	// No AOF rewrite while the scripts are timed: after the fork, every
-	// page the server writes first is copied (copy-on-write), and a script
-	// deleting thousands of job hashes then pays for thousands of copies.
-	// The AOF itself is still written and fsynced on every write.
-	_ = e.rdb.ConfigSet(ctx, "auto-aof-rewrite-percentage", "0").Err()
 	// The soon-due entries are released and run.
 	deadline = time.Now().Add(p.settle + time.Minute)
 	for {
@@ -195,6 +204,9 @@ func t8(t *testing.T, p profile) row {
 		rw.notes = append(rw.notes, "redis latency events (max): "+ev)
 	}
 	problems := e.t9(plans, 45*time.Second)
+	if n := e.aofRewrites(ctx) - rewritesBefore; n != 0 {
+		problems = append(problems, fmt.Sprintf("%d AOF rewrites ran while the scripts were timed (turned off for this row)", n))
+	}
 	if slowest > 50*time.Millisecond {
 		problems = append(problems, fmt.Sprintf("a script call took %.1f ms (goal < 50 ms)", ms(slowest)))
 	}
@@ -211,6 +223,64 @@ func t8(t *testing.T, p profile) row {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// persistence reads one field of redis-server's INFO persistence.
+func (e *env) persistence(ctx context.Context, field string) (string, error) {
+	info, err := e.rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO persistence has no %s", field)
+}
+
+// aofRewrites counts the AOF rewrites redis-server started or scheduled so
+// far (one running or scheduled counts as started): -1 when unknown.
+func (e *env) aofRewrites(ctx context.Context) int {
+	n := 0
+	for _, f := range []string{"aof_rewrites", "aof_rewrite_in_progress", "aof_rewrite_scheduled"} {
+		v, err := e.persistence(ctx, f)
+		if err != nil {
+			return -1
+		}
+		k, err := strconv.Atoi(v)
+		if err != nil {
+			return -1
+		}
+		n += k
+	}
+	return n
+}
+
+// awaitNoRewrite waits until no AOF rewrite runs or is scheduled, and says
+// how long it waited (0: none ran).
+func (e *env) awaitNoRewrite(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for first := true; ; first = false {
+		running := false
+		for _, f := range []string{"aof_rewrite_in_progress", "aof_rewrite_scheduled"} {
+			v, err := e.persistence(ctx, f)
+			if err != nil {
+				return 0, err
+			}
+			running = running || v != "0"
+		}
+		if !running && first {
+			return 0, nil
+		}
+		if !running {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > limit {
+			return 0, fmt.Errorf("an AOF rewrite still runs %s after the fill", limit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
 
 // latencyEvents lists Redis's latency monitor's events with their longest
 // stall, e.g. "command 52 ms, fork 31 ms".
