@@ -236,7 +236,11 @@ func (f *Fetcher) store(ctx context.Context, items []*item, guarded bool) (int, 
 // acknowledged. guarded: see store (on redisq.ErrNotCurrent nothing is
 // decided).
 func (f *Fetcher) enqueue(ctx context.Context, items []*item, guarded bool) (added int, err error) {
-	var jobs []redisq.Job
+	total := 0
+	for _, it := range items {
+		total += len(it.sub.Jobs)
+	}
+	jobs := make([]redisq.Job, 0, total) // sized once: a job is a large struct, and batches hold thousands
 	for m, it := range items {
 		s := it.sub
 		set := s.Settings()
