@@ -224,36 +224,34 @@ func t8(t *testing.T, p profile) row {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// persistence reads one field of redis-server's INFO persistence.
-func (e *env) persistence(ctx context.Context, field string) (string, error) {
-	info, err := e.rdb.Info(ctx, "persistence").Result()
+// aofRewriteState reads redis-server's INFO persistence once: the AOF
+// rewrites done so far, and whether one runs or is scheduled now.
+func (e *env) aofRewriteState(ctx context.Context) (done int, active bool, err error) {
+	info, err := e.rdb.InfoMap(ctx, "persistence").Result()
 	if err != nil {
-		return "", err
+		return 0, false, err
 	}
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			return v, nil
+	p := info["Persistence"]
+	var n [3]int
+	for i, f := range []string{"aof_rewrites", "aof_rewrite_in_progress", "aof_rewrite_scheduled"} {
+		if n[i], err = strconv.Atoi(p[f]); err != nil {
+			return 0, false, fmt.Errorf("INFO persistence %s: %q", f, p[f])
 		}
 	}
-	return "", fmt.Errorf("INFO persistence has no %s", field)
+	return n[0], n[1]+n[2] > 0, nil
 }
 
 // aofRewrites counts the AOF rewrites redis-server started or scheduled so
 // far (one running or scheduled counts as started): -1 when unknown.
 func (e *env) aofRewrites(ctx context.Context) int {
-	n := 0
-	for _, f := range []string{"aof_rewrites", "aof_rewrite_in_progress", "aof_rewrite_scheduled"} {
-		v, err := e.persistence(ctx, f)
-		if err != nil {
-			return -1
-		}
-		k, err := strconv.Atoi(v)
-		if err != nil {
-			return -1
-		}
-		n += k
+	done, active, err := e.aofRewriteState(ctx)
+	if err != nil {
+		return -1
 	}
-	return n
+	if active {
+		done++
+	}
+	return done
 }
 
 // awaitNoRewrite waits until no AOF rewrite runs or is scheduled, and says
@@ -261,21 +259,15 @@ func (e *env) aofRewrites(ctx context.Context) int {
 func (e *env) awaitNoRewrite(ctx context.Context, limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for first := true; ; first = false {
-		running := false
-		for _, f := range []string{"aof_rewrite_in_progress", "aof_rewrite_scheduled"} {
-			v, err := e.persistence(ctx, f)
-			if err != nil {
-				return 0, err
-			}
-			running = running || v != "0"
-		}
-		if !running && first {
+		_, active, err := e.aofRewriteState(ctx)
+		switch {
+		case err != nil:
+			return 0, err
+		case !active && first:
 			return 0, nil
-		}
-		if !running {
+		case !active:
 			return time.Since(start), nil
-		}
-		if time.Since(start) > limit {
+		case time.Since(start) > limit:
 			return 0, fmt.Errorf("an AOF rewrite still runs %s after the fill", limit)
 		}
 		time.Sleep(200 * time.Millisecond)

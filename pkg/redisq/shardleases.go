@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -178,7 +180,7 @@ func (l *ShardLeases) Hold(ctx context.Context, holder string) (map[int]uint64, 
 	}
 	var errs []error
 	var stale []int
-	for _, s := range sortedShards(held) {
+	for _, s := range slices.Sorted(maps.Keys(held)) {
 		err := l.Fence(ctx, s, held[s])
 		switch {
 		case err == nil:
@@ -196,15 +198,6 @@ func (l *ShardLeases) Hold(ctx context.Context, holder string) (map[int]uint64, 
 		}
 	}
 	return held, errors.Join(errs...)
-}
-
-func sortedShards(m map[int]uint64) []int {
-	out := make([]int, 0, len(m))
-	for s := range m {
-		out = append(out, s)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // Release gives holder's leases on shards back at once, or, with no shards,
