@@ -49,8 +49,15 @@ const (
 
 // Config configures a Queue. Zero values mean the defaults stated per field.
 type Config struct {
-	// Prefix of every key; default DefaultPrefix. May carry a hash tag.
+	// Prefix of every key; default DefaultPrefix. May carry a hash tag,
+	// but not with more than one shard.
 	Prefix string
+	// Shards is the number of logical shards, 1..[MaxShards]; 0 means 1,
+	// today's keys. With N > 1 each tenant's keys carry the hash tag of its
+	// shard ([ShardOf], [ShardPrefix]) and the Queue routes every call to
+	// them (docs/ARCHITECTURE.md §11.1). N is fixed for an installation's
+	// life: [New] refuses another ([ErrShardCount]).
+	Shards int
 	// Alpha weighs a group's progress in its score (docs/ARCHITECTURE.md
 	// §4). Zero, the default, means pure age order (round robin).
 	Alpha float64
@@ -182,6 +189,12 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("redisq: mode %q: must be %s or %s", c.Mode, ModePaced, ModeSeed)
 	}
+	if c.Shards < 0 || c.Shards > MaxShards {
+		return fmt.Errorf("redisq: shards %d: must be between 1 and %d", c.Shards, MaxShards)
+	}
+	if c.Shards > 1 && hasHashTag(c.Prefix) {
+		return fmt.Errorf("redisq: prefix %q carries a hash tag: with %d shards each shard's keys carry their own", c.Prefix, c.Shards)
+	}
 	if c.GlobalLimit < 1 {
 		return fmt.Errorf("redisq: global limit %d: must be at least 1", c.GlobalLimit)
 	}
@@ -256,6 +269,20 @@ type Queue struct {
 	// typeLimits is cfg.TypeLimits as the scripts take it.
 	typeLimits string
 	learned    *learnedCache
+	// shards are the sub-queues of the logical shards (none with one
+	// shard: q is its own only shard); global, in a sub-queue, is the
+	// Queue that owns it and the cross-shard keys (shards.go).
+	shards []*Queue
+	global *Queue
+}
+
+// g is the queue of the cross-shard keys: the owning Queue for a shard's
+// sub-queue, else q.
+func (q *Queue) g() *Queue {
+	if q.global != nil {
+		return q.global
+	}
+	return q
 }
 
 // New returns a Queue on rdb. It checks cfg and loads the scripts.
@@ -266,6 +293,9 @@ func New(ctx context.Context, rdb redis.UniversalClient, cfg Config) (*Queue, er
 	}
 	q := &Queue{rdb: rdb, keys: NewKeys(cfg.Prefix), cfg: cfg, obs: cfg.Observer, typeLimits: typeLimitsArg(cfg.TypeLimits),
 		learned: &learnedCache{}}
+	if err := q.newShards(ctx, rdb, cfg); err != nil {
+		return nil, err
+	}
 	if err := q.loadScripts(ctx); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,201 @@
+package redisq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Logical shards (docs/ARCHITECTURE.md §11.1). With Config.Shards N > 1 a
+// Queue owns one sub-queue per shard, each on the keys of its own hash tag
+// ([ShardPrefix]), and routes every call about a tenant to its tenant's
+// shard ([ShardOf]); calls that span tenants go through every shard and
+// merge their answers. The Queue itself keeps the cross-shard keys
+// ([GlobalPrefix]): worker type announcements, the destinations' learned
+// rates, named leases and the shard count. With one shard (the default) a
+// Queue is its own only shard, on today's keys.
+
+// ShardOf is the logical shard of tenant among n shards: crc32(tenant) mod
+// n (0 when n <= 1). It never changes for an installation: n is fixed at
+// its first start.
+func ShardOf(tenant string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return int(crc32.ChecksumIEEE([]byte(tenant)) % uint32(n))
+}
+
+// ErrShardCount is returned by [New] when the installation's Redis was
+// first started with another number of shards.
+var ErrShardCount = errors.New("redisq: the number of shards differs from the installation's")
+
+// sharded reports whether q routes to sub-queues.
+func (q *Queue) sharded() bool { return len(q.shards) > 0 }
+
+// ShardCount is the number of logical shards (1 unless Config.Shards > 1).
+func (q *Queue) ShardCount() int {
+	if !q.sharded() {
+		return 1
+	}
+	return len(q.shards)
+}
+
+// Shard is the queue of shard i, 0 <= i < ShardCount (q itself with one
+// shard). A shard's queue is a Queue on its shard's keys alone: its calls
+// about tenants of other shards find nothing of theirs.
+func (q *Queue) Shard(i int) *Queue {
+	if !q.sharded() {
+		return q
+	}
+	return q.shards[i]
+}
+
+// Shards are the queues of every shard in order ([q] with one shard).
+func (q *Queue) Shards() []*Queue {
+	if !q.sharded() {
+		return []*Queue{q}
+	}
+	return q.shards
+}
+
+// For is the queue of tenant's shard (q itself with one shard).
+func (q *Queue) For(tenant string) *Queue {
+	if !q.sharded() {
+		return q
+	}
+	return q.shards[ShardOf(tenant, len(q.shards))]
+}
+
+// shardIndexes groups the indexes of n items by the shard of their tenant:
+// out[i] lists the items of shard i, in their order.
+func (q *Queue) shardIndexes(n int, tenant func(i int) string) [][]int {
+	out := make([][]int, len(q.shards))
+	for i := 0; i < n; i++ {
+		s := ShardOf(tenant(i), len(q.shards))
+		out[s] = append(out[s], i)
+	}
+	return out
+}
+
+// pick returns the items of xs at idx.
+func pick[T any](xs []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = xs[i]
+	}
+	return out
+}
+
+// onShards runs f for every shard with items (idx non-empty), the shards
+// concurrently when more than one has items, and returns the first error.
+// f may write only to what belongs to its own items.
+func (q *Queue) onShards(idx [][]int, f func(s *Queue, idx []int) error) error {
+	var busy []int
+	for i, ix := range idx {
+		if len(ix) > 0 {
+			busy = append(busy, i)
+		}
+	}
+	switch len(busy) {
+	case 0:
+		return nil
+	case 1:
+		return f(q.shards[busy[0]], idx[busy[0]])
+	}
+	errs := make([]error, len(busy))
+	var wg sync.WaitGroup
+	for j, i := range busy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[j] = f(q.shards[i], idx[i])
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// eachShard runs f on every shard concurrently and returns the first
+// error; f(i, s) may write only to what belongs to shard i.
+func (q *Queue) eachShard(f func(i int, s *Queue) error) error {
+	if !q.sharded() {
+		return f(0, q)
+	}
+	errs := make([]error, len(q.shards))
+	var wg sync.WaitGroup
+	for i, s := range q.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, s)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// shardConfig is the configuration of shard i's sub-queue among n: its
+// prefix, and until admission runs at its grant of the global limits
+// (docs/ARCHITECTURE.md §11.1), an even part of each limit, so that the
+// shards together never admit more than the limit.
+func shardConfig(cfg Config, i, n int) Config {
+	c := cfg
+	c.Prefix = ShardPrefix(cfg.Prefix, i)
+	c.Shards = 1
+	c.GlobalLimit = max(1, cfg.GlobalLimit/n)
+	if len(cfg.TypeLimits) > 0 {
+		c.TypeLimits = make(map[string]int, len(cfg.TypeLimits))
+		for t, l := range cfg.TypeLimits {
+			c.TypeLimits[t] = max(1, l/n)
+		}
+	}
+	return c
+}
+
+// newShards builds q's sub-queues (cfg.Shards > 1) and checks the number
+// of shards against the one stored at the installation's first start.
+func (q *Queue) newShards(ctx context.Context, rdb redis.UniversalClient, cfg Config) error {
+	if err := checkShardCount(ctx, rdb, cfg.Prefix, cfg.Shards); err != nil {
+		return err
+	}
+	if cfg.Shards <= 1 {
+		return nil
+	}
+	q.keys = NewKeys(GlobalPrefix(cfg.Prefix))
+	q.shards = make([]*Queue, cfg.Shards)
+	for i := range q.shards {
+		c := shardConfig(cfg, i, cfg.Shards)
+		q.shards[i] = &Queue{rdb: rdb, keys: NewKeys(c.Prefix), cfg: c, obs: cfg.Observer,
+			typeLimits: typeLimitsArg(c.TypeLimits), learned: q.learned, global: q}
+	}
+	return nil
+}
+
+// checkShardCount stores n as the installation's number of shards, or
+// checks it against the one stored (P{g}:shard-count, which the shard
+// leases share). With one shard and nothing stored it stores nothing: an
+// installation on today's keys stays as it is.
+func checkShardCount(ctx context.Context, rdb redis.UniversalClient, prefix string, n int) error {
+	key := NewKeys(GlobalPrefix(prefix)).ShardCount()
+	if n > 1 {
+		if err := rdb.SetNX(ctx, key, n, 0).Err(); err != nil {
+			return fmt.Errorf("redisq: store the number of shards: %w", err)
+		}
+	}
+	v, err := rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("redisq: read the number of shards: %w", err)
+	}
+	if stored, _ := strconv.Atoi(v); stored != max(n, 1) {
+		return fmt.Errorf("%w: configured %d, stored %s (the number of shards is fixed for an installation's life)", ErrShardCount, max(n, 1), v)
+	}
+	return nil
+}
