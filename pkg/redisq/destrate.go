@@ -165,6 +165,9 @@ type DestOutcome struct {
 // takes to send the throttled ones), a floor and a ceiling. It returns the destinations refused because
 // MaxDestinations were tracked already (they are not learned).
 func (q *Queue) ReportDestinations(ctx context.Context, outs []DestOutcome) (refused []string, err error) {
+	if q.global != nil {
+		return q.global.ReportDestinations(ctx, outs)
+	}
 	if len(outs) == 0 {
 		return nil, nil
 	}
@@ -236,6 +239,9 @@ func (r *DestRates) StopEnd(held map[string]int, nowMs int64) (ms int64, ok bool
 // DestinationRates reads every tracked destination's learned rate and
 // counts, in name order, in one round trip of a pipeline after the index.
 func (q *Queue) DestinationRates(ctx context.Context) (*DestRates, error) {
+	if q.global != nil {
+		return q.global.DestinationRates(ctx)
+	}
 	zs, err := q.rdb.ZRangeWithScores(ctx, q.keys.DestRates(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: destination rates: %w", err)
@@ -314,7 +320,12 @@ func (q *Queue) learnedPerWindow(r *DestRates, d DestRate) (n int, ok bool) {
 	if d.Rate <= 0 {
 		return 0, false
 	}
-	return max(1, int(math.Floor(d.Rate*q.cfg.Window.Seconds()))), true
+	rate := d.Rate
+	if q.global != nil {
+		// a shard's even part, as of the static limits (shardConfig)
+		rate /= float64(len(q.global.shards))
+	}
+	return max(1, int(math.Floor(rate*q.cfg.Window.Seconds()))), true
 }
 
 // LearnedRatesTTL is how long [Queue.LearnedRates] reuses a reading.
@@ -335,6 +346,9 @@ type learnedCache struct {
 // is off. When Redis cannot be read it returns the last reading (nil at
 // first) and the error.
 func (q *Queue) LearnedRates(ctx context.Context) (*DestRates, error) {
+	if q.global != nil {
+		return q.global.LearnedRates(ctx)
+	}
 	if !q.cfg.Adaptive.Enabled {
 		return nil, nil
 	}

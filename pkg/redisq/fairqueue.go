@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -219,6 +220,9 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 	if len(jobs) == 0 {
 		return &EnqueueResult{}, nil
 	}
+	if q.sharded() {
+		return q.enqueueSharded(ctx, jobs, log, restore)
+	}
 	// One script call per group, except that a tenant's calls follow the
 	// order of its jobs (the tenant quotas judge its units in the order they
 	// come): a job of a group after a job of another group of the same tenant
@@ -369,6 +373,67 @@ func (q *Queue) enqueueJobs(ctx context.Context, jobs []Job, log string, restore
 		}
 		groupAt[c.g] = len(res.Groups)
 		res.Groups = append(res.Groups, eg)
+	}
+	return res, nil
+}
+
+// enqueueSharded is enqueueJobs over the shards: each shard's jobs in one
+// call of its own (concurrently), the answers merged in the jobs' order.
+// With a log, each shard checks its own position: when one is not current
+// the call returns ErrNotCurrent, and the shards found current may have
+// applied their jobs (a replay or the next try finds them known).
+func (q *Queue) enqueueSharded(ctx context.Context, jobs []Job, log string, restore bool) (*EnqueueResult, error) {
+	idx := q.shardIndexes(len(jobs), func(i int) string { return jobs[i].Group.Tenant })
+	parts := make([]*EnqueueResult, len(idx))
+	err := q.onShards(idx, func(s *Queue, ix []int) error {
+		r, err := s.enqueueJobs(ctx, pick(jobs, ix), log, restore)
+		parts[ShardOf(jobs[ix[0]].Group.Tenant, len(q.shards))] = r
+		return err
+	})
+	if errors.Is(err, ErrNotCurrent) {
+		return nil, ErrNotCurrent
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := &EnqueueResult{Outcomes: make([]EnqueueOutcome, len(jobs))}
+	first := map[contracts.GroupRef]int{} // a group's first job
+	groups := map[contracts.GroupRef]EnqueuedGroup{}
+	created := map[contracts.GroupRef]bool{}
+	for si, ix := range idx {
+		r := parts[si]
+		if r == nil {
+			continue
+		}
+		for k, i := range ix {
+			res.Outcomes[i] = r.Outcomes[k]
+			if r.Refusals != nil && r.Refusals[k] != nil {
+				if res.Refusals == nil {
+					res.Refusals = make([]*QuotaRefusal, len(jobs))
+				}
+				res.Refusals[i] = r.Refusals[k]
+			}
+			if _, ok := first[jobs[i].Group]; !ok {
+				first[jobs[i].Group] = i
+			}
+		}
+		for _, g := range r.Groups {
+			groups[g.Group] = g
+		}
+		for _, g := range r.Created {
+			created[g] = true
+		}
+	}
+	order := make([]contracts.GroupRef, 0, len(first))
+	for g := range first {
+		order = append(order, g)
+	}
+	sort.Slice(order, func(a, b int) bool { return first[order[a]] < first[order[b]] })
+	for _, g := range order {
+		res.Groups = append(res.Groups, groups[g])
+		if created[g] {
+			res.Created = append(res.Created, g)
+		}
 	}
 	return res, nil
 }
@@ -590,6 +655,9 @@ type AdmitOption func(*admitOptions)
 
 type admitOptions struct {
 	rooms string // '' = no per-type limit
+	// roomsOf and other are the rooms of WithTypeRooms (roomsOf nil: none)
+	roomsOf map[string]int
+	other   int
 	seq   string // READY's last sequence when rooms were measured ('' = none)
 	// learned, when set, folds learned destination rates into the type
 	// limits (WithLearnedRates)
@@ -633,6 +701,7 @@ func WithReadySeq(seq uint64) AdmitOption {
 // types, or stalls other groups.
 func WithTypeRooms(rooms map[string]int, other int) AdmitOption {
 	return func(o *admitOptions) {
+		o.roomsOf, o.other = rooms, other
 		var b strings.Builder
 		b.WriteString("*=")
 		b.WriteString(strconv.Itoa(max(other, 0)))
@@ -657,7 +726,116 @@ func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitRe
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if q.sharded() {
+		return q.admitSharded(ctx, n, o)
+	}
 	return q.admit(ctx, n, q.cfg.GlobalLimit, q.limitsWith(o.learned), o)
+}
+
+// admitSharded is Admit over the shards: each shard in turn, from a shard
+// that moves on at every call, admits from what the shards before it left
+// of n and of each type's READY room; the answers are merged. A shard whose
+// position is not current (IfCurrent) admits nothing: the others go on,
+// and the call returns their result with ErrNotCurrent, so the caller
+// hands on what they admitted and starts the replay.
+func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*AdmitResult, error) {
+	res := &AdmitResult{WakeMs: -1, ScheduledMs: -1}
+	if n <= 0 {
+		return &AdmitResult{}, nil
+	}
+	var notCurrent bool
+	start := int(q.admitTurn.Add(1) % uint64(len(q.shards)))
+	wakeZero, wakeHeld := false, false
+	for k := range q.shards {
+		if n <= 0 {
+			// no room left: the shards not asked may have work
+			wakeZero = true
+			break
+		}
+		s := q.shards[(start+k)%len(q.shards)]
+		r, err := s.admit(ctx, n, s.cfg.GlobalLimit, s.limitsWith(o.learned), o)
+		if errors.Is(err, ErrNotCurrent) {
+			notCurrent = true
+			continue
+		}
+		if err != nil {
+			if len(res.Jobs) > 0 {
+				// what the other shards leased is handed on; the failed
+				// shard is asked again at the next call
+				wakeZero = true
+				break
+			}
+			return nil, err
+		}
+		res.Jobs = append(res.Jobs, r.Jobs...)
+		res.Parked += r.Parked
+		res.Started = append(res.Started, r.Started...)
+		res.Drained = append(res.Drained, r.Drained...)
+		res.DeniedGlobal += r.DeniedGlobal
+		res.DeniedGroup += r.DeniedGroup
+		res.NowMs = max(res.NowMs, r.NowMs)
+		res.Held = addCounts(res.Held, r.Held)
+		res.RateHeld = addCounts(res.RateHeld, r.RateHeld)
+		switch {
+		case r.WakeMs == 0:
+			wakeZero = true
+		case r.WakeMs == WakeHeld:
+			wakeHeld = true
+		case r.WakeMs > 0 && (res.WakeMs < 0 || r.WakeMs < res.WakeMs):
+			res.WakeMs = r.WakeMs
+		}
+		if r.ScheduledMs > 0 && (res.ScheduledMs < 0 || r.ScheduledMs < res.ScheduledMs) {
+			res.ScheduledMs = r.ScheduledMs
+		}
+		n -= len(r.Jobs) + r.Parked
+		o = o.taken(r.Jobs)
+	}
+	switch {
+	case wakeZero:
+		res.WakeMs = 0
+	case res.WakeMs < 0 && wakeHeld:
+		res.WakeMs = WakeHeld
+	}
+	if notCurrent {
+		return res, ErrNotCurrent
+	}
+	return res, nil
+}
+
+// addCounts adds b's counts to a (a may be nil).
+func addCounts(a, b map[string]int) map[string]int {
+	if len(b) == 0 {
+		return a
+	}
+	if a == nil {
+		a = make(map[string]int, len(b))
+	}
+	for k, v := range b {
+		a[k] += v
+	}
+	return a
+}
+
+// taken is o with the rooms of WithTypeRooms less the jobs of jobs, each
+// of its type (or of the other types' room).
+func (o admitOptions) taken(jobs []LeasedJob) admitOptions {
+	if o.roomsOf == nil || len(jobs) == 0 {
+		return o
+	}
+	rooms := make(map[string]int, len(o.roomsOf))
+	for t, r := range o.roomsOf {
+		rooms[t] = r
+	}
+	other := o.other
+	for _, j := range jobs {
+		if _, ok := rooms[j.Type]; ok {
+			rooms[j.Type]--
+		} else {
+			other--
+		}
+	}
+	WithTypeRooms(rooms, other)(&o)
+	return o
 }
 
 // admit runs admit.lua in the configured mode, with the global limit per

@@ -3,6 +3,7 @@ package redisq
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -111,6 +112,11 @@ func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*R
 	if len(rs) == 0 {
 		return nil, nil
 	}
+	if q.sharded() {
+		return splitCall(q, rs, func(r contracts.JobResult) string { return r.Tenant }, func(s *Queue, part []contracts.JobResult) ([]*RecordResult, error) {
+			return s.RecordBatch(ctx, part)
+		})
+	}
 	replies, err := pipelineChunks(ctx, q, "record", recordScript, rs, q.recordCall)
 	if err != nil {
 		return nil, err
@@ -194,6 +200,9 @@ type SealResult struct {
 // forward, and applied before or after a pause or resume it leaves the same
 // state.
 func (q *Queue) Seal(ctx context.Context, g contracts.GroupRef, total int64) (*SealResult, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Seal(ctx, g, total)
+	}
 	if total < 0 {
 		return nil, fmt.Errorf("redisq: seal: total %d: must be >= 0", total)
 	}
@@ -243,6 +252,9 @@ type CancelResult struct {
 // crash) is finished by the next Cancel of the group or by
 // [Queue.FinishCancels].
 func (q *Queue) Cancel(ctx context.Context, g contracts.GroupRef, opts ...SweepOption) (*CancelResult, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Cancel(ctx, g, opts...)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: cancel %s: %w", g, err)
 	}
@@ -345,6 +357,9 @@ type ControlResult struct {
 // pause is activity: a paused group is never abandoned ([Queue.AbandonIdle]),
 // and an abandoned one is brought back to life.
 func (q *Queue) Pause(ctx context.Context, g contracts.GroupRef, opts ...ControlOption) (*ControlResult, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Pause(ctx, g, opts...)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: pause %s: %w", g, err)
 	}
@@ -363,6 +378,9 @@ func (q *Queue) Pause(ctx context.Context, g contracts.GroupRef, opts ...Control
 // changes nothing ([ControlSuperseded]). A resume is activity
 // ([Queue.AbandonIdle]) and brings an abandoned group back to life.
 func (q *Queue) Resume(ctx context.Context, g contracts.GroupRef, opts ...ControlOption) (*ControlResult, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Resume(ctx, g, opts...)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: resume %s: %w", g, err)
 	}
@@ -416,6 +434,9 @@ type GroupInfo struct {
 // one transaction (MULTI/EXEC), so they are one consistent reading. ok is
 // false when the group does not exist (or its meta expired).
 func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInfo, ok bool, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Group(ctx, g)
+	}
 	pipe := q.rdb.TxPipeline()
 	m := pipe.HGetAll(ctx, q.keys.GroupMeta(g))
 	l := pipe.LLen(ctx, q.keys.GroupJobs(g))
@@ -433,6 +454,9 @@ func (q *Queue) Group(ctx context.Context, g contracts.GroupRef) (info *GroupInf
 
 // GroupState returns g's state, "" when the group does not exist.
 func (q *Queue) GroupState(ctx context.Context, g contracts.GroupRef) (contracts.GroupState, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).GroupState(ctx, g)
+	}
 	st, err := q.rdb.HGet(ctx, q.keys.GroupMeta(g), "status").Result()
 	if err != nil && !isNil(err) {
 		return "", fmt.Errorf("redisq: group %s: %w", g, err)
@@ -463,6 +487,9 @@ func groupInfo(g contracts.GroupRef, h map[string]string, pending, nonReady int6
 
 // PendingJobs returns the number of jobs of a group waiting in the fair queue.
 func (q *Queue) PendingJobs(ctx context.Context, g contracts.GroupRef) (int64, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).PendingJobs(ctx, g)
+	}
 	return q.rdb.LLen(ctx, q.keys.GroupJobs(g)).Result()
 }
 
@@ -470,6 +497,22 @@ func (q *Queue) PendingJobs(ctx context.Context, g contracts.GroupRef) (int64, e
 // sizes of the waiting tenants' group ZSETs, summed per level (two round
 // trips). Paused groups and groups at their in-flight limit are not waiting.
 func (q *Queue) GroupsPerLevel(ctx context.Context) (map[contracts.Priority]int64, error) {
+	if q.sharded() {
+		parts := make([]map[contracts.Priority]int64, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.GroupsPerLevel(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		out := map[contracts.Priority]int64{}
+		for _, m := range parts {
+			for p, n := range m {
+				out[p] += n
+			}
+		}
+		return out, nil
+	}
 	pipe := q.rdb.Pipeline()
 	tenants := make(map[contracts.Priority]*redis.StringSliceCmd, len(contracts.Priorities))
 	for _, p := range contracts.Priorities {
@@ -509,6 +552,9 @@ const MaxTenantWeight = 1000
 // a tenant's rate share is max(1, floor(limit / active tenants)) * weight.
 // The weight is 1..MaxTenantWeight; 1, the default, removes the setting.
 func (q *Queue) SetTenantWeight(ctx context.Context, tenant string, weight int) error {
+	if q.sharded() {
+		return q.For(tenant).SetTenantWeight(ctx, tenant, weight)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("redisq: tenant weight: %w", err)
 	}
@@ -529,6 +575,20 @@ func (q *Queue) SetTenantWeight(ctx context.Context, tenant string, weight int) 
 
 // TenantWeights returns the tenants whose weight is not the default 1.
 func (q *Queue) TenantWeights(ctx context.Context) (map[string]int, error) {
+	if q.sharded() {
+		parts := make([]map[string]int, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.TenantWeights(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		out := map[string]int{}
+		for _, m := range parts {
+			maps.Copy(out, m)
+		}
+		return out, nil
+	}
 	h, err := q.rdb.HGetAll(ctx, q.keys.TenantWeights()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: tenant weights: %w", err)

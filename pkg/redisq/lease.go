@@ -19,6 +19,9 @@ func (k Keys) Lease(name string) string { return k.prefix + "lease:" + name }
 // restarts loses its leases like its other keys, so the work under a lease
 // must be safe to do twice.
 func (q *Queue) TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	if q.global != nil {
+		return q.global.TakeLease(ctx, name, owner, ttl)
+	}
 	v, err := q.run(ctx, "lease", leaseScript, []string{q.keys.Lease(name)}, "take", owner, max(ttl.Milliseconds(), 1))
 	if err != nil {
 		return false, fmt.Errorf("redisq: lease %s: %w", name, err)
@@ -29,6 +32,9 @@ func (q *Queue) TakeLease(ctx context.Context, name, owner string, ttl time.Dura
 
 // ReleaseLease frees the lease name when owner holds it.
 func (q *Queue) ReleaseLease(ctx context.Context, name, owner string) error {
+	if q.global != nil {
+		return q.global.ReleaseLease(ctx, name, owner)
+	}
 	if _, err := q.run(ctx, "lease", leaseScript, []string{q.keys.Lease(name)}, "release", owner); err != nil {
 		return fmt.Errorf("redisq: lease %s: %w", name, err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -20,6 +22,11 @@ import (
 func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
 	if len(jobs) == 0 {
 		return nil
+	}
+	if q.sharded() {
+		return q.onShards(q.shardIndexes(len(jobs), func(i int) string { return jobs[i].Group.Tenant }), func(s *Queue, ix []int) error {
+			return s.Confirm(ctx, pick(jobs, ix)...)
+		})
 	}
 	members := make([]any, len(jobs))
 	published := map[string][]redis.Z{} // by type: one ZADD each
@@ -66,6 +73,18 @@ func (q *Queue) Relet(ctx context.Context, jobs []LeasedJob) ([]LeasedJob, error
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	if q.sharded() {
+		parts := make([][]LeasedJob, len(jobs))
+		err := q.onShards(q.shardIndexes(len(jobs), func(i int) string { return jobs[i].Group.Tenant }), func(s *Queue, ix []int) error {
+			out, err := s.Relet(ctx, pick(jobs, ix))
+			parts[ix[0]] = out
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return slices.Concat(parts...), nil
+	}
 	// one call per chunk, one after the other: relets are rare
 	var replies []any
 	for c := 0; c*scriptChunk < len(jobs); c++ {
@@ -105,6 +124,20 @@ func (q *Queue) Relet(ctx context.Context, jobs []LeasedJob) ([]LeasedJob, error
 // ExpiredLeases lists up to n leases whose deadline has passed, without
 // touching them, as "<tenant>:<groupId>:<jobId>".
 func (q *Queue) ExpiredLeases(ctx context.Context, n int) ([]string, error) {
+	if q.sharded() {
+		var out []string
+		for _, s := range q.shards {
+			if len(out) >= n {
+				break
+			}
+			l, err := s.ExpiredLeases(ctx, n-len(out))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, l...)
+		}
+		return out, nil
+	}
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return nil, err
@@ -129,6 +162,26 @@ type ReclaimResult struct {
 // hand-over) and leases them again to the caller; a job of a paused group
 // goes back into its group's queue instead and frees its in-flight slot.
 func (q *Queue) Reclaim(ctx context.Context, n int) (*ReclaimResult, error) {
+	if q.sharded() {
+		res := &ReclaimResult{NextDeadlineMs: -1}
+		for _, s := range q.shards {
+			if len(res.Jobs)+res.Requeued >= n {
+				res.NextDeadlineMs = 0 // shards not asked may have some
+				break
+			}
+			r, err := s.Reclaim(ctx, n-len(res.Jobs)-res.Requeued)
+			if err != nil {
+				if len(res.Jobs) > 0 {
+					return res, nil // hand these on; the rest at the next call
+				}
+				return nil, err
+			}
+			res.Jobs = append(res.Jobs, r.Jobs...)
+			res.Requeued += r.Requeued
+			res.NextDeadlineMs = minDue(res.NextDeadlineMs, r.NextDeadlineMs)
+		}
+		return res, nil
+	}
 	v, err := q.run(ctx, "reclaim", reclaimScript, []string{q.keys.Inflight()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Alpha)
 	if err != nil {
@@ -179,6 +232,9 @@ func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*Relea
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if q.sharded() {
+		return q.releaseSharded(ctx, n, o)
+	}
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
@@ -190,6 +246,53 @@ func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*Relea
 	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
 		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5]), TimeUp: toInt(l[6]) == 1}, nil
 }
+
+// releaseSharded is Release over the shards, each in turn from the first,
+// with what the shards before it left of n and of the READY rooms.
+func (q *Queue) releaseSharded(ctx context.Context, n int, o admitOptions) (*ReleaseResult, error) {
+	res := &ReleaseResult{NextDueMs: -1}
+	for _, s := range q.shards {
+		if n <= 0 {
+			res.TimeUp = true // the shards not asked may have due jobs
+			break
+		}
+		r, err := s.Release(ctx, n, withOptions(o))
+		if err != nil {
+			if len(res.Jobs) > 0 {
+				res.TimeUp = true
+				return res, nil // hand these on; the rest at the next call
+			}
+			return nil, err
+		}
+		res.Jobs = append(res.Jobs, r.Jobs...)
+		res.NextDueMs = minDue(res.NextDueMs, r.NextDueMs)
+		res.Cancelled += r.Cancelled
+		res.Requeued += r.Requeued
+		res.RateHeld = addCounts(res.RateHeld, r.RateHeld)
+		res.ReadyHeld = addCounts(res.ReadyHeld, r.ReadyHeld)
+		res.TimeUp = res.TimeUp || r.TimeUp
+		n -= len(r.Jobs) + r.Cancelled + r.Requeued
+		o = o.taken(r.Jobs)
+	}
+	return res, nil
+}
+
+// withOptions is an AdmitOption that sets every option as in o.
+func withOptions(o admitOptions) AdmitOption { return func(p *admitOptions) { *p = o } }
+
+// minDue is the earlier of two due times, where -1 means none.
+func minDue(a, b int64) int64 {
+	switch {
+	case a < 0:
+		return b
+	case b < 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// deliveryTenant is a delivery's tenant.
+func deliveryTenant(d Delivery) string { return d.Group.Tenant }
 
 // ClaimOutcome says whether a worker may run a delivered job.
 type ClaimOutcome string
@@ -270,6 +373,11 @@ type Delivery struct {
 func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery, opts ...ClaimOption) ([]Claimed, error) {
 	if len(ds) == 0 {
 		return nil, nil
+	}
+	if q.sharded() {
+		return splitCall(q, ds, deliveryTenant, func(s *Queue, part []Delivery) ([]Claimed, error) {
+			return s.ClaimBatch(ctx, part, opts...)
+		})
 	}
 	var o claimOptions
 	for _, opt := range opts {
@@ -369,6 +477,11 @@ func (q *Queue) StartBatch(ctx context.Context, ds []Delivery) ([]ClaimOutcome, 
 	if len(ds) == 0 {
 		return nil, nil
 	}
+	if q.sharded() {
+		return splitCall(q, ds, deliveryTenant, func(s *Queue, part []Delivery) ([]ClaimOutcome, error) {
+			return s.StartBatch(ctx, part)
+		})
+	}
 	replies, err := pipelineChunks(ctx, q, "start", startScript, ds, func(part []Delivery) ([]string, []any) {
 		args := make([]any, 0, 3+3*len(part))
 		args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL))
@@ -402,6 +515,15 @@ func (q *Queue) RenewClaims(ctx context.Context, ds []Delivery) (int, error) {
 	if len(ds) == 0 {
 		return 0, nil
 	}
+	if q.sharded() {
+		var n atomic.Int64
+		err := q.onShards(q.shardIndexes(len(ds), func(i int) string { return ds[i].Group.Tenant }), func(s *Queue, ix []int) error {
+			k, err := s.RenewClaims(ctx, pick(ds, ix))
+			n.Add(int64(k))
+			return err
+		})
+		return int(n.Load()), err
+	}
 	replies, err := pipelineChunks(ctx, q, "renew", renewScript, ds, func(part []Delivery) ([]string, []any) {
 		args := make([]any, 0, 3+3*len(part))
 		args = append(args, q.keys.Prefix(), q.now(), ms(q.cfg.ClaimTTL))
@@ -426,6 +548,9 @@ func (q *Queue) RenewClaims(ctx context.Context, ds []Delivery) (int, error) {
 // are the job's poison budget. ok is false when the job is no longer
 // RUNNING as that attempt (stale).
 func (q *Queue) SoloRun(ctx context.Context, g contracts.GroupRef, jobID string, attempt int) (n int, ok bool, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).SoloRun(ctx, g, jobID, attempt)
+	}
 	v, err := q.run(ctx, "solo", soloScript, []string{q.keys.Job(g, jobID)}, attempt)
 	if err != nil {
 		return 0, false, err
@@ -458,6 +583,11 @@ func (q *Queue) handBack(ctx context.Context, holder string, ds []Delivery) erro
 	if len(ds) == 0 {
 		return nil
 	}
+	if q.sharded() {
+		return q.onShards(q.shardIndexes(len(ds), func(i int) string { return ds[i].Group.Tenant }), func(s *Queue, ix []int) error {
+			return s.handBack(ctx, holder, pick(ds, ix))
+		})
+	}
 	keys := make([]string, 1, 1+len(ds))
 	keys[0] = q.keys.Claims()
 	args := make([]any, 0, 1+2*len(ds))
@@ -479,6 +609,9 @@ func (q *Queue) HolderGone(ctx context.Context, id string) error {
 	if id == "" {
 		return nil
 	}
+	if q.sharded() {
+		return q.eachShard(func(_ int, s *Queue) error { return s.HolderGone(ctx, id) })
+	}
 	now, err := q.Now(ctx)
 	if err != nil {
 		return err
@@ -494,6 +627,15 @@ func (q *Queue) HolderGone(ctx context.Context, id string) error {
 // hand-back) and returns how many it removed. An expired claim and a
 // missing one mean the same to the repair, so nothing else changes.
 func (q *Queue) PruneClaims(ctx context.Context) (int64, error) {
+	if q.sharded() {
+		var n atomic.Int64
+		err := q.eachShard(func(_ int, s *Queue) error {
+			k, err := s.PruneClaims(ctx)
+			n.Add(k)
+			return err
+		})
+		return n.Load(), err
+	}
 	now, err := q.Now(ctx)
 	if err != nil {
 		return 0, err

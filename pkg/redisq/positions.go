@@ -22,6 +22,12 @@ type Position struct {
 	// RunID is the run id of the server that answered; StoredRunID the one
 	// stored with Seq (read only: [Queue.Position]).
 	RunID, StoredRunID string
+	// Shards are the positions of each shard, in order, with more than one
+	// shard (nil with one): each shard keeps its own, since a failover loses
+	// the writes of the shards on one primary only. Seq is then the lowest
+	// shard's, Current whether every shard's is, and RunID and StoredRunID
+	// the first shard's.
+	Shards []Position
 }
 
 // Position reads the position of log.
@@ -41,10 +47,19 @@ func (q *Queue) AdvancePosition(ctx context.Context, log string, seq uint64) (Po
 // from.Seq+1 up to seq was applied. When another replay reset it first,
 // it changes nothing and returns the position as it is.
 func (q *Queue) ResetPosition(ctx context.Context, log string, from Position, seq uint64) (Position, error) {
+	if q.sharded() {
+		if len(from.Shards) != len(q.shards) {
+			return Position{}, fmt.Errorf("redisq: reset position of %s: %d shard positions read, %d shards", log, len(from.Shards), len(q.shards))
+		}
+		return q.positionSharded(ctx, log, "reset", seq, from.Shards)
+	}
 	return q.position(ctx, log, "reset", seq, from.Seq, from.StoredRunID)
 }
 
 func (q *Queue) position(ctx context.Context, log, op string, seq, fromSeq uint64, fromRID string) (Position, error) {
+	if q.sharded() {
+		return q.positionSharded(ctx, log, op, seq, nil)
+	}
 	v, err := q.run(ctx, "position", positionScript, []string{q.keys.Positions()}, log, op, seq, fromSeq, fromRID)
 	if err != nil {
 		return Position{}, err
@@ -56,6 +71,30 @@ func (q *Queue) position(ctx context.Context, log, op string, seq, fromSeq uint6
 	p := Position{Seq: uint64(toInt(a[0])), Current: toInt(a[1]) == 1, RunID: toStr(a[2])}
 	if len(a) > 3 {
 		p.StoredRunID = toStr(a[3])
+	}
+	return p, nil
+}
+
+// positionSharded runs the position script op on every shard (reset: from
+// each shard's own position read before, in from) and merges the answers
+// (Position.Shards).
+func (q *Queue) positionSharded(ctx context.Context, log, op string, seq uint64, from []Position) (Position, error) {
+	ps := make([]Position, len(q.shards))
+	err := q.eachShard(func(i int, s *Queue) (err error) {
+		var f Position
+		if from != nil {
+			f = from[i]
+		}
+		ps[i], err = s.position(ctx, log, op, seq, f.Seq, f.StoredRunID)
+		return err
+	})
+	if err != nil {
+		return Position{}, err
+	}
+	p := Position{Seq: ps[0].Seq, Current: true, RunID: ps[0].RunID, StoredRunID: ps[0].StoredRunID, Shards: ps}
+	for _, s := range ps {
+		p.Seq = min(p.Seq, s.Seq)
+		p.Current = p.Current && s.Current
 	}
 	return p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -274,6 +275,8 @@ type Queue struct {
 	// Queue that owns it and the cross-shard keys (shards.go).
 	shards []*Queue
 	global *Queue
+	// admitTurn moves the shard a sharded Admit starts from at each call
+	admitTurn atomic.Uint64
 }
 
 // g is the queue of the cross-shard keys: the owning Queue for a shard's

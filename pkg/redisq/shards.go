@@ -199,3 +199,28 @@ func checkShardCount(ctx context.Context, rdb redis.UniversalClient, prefix stri
 	}
 	return nil
 }
+
+// splitCall runs call with each shard's items of xs (the shards
+// concurrently) and returns the answers in xs's order: call answers one
+// value per item it is given, in its order.
+func splitCall[T, R any](q *Queue, xs []T, tenant func(T) string, call func(s *Queue, part []T) ([]R, error)) ([]R, error) {
+	idx := q.shardIndexes(len(xs), func(i int) string { return tenant(xs[i]) })
+	out := make([]R, len(xs))
+	err := q.onShards(idx, func(s *Queue, ix []int) error {
+		rs, err := call(s, pick(xs, ix))
+		if err != nil {
+			return err
+		}
+		if len(rs) != len(ix) {
+			return fmt.Errorf("redisq: %d answers for %d items", len(rs), len(ix))
+		}
+		for k, i := range ix {
+			out[i] = rs[k]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

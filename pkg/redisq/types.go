@@ -18,6 +18,9 @@ import (
 // AnnounceTypes records that a worker serves types for the next ttl. Call
 // it again before ttl runs out (every ttl/3, say) to stay live.
 func (q *Queue) AnnounceTypes(ctx context.Context, types []string, ttl time.Duration) error {
+	if q.global != nil {
+		return q.global.AnnounceTypes(ctx, types, ttl)
+	}
 	if len(types) == 0 {
 		return nil
 	}
@@ -37,6 +40,9 @@ func (q *Queue) AnnounceTypes(ctx context.Context, types []string, ttl time.Dura
 // announcement has not expired. Types whose last announcement expired over
 // an hour ago are forgotten.
 func (q *Queue) LiveTypes(ctx context.Context) ([]string, error) {
+	if q.global != nil {
+		return q.global.LiveTypes(ctx)
+	}
 	now := q.clockNow().UnixMilli()
 	k := q.keys.WorkerTypes()
 	pipe := q.rdb.Pipeline()

@@ -1,0 +1,266 @@
+package redisq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// tenantsOnShards names one tenant on each of n shards, in shard order.
+func tenantsOnShards(n int) []string {
+	out := make([]string, n)
+	found := 0
+	for i := 0; found < n; i++ {
+		t := fmt.Sprintf("tenant%d", i)
+		if s := redisq.ShardOf(t, n); out[s] == "" {
+			out[s] = t
+			found++
+		}
+	}
+	return out
+}
+
+func TestShardOfIsStableAndSpreads(t *testing.T) {
+	if got := redisq.ShardOf("acme", 1); got != 0 {
+		t.Fatalf("one shard: %d", got)
+	}
+	// crc32 of the tenant: fixed for an installation's life
+	if got := redisq.ShardOf("acme", 16); got != 14 {
+		t.Fatalf("ShardOf(acme, 16) = %d", got)
+	}
+	counts := make([]int, 16)
+	for i := 0; i < 1600; i++ {
+		counts[redisq.ShardOf(fmt.Sprintf("t%d", i), 16)]++
+	}
+	for s, c := range counts {
+		if c < 50 || c > 150 {
+			t.Fatalf("shard %d has %d of 1600 tenants: %v", s, c, counts)
+		}
+	}
+}
+
+// The whole life of jobs of tenants on four shards, through the Queue
+// alone: each tenant's keys are in its shard's slot, admission takes from
+// every shard, and claims, starts and results reach the right shard.
+func TestShardedQueueRunsJobsOfEveryShard(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Shards: 4, GlobalLimit: 100000}, false)
+	tenants := tenantsOnShards(4)
+	var jobs []redisq.Job
+	for _, tn := range tenants {
+		for i := 0; i < 5; i++ {
+			jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%d", i), Type: "t", Payload: []byte(`{}`)})
+		}
+	}
+	res, err := q.EnqueueJobs(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range res.Outcomes {
+		if o != redisq.Added {
+			t.Fatalf("job %d: %v", i, o)
+		}
+	}
+	if len(res.Groups) != 4 || len(res.Created) != 4 {
+		t.Fatalf("groups %d, created %d: want 4 and 4", len(res.Groups), len(res.Created))
+	}
+	for i, g := range res.Groups {
+		if g.Group.Tenant != tenants[i] || g.Counts.Jobs != 5 {
+			t.Fatalf("group %d: %+v", i, g)
+		}
+	}
+	// a job sent again is a duplicate, on its shard
+	if again, err := q.EnqueueJobs(ctx, jobs[:1]); err != nil || again.Outcomes[0] != redisq.Duplicate {
+		t.Fatalf("again: %v %v", again, err)
+	}
+	for i, tn := range tenants {
+		key := redisq.ShardPrefix(b.prefix, i) + "group:" + tn + ":g:meta"
+		if n, err := b.rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Fatalf("tenant %s: %s exists %d (%v)", tn, key, n, err)
+		}
+		if n, _ := b.rdb.Exists(ctx, b.prefix+"group:"+tn+":g:meta").Result(); n != 0 {
+			t.Fatalf("tenant %s: a key outside its shard", tn)
+		}
+	}
+
+	// admission goes through every shard; a call with room for 8 admits 8
+	var leased []redisq.LeasedJob
+	first, err := q.Admit(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Jobs) != 8 || first.WakeMs != 0 {
+		t.Fatalf("first call: %d jobs, wake %d: want 8 and 0", len(first.Jobs), first.WakeMs)
+	}
+	leased = append(leased, first.Jobs...)
+	for len(leased) < len(jobs) {
+		r, err := q.Admit(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Jobs) == 0 {
+			t.Fatalf("admitted %d of %d, then none (wake %d)", len(leased), len(jobs), r.WakeMs)
+		}
+		leased = append(leased, r.Jobs...)
+	}
+	if r, err := q.Admit(ctx, 100); err != nil || len(r.Jobs) != 0 || r.WakeMs != -1 {
+		t.Fatalf("after the last job: %+v %v", r, err)
+	}
+	if err := q.Confirm(ctx, leased...); err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]redisq.Delivery, len(leased))
+	for i, j := range leased {
+		ds[i] = redisq.Delivery{Group: j.Group, JobID: j.ID, Attempt: j.Attempt}
+	}
+	claimed, err := q.ClaimBatch(ctx, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range claimed {
+		if c.Outcome != redisq.ClaimRun {
+			t.Fatalf("claim %d (%s): %v", i, ds[i].Group, c.Outcome)
+		}
+	}
+	started, err := q.StartBatch(ctx, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range started {
+		if o != redisq.ClaimRun {
+			t.Fatalf("start %d: %v", i, o)
+		}
+	}
+	if n, err := q.RenewClaims(ctx, ds); err != nil || n != len(ds) {
+		t.Fatalf("renewed %d of %d: %v", n, len(ds), err)
+	}
+	results := make([]contracts.JobResult, len(leased))
+	for i, j := range leased {
+		results[i] = contracts.JobResult{Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID, Attempt: j.Attempt, Status: contracts.ResultSuccess}
+	}
+	recorded, err := q.RecordBatch(ctx, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recorded {
+		if r.Outcome != redisq.Recorded {
+			t.Fatalf("result %d (%s): %v", i, leased[i].Group, r.Outcome)
+		}
+	}
+	for _, tn := range tenants {
+		g := contracts.GroupRef{Tenant: tn, ID: "g"}
+		if _, err := q.Seal(ctx, g, 5); err != nil {
+			t.Fatal(err)
+		}
+		info, ok, err := q.Group(ctx, g)
+		if err != nil || !ok || info.State != contracts.StateCompleted || info.Done != 5 {
+			t.Fatalf("%s: %+v %v %v", g, info, ok, err)
+		}
+	}
+	levels, err := q.GroupsPerLevel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range levels {
+		if n != 0 {
+			t.Fatalf("level %s: %d groups waiting after all ran", p, n)
+		}
+	}
+}
+
+// Admission of several shards shares one READY room per type: the shards
+// after the first take only what it left.
+func TestShardedAdmissionSharesTheTypeRooms(t *testing.T) {
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{Shards: 4, GlobalLimit: 100000}, false)
+	var jobs []redisq.Job
+	for _, tn := range tenantsOnShards(4) {
+		for i := 0; i < 4; i++ {
+			jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%d", i), Type: "a", Payload: []byte(`{}`)})
+		}
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	r, err := q.Admit(ctx, 100, redisq.WithTypeRooms(map[string]int{"a": 6}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != 6 {
+		t.Fatalf("admitted %d jobs of type a with room for 6", len(r.Jobs))
+	}
+}
+
+// Each shard keeps its own position: one that came back older (its
+// primary failed over) makes the position not current, and a reset from
+// the positions read puts every shard back.
+func TestShardedPositionsArePerShard(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Shards: 3}, false)
+	p, err := q.Position(ctx, "SUBMIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Current || len(p.Shards) != 3 {
+		t.Fatalf("a new position: %+v", p)
+	}
+	if p, err = q.ResetPosition(ctx, "SUBMIT", p, 8); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = q.AdvancePosition(ctx, "SUBMIT", 10); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Current || p.Seq != 10 || len(p.Shards) != 3 {
+		t.Fatalf("after advance: %+v", p)
+	}
+	// shard 1's position is lost, as after a failover that dropped it
+	if err := b.rdb.Del(ctx, q.Shard(1).Keys().Positions()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = q.Position(ctx, "SUBMIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Current || p.Seq != 0 || !p.Shards[0].Current || p.Shards[1].Current {
+		t.Fatalf("after shard 1 lost its position: %+v", p)
+	}
+	// an enqueue guarded by the position applies nothing to shard 1
+	tenants := tenantsOnShards(3)
+	_, err = q.EnqueueJobsIfCurrent(ctx, "SUBMIT", []redisq.Job{{Group: contracts.GroupRef{Tenant: tenants[1], ID: "g"}, ID: "j", Type: "t"}})
+	if !errors.Is(err, redisq.ErrNotCurrent) {
+		t.Fatalf("guarded enqueue on a shard not current: %v", err)
+	}
+	if ok, err := q.GroupExists(ctx, contracts.GroupRef{Tenant: tenants[1], ID: "g"}); err != nil || ok {
+		t.Fatalf("group on shard 1 exists %v (%v)", ok, err)
+	}
+	p, err = q.ResetPosition(ctx, "SUBMIT", p, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Current || p.Seq != 12 {
+		t.Fatalf("after reset: %+v", p)
+	}
+}
+
+// The number of shards is fixed for an installation's life.
+func TestShardCountIsFixed(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Redis(t)
+	if _, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix, Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 8} {
+		_, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: env.Prefix, Shards: n})
+		if !errors.Is(err, redisq.ErrShardCount) {
+			t.Fatalf("%d shards after 4: %v", n, err)
+		}
+	}
+	if _, err := redisq.New(ctx, env.Client, redisq.Config{Prefix: "{x}:", Shards: 4}); err == nil {
+		t.Fatal("a prefix with a hash tag and 4 shards was accepted")
+	}
+}
