@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -658,7 +658,7 @@ type admitOptions struct {
 	// roomsOf and other are the rooms of WithTypeRooms (roomsOf nil: none)
 	roomsOf map[string]int
 	other   int
-	seq   string // READY's last sequence when rooms were measured ('' = none)
+	seq     string // READY's last sequence when rooms were measured ('' = none)
 	// learned, when set, folds learned destination rates into the type
 	// limits (WithLearnedRates)
 	learned *DestRates
