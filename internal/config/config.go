@@ -19,6 +19,11 @@ import (
 // Prefix is the environment variable prefix.
 const Prefix = "BULKACTION"
 
+// MaxRedisShards is the most REDIS_SHARDS: redisq.MaxShards, one shard per
+// Redis Cluster slot (this package does not import redisq; a test of
+// internal/conns checks they agree).
+const MaxRedisShards = 16384
+
 // Config is every setting of every target. The `desc` tags feed `bulkaction
 // config` and the README's configuration table.
 type Config struct {
@@ -28,8 +33,9 @@ type Config struct {
 	RedisTLSCAFile   string `envconfig:"REDIS_TLS_CA_FILE" prefixonly:"true" desc:"PEM CA certificates that sign Redis's certificate (empty = system roots); setting any REDIS_TLS_* file turns TLS on"`
 	RedisTLSCertFile string `envconfig:"REDIS_TLS_CERT_FILE" prefixonly:"true" desc:"PEM client certificate for Redis (with REDIS_TLS_KEY_FILE)"`
 	RedisTLSKeyFile  string `envconfig:"REDIS_TLS_KEY_FILE" prefixonly:"true" desc:"PEM private key of REDIS_TLS_CERT_FILE"`
-	RedisPrefix      string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:), which REDIS_CLUSTER_ADDRS requires"`
-	RedisCluster     string `envconfig:"REDIS_CLUSTER_ADDRS" desc:"Redis Cluster seed nodes (host:port, comma-separated): connect to a cluster instead of REDIS_URL's server (whose credentials, TLS and host name still apply); every key lives in the slot of REDIS_PREFIX's hash tag (empty = a single server)"`
+	RedisPrefix      string `envconfig:"REDIS_PREFIX" default:"bulk-action:" desc:"prefix of every Redis key; may carry a hash tag ({bulk-action}:), which REDIS_CLUSTER_ADDRS requires with one shard; with REDIS_SHARDS above 1 it must carry none"`
+	RedisCluster     string `envconfig:"REDIS_CLUSTER_ADDRS" desc:"Redis Cluster seed nodes (host:port, comma-separated): connect to a cluster instead of REDIS_URL's server (whose credentials, TLS and host name still apply); with one shard every key lives in the slot of REDIS_PREFIX's hash tag (empty = a single server)"`
+	RedisShards      int    `envconfig:"REDIS_SHARDS" default:"1" desc:"logical shards the tenants are spread over, each in a hash tag of its own ({s<i>}), so a Redis Cluster places them on its primaries; fixed for an installation's life (another number is refused at start); 1 = one slot, today's keys"`
 	NatsURL          string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server(s) with JetStream, comma-separated; tls:// for TLS; credentials in it are shown as xxxxx"`
 	NatsUser         string `envconfig:"NATS_USER" prefixonly:"true" desc:"NATS user (with NATS_PASSWORD); one auth method at most: user, token, NKey, creds or the URL's"`
 	NatsPassword     string `envconfig:"NATS_PASSWORD" prefixonly:"true" desc:"password of NATS_USER; never printed"`
@@ -158,7 +164,13 @@ func (c *Config) Validate() error {
 	bad := func(name string, v any, want string) error {
 		return fmt.Errorf("config: %s_%s=%v: %s", Prefix, name, v, want)
 	}
-	if c.RedisCluster != "" && !HasHashTag(c.RedisPrefix) {
+	if c.RedisShards < 1 || c.RedisShards > MaxRedisShards {
+		return bad("REDIS_SHARDS", c.RedisShards, fmt.Sprintf("must be between 1 and %d", MaxRedisShards))
+	}
+	if c.RedisShards > 1 && strings.ContainsAny(c.RedisPrefix, "{}") {
+		return bad("REDIS_PREFIX", c.RedisPrefix, "must carry no hash tag when REDIS_SHARDS is above 1: each shard's keys carry their own")
+	}
+	if c.RedisCluster != "" && c.RedisShards == 1 && !HasHashTag(c.RedisPrefix) {
 		return bad("REDIS_PREFIX", c.RedisPrefix, "must carry a hash tag, e.g. {bulk-action}:, when REDIS_CLUSTER_ADDRS is set: "+
 			"every script reads and writes keys of one slot")
 	}

@@ -58,6 +58,7 @@ func QueueConfig(cfg *config.Config) redisq.Config {
 	typeLimits, _ := cfg.TypeLimitsPerWindow()
 	return redisq.Config{
 		Prefix:            cfg.RedisPrefix,
+		Shards:            cfg.RedisShards,
 		Alpha:             cfg.Alpha,
 		Mode:              cfg.AdmissionMode,
 		GlobalLimit:       cfg.GlobalRps,
