@@ -12,6 +12,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // TestPipelineOnRedisCluster runs every target against a Redis Cluster of
@@ -66,6 +67,82 @@ func TestPipelineOnRedisCluster(t *testing.T) {
 	if holding != 1 {
 		t.Errorf("keys of the prefix %s per node: %v, want them all on one node (its hash tag's slot)", tag, perNode)
 	}
+}
+
+// TestPipelineOnRedisClusterShards runs every target against a Redis
+// Cluster of three primaries with 16 logical shards (REDIS_SHARDS, a prefix
+// without a hash tag): twelve tenants' groups of http jobs, counted at a
+// real endpoint, and of jobs that retry and fail, complete with exact
+// counts, every http job called once; each tenant's keys are in its
+// shard's slot, and the shards are spread over every primary.
+func TestPipelineOnRedisClusterShards(t *testing.T) {
+	cluster := testenv.NewRedisCluster(t, 3)
+	e := newEnv(t)
+	d := newDownstream(t)
+	f, mux := newFailing()
+	cfg := e.config(func(c *config.Config) {
+		c.RedisCluster = strings.Join(cluster.Addrs(), ",")
+		c.RedisURL = "redis://" + cluster.Addrs()[0] + "/0"
+		c.RedisShards = 16
+		c.MaxRetryCount = 3
+		c.WorkerCount = 20
+		c.HTTPAllowedHosts = []string{"127.0.0.1"}
+	})
+	r := e.start(cfg, stack.PipelineTargets, mux)
+	q := r.st.Conns.Queue
+	if q.ShardCount() != 16 {
+		t.Fatalf("the queue has %d shards, want 16", q.ShardCount())
+	}
+	ctx := context.Background()
+	tenants := make([]string, 12)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("tenant-%02d", i)
+		e.submitHTTPAs(e.client.ForTenant(tenants[i]), d, tenants[i]+"-http", 500)
+	}
+	e.submit("flaky", "flaky", 5, `{}`, "")
+	e.submit("perm", "perm", 4, `{}`, "")
+	for _, tn := range tenants {
+		gid := tn + "-http"
+		ev := e.waitAs(e.client.ForTenant(tn), gid, 3*time.Minute)
+		if ev.State != contracts.StateCompleted || ev.Succeeded != 500 || ev.Failed != 0 {
+			t.Errorf("%s/%s: final event %+v, want COMPLETED with 500 succeeded", tn, gid, ev)
+		}
+		info, ok, err := q.Group(ctx, contracts.Group(tn, gid))
+		if err != nil || !ok || info.Done != 500 || info.Pending != 0 {
+			t.Errorf("%s/%s: meta %+v (%v %v)", tn, gid, info, ok, err)
+		}
+		calls, _ := d.count(gid, 500)
+		for id, c := range calls {
+			if c != 1 {
+				t.Errorf("%s/%s/%s called %d times, want once", tn, gid, id, c)
+			}
+		}
+		key := redisq.ShardPrefix(e.prefix, redisq.ShardOf(tn, 16)) + "group:" + tn + ":" + gid + ":meta"
+		if n, err := r.st.Conns.Redis.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Errorf("%s: %s exists %d (%v)", tn, key, n, err)
+		}
+	}
+	for gid, want := range map[string][2]int64{"flaky": {5, 0}, "perm": {0, 4}} {
+		ev := e.wait(gid, 2*time.Minute)
+		if ev.State != contracts.StateCompleted || ev.Succeeded != want[0] || ev.Failed != want[1] {
+			t.Errorf("%s: %+v, want %d succeeded %d failed", gid, ev, want[0], want[1])
+		}
+	}
+	for i := range 5 {
+		if n := len(f.callTimes("flaky", fmt.Sprintf("job-%06d", i))); n != 3 {
+			t.Errorf("flaky job %d ran %d times, want 3", i, n)
+		}
+	}
+	perNode, err := cluster.KeysPerNode(ctx, e.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range perNode {
+		if n == 0 {
+			t.Errorf("keys per node %v: node %d holds none of the 16 shards", perNode, i)
+		}
+	}
+	t.Logf("keys per node %v", perNode)
 }
 
 // clusterRun is a run of http jobs on a Redis Cluster with a fault in the

@@ -67,6 +67,13 @@ func (d *downstream) count(gid string, n int) (calls map[string]int, total int) 
 // submitHTTP submits n http jobs calling d to group gid, then seals it.
 func (e *env) submitHTTP(d *downstream, gid string, n int) {
 	e.t.Helper()
+	e.submitHTTPAs(e.client, d, gid, n)
+}
+
+// submitHTTPAs is submitHTTP to a group of cl's tenant (d counts calls by
+// gid alone: give each tenant gids of its own).
+func (e *env) submitHTTPAs(cl *client.Client, d *downstream, gid string, n int) {
+	e.t.Helper()
 	ctx := context.Background()
 	for from := 0; from < n; from += 1000 {
 		jobs := make([]client.Job, 0, 1000)
@@ -74,11 +81,11 @@ func (e *env) submitHTTP(d *downstream, gid string, n int) {
 			id := fmt.Sprintf("job-%06d", i)
 			jobs = append(jobs, client.Job{ID: id, Type: "http", Payload: d.payload(gid, id)})
 		}
-		if err := e.client.SubmitGroup(ctx, gid, contracts.GroupSettings{}, jobs...); err != nil {
+		if err := cl.SubmitGroup(ctx, gid, contracts.GroupSettings{}, jobs...); err != nil {
 			e.t.Fatal(err)
 		}
 	}
-	if err := e.client.Seal(ctx, gid, int64(n)); err != nil {
+	if err := cl.Seal(ctx, gid, int64(n)); err != nil {
 		e.t.Fatal(err)
 	}
 }
