@@ -2,10 +2,11 @@ package redisq
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -96,10 +97,29 @@ type ClaimedCallback struct {
 	Token string
 }
 
-// ClaimCallbacks leases at most n due callback deliveries for lease.
+// ClaimCallbacks leases at most n due callback deliveries for lease. With
+// several shards it leases from one shard after another, starting at a
+// random one, until it has n: never more than n in all, so that a batch
+// still fits the lease. A shard that fails is passed over: the error
+// comes with the deliveries leased from the others, which are the
+// caller's to settle.
 func (q *Queue) ClaimCallbacks(ctx context.Context, n int, lease time.Duration) ([]ClaimedCallback, error) {
+	if q.sharded() {
+		var out []ClaimedCallback
+		var errs []error
+		start := rand.IntN(len(q.shards))
+		for k := range q.shards {
+			if len(out) >= n {
+				break
+			}
+			got, err := q.shards[(start+k)%len(q.shards)].ClaimCallbacks(ctx, n-len(out), lease)
+			out = append(out, got...)
+			errs = append(errs, err)
+		}
+		return out, errors.Join(errs...)
+	}
 	var b [12]byte
-	_, _ = rand.Read(b[:])
+	_, _ = crand.Read(b[:])
 	token := hex.EncodeToString(b[:])
 	v, err := q.run(ctx, "callback_claim", callbackClaimScript, []string{q.keys.CallbacksDue()},
 		q.keys.Prefix(), q.now(), n, ms(lease), token)
@@ -139,6 +159,9 @@ var ErrCallbackLeaseLost = errors.New("redisq: callback lease lost")
 // FreezeCallbackBody stores body as the body of every attempt of c's
 // delivery, unless one is stored already; it returns the stored body.
 func (q *Queue) FreezeCallbackBody(ctx context.Context, c *ClaimedCallback, body []byte) ([]byte, error) {
+	if q.sharded() {
+		return q.For(c.Group.Tenant).FreezeCallbackBody(ctx, c, body)
+	}
 	v, err := q.settleCallback(ctx, c, "body", string(body), "", "", 0)
 	if err != nil {
 		return nil, err
@@ -167,6 +190,9 @@ const (
 // CallbackGiveUp) keeps its state for GroupTTL. It returns
 // [ErrCallbackLeaseLost] when c's lease is no longer held.
 func (q *Queue) SettleCallback(ctx context.Context, c *ClaimedCallback, outcome CallbackOutcome, status int, errText string, next time.Time) error {
+	if q.sharded() {
+		return q.For(c.Group.Tenant).SettleCallback(ctx, c, outcome, status, errText, next)
+	}
 	ops := map[CallbackOutcome]string{CallbackWait: "wait", CallbackOK: "delivered", CallbackRetry: "retry", CallbackGiveUp: "failed"}
 	op, ok := ops[outcome]
 	if !ok {
@@ -202,6 +228,9 @@ var ErrNoCallback = errors.New("redisq: group has no callback delivery")
 // [CallbackPending] or [CallbackDelivered] nothing changed; a group without
 // a delivery gives [ErrNoCallback].
 func (q *Queue) RetryCallback(ctx context.Context, g contracts.GroupRef) (string, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).RetryCallback(ctx, g)
+	}
 	v, err := q.run(ctx, "callback_retry", callbackRetryScript,
 		[]string{q.keys.CallbacksDue(), q.keys.GroupCallback(g)}, groupKey(g), q.now())
 	if err != nil {
@@ -217,6 +246,9 @@ func (q *Queue) RetryCallback(ctx context.Context, g contracts.GroupRef) (string
 // CallbackOf returns g's callback delivery; ok is false when it has none
 // (no callback URL, not ended yet, or expired).
 func (q *Queue) CallbackOf(ctx context.Context, g contracts.GroupRef) (c *Callback, ok bool, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).CallbackOf(ctx, g)
+	}
 	m, err := q.rdb.HGetAll(ctx, q.keys.GroupCallback(g)).Result()
 	if err != nil {
 		return nil, false, fmt.Errorf("redisq: callback of %s: %w", g, err)
@@ -242,6 +274,9 @@ func (q *Queue) CallbackOf(ctx context.Context, g contracts.GroupRef) (c *Callba
 // CallbackURLOf returns the callback URL a group was created with ("" =
 // none, or no such group).
 func (q *Queue) CallbackURLOf(ctx context.Context, g contracts.GroupRef) (string, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).CallbackURLOf(ctx, g)
+	}
 	u, err := q.rdb.HGet(ctx, q.keys.GroupMeta(g), "callbackUrl").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("redisq: callback url of %s: %w", g, err)
@@ -249,8 +284,24 @@ func (q *Queue) CallbackURLOf(ctx context.Context, g contracts.GroupRef) (string
 	return u, nil
 }
 
-// PendingCallbacks counts the callback deliveries pending (due or leased).
+// PendingCallbacks counts the callback deliveries pending (due or leased),
+// of every shard.
 func (q *Queue) PendingCallbacks(ctx context.Context) (int64, error) {
+	if q.sharded() {
+		ns := make([]int64, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			ns[i], err = s.PendingCallbacks(ctx)
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		var sum int64
+		for _, n := range ns {
+			sum += n
+		}
+		return sum, nil
+	}
 	n, err := q.rdb.ZCard(ctx, q.keys.CallbacksDue()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("redisq: pending callbacks: %w", err)
@@ -285,6 +336,9 @@ func (s CallbackSecrets) Signing(now time.Time) []string {
 // CallbackSecretsOf returns tenant's callback secrets (zero when it has
 // none).
 func (q *Queue) CallbackSecretsOf(ctx context.Context, tenant string) (CallbackSecrets, error) {
+	if q.sharded() {
+		return q.For(tenant).CallbackSecretsOf(ctx, tenant)
+	}
 	m, err := q.rdb.HGetAll(ctx, q.keys.TenantCallbackSecret(tenant)).Result()
 	if err != nil {
 		return CallbackSecrets{}, fmt.Errorf("redisq: callback secrets of tenant %s: %w", tenant, err)

@@ -95,6 +95,9 @@ func (k Keys) DoorState(tenant, what string) string {
 // (the gateway's default applies again). Every gateway replica applies it
 // to the next request.
 func (q *Queue) SetTenantDoorLimit(ctx context.Context, tenant string, l DoorLimit, limit int64) error {
+	if q.sharded() {
+		return q.For(tenant).SetTenantDoorLimit(ctx, tenant, l, limit)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("redisq: gateway limit: %w", err)
 	}
@@ -120,6 +123,9 @@ func (q *Queue) SetTenantDoorLimit(ctx context.Context, tenant string, l DoorLim
 // TenantDoorLimits returns a tenant's own gateway limits (those it has;
 // the others are the gateway's defaults).
 func (q *Queue) TenantDoorLimits(ctx context.Context, tenant string) (map[DoorLimit]int64, error) {
+	if q.sharded() {
+		return q.For(tenant).TenantDoorLimits(ctx, tenant)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return nil, fmt.Errorf("redisq: gateway limits: %w", err)
 	}
@@ -210,6 +216,9 @@ func (q *Queue) doorKeys(tenant string, slot DoorLimit) []string {
 // DoorEnter takes one request of the tenant, and its slot, if every limit
 // allows.
 func (q *Queue) DoorEnter(ctx context.Context, d DoorDefaults, e DoorEntry) (DoorVerdict, error) {
+	if q.sharded() {
+		return q.For(e.Tenant).DoorEnter(ctx, d, e)
+	}
 	slotDefault := int64(0)
 	switch e.Slot {
 	case DoorConcurrentRequests:
@@ -245,6 +254,9 @@ func (q *Queue) DoorEnter(ctx context.Context, d DoorDefaults, e DoorEntry) (Doo
 // that long before reading more holds the tenant to its rates however many
 // requests it sends at once.
 func (q *Queue) DoorCharge(ctx context.Context, d DoorDefaults, tenant string, n, size int64) (time.Duration, error) {
+	if q.sharded() {
+		return q.For(tenant).DoorCharge(ctx, d, tenant, n, size)
+	}
 	v, err := q.run(ctx, "door", doorScript, q.doorKeys(tenant, ""), "charge", tenant, q.now(), d.window(), d.JobRate, n,
 		d.ByteRate, size)
 	if err != nil {
@@ -257,6 +269,9 @@ func (q *Queue) DoorCharge(ctx context.Context, d DoorDefaults, tenant string, n
 // DoorRenew extends the leases of slots a gateway still holds, all of one
 // tenant and kind.
 func (q *Queue) DoorRenew(ctx context.Context, d DoorDefaults, tenant string, slot DoorLimit, ids []string) error {
+	if q.sharded() {
+		return q.For(tenant).DoorRenew(ctx, d, tenant, slot, ids)
+	}
 	args := []any{"renew", tenant, q.now(), d.window(), d.lease()}
 	for _, id := range ids {
 		args = append(args, id)
@@ -267,6 +282,9 @@ func (q *Queue) DoorRenew(ctx context.Context, d DoorDefaults, tenant string, sl
 
 // DoorLeave gives a slot back.
 func (q *Queue) DoorLeave(ctx context.Context, d DoorDefaults, tenant string, slot DoorLimit, id string) error {
+	if q.sharded() {
+		return q.For(tenant).DoorLeave(ctx, d, tenant, slot, id)
+	}
 	_, err := q.run(ctx, "door", doorScript, q.doorKeys(tenant, slot), "leave", tenant, q.now(), d.window(), id)
 	return err
 }

@@ -89,12 +89,18 @@ const failureWidth = 8
 // meanwhile ends the listing (every older one is gone too). Payloads are
 // whole; [Queue.FailuresPage] can cut them.
 func (q *Queue) Failures(ctx context.Context, g contracts.GroupRef, after string, limit int) (fs []Failure, next string, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Failures(ctx, g, after, limit)
+	}
 	return q.FailuresPage(ctx, g, FailuresQuery{After: after, Limit: limit})
 }
 
 // FailuresPage is [Queue.Failures] with the payloads cut to fq.Head bytes
 // when it is set.
 func (q *Queue) FailuresPage(ctx context.Context, g contracts.GroupRef, fq FailuresQuery) (fs []Failure, next string, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).FailuresPage(ctx, g, fq)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, "", fmt.Errorf("redisq: failures of %s: %w", g, err)
 	}
@@ -148,6 +154,9 @@ func (q *Queue) FailuresPage(ctx context.Context, g contracts.GroupRef, fq Failu
 // failures. Its type, attempt, error and payload are zero once its hash
 // expired ([Config.JobTTL]).
 func (q *Queue) Failure(ctx context.Context, g contracts.GroupRef, jobID string) (f *Failure, found bool, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Failure(ctx, g, jobID)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, false, fmt.Errorf("redisq: failure of %s: %w", g, err)
 	}
@@ -182,6 +191,9 @@ func (q *Queue) Failure(ctx context.Context, g contracts.GroupRef, jobID string)
 // FailuresKept is the number of entries of a group's failures index
 // ([Queue.Failures]): its failed jobs, at most [MaxFailuresKept].
 func (q *Queue) FailuresKept(ctx context.Context, g contracts.GroupRef) (int64, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).FailuresKept(ctx, g)
+	}
 	if err := g.Validate(); err != nil {
 		return 0, fmt.Errorf("redisq: failures of %s: %w", g, err)
 	}
@@ -201,6 +213,9 @@ func (q *Queue) FailuresKept(ctx context.Context, g contracts.GroupRef) (int64, 
 // unchanged, for a bounded time: a kept failure's job hash expires on its
 // own ([Config.JobTTL]), which changes the page and not the version.
 func (q *Queue) FailuresVersion(ctx context.Context, g contracts.GroupRef) (version int64, exists bool, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).FailuresVersion(ctx, g)
+	}
 	if err := g.Validate(); err != nil {
 		return 0, false, fmt.Errorf("redisq: failures of %s: %w", g, err)
 	}

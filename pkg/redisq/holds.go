@@ -120,9 +120,30 @@ type HoldOptions struct {
 // HoldBackingOff is reported whenever the group has jobs in the non-ready
 // queue. It reads Redis in three round trips whatever the number of
 // groups, plus [Queue.NextDue]'s with opt.NextDue, and changes nothing.
+// With several shards each group is read in its tenant's shard (the shards
+// at once), whose part of the global limit and counts, its active tenants
+// and its type limits are the ones its admission applies: HoldGlobalRate
+// and HoldRateShare report those.
 func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt HoldOptions) ([][]Hold, error) {
 	out := make([][]Hold, len(groups))
 	if len(groups) == 0 {
+		return out, nil
+	}
+	if q.sharded() {
+		idx := q.shardIndexes(len(groups), func(i int) string { return groups[i].Tenant })
+		err := q.onShards(idx, func(s *Queue, ix []int) error {
+			hs, err := s.Holds(ctx, pick(groups, ix), opt)
+			if err != nil {
+				return err
+			}
+			for j, i := range ix {
+				out[i] = hs[j]
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 		return out, nil
 	}
 	now, err := q.clockMs(ctx)
@@ -163,7 +184,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	globalCount := pipe.Get(ctx, q.keys.RateLimitGlobal(window))
 	active := pipe.SCard(ctx, q.keys.ActiveTenants())
 	// The live types as LiveTypes reads them, without its clean-up.
-	liveCmd := pipe.ZRangeByScore(ctx, q.keys.WorkerTypes(), &redis.ZRangeBy{
+	liveCmd := pipe.ZRangeByScore(ctx, q.g().keys.WorkerTypes(), &redis.ZRangeBy{
 		Min: "(" + strconv.FormatInt(q.clockNow().UnixMilli(), 10), Max: "+inf"})
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, fmt.Errorf("redisq: holds: %w", err)
@@ -197,7 +218,7 @@ func (q *Queue) Holds(ctx context.Context, groups []contracts.GroupRef, opt Hold
 	var learned *DestRates
 	byDest := map[string]DestRate{}
 	if q.cfg.Adaptive.Enabled {
-		if learned, err = q.DestinationRates(ctx); err != nil {
+		if learned, err = q.g().DestinationRates(ctx); err != nil {
 			return nil, err
 		}
 		for _, d := range learned.Rates {
@@ -352,6 +373,9 @@ const nextDuePage = 1000
 // the job is due no earlier. dueMs is 0 when the queue holds none of the
 // group's jobs.
 func (q *Queue) NextDue(ctx context.Context, g contracts.GroupRef) (dueMs int64, atLeast bool, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).NextDue(ctx, g)
+	}
 	prefix := groupKey(g) + ":"
 	var last float64
 	for start := int64(0); start < NextDueScan; start += nextDuePage {

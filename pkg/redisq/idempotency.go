@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -34,8 +35,23 @@ type IdempotencyRecord struct {
 }
 
 // IdempotencyKey names an Idempotency-Key's record: the scope it belongs
-// to (a tenant or the admin) and a hash of the header's value.
+// to (a tenant or the admin) and a hash of the header's value. With
+// several shards the record is kept in the shard of its scope's tenant (a
+// scope "t:<tenant>" names the tenant; another scope, such as "admin", is
+// placed as a tenant of that name would be).
 type IdempotencyKey struct{ Scope, Hash string }
+
+// shard is the queue that keeps id's record.
+func (s *Idempotency) shard(id IdempotencyKey) *Queue {
+	if !s.q.sharded() {
+		return s.q
+	}
+	tenant, ok := strings.CutPrefix(id.Scope, "t:")
+	if !ok {
+		tenant = id.Scope
+	}
+	return s.q.For(tenant)
+}
 
 // Idempotency is the store of the HTTP API's Idempotency-Keys
 // ([Queue.Idempotency]). The steps after Lock apply only while the record
@@ -46,7 +62,8 @@ type Idempotency struct{ q *Queue }
 func (q *Queue) Idempotency() *Idempotency { return &Idempotency{q: q} }
 
 func (s *Idempotency) step(ctx context.Context, id IdempotencyKey, op, owner string, args ...any) (bool, error) {
-	v, err := s.q.run(ctx, "idempotency", idempotencyScript, []string{s.q.keys.Idempotency(id.Scope, id.Hash)}, append([]any{op, owner}, args...)...)
+	q := s.shard(id)
+	v, err := q.run(ctx, "idempotency", idempotencyScript, []string{q.keys.Idempotency(id.Scope, id.Hash)}, append([]any{op, owner}, args...)...)
 	if err != nil {
 		return false, err
 	}
@@ -66,7 +83,8 @@ func (s *Idempotency) Lock(ctx context.Context, id IdempotencyKey, owner string,
 
 // Get reads id's record; ok is false when there is none.
 func (s *Idempotency) Get(ctx context.Context, id IdempotencyKey) (rec *IdempotencyRecord, ok bool, err error) {
-	raw, err := s.q.rdb.Get(ctx, s.q.keys.Idempotency(id.Scope, id.Hash)).Bytes()
+	q := s.shard(id)
+	raw, err := q.rdb.Get(ctx, q.keys.Idempotency(id.Scope, id.Hash)).Bytes()
 	if isNil(err) {
 		return nil, false, nil
 	}

@@ -15,6 +15,9 @@ import (
 // name has never submitted (or all its groups expired), which for a
 // command naming it usually means a typo.
 func (q *Queue) TenantSeen(ctx context.Context, tenant string) (bool, error) {
+	if q.sharded() {
+		return q.For(tenant).TenantSeen(ctx, tenant)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return false, err
 	}
@@ -41,6 +44,9 @@ func (q *Queue) TenantSeen(ctx context.Context, tenant string) (bool, error) {
 // first jobs; a group created by a seal, pause or cancel before its first
 // job is listed by this call, made by whoever asks for that creation.
 func (q *Queue) IndexGroup(ctx context.Context, g contracts.GroupRef, createdAtMs int64) error {
+	if q.sharded() {
+		return q.For(g.Tenant).IndexGroup(ctx, g, createdAtMs)
+	}
 	if err := g.Validate(); err != nil {
 		return err
 	}

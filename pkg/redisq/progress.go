@@ -38,10 +38,16 @@ type ProgressSample struct {
 // to its progress history, read atomically with its counters at Redis TIME
 // (or Config.Clock). A group that has ended, or whose meta is gone, gets
 // none; nor does one whose newest sample is less than [ProgressMinGap] old.
-// The calls go in one round trip.
+// The calls go in one round trip (per shard, the shards at once).
 func (q *Queue) RecordProgress(ctx context.Context, groups ...contracts.GroupRef) error {
 	if len(groups) == 0 {
 		return nil
+	}
+	if q.sharded() {
+		idx := q.shardIndexes(len(groups), func(i int) string { return groups[i].Tenant })
+		return q.onShards(idx, func(s *Queue, ix []int) error {
+			return s.RecordProgress(ctx, pick(groups, ix)...)
+		})
 	}
 	now := q.now()
 	_, err := q.pipelineScripts(ctx, "progress", progressScript, len(groups), func(i int) ([]string, []any) {
@@ -54,6 +60,9 @@ func (q *Queue) RecordProgress(ctx context.Context, groups ...contracts.GroupRef
 // Progress returns a group's progress samples, newest first (none when it
 // has none).
 func (q *Queue) Progress(ctx context.Context, g contracts.GroupRef) ([]ProgressSample, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Progress(ctx, g)
+	}
 	raw, err := q.rdb.LRange(ctx, q.keys.GroupProgress(g), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: progress of %s: %w", g, err)

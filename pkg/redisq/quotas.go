@@ -122,6 +122,9 @@ func (t *TenantQuota) Count(qt Quota) int64 {
 // [QuotaDefault] to remove the tenant's own limit. It applies to the jobs
 // messages that follow; nothing already accepted is affected.
 func (q *Queue) SetTenantQuota(ctx context.Context, tenant string, quota Quota, limit int64) error {
+	if q.sharded() {
+		return q.For(tenant).SetTenantQuota(ctx, tenant, quota, limit)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("redisq: tenant quota: %w", err)
 	}
@@ -146,6 +149,9 @@ func (q *Queue) SetTenantQuota(ctx context.Context, tenant string, quota Quota, 
 
 // TenantQuota returns a tenant's quotas in force and its counts.
 func (q *Queue) TenantQuota(ctx context.Context, tenant string) (*TenantQuota, error) {
+	if q.sharded() {
+		return q.For(tenant).TenantQuota(ctx, tenant)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return nil, fmt.Errorf("redisq: tenant quota: %w", err)
 	}
@@ -159,6 +165,21 @@ func (q *Queue) TenantQuota(ctx context.Context, tenant string) (*TenantQuota, e
 // TenantQuotas returns, sorted by tenant, the quotas and counts of the
 // tenants that have a quota of their own.
 func (q *Queue) TenantQuotas(ctx context.Context) ([]TenantQuota, error) {
+	if q.sharded() {
+		per := make([][]TenantQuota, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			per[i], err = s.TenantQuotas(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		out := slices.Concat(per...)
+		if len(out) == 0 {
+			return nil, nil
+		}
+		slices.SortFunc(out, func(a, b TenantQuota) int { return strings.Compare(a.Tenant, b.Tenant) })
+		return out, nil
+	}
 	fields, err := q.rdb.HKeys(ctx, q.keys.TenantQuotas()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: tenant quotas: %w", err)
@@ -225,8 +246,20 @@ func (q *Queue) queueQuotas(ctx context.Context, pipe redis.Pipeliner, tenants [
 // the counts lack among the candidates ([Queue.CandidateGroups]: groups
 // queued or started, such as groups created before the quotas existed). It
 // returns how many entries were wrong. One script call per tenant, all in
-// one round trip.
+// one round trip (per shard, the shards at once).
 func (q *Queue) correctQuotas(ctx context.Context) (int, error) {
+	if q.sharded() {
+		ns := make([]int, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			ns[i], err = s.correctQuotas(ctx)
+			return err
+		})
+		sum := 0
+		for _, n := range ns {
+			sum += n
+		}
+		return sum, err
+	}
 	tenants, err := q.rdb.SMembers(ctx, q.keys.QuotaTenants()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("redisq: correct quotas: %w", err)

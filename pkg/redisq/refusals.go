@@ -112,6 +112,9 @@ type RecordedRefusal struct {
 // creates the group; the record expires [Config.GroupTTL] after its last
 // refusal.
 func (q *Queue) RecordRefusal(ctx context.Context, g contracts.GroupRef, r Refusal) (*RecordedRefusal, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).RecordRefusal(ctx, g, r)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: record refusal %s: %w", g, err)
 	}
@@ -144,6 +147,9 @@ func (q *Queue) RecordRefusal(ctx context.Context, g contracts.GroupRef, r Refus
 // GroupRefusals returns what the pipeline refused of g's submissions, nil
 // when nothing (or when the record expired).
 func (q *Queue) GroupRefusals(ctx context.Context, g contracts.GroupRef) (*Refusals, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).GroupRefusals(ctx, g)
+	}
 	pipe := q.rdb.Pipeline()
 	h := pipe.HGetAll(ctx, q.keys.GroupRefusals(g))
 	rec := pipe.LRange(ctx, q.keys.GroupRefusedRecent(g), 0, RecentRefusalsKept-1)
@@ -183,6 +189,9 @@ func (q *Queue) GroupRefusals(ctx context.Context, g contracts.GroupRef) (*Refus
 // RefusedMsgIDs returns the ids of g's refused messages that the group
 // keeps (the newest [MaxRefusedIDs]); empty when none.
 func (q *Queue) RefusedMsgIDs(ctx context.Context, g contracts.GroupRef) (map[string]struct{}, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).RefusedMsgIDs(ctx, g)
+	}
 	ids, err := q.rdb.ZRange(ctx, q.keys.GroupRefusedIDs(g), 0, -1).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("redisq: refused message ids of %s: %w", g, err)

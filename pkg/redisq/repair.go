@@ -3,6 +3,7 @@ package redisq
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -96,6 +97,9 @@ func init() {
 // in bounded steps of at most [DefaultSweepChunk] job ids ([SweepChunk]). A
 // group that ended, or needs nothing, is left as it is.
 func (q *Queue) RepairGroup(ctx context.Context, g contracts.GroupRef, opts ...SweepOption) (*Repair, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).RepairGroup(ctx, g, opts...)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: repair %s: %w", g, err)
 	}
@@ -140,10 +144,20 @@ func (q *Queue) RepairGroup(ctx context.Context, g contracts.GroupRef, opts ...S
 // leased or running, is never abandoned, however long it waits; activity is
 // its creation, start, a recorded result, and a pause, resume or seal it
 // took. idle <= 0 abandons nothing. It returns the groups abandoned; the job
-// hashes are given their TTLs in bounded steps ([SweepChunk]).
+// hashes are given their TTLs in bounded steps ([SweepChunk]). With several
+// shards it goes through them at once and returns the groups of each shard
+// in turn, with those of a shard that failed up to its error.
 func (q *Queue) AbandonIdle(ctx context.Context, idle time.Duration, opts ...SweepOption) ([]contracts.GroupRef, error) {
 	if idle <= 0 {
 		return nil, nil
+	}
+	if q.sharded() {
+		per := make([][]contracts.GroupRef, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			per[i], err = s.AbandonIdle(ctx, idle, opts...)
+			return err
+		})
+		return slices.Concat(per...), err
 	}
 	watched, err := q.rdb.ZRange(ctx, q.keys.StuckWatch(), 0, -1).Result()
 	if err != nil || len(watched) == 0 {

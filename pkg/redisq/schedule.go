@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,8 +102,22 @@ const RefreshWindowsBatch = 100
 // of them), from the time of Redis, and takes ended or gone groups off the
 // list. It returns how many groups it refreshed. The fetchers call it
 // about every second; a group created with its tenant's default windows
-// gets its first intervals from it.
+// gets its first intervals from it. With several shards it refreshes up to
+// [RefreshWindowsBatch] groups of each shard, the shards at once, and
+// returns their sum.
 func (q *Queue) RefreshWindows(ctx context.Context) (int, error) {
+	if q.sharded() {
+		ns := make([]int, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			ns[i], err = s.RefreshWindows(ctx)
+			return err
+		})
+		sum := 0
+		for _, n := range ns {
+			sum += n
+		}
+		return sum, err
+	}
 	nowMs, err := q.clockMs(ctx)
 	if err != nil {
 		return 0, err
@@ -143,6 +158,9 @@ func (q *Queue) RefreshWindows(ctx context.Context) (int, error) {
 
 // TenantWindows returns a tenant's default sending windows (nil: none).
 func (q *Queue) TenantWindows(ctx context.Context, tenant string) ([]contracts.Window, error) {
+	if q.sharded() {
+		return q.For(tenant).TenantWindows(ctx, tenant)
+	}
 	raw, err := q.rdb.HGet(ctx, q.keys.TenantWindows(), tenant).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -217,6 +235,9 @@ func scheduleOf(nb, windows, winAt string, nowMs int64) (Schedule, error) {
 // GroupSchedule returns a group's schedule now (by the clock of Redis);
 // the zero Schedule for a group without one or an unknown group.
 func (q *Queue) GroupSchedule(ctx context.Context, g contracts.GroupRef) (Schedule, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).GroupSchedule(ctx, g)
+	}
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return Schedule{}, err
@@ -232,8 +253,19 @@ func (q *Queue) GroupSchedule(ctx context.Context, g contracts.GroupRef) (Schedu
 // ScheduleWaiting returns the groups admission passed by for their
 // notBefore or sending windows ([Keys.ScheduleWait]): they are out of
 // their tenants' queues until then, so [Queue.CandidateGroups] lists only
-// those that have started.
+// those that have started. With several shards it lists the groups of
+// each shard in turn.
 func (q *Queue) ScheduleWaiting(ctx context.Context) ([]contracts.GroupRef, error) {
+	if q.sharded() {
+		per := make([][]contracts.GroupRef, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			per[i], err = s.ScheduleWaiting(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		return slices.Concat(per...), nil
+	}
 	gks, err := q.rdb.ZRange(ctx, q.keys.ScheduleWait(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: schedule waiting: %w", err)
@@ -251,6 +283,9 @@ func (q *Queue) ScheduleWaiting(ctx context.Context) ([]contracts.GroupRef, erro
 // waiting there with a smaller score than the one it kept (parkedScore);
 // 0 when it kept none.
 func (q *Queue) KeptPosition(ctx context.Context, g contracts.GroupRef, level contracts.Priority) (int64, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).KeptPosition(ctx, g, level)
+	}
 	v, err := q.rdb.HGet(ctx, q.keys.GroupMeta(g), "parkedScore").Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -280,6 +315,9 @@ const (
 // older than the last one the group took changes nothing
 // ([ControlSuperseded]).
 func (q *Queue) Reschedule(ctx context.Context, g contracts.GroupRef, notBefore time.Time, opts ...ControlOption) (*ControlResult, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Reschedule(ctx, g, notBefore, opts...)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: reschedule %s: %w", g, err)
 	}

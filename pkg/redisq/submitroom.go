@@ -53,6 +53,9 @@ type SubmitRoom struct {
 // [Keys.DoorLimits] (field "<tenant>:submitBytes") or else defaultLimit
 // (0 = unlimited). Every gateway replica shares the tenant's count.
 func (q *Queue) ReserveSubmitRoom(ctx context.Context, tenant string, bytes, defaultLimit int64, ackFloor uint64) (*SubmitRoom, error) {
+	if q.sharded() {
+		return q.For(tenant).ReserveSubmitRoom(ctx, tenant, bytes, defaultLimit, ackFloor)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return nil, fmt.Errorf("redisq: submit room: %w", err)
 	}
@@ -100,6 +103,9 @@ func (q *Queue) submitRoomKeys(tenant string) []string {
 // 0, 0 meaning unlimited, or [QuotaDefault] to remove it (the gateway's
 // GATEWAY_TENANT_SUBMIT_BYTES applies again).
 func (q *Queue) SetTenantSubmitRoom(ctx context.Context, tenant string, limit int64) error {
+	if q.sharded() {
+		return q.For(tenant).SetTenantSubmitRoom(ctx, tenant, limit)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("redisq: submit room: %w", err)
 	}
@@ -122,6 +128,9 @@ func (q *Queue) SetTenantSubmitRoom(ctx context.Context, tenant string, limit in
 // TenantSubmitRoom returns a tenant's own room on SUBMIT; ok is false when
 // it has none (the gateway's default applies).
 func (q *Queue) TenantSubmitRoom(ctx context.Context, tenant string) (limit int64, ok bool, err error) {
+	if q.sharded() {
+		return q.For(tenant).TenantSubmitRoom(ctx, tenant)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return 0, false, fmt.Errorf("redisq: submit room: %w", err)
 	}
@@ -151,6 +160,9 @@ type SubmitCheck struct {
 // refused message ids in one round trip: a jobs request on a busy Redis
 // waits for one answer instead of three.
 func (q *Queue) ReadSubmitCheck(ctx context.Context, g contracts.GroupRef) (*SubmitCheck, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).ReadSubmitCheck(ctx, g)
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("redisq: submit check: %w", err)
 	}

@@ -51,6 +51,9 @@ const putAttempts = 10
 // revision of the same bucket or a later one already. It reports whether it
 // wrote.
 func (q *Queue) PutTenantWindows(ctx context.Context, tenant string, ws []contracts.Window, v SettingVersion) (bool, error) {
+	if q.sharded() {
+		return q.For(tenant).PutTenantWindows(ctx, tenant, ws, v)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return false, err
 	}
@@ -78,6 +81,9 @@ func (q *Queue) PutTenantWindows(ctx context.Context, tenant string, ws []contra
 // their durable record, unless Redis holds that revision of the same bucket
 // or a later one already. It reports whether it wrote.
 func (q *Queue) PutCallbackSecrets(ctx context.Context, tenant string, s CallbackSecrets, v SettingVersion) (bool, error) {
+	if q.sharded() {
+		return q.For(tenant).PutCallbackSecrets(ctx, tenant, s, v)
+	}
 	if err := contracts.ValidateTenant(tenant); err != nil {
 		return false, err
 	}
