@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -97,6 +98,9 @@ type RetryResult struct {
 // job frees its slot of the group's in-flight limit.
 func (q *Queue) Retry(ctx context.Context, g contracts.GroupRef, jobID string, attempt int, retryAfter time.Duration, errText string,
 	opts ...RetryOption) (*RetryResult, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Retry(ctx, g, jobID, attempt, retryAfter, errText, opts...)
+	}
 	var o retryOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -142,7 +146,8 @@ func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true
 // sums of their groups'. It also re-derives the tenant quotas' counts
 // (docs/ARCHITECTURE.md §5) from the groups' metas: each tenant's active
 // groups and queued jobs. It returns how many counters (and active group
-// entries) were wrong.
+// entries) were wrong. With shards every shard is corrected on its own,
+// concurrently, and the wrong counters summed.
 //
 // No script call goes through more than [DefaultSweepChunk] job ids
 // ([SweepChunk] sets it), so a pass costs a few milliseconds per call
@@ -151,6 +156,18 @@ func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true
 // queue meanwhile (its tenant too). Backed-off jobs of a group whose meta
 // is gone are not counted: release takes them out of the queue.
 func (q *Queue) CorrectCounters(ctx context.Context, opts ...SweepOption) (int, error) {
+	if q.sharded() {
+		fixed := make([]int, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			fixed[i], err = s.CorrectCounters(ctx, opts...)
+			return err
+		})
+		n := 0
+		for _, f := range fixed {
+			n += f
+		}
+		return n, err
+	}
 	fixed, err := q.correctNonReady(ctx, sweepOptionsOf(opts))
 	if err != nil {
 		return fixed, err
@@ -186,8 +203,12 @@ func (s *CongestionState) Ref() contracts.GroupRef {
 }
 
 // Congestion returns a group's congestion state. Its rate (RateLimitSpeed)
-// is its tenant's share of the global limit.
+// is its tenant's share of the global limit (with shards, of its shard's
+// part of it, as admission and the backoff count it).
 func (q *Queue) Congestion(ctx context.Context, g contracts.GroupRef) (*CongestionState, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Congestion(ctx, g)
+	}
 	pipe := q.rdb.Pipeline()
 	cnt := pipe.Get(ctx, q.keys.CongestionCount(g))
 	tcnt := pipe.Get(ctx, q.keys.TenantNonReady(g.Tenant))
@@ -243,11 +264,57 @@ func (s *CongestionSummary) WorstGroup() contracts.GroupRef {
 // jobs waiting or backing off ([Queue.CandidateGroups]: the queued groups and
 // those that started and have not ended): the worst group (highest
 // backoff), the total non-ready count and how many groups are at each level.
+// With shards every shard is summarised on its own (concurrently; each
+// group's state as its shard computes it) and the summaries merged:
+// ActiveTenants, ActiveGroups, TotalNonReady and GroupsPerLevel summed,
+// Groups in one list sorted by tenant and groupId, the worst group the
+// first of the highest backoff in that order, AtMs the time read once.
 func (q *Queue) SystemCongestion(ctx context.Context) (*CongestionSummary, error) {
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if q.sharded() {
+		return q.mergedCongestion(ctx, now)
+	}
+	return q.systemCongestion(ctx, now)
+}
+
+// mergedCongestion is SystemCongestion of every shard, merged.
+func (q *Queue) mergedCongestion(ctx context.Context, now int64) (*CongestionSummary, error) {
+	parts := make([]*CongestionSummary, len(q.shards))
+	if err := q.eachShard(func(i int, s *Queue) (err error) {
+		parts[i], err = s.systemCongestion(ctx, now)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := &CongestionSummary{AtMs: now, WorstLevel: CongestionNone, GroupsPerLevel: map[CongestionLevel]int64{}}
+	for _, l := range CongestionLevels {
+		out.GroupsPerLevel[l] = 0
+	}
+	for _, p := range parts {
+		out.ActiveTenants += p.ActiveTenants
+		out.ActiveGroups += p.ActiveGroups
+		out.TotalNonReady += p.TotalNonReady
+		for l, n := range p.GroupsPerLevel {
+			out.GroupsPerLevel[l] += n
+		}
+		out.Groups = append(out.Groups, p.Groups...)
+	}
+	slices.SortFunc(out.Groups, func(a, b *CongestionState) int { return compareGroups(a.Ref(), b.Ref()) })
+	var worstBackoff int64 = -1
+	for _, st := range out.Groups {
+		if st.CurrentBackoffMs > worstBackoff {
+			worstBackoff = st.CurrentBackoffMs
+			out.WorstLevel, out.WorstTenant, out.WorstGroupID = st.Level, st.Tenant, st.GroupID
+		}
+	}
+	return out, nil
+}
+
+// systemCongestion is SystemCongestion on q's own keys, at now.
+func (q *Queue) systemCongestion(ctx context.Context, now int64) (*CongestionSummary, error) {
 	groups, err := q.CandidateGroups(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redisq: congestion summary: %w", err)
@@ -293,7 +360,10 @@ func (q *Queue) SystemCongestion(ctx context.Context) (*CongestionSummary, error
 }
 
 // Snapshot records the current congestion summary (without per-group
-// detail) in the bounded history (Config.HistoryLen entries).
+// detail) in the bounded history (Config.HistoryLen entries). With shards
+// it records the summary merged over every shard ([Queue.SystemCongestion])
+// in one history of the cross-shard keys, so History reads the whole
+// installation's, one entry per call.
 func (q *Queue) Snapshot(ctx context.Context) (*CongestionSummary, error) {
 	s, err := q.SystemCongestion(ctx)
 	if err != nil {
@@ -311,7 +381,9 @@ func (q *Queue) Snapshot(ctx context.Context) (*CongestionSummary, error) {
 	return s, nil
 }
 
-// History returns up to n of the latest congestion snapshots, oldest first.
+// History returns up to n of the latest congestion snapshots, oldest first
+// (with shards, those the Queue recorded over every shard; see
+// [Queue.Snapshot]).
 func (q *Queue) History(ctx context.Context, n int) ([]CongestionSummary, error) {
 	raw, err := q.rdb.LRange(ctx, q.keys.CongestionHistory(), int64(-n), -1).Result()
 	if err != nil {

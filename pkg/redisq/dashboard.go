@@ -3,6 +3,7 @@ package redisq
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -99,12 +100,57 @@ func (d *Dashboard) quota(tenant string, queued, groups int64) TenantQuota {
 // typesWithinMs. It reads
 // Redis in three round trips plus one per [dashboardBatch] active groups,
 // changes nothing, and is meant to be read once and shared by every
-// viewer.
+// viewer. With shards it reads every shard so (concurrently, at one AtMs)
+// and merges: Active gathered shard after shard, Weights, Tenants and the
+// tenants' quotas merged (each tenant's from its shard), NonReady summed,
+// WorkerTypes read once from the cross-shard keys.
 func (q *Queue) ReadDashboard(ctx context.Context, typesWithinMs int64) (*Dashboard, error) {
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if !q.sharded() {
+		return q.readDashboard(ctx, typesWithinMs, now, true)
+	}
+	parts := make([]*Dashboard, len(q.shards))
+	if err := q.eachShard(func(i int, s *Queue) (err error) {
+		parts[i], err = s.readDashboard(ctx, typesWithinMs, now, false)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	d := &Dashboard{AtMs: now, Weights: map[string]string{}, Tenants: map[string]*TenantFigures{},
+		ownQuotas: map[string]string{}, cfg: q.cfg}
+	if d.WorkerTypes, err = q.workerTypes(ctx); err != nil {
+		return nil, err
+	}
+	for _, p := range parts {
+		d.Active = append(d.Active, p.Active...)
+		d.NonReady += p.NonReady
+		maps.Copy(d.Weights, p.Weights)
+		maps.Copy(d.Tenants, p.Tenants)
+		maps.Copy(d.ownQuotas, p.ownQuotas)
+	}
+	return d, nil
+}
+
+// workerTypes reads the worker type announcements (cross-shard keys).
+func (q *Queue) workerTypes(ctx context.Context) ([]WorkerType, error) {
+	zs, err := q.rdb.ZRangeWithScores(ctx, q.g().keys.WorkerTypes(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: dashboard: %w", err)
+	}
+	var out []WorkerType
+	for _, z := range zs {
+		t, _ := z.Member.(string)
+		out = append(out, WorkerType{Type: t, UntilMs: int64(z.Score)})
+	}
+	return out, nil
+}
+
+// readDashboard is ReadDashboard on q's own keys at now, with the worker
+// types when workers is set.
+func (q *Queue) readDashboard(ctx context.Context, typesWithinMs, now int64, workers bool) (*Dashboard, error) {
 	d := &Dashboard{AtMs: now, Tenants: map[string]*TenantFigures{}, cfg: q.cfg}
 	k := q.keys
 	pipe := q.rdb.Pipeline()
@@ -113,14 +159,19 @@ func (q *Queue) ReadDashboard(ctx context.Context, typesWithinMs int64) (*Dashbo
 	quotaTenants := pipe.SMembers(ctx, k.QuotaTenants())
 	own := pipe.HGetAll(ctx, k.TenantQuotas())
 	nonReady := pipe.ZCard(ctx, k.NonReadyQueue())
-	workers := pipe.ZRangeWithScores(ctx, k.WorkerTypes(), 0, -1)
+	var workerTypes *redis.ZSliceCmd
+	if workers {
+		workerTypes = pipe.ZRangeWithScores(ctx, q.g().keys.WorkerTypes(), 0, -1)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return nil, fmt.Errorf("redisq: dashboard: %w", err)
 	}
 	d.Active, d.Weights, d.NonReady, d.ownQuotas = active.Val(), weights.Val(), nonReady.Val(), own.Val()
-	for _, z := range workers.Val() {
-		t, _ := z.Member.(string)
-		d.WorkerTypes = append(d.WorkerTypes, WorkerType{Type: t, UntilMs: int64(z.Score)})
+	if workerTypes != nil {
+		for _, z := range workerTypes.Val() {
+			t, _ := z.Member.(string)
+			d.WorkerTypes = append(d.WorkerTypes, WorkerType{Type: t, UntilMs: int64(z.Score)})
+		}
 	}
 	tenants := slices.Concat(d.Active, quotaTenants.Val())
 	for t := range d.Weights {

@@ -1,9 +1,11 @@
 package redisq
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +35,11 @@ const MaxListLimit = 1000
 // indexes that enqueue.lua keeps. With States it reads up to 10 × Limit
 // index entries per call and may return fewer than Limit groups with a
 // non-empty next cursor; next is "" at the end of the list. Entries whose
-// group has expired are removed from the indexes as they are met.
+// group has expired are removed from the indexes as they are met. With
+// shards a tenant's list is its shard's, and the list of every tenant
+// merges the shards' lists in the same order (each shard reading up to
+// Limit, or 10 × Limit, entries per call); its cursors are the same as
+// with one shard.
 func (q *Queue) ListGroups(ctx context.Context, o ListOptions) (groups []*GroupInfo, next string, err error) {
 	if o.Limit <= 0 {
 		o.Limit = 50
@@ -41,13 +47,71 @@ func (q *Queue) ListGroups(ctx context.Context, o ListOptions) (groups []*GroupI
 	if o.Limit > MaxListLimit {
 		return nil, "", fmt.Errorf("redisq: list limit %d: at most %d", o.Limit, MaxListLimit)
 	}
+	if q.sharded() {
+		if o.Tenant != "" {
+			return q.For(o.Tenant).ListGroups(ctx, o)
+		}
+		return q.mergedList(ctx, o)
+	}
+	page, err := q.listGroups(ctx, o)
+	if err != nil {
+		return nil, "", err
+	}
+	return page.infos(), page.next(), nil
+}
+
+// listedGroup is a group a list returns, with its index entry.
+type listedGroup struct {
+	info *GroupInfo
+	at   indexPos
+}
+
+// indexPos is an entry of a group index: its score (creation ms) and
+// member. Lists go through an index by descending position.
+type indexPos struct {
+	score  int64
+	member string
+}
+
+func (a indexPos) compare(b indexPos) int {
+	return cmp.Or(cmp.Compare(a.score, b.score), strings.Compare(a.member, b.member))
+}
+
+// listPage is one call's page of a list: its groups, and where the list
+// stopped (at: the last entry read; end: the index has nothing after it).
+type listPage struct {
+	groups []listedGroup
+	at     indexPos
+	end    bool
+}
+
+func (p *listPage) infos() []*GroupInfo {
+	if len(p.groups) == 0 {
+		return nil
+	}
+	out := make([]*GroupInfo, len(p.groups))
+	for i, g := range p.groups {
+		out[i] = g.info
+	}
+	return out
+}
+
+func (p *listPage) next() string {
+	if p.end {
+		return ""
+	}
+	return makeCursor(p.at.score, p.at.member)
+}
+
+// listGroups is ListGroups on q's own indexes (o.Limit set and checked).
+func (q *Queue) listGroups(ctx context.Context, o ListOptions) (*listPage, error) {
 	index := q.keys.GroupIndex()
 	if o.Tenant != "" {
 		index = q.keys.TenantGroupIndex(o.Tenant)
 	}
 	score, member, err := parseCursor(o.Cursor)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	want := map[contracts.GroupState]bool{}
 	for _, s := range o.States {
@@ -57,13 +121,15 @@ func (q *Queue) ListGroups(ctx context.Context, o ListOptions) (groups []*GroupI
 	if len(want) > 0 {
 		budget = 10 * o.Limit
 	}
-	for budget > 0 && len(groups) < o.Limit {
+	out := &listPage{}
+	for budget > 0 && len(out.groups) < o.Limit {
 		page, err := q.indexPage(ctx, index, score, member, min(budget, 200))
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		if len(page) == 0 {
-			return groups, "", nil
+			out.end = true
+			return out, nil
 		}
 		budget -= len(page)
 		refs := make([]contracts.GroupRef, len(page))
@@ -72,7 +138,7 @@ func (q *Queue) ListGroups(ctx context.Context, o ListOptions) (groups []*GroupI
 		}
 		infos, err := q.groupsInfo(ctx, refs)
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		var gone []any
 		for i, z := range page {
@@ -85,8 +151,8 @@ func (q *Queue) ListGroups(ctx context.Context, o ListOptions) (groups []*GroupI
 			if len(want) > 0 && !want[info.State] {
 				continue
 			}
-			groups = append(groups, info)
-			if len(groups) == o.Limit {
+			out.groups = append(out.groups, listedGroup{info, indexPos{score, member}})
+			if len(out.groups) == o.Limit {
 				break
 			}
 		}
@@ -94,7 +160,54 @@ func (q *Queue) ListGroups(ctx context.Context, o ListOptions) (groups []*GroupI
 			q.pruneIndex(ctx, o.Tenant, index, gone)
 		}
 	}
-	return groups, makeCursor(score, member), nil
+	out.at = indexPos{score, member}
+	return out, nil
+}
+
+// mergedList is the list of every tenant's groups over every shard: each
+// shard lists a page after the same cursor (every shard's index orders its
+// entries "<tenant>:<groupId>" by the same creation time and member, so a
+// position read in one shard is a position in any other), and the pages
+// are merged in that order. A shard that stopped before its end has read
+// its index only down to where it stopped; below the highest such
+// position (the frontier) another shard may have entries not read yet, so
+// the merged page keeps only the groups at or above it, the first Limit of
+// them. The next cursor is the last group returned when there are Limit,
+// else the frontier ("" when every shard reached its end).
+func (q *Queue) mergedList(ctx context.Context, o ListOptions) ([]*GroupInfo, string, error) {
+	if _, _, err := parseCursor(o.Cursor); err != nil {
+		return nil, "", err
+	}
+	pages := make([]*listPage, len(q.shards))
+	if err := q.eachShard(func(i int, s *Queue) (err error) {
+		pages[i], err = s.listGroups(ctx, o)
+		return err
+	}); err != nil {
+		return nil, "", err
+	}
+	var front *indexPos
+	for _, p := range pages {
+		if !p.end && (front == nil || p.at.compare(*front) > 0) {
+			front = &p.at
+		}
+	}
+	merged := &listPage{end: front == nil}
+	for _, p := range pages {
+		for _, g := range p.groups {
+			if front == nil || g.at.compare(*front) >= 0 {
+				merged.groups = append(merged.groups, g)
+			}
+		}
+	}
+	slices.SortFunc(merged.groups, func(a, b listedGroup) int { return b.at.compare(a.at) })
+	if front != nil {
+		merged.at = *front
+	}
+	if len(merged.groups) >= o.Limit {
+		merged.groups = merged.groups[:o.Limit]
+		merged.at, merged.end = merged.groups[o.Limit-1].at, false
+	}
+	return merged.infos(), merged.next(), nil
 }
 
 // indexRef is the group of an index member.
@@ -201,8 +314,26 @@ func parseCursor(c string) (int64, string, error) {
 }
 
 // LinkRetry records that group retry was made from the failed jobs of
-// group from; both links expire after ttl.
+// group from; both links expire after ttl. Each link is kept in its
+// group's shard: with shards, a retry group of another tenant than from
+// (never made so) would get its link in a write of its own.
 func (q *Queue) LinkRetry(ctx context.Context, from, retry contracts.GroupRef, ttl time.Duration) error {
+	if q.sharded() {
+		fs, rs := q.For(from.Tenant), q.For(retry.Tenant)
+		if fs == rs {
+			return fs.LinkRetry(ctx, from, retry, ttl)
+		}
+		if err := rs.rdb.Set(ctx, rs.keys.GroupRetryOf(retry), from.ID, ttl).Err(); err != nil {
+			return fmt.Errorf("redisq: link retry %s -> %s: %w", from, retry.ID, err)
+		}
+		pipe := fs.rdb.TxPipeline()
+		pipe.RPush(ctx, fs.keys.GroupRetries(from), retry.ID)
+		pipe.Expire(ctx, fs.keys.GroupRetries(from), ttl)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("redisq: link retry %s -> %s: %w", from, retry.ID, err)
+		}
+		return nil
+	}
 	pipe := q.rdb.TxPipeline()
 	pipe.Set(ctx, q.keys.GroupRetryOf(retry), from.ID, ttl)
 	pipe.RPush(ctx, q.keys.GroupRetries(from), retry.ID)
@@ -216,6 +347,9 @@ func (q *Queue) LinkRetry(ctx context.Context, from, retry contracts.GroupRef, t
 // Links returns the group a group was retried from ("" = none) and the
 // retry groups made from it.
 func (q *Queue) Links(ctx context.Context, g contracts.GroupRef) (retryOf string, retries []string, err error) {
+	if q.sharded() {
+		return q.For(g.Tenant).Links(ctx, g)
+	}
 	pipe := q.rdb.Pipeline()
 	of := pipe.Get(ctx, q.keys.GroupRetryOf(g))
 	rs := pipe.LRange(ctx, q.keys.GroupRetries(g), 0, -1)

@@ -28,10 +28,24 @@ func (k Keys) IndexSweep() string { return k.prefix + "group-index-sweep" }
 // the last call stopped, until budget is spent (0 = [DefaultIndexSweepBudget])
 // or it reaches the end of the index; the next call then starts again at
 // the oldest. Listings prune what they meet too ([Queue.ListGroups]). It
-// returns the entries it removed.
+// returns the entries it removed. With shards every shard's indexes are
+// swept concurrently, each with the whole budget and a position of its
+// own, and the removed entries summed.
 func (q *Queue) PruneGroupIndexes(ctx context.Context, budget time.Duration) (int, error) {
 	if budget <= 0 {
 		budget = DefaultIndexSweepBudget
+	}
+	if q.sharded() {
+		pruned := make([]int, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			pruned[i], err = s.PruneGroupIndexes(ctx, budget)
+			return err
+		})
+		n := 0
+		for _, p := range pruned {
+			n += p
+		}
+		return n, err
 	}
 	deadline := time.Now().Add(budget)
 	pos, err := q.rdb.Get(ctx, q.keys.IndexSweep()).Int64()

@@ -27,8 +27,13 @@ type FairPlace struct {
 
 // FairPlace reads where g stands in the fair queue at level: the time (the
 // Redis time, or [Config.Clock]'s), the waiting tenants of every level, and the tenant's and the
-// group's ranks at level. It changes nothing.
+// group's ranks at level. It changes nothing. With shards it reads g's
+// shard, whose fair queue admits g: the waiting tenants counted are that
+// shard's, and the ranks are among them.
 func (q *Queue) FairPlace(ctx context.Context, g contracts.GroupRef, level contracts.Priority) (*FairPlace, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).FairPlace(ctx, g, level)
+	}
 	pipe := q.rdb.Pipeline()
 	now := pipe.Time(ctx)
 	tenants := make(map[contracts.Priority]*redis.IntCmd, len(contracts.Priorities))
@@ -58,6 +63,9 @@ func (q *Queue) FairPlace(ctx context.Context, g contracts.GroupRef, level contr
 // GroupExists reports whether Redis holds g's meta (it was submitted to,
 // or created by a control, and has not expired).
 func (q *Queue) GroupExists(ctx context.Context, g contracts.GroupRef) (bool, error) {
+	if q.sharded() {
+		return q.For(g.Tenant).GroupExists(ctx, g)
+	}
 	n, err := q.rdb.Exists(ctx, q.keys.GroupMeta(g)).Result()
 	if err != nil {
 		return false, fmt.Errorf("redisq: group %s exists: %w", g, err)
@@ -83,8 +91,30 @@ type WindowCounts struct {
 
 // WindowCounts reads the admissions of window (the global count and each
 // active tenant's) with the active tenants and the non-ready queue's size,
-// in two round trips. It changes nothing.
+// in two round trips. It changes nothing. With shards it reads every
+// shard (concurrently) and sums: Global and BackingOff over the shards,
+// Active over their active tenants (a tenant is active in its own shard
+// only), and Tenants gathers each shard's tenants.
 func (q *Queue) WindowCounts(ctx context.Context, window int64) (*WindowCounts, error) {
+	if q.sharded() {
+		parts := make([]*WindowCounts, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.WindowCounts(ctx, window)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		out := &WindowCounts{Window: window, Tenants: map[string]int64{}}
+		for _, p := range parts {
+			out.Global += p.Global
+			out.Active += p.Active
+			out.BackingOff += p.BackingOff
+			for t, n := range p.Tenants {
+				out.Tenants[t] += n
+			}
+		}
+		return out, nil
+	}
 	pipe := q.rdb.Pipeline()
 	gc := pipe.Get(ctx, q.keys.RateLimitGlobal(window))
 	act := pipe.SMembers(ctx, q.keys.ActiveTenants())
@@ -113,8 +143,23 @@ func (q *Queue) WindowCounts(ctx context.Context, window int64) (*WindowCounts, 
 }
 
 // GlobalAdmitted counts the jobs admitted in window (0 in the ungated
-// admission mode, which keeps no counter).
+// admission mode, which keeps no counter); with shards, by all shards.
 func (q *Queue) GlobalAdmitted(ctx context.Context, window int64) (int64, error) {
+	if q.sharded() {
+		counts := make([]int64, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			counts[i], err = s.GlobalAdmitted(ctx, window)
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, c := range counts {
+			n += c
+		}
+		return n, nil
+	}
 	n, err := q.rdb.Get(ctx, q.keys.RateLimitGlobal(window)).Int64()
 	if err != nil && !isNil(err) {
 		return 0, fmt.Errorf("redisq: admitted in window %d: %w", window, err)
@@ -133,7 +178,27 @@ type QueueSizes struct {
 }
 
 // Sizes reads the non-ready and in-flight queues' sizes in one round trip.
+// With shards it reads every shard (concurrently) and sums the sizes; At
+// is then the latest of the shards' readings.
 func (q *Queue) Sizes(ctx context.Context) (*QueueSizes, error) {
+	if q.sharded() {
+		parts := make([]*QueueSizes, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.Sizes(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		out := &QueueSizes{}
+		for _, p := range parts {
+			out.BackingOff += p.BackingOff
+			out.Inflight += p.Inflight
+			if p.At.After(out.At) {
+				out.At = p.At
+			}
+		}
+		return out, nil
+	}
 	pipe := q.rdb.Pipeline()
 	nr := pipe.ZCard(ctx, q.keys.NonReadyQueue())
 	inf := pipe.ZCard(ctx, q.keys.Inflight())

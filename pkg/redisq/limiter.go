@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -25,13 +26,52 @@ type LimiterStatus struct {
 }
 
 // LimiterStatus reports the current window's counts and limits, for tenant
-// when it is not empty.
+// when it is not empty. With shards, GlobalCount and Active are summed over
+// every shard and GlobalLimit is the installation's ([Config.GlobalLimit]);
+// a tenant's TenantCount, Weight and TenantLimit come from its shard, whose
+// part of the global limit it shares with the shard's active tenants (what
+// admission holds it to); with no tenant, TenantLimit is the share of a
+// tenant of weight 1 over the installation's figures.
 func (q *Queue) LimiterStatus(ctx context.Context, tenant string) (*LimiterStatus, error) {
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	w := now / ms(q.cfg.Window)
+	if !q.sharded() {
+		return q.limiterStatus(ctx, tenant, w)
+	}
+	home := -1
+	if tenant != "" {
+		home = ShardOf(tenant, len(q.shards))
+	}
+	parts := make([]*LimiterStatus, len(q.shards))
+	if err := q.eachShard(func(i int, s *Queue) (err error) {
+		t := ""
+		if i == home {
+			t = tenant
+		}
+		parts[i], err = s.limiterStatus(ctx, t, w)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	st := &LimiterStatus{Window: w, GlobalLimit: int64(q.cfg.GlobalLimit), Weight: 1}
+	for _, p := range parts {
+		st.GlobalCount += p.GlobalCount
+		st.Active += p.Active
+	}
+	if home >= 0 {
+		p := parts[home]
+		st.TenantCount, st.Weight, st.TenantLimit = p.TenantCount, p.Weight, p.TenantLimit
+	} else {
+		st.TenantLimit = TenantShare(st.GlobalLimit, st.Active, st.Weight)
+	}
+	return st, nil
+}
+
+// limiterStatus is LimiterStatus in window w, on q's own keys.
+func (q *Queue) limiterStatus(ctx context.Context, tenant string, w int64) (*LimiterStatus, error) {
 	pipe := q.rdb.Pipeline()
 	g := pipe.Get(ctx, q.keys.RateLimitGlobal(w))
 	var tc, tw *redis.StringCmd
@@ -53,8 +93,19 @@ func (q *Queue) LimiterStatus(ctx context.Context, tenant string) (*LimiterStatu
 	return st, nil
 }
 
-// ActiveTenants lists the tenants sharing the global limit.
+// ActiveTenants lists the tenants sharing the global limit; with shards,
+// those of every shard, shard after shard.
 func (q *Queue) ActiveTenants(ctx context.Context) ([]string, error) {
+	if q.sharded() {
+		parts := make([][]string, len(q.shards))
+		if err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.ActiveTenants(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		return slices.Concat(parts...), nil
+	}
 	return q.rdb.SMembers(ctx, q.keys.ActiveTenants()).Result()
 }
 

@@ -24,8 +24,22 @@ func (k Keys) StuckWatch() string { return k.prefix + "stuck-watch" }
 // repeats, the groups that may be RUNNING or AGGREGATING: the groups queued
 // at any level (the tenant ZSETs of the tenants in the fair queue) and those
 // on the stuck watch list ([Keys.StuckWatch]). It reads them in two round
-// trips and changes nothing.
+// trips and changes nothing. With shards it reads every shard (two round
+// trips each, the shards concurrently) and merges their lists.
 func (q *Queue) CandidateGroups(ctx context.Context) ([]contracts.GroupRef, error) {
+	if q.sharded() {
+		parts := make([][]contracts.GroupRef, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.CandidateGroups(ctx)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out := slices.Concat(parts...)
+		slices.SortFunc(out, compareGroups)
+		return slices.Compact(out), nil
+	}
 	pipe := q.rdb.Pipeline()
 	levels := make([]*redis.StringSliceCmd, len(contracts.Priorities))
 	for i, p := range contracts.Priorities {
@@ -77,6 +91,10 @@ func (q *Queue) WatchGroups(ctx context.Context, gs ...contracts.GroupRef) error
 	if len(gs) == 0 {
 		return nil
 	}
+	if q.sharded() {
+		idx := q.shardIndexes(len(gs), func(i int) string { return gs[i].Tenant })
+		return q.onShards(idx, func(s *Queue, ix []int) error { return s.WatchGroups(ctx, pick(gs, ix)...) })
+	}
 	now, err := q.clockMs(ctx)
 	if err != nil {
 		return err
@@ -103,8 +121,22 @@ func (q *Queue) WatchGroups(ctx context.Context, gs ...contracts.GroupRef) error
 // watch list, and groups that have ended (or whose meta expired) are taken
 // off it. Besides the calls for the stuck groups themselves (one
 // [Queue.Group] each), it makes five round trips whatever the number of
-// candidates.
+// candidates. With shards every shard is checked on its own, concurrently,
+// and the stuck groups of all of them returned in the candidates' order.
 func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupInfo, error) {
+	if q.sharded() {
+		parts := make([][]GroupInfo, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.StuckGroups(ctx, after)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out := slices.Concat(parts...)
+		slices.SortFunc(out, func(a, b GroupInfo) int { return compareGroups(a.Group, b.Group) })
+		return out, nil
+	}
 	cands, err := q.CandidateGroups(ctx)
 	if err != nil || len(cands) == 0 {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -76,7 +77,20 @@ type FinishedCancel struct {
 // steps of [Queue.Cancel]): at most max groups of [Keys.CancelSweep] (all of
 // them when max <= 0), each in bounded steps. It returns the groups it
 // finished with their counts, so the caller can publish their final event.
+// With shards, max bounds each shard's groups (the shards go concurrently):
+// a call may finish up to max groups per shard, and returns every one it
+// finished, ordered as the sweep lists them ("<tenant>:<groupId>").
 func (q *Queue) FinishCancels(ctx context.Context, max int, opts ...SweepOption) ([]FinishedCancel, error) {
+	if q.sharded() {
+		parts := make([][]FinishedCancel, len(q.shards))
+		err := q.eachShard(func(i int, s *Queue) (err error) {
+			parts[i], err = s.FinishCancels(ctx, max, opts...)
+			return err
+		})
+		out := slices.Concat(parts...)
+		slices.SortFunc(out, func(a, b FinishedCancel) int { return strings.Compare(groupKey(a.Group), groupKey(b.Group)) })
+		return out, err
+	}
 	stop := int64(-1)
 	if max > 0 {
 		stop = int64(max) - 1
