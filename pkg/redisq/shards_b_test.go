@@ -21,7 +21,7 @@ const testShards = 4
 
 // shardTenants returns perShard tenants of every one of testShards shards:
 // out[i] are shard i's.
-func shardTenants(perShard int) [][]string {
+func tenantsPerShard(perShard int) [][]string {
 	out := make([][]string, testShards)
 	for i := 0; ; i++ {
 		t := fmt.Sprintf("ten%d", i)
@@ -113,7 +113,7 @@ func TestShardedListGroups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, b := setupSharded(t, redisq.Config{GlobalLimit: redisq.UngatedLimit})
-	tenants := shardTenants(2)
+	tenants := tenantsPerShard(2)
 	var all []contracts.GroupRef
 	// Groups created over several milliseconds, several in the same one
 	// on different shards (ordered by member then), unevenly per shard.
@@ -213,7 +213,7 @@ func TestShardedCountsAndLimiter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, _ := setupSharded(t, redisq.Config{GlobalLimit: 1000})
-	tenants := shardTenants(2)
+	tenants := tenantsPerShard(2)
 	admitted := map[string]int64{}
 	var total int64
 	var jobs []redisq.LeasedJob
@@ -307,7 +307,7 @@ func TestShardedStuckAndCongestion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, b := setupSharded(t, redisq.Config{GlobalLimit: redisq.UngatedLimit})
-	tenants := shardTenants(1)
+	tenants := tenantsPerShard(1)
 	var started, queued []contracts.GroupRef
 	for s, ts := range tenants {
 		g := contracts.GroupRef{Tenant: ts[0], ID: "run"}
@@ -389,7 +389,7 @@ func TestShardedSweeps(t *testing.T) {
 	ctx := context.Background()
 	stop := &stopAfter{script: "cancel"}
 	q, b := setupSharded(t, redisq.Config{GlobalLimit: redisq.UngatedLimit, Observer: stop})
-	tenants := shardTenants(1)
+	tenants := tenantsPerShard(1)
 	var cut []contracts.GroupRef
 	for s, ts := range tenants {
 		if s == 2 {
@@ -455,7 +455,7 @@ func TestShardedDashboard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, _ := setupSharded(t, redisq.Config{GlobalLimit: redisq.UngatedLimit})
-	tenants := shardTenants(1)
+	tenants := tenantsPerShard(1)
 	for s, ts := range tenants {
 		g := contracts.GroupRef{Tenant: ts[0], ID: "g"}
 		enqueueTo(t, q, g, 2+s)
@@ -515,7 +515,7 @@ func TestShardedLinks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, b := setupSharded(t, redisq.Config{})
-	tn := shardTenants(1)[3][0]
+	tn := tenantsPerShard(1)[3][0]
 	from, retry := contracts.GroupRef{Tenant: tn, ID: "a"}, contracts.GroupRef{Tenant: tn, ID: "a-retry"}
 	if err := q.LinkRetry(ctx, from, retry, time.Hour); err != nil {
 		t.Fatal(err)
@@ -541,7 +541,7 @@ func TestShardedListGroupsFrontier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, b := setupSharded(t, redisq.Config{GlobalLimit: redisq.UngatedLimit})
-	tenants := shardTenants(1)
+	tenants := tenantsPerShard(1)
 	old := contracts.GroupRef{Tenant: tenants[0][0], ID: "old"}
 	mid := contracts.GroupRef{Tenant: tenants[1][0], ID: "mid"}
 	for _, g := range []contracts.GroupRef{old, mid} {
