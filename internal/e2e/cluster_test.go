@@ -12,6 +12,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/processor/builtin"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
@@ -79,7 +80,7 @@ func TestPipelineOnRedisClusterShards(t *testing.T) {
 	cluster := testenv.NewRedisCluster(t, 3)
 	e := newEnv(t)
 	d := newDownstream(t)
-	f, mux := newFailing()
+	f, mux := newFailingWith(builtin.Options{AllowedHosts: []string{"127.0.0.1"}})
 	cfg := e.config(func(c *config.Config) {
 		c.RedisCluster = strings.Join(cluster.Addrs(), ",")
 		c.RedisURL = "redis://" + cluster.Addrs()[0] + "/0"

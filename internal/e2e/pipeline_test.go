@@ -93,10 +93,14 @@ func (f *failing) callTimes(typ, job string) []time.Time {
 	return append([]time.Time(nil), f.calls[typ+"/"+job]...)
 }
 
-func newFailing() (*failing, *processor.Mux) {
+func newFailing() (*failing, *processor.Mux) { return newFailingWith(builtin.Options{}) }
+
+// newFailingWith is newFailing with the built-in processors set up by o
+// (say, http jobs allowed to call 127.0.0.1).
+func newFailingWith(o builtin.Options) (*failing, *processor.Mux) {
 	f := &failing{calls: map[string][]time.Time{}}
 	m := processor.NewMux()
-	builtin.Register(m, builtin.Options{})
+	builtin.Register(m, o)
 	m.HandleFunc("flaky", func(ctx context.Context, job *processor.Job) error {
 		if f.record(job) < 3 {
 			return errors.New("downstream hiccup")
