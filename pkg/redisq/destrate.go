@@ -292,8 +292,17 @@ func (q *Queue) limitsWith(r *DestRates) string {
 	if r == nil || len(r.Rates) == 0 {
 		return q.typeLimits
 	}
-	limits := make(map[string]int, len(q.cfg.TypeLimits)+len(r.Rates))
-	for t, n := range q.cfg.TypeLimits {
+	return q.limitsFrom(q.cfg.TypeLimits, r)
+}
+
+// limitsFrom is limitsWith over the static limits static instead of
+// Config.TypeLimits.
+func (q *Queue) limitsFrom(static map[string]int, r *DestRates) string {
+	if r == nil || len(r.Rates) == 0 {
+		return typeLimitsArg(static)
+	}
+	limits := make(map[string]int, len(static)+len(r.Rates))
+	for t, n := range static {
 		limits[t] = n
 	}
 	learned := map[string]bool{}

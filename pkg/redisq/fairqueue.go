@@ -644,6 +644,10 @@ type AdmitResult struct {
 	// notBefore or sending windows is due to be looked at again (-1: none
 	// waits): a caller with nothing else to do calls again by then.
 	ScheduledMs int64
+	// Stale lists the shards of [WithShardTurns] whose fence is above the
+	// turn's epoch: another caller has taken the shard over, and this
+	// call admitted nothing from it.
+	Stale []int
 }
 
 // WakeHeld is the [AdmitResult.WakeMs] of a call that found jobs waiting
@@ -665,6 +669,38 @@ type admitOptions struct {
 	// log, when set, admits only while that log's position is current
 	// (IfCurrent)
 	log string
+	// epoch is the caller's shard lease epoch (0 = none; WithShardTurns)
+	epoch uint64
+	// turns, when set, are the shards a sharded Admit admits from
+	// (WithShardTurns)
+	turns []ShardTurn
+}
+
+// ShardTurn is one shard's part of a sharded [Queue.Admit]
+// ([WithShardTurns]): the shard, the epoch of its caller's lease, and the
+// rates of its grant (docs/ARCHITECTURE.md §11.1).
+type ShardTurn struct {
+	Shard int
+	// Epoch is the caller's lease epoch of the shard ([ShardLeases.Hold]):
+	// an admission whose epoch is below the shard's fence changes nothing
+	// and the shard is listed in [AdmitResult.Stale].
+	Epoch uint64
+	// Limit is the jobs per [Config.Window] the shard admits at, its grant
+	// as a rate; 0 = the shard's even part of [Config.GlobalLimit].
+	Limit int
+	// TypeLimits are the per-type limits per Window of its grant; nil =
+	// the shard's even part of [Config.TypeLimits].
+	TypeLimits map[string]int
+	// Max is the most jobs the shard admits in this call (what is left of
+	// its grant); 0 = no bound beyond the call's.
+	Max int
+}
+
+// WithShardTurns makes a sharded Admit admit from these shards alone, each
+// at its turn's grant and with its lease epoch, instead of from every
+// shard at its even part of the limits. Without shards it is ignored.
+func WithShardTurns(turns ...ShardTurn) AdmitOption {
+	return func(o *admitOptions) { o.turns = turns }
 }
 
 // IfCurrent makes the call admit only while log's position is current
@@ -743,19 +779,50 @@ func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*Admit
 	if n <= 0 {
 		return &AdmitResult{}, nil
 	}
+	turns := o.turns
+	if turns == nil {
+		turns = make([]ShardTurn, len(q.shards))
+		for i := range turns {
+			turns[i].Shard = i
+		}
+	}
+	if len(turns) == 0 {
+		return res, nil
+	}
 	var notCurrent bool
-	start := int(q.admitTurn.Add(1) % uint64(len(q.shards)))
+	start := int(q.admitTurn.Add(1) % uint64(len(turns)))
 	wakeZero, wakeHeld := false, false
-	for k := range q.shards {
+	for k := range turns {
 		if n <= 0 {
 			// no room left: the shards not asked may have work
 			wakeZero = true
 			break
 		}
-		s := q.shards[(start+k)%len(q.shards)]
-		r, err := s.admit(ctx, n, s.cfg.GlobalLimit, s.limitsWith(o.learned), o)
+		t := turns[(start+k)%len(turns)]
+		if t.Shard < 0 || t.Shard >= len(q.shards) {
+			return nil, fmt.Errorf("redisq: admit: shard %d of %d", t.Shard, len(q.shards))
+		}
+		s := q.shards[t.Shard]
+		limit, tl := s.cfg.GlobalLimit, s.limitsWith(o.learned)
+		if t.Limit > 0 {
+			limit = t.Limit
+		}
+		if t.TypeLimits != nil {
+			tl = s.limitsFrom(t.TypeLimits, o.learned)
+		}
+		m := n
+		if t.Max > 0 {
+			m = min(n, t.Max)
+		}
+		so := o
+		so.epoch = t.Epoch
+		r, err := s.admit(ctx, m, limit, tl, so)
 		if errors.Is(err, ErrNotCurrent) {
 			notCurrent = true
+			continue
+		}
+		if errors.Is(err, ErrStaleEpoch) {
+			res.Stale = append(res.Stale, t.Shard)
 			continue
 		}
 		if err != nil {
@@ -854,19 +921,23 @@ func (q *Queue) admit(ctx context.Context, n, globalLimit int, typeLimits string
 	args := []any{q.keys.Prefix(), n, q.cfg.Alpha, q.cfg.Mode, globalLimit, ms(q.cfg.Window), ms(q.cfg.Lease), q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst) / 1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
 		o.rooms, typeLimits, o.seq}
+	epoch := strconv.FormatUint(o.epoch, 10)
 	var v any
 	var err error
 	if o.log != "" {
 		g := q.newGuard(o.log)
 		var vs []any
 		vs, err = q.runPipeline(ctx, "admit", admitScript, 1, g, func(int) ([]string, []any) {
-			return keys, append(args, g.key)
+			return keys, append(args, g.key, epoch)
 		})
 		if err == nil {
 			v = vs[0]
 		}
 	} else {
-		v, err = q.run(ctx, "admit", admitScript, keys, args...)
+		v, err = q.run(ctx, "admit", admitScript, keys, append(args, "", epoch)...)
+	}
+	if err != nil && strings.Contains(err.Error(), "STALEEPOCH") {
+		return nil, fmt.Errorf("%w: admission with epoch %d", ErrStaleEpoch, o.epoch)
 	}
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -223,4 +224,64 @@ func splitCall[T, R any](q *Queue, xs []T, tenant func(T) string, call func(s *Q
 		return nil, err
 	}
 	return out, nil
+}
+
+// ShardDemand is shard i's demand for the global limits ([Grants.Report]):
+// per level, the sum of the weights of its tenants with jobs waiting
+// there; per limited type of types, the sum over its waiting tenants (a
+// tenant's waiting jobs are not indexed by type, so every waiting tenant
+// counts toward every limited type: a shard granted type rate it does not
+// use reports it unused, and it flows back at once).
+func (q *Queue) ShardDemand(ctx context.Context, i int, types []string) (Demand, error) {
+	s := q.Shard(i)
+	pipe := s.rdb.Pipeline()
+	levels := make([]*redis.StringSliceCmd, 3)
+	for k, key := range s.keys.FairQueues() {
+		levels[k] = pipe.ZRange(ctx, key, 0, -1)
+	}
+	weights := pipe.HGetAll(ctx, s.keys.TenantWeights())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Demand{}, fmt.Errorf("redisq: shard %d demand: %w", i, err)
+	}
+	w := weights.Val()
+	var sums [3]int64
+	for k, l := range levels {
+		for _, t := range l.Val() {
+			sums[k] += int64(tenantWeight(w[t]))
+		}
+	}
+	d := Demand{High: sums[0], Normal: sums[1], Low: sums[2]}
+	if all := sums[0] + sums[1] + sums[2]; all > 0 && len(types) > 0 {
+		d.Types = make(map[string]int64, len(types))
+		for _, t := range types {
+			d.Types[t] = all
+		}
+	}
+	return d, nil
+}
+
+// tenantWeight reads a stored tenant weight: 1 when absent or unreadable,
+// within 1..MaxTenantWeight.
+func tenantWeight(v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 1
+	}
+	return min(max(n, 1), MaxTenantWeight)
+}
+
+// NewShardLeases returns the leases of q's shards on q's client: the
+// base prefix and number of shards are q's, ttl the lease time (0 =
+// [DefaultShardLeaseTTL]).
+func (q *Queue) NewShardLeases(ctx context.Context, ttl time.Duration) (*ShardLeases, error) {
+	return NewShardLeases(ctx, q.rdb, ShardLeasesConfig{Prefix: q.cfg.Prefix, Shards: q.ShardCount(), TTL: ttl,
+		Observer: q.obs, Clock: q.cfg.Clock})
+}
+
+// NewGrants returns the grants of q's global limits ([Config.GlobalLimit],
+// [Config.TypeLimits], [Config.Window]) between its shards, in the
+// cross-shard keys, with grant periods of period (0 = [DefaultGrantPeriod]).
+func (q *Queue) NewGrants(ctx context.Context, period time.Duration) (*Grants, error) {
+	return NewGrants(ctx, q.rdb, GlobalPrefix(q.cfg.Prefix), GrantsConfig{Limit: q.cfg.GlobalLimit, TypeLimits: q.cfg.TypeLimits,
+		Window: q.cfg.Window, Period: period, Observer: q.obs, Clock: q.cfg.Clock})
 }

@@ -176,10 +176,29 @@ func (f *Fetcher) admit(parent context.Context) next {
 	// Only while SUBMIT's position is current: a Redis that came back older
 	// admits nothing until the replay has applied again what it lost (a
 	// later notBefore, a pause, a cancel: docs/ARCHITECTURE.md §6.7).
-	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opt, redisq.WithReadySeq(rooms.Seq),
-		redisq.WithLearnedRates(learned), redisq.IfCurrent(submitLog))
+	opts := []redisq.AdmitOption{opt, redisq.WithReadySeq(rooms.Seq), redisq.WithLearnedRates(learned), redisq.IfCurrent(submitLog)}
+	if f.shards != nil {
+		// with shards, from the shards this fetcher holds, each at its
+		// grant (docs/ARCHITECTURE.md §11.1)
+		turns, wait := f.shards.turns()
+		if len(turns) == 0 {
+			if wait == 0 {
+				return next{idle: true}
+			}
+			return next{wait: wait, notify: true}
+		}
+		opts = append(opts, redisq.WithShardTurns(turns...))
+	}
+	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opts...)
 	admitted := time.Now()
+	if f.shards != nil && res != nil {
+		f.shards.admitted(res)
+	}
 	if errors.Is(err, redisq.ErrNotCurrent) {
+		if res != nil && len(res.Jobs) > 0 {
+			// the shards found current admitted these (sharded Admit)
+			f.publish(ctx, res.Jobs)
+		}
 		f.startReplay()
 		return next{wait: notCurrentWait}
 	}

@@ -161,6 +161,9 @@ type Fetcher struct {
 	// marks this fetcher's own notifications, which it does not need back.
 	wake   chan struct{}
 	origin []byte
+	// shards, with more than one shard, are the shards this fetcher
+	// holds and their grants (shards.go); nil with one
+	shards *shardOwner
 }
 
 // New returns a Fetcher. d.NC, d.JS and d.Queue are required; the other
@@ -236,8 +239,17 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	if _, err := f.awaitCurrent(ctx); err != nil && ctx.Err() == nil {
 		f.log.Warn("SUBMIT position", "err", err)
 	}
+	if f.shards, err = newShardOwner(ctx, f.d.Queue, string(f.origin), f.log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("fetcher: shards: %w", err)
+	}
 	ingest := consume.Loop{Consumer: cons, Batch: f.cfg.IngestBatchSize, Handle: f.ingest, Log: f.log, Name: f.cfg.Durable}
 	var wg sync.WaitGroup
+	if f.shards != nil {
+		wg.Go(func() { f.shards.run(ctx, f.wakeAdmission) })
+	}
 	wg.Go(func() { ingest.Run(ctx) })
 	wg.Go(func() { f.admitLoop(ctx, f.wake) })
 	wg.Go(func() { f.windowsLoop(ctx) })

@@ -49,6 +49,10 @@
 --           ('' = none): when it is missing, SUBMIT's position was not
 --           current (a Redis that came back older, before the replay) and
 --           nothing is done
+-- ARGV[18]: the caller's shard lease epoch ('' or 0 = a caller without
+--           shard leases): below the shard's fence (lib.lua fence_ok) the
+--           call is refused with STALEEPOCH and nothing is done
+--           (docs/ARCHITECTURE.md §11.1)
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
 --            scheduled }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace, dest for each
@@ -100,6 +104,9 @@ if not lease_ms or lease_ms < 1 then
 end
 if (ARGV[17] or '') ~= '' and redis.call('EXISTS', ARGV[17]) == 0 then
   return redis.error_reply('NOTCURRENT the log position is not current')
+end
+if not fence_ok(prefix, ARGV[18]) then
+  return redis.error_reply('STALEEPOCH the shard lease epoch is below the shard fence')
 end
 local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms

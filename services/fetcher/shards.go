@@ -1,0 +1,254 @@
+package fetcher
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/loop"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
+)
+
+// shardOwner is what a fetcher holds of the logical shards
+// (docs/ARCHITECTURE.md §11.1): the shards it admits from, under leases
+// spread evenly over the live fetchers, and each shard's grant of the
+// global limits for the current period. Admission takes from the shards
+// it holds alone, each at its grant and with its lease's epoch, so a
+// fetcher that lost a shard admits nothing from it (the shard's fence
+// refuses it) and the shards together never pass the global limits.
+type shardOwner struct {
+	q      *redisq.Queue
+	leases *redisq.ShardLeases
+	grants *redisq.Grants
+	holder string
+	types  []string // the limited types, for the demand reports
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	held    map[int]uint64 // shard -> epoch, fenced
+	heldAt  time.Time      // the last Hold that answered
+	budgets map[int]*shardBudget
+}
+
+// shardBudget is a shard's grant for one period and what was admitted of
+// it.
+type shardBudget struct {
+	period   int64
+	ends     time.Time
+	jobs     int64
+	types    map[string]int64
+	admitted int64
+	typesUse map[string]int64
+}
+
+// grantPeriod is the grant period for a rate-limit window: 100 ms when
+// the window is a whole number of them, else the window itself.
+func grantPeriod(window time.Duration) time.Duration {
+	if window%redisq.DefaultGrantPeriod == 0 {
+		return redisq.DefaultGrantPeriod
+	}
+	return window
+}
+
+// newShardOwner returns the shard owner of a fetcher whose holder id is
+// holder, or nil when q has one shard (every fetcher admits from it).
+func newShardOwner(ctx context.Context, q *redisq.Queue, holder string, log *slog.Logger) (*shardOwner, error) {
+	if q.ShardCount() <= 1 {
+		return nil, nil
+	}
+	leases, err := q.NewShardLeases(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	grants, err := q.NewGrants(ctx, grantPeriod(q.Config().Window))
+	if err != nil {
+		return nil, err
+	}
+	o := &shardOwner{q: q, leases: leases, grants: grants, holder: holder, log: log,
+		held: map[int]uint64{}, budgets: map[int]*shardBudget{}}
+	for t := range q.Config().TypeLimits {
+		o.types = append(o.types, t)
+	}
+	slices.Sort(o.types)
+	return o, nil
+}
+
+// run holds the shards and reports for their grants until ctx is
+// cancelled, then gives the shards back. wake is called when the shards
+// held change.
+func (o *shardOwner) run(ctx context.Context, wake func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		o.hold(ctx, wake)
+		loop.Every(ctx, o.leases.TTL()/3, func(ctx context.Context) { o.hold(ctx, wake) })
+	})
+	wg.Go(func() {
+		// each report right after a period starts, so that its grant
+		// lasts the whole period
+		for ctx.Err() == nil {
+			fresh, left := o.report(ctx)
+			if fresh {
+				wake()
+			}
+			if !loop.Sleep(ctx, left+time.Millisecond) {
+				return
+			}
+		}
+	})
+	wg.Wait()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := o.leases.Release(rctx, o.holder); err != nil {
+		o.log.Warn("shards not given back: the other fetchers take them when the leases run out", "err", err)
+	}
+}
+
+// hold renews and takes this fetcher's share of the shards. A shard is
+// used only while the last Hold that answered is less than the lease time
+// old.
+func (o *shardOwner) hold(ctx context.Context, wake func()) {
+	held, err := o.leases.Hold(ctx, o.holder)
+	if err != nil && ctx.Err() == nil {
+		o.log.Warn("shard leases", "err", err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if held == nil {
+		if time.Since(o.heldAt) > o.leases.TTL() && len(o.held) > 0 {
+			o.held = map[int]uint64{}
+			o.log.Warn("shard leases not renewed for the lease time: admitting from no shard until they are")
+		}
+		return
+	}
+	o.heldAt = time.Now()
+	changed := len(held) != len(o.held)
+	for s, e := range held {
+		if o.held[s] != e {
+			changed = true
+			delete(o.budgets, s) // a new epoch starts with a new grant
+		}
+	}
+	for s := range o.budgets {
+		if _, ok := held[s]; !ok {
+			delete(o.budgets, s)
+		}
+	}
+	o.held = held
+	if changed {
+		o.log.Info("shards held", "shards", slices.Sorted(maps.Keys(held)))
+		go wake()
+	}
+}
+
+// report sends each held shard's demand and use to the grants and keeps
+// the grant of the current period. It reports whether a shard got a new
+// period's grant with jobs in it, and how long the period has left (a
+// whole period when no grant answered).
+func (o *shardOwner) report(ctx context.Context) (fresh bool, left time.Duration) {
+	o.mu.Lock()
+	shards := slices.Sorted(maps.Keys(o.held))
+	o.mu.Unlock()
+	left = o.grants.Config().Period
+	for _, s := range shards {
+		d, err := o.q.ShardDemand(ctx, s, o.types)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.log.Warn("shard demand", "shard", s, "err", err)
+			}
+			continue
+		}
+		o.mu.Lock()
+		used := redisq.UsedAll // a shard just taken: what was admitted is unknown
+		if b := o.budgets[s]; b != nil {
+			used = redisq.Used{Jobs: b.admitted, Types: b.typesUse}
+		}
+		o.mu.Unlock()
+		g, err := o.grants.Report(ctx, s, d, used)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.log.Warn("shard grant", "shard", s, "err", err)
+			}
+			continue
+		}
+		left = min(left, g.Remaining)
+		o.mu.Lock()
+		if _, ok := o.held[s]; ok {
+			b := o.budgets[s]
+			if b == nil || b.period != g.Period {
+				o.budgets[s] = &shardBudget{period: g.Period, ends: time.Now().Add(g.Remaining), jobs: g.Jobs, types: g.Types,
+					typesUse: map[string]int64{}}
+				fresh = fresh || g.Jobs > 0
+			}
+		}
+		o.mu.Unlock()
+	}
+	return fresh, max(left, 0)
+}
+
+// turns are the shards to admit from now, each at its grant: the shards
+// held whose grant of the current period has jobs left. wait, when there
+// are none, is how long until a new period's grant may bring some (0:
+// no shard is held).
+func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	period := o.grants.Config().Period
+	perWindow := int64(o.q.Config().Window / period)
+	for s, epoch := range o.held {
+		b := o.budgets[s]
+		if b == nil || !now.Before(b.ends) || b.admitted >= b.jobs {
+			continue
+		}
+		t := redisq.ShardTurn{Shard: s, Epoch: epoch, Limit: int(max(b.jobs*perWindow, 1)), Max: int(b.jobs - b.admitted)}
+		if len(o.types) > 0 {
+			t.TypeLimits = make(map[string]int, len(o.types))
+			for _, ty := range o.types {
+				left := b.types[ty] - b.typesUse[ty]
+				if left <= 0 {
+					// no rate of the type left in this period: a limit of
+					// one per window keeps its jobs held
+					t.TypeLimits[ty] = 1
+					continue
+				}
+				t.TypeLimits[ty] = int(max(b.types[ty]*perWindow, 1))
+			}
+		}
+		turns = append(turns, t)
+	}
+	if len(turns) == 0 && len(o.held) > 0 {
+		// the next period's grant comes right after the current one ends
+		// (and wakes admission when it has jobs)
+		wait = period
+		for _, b := range o.budgets {
+			if d := b.ends.Sub(now) + 2*time.Millisecond; d > 0 && d < wait {
+				wait = d
+			}
+		}
+	}
+	return turns, wait
+}
+
+// admitted counts the jobs an admission took against their shards'
+// grants, and drops the shards another fetcher has taken over.
+func (o *shardOwner) admitted(res *redisq.AdmitResult) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.q.ShardCount()
+	for _, j := range res.Jobs {
+		if b := o.budgets[redisq.ShardOf(j.Group.Tenant, n)]; b != nil {
+			b.admitted++
+			if _, limited := b.types[j.Type]; limited {
+				b.typesUse[j.Type]++
+			}
+		}
+	}
+	for _, s := range res.Stale {
+		delete(o.held, s)
+		delete(o.budgets, s)
+		o.log.Warn("shard taken over by another fetcher", "shard", s)
+	}
+}
