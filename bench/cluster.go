@@ -98,8 +98,13 @@ type ClusterResult struct {
 	PrimaryTenants  []int   `json:"primary_tenants"`
 	GlobalPrimary   int     `json:"global_primary"`
 
-	GlobalMaxWindowRatio              float64 `json:"global_max_window_ratio"`
-	GlobalMaxSlidingWindowRatio       float64 `json:"global_max_sliding_window_ratio"`
+	GlobalMaxWindowRatio        float64 `json:"global_max_window_ratio"`
+	GlobalMaxSlidingWindowRatio float64 `json:"global_max_sliding_window_ratio"`
+	// GlobalMinWindowRatio is the least jobs admitted in an aligned 1 s
+	// window of the span over the limit, and AdmittedPerS every such
+	// window's jobs: where utilisation was lost.
+	GlobalMinWindowRatio              float64 `json:"global_min_window_ratio"`
+	AdmittedPerS                      []int64 `json:"admitted_per_s"`
 	GlobalMaxWindowRatioStarts        float64 `json:"global_max_window_ratio_starts"`
 	GlobalMaxSlidingWindowRatioStarts float64 `json:"global_max_sliding_window_ratio_starts"`
 	TenantShareJain                   float64 `json:"tenant_share_jain"`
@@ -221,12 +226,22 @@ func samplesCounter(s []admitSample) counter {
 	return func(a, b int64) int64 { return at(b) - at(a) }
 }
 
+// alignedWindows is what count gives each window [k·w, (k+1)·w) wholly
+// within [from, to), in order.
+func alignedWindows(count counter, from, to, w int64) []int64 {
+	var out []int64
+	for a := (from + w - 1) / w * w; a+w <= to; a += w {
+		out = append(out, count(a, a+w))
+	}
+	return out
+}
+
 // maxAlignedWindow is the most count gives any window [k·w, (k+1)·w)
 // wholly within [from, to); 0 if none fits.
 func maxAlignedWindow(count counter, from, to, w int64) int64 {
 	var most int64
-	for a := (from + w - 1) / w * w; a+w <= to; a += w {
-		most = max(most, count(a, a+w))
+	for _, n := range alignedWindows(count, from, to, w) {
+		most = max(most, n)
 	}
 	return most
 }
@@ -569,6 +584,10 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 	step := int64(ClusterSlideStep)
 	res.GlobalMaxWindowRatio = r3(float64(maxAlignedWindow(admits, from, to, sec)) / limit)
 	res.GlobalMaxSlidingWindowRatio = r3(float64(maxSlidingWindow(admits, from, to, sec, step)) / limit)
+	res.AdmittedPerS = alignedWindows(admits, from, to, sec)
+	if len(res.AdmittedPerS) > 0 {
+		res.GlobalMinWindowRatio = r3(float64(slices.Min(res.AdmittedPerS)) / limit)
+	}
 	res.GlobalMaxWindowRatioStarts = r3(float64(maxAlignedWindow(starts, from, to, sec)) / limit)
 	res.GlobalMaxSlidingWindowRatioStarts = r3(float64(maxSlidingWindow(starts, from, to, sec, step)) / limit)
 	j, whole, lo, hi := tenantJain(rec.starts, o.Tenants, from, to, int64(ClusterJainWindow))

@@ -235,7 +235,9 @@
 //     are the fetcher's admission counter
 //     (bulk_action_backpressure_admitted_total, ready and non_ready) read
 //     every 10 ms: a job counts at the first reading that saw it. The
-//     _starts figures count processor starts instead.
+//     _starts figures count processor starts instead. admitted_per_s holds
+//     every aligned second's admissions and global_min_window_ratio the
+//     least over the limit, to tell a stall from a steady shortfall.
 //   - tenant_share_jain: Jain's index of the tenants' processor starts in
 //     each 2 s window of the span, the least (goal at least 0.99);
 //     tenant_share_jain_span over the whole span, tenant_min_share and
