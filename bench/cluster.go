@@ -469,9 +469,11 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 	res.SubmitS = r3(time.Since(start).Seconds())
 	q := st.Conns.Queue
 	ref := func(t string) contracts.GroupRef { return contracts.Group(t, clusterGroup) }
-	err = waitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+	qctx, cancelQ := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelQ()
+	err = waitFor(qctx, 100*time.Millisecond, func() (bool, error) {
 		for _, t := range tenants {
-			info, ok, err := q.Group(ctx, ref(t))
+			info, ok, err := q.Group(qctx, ref(t))
 			if err != nil || !ok || info.Jobs < int64(perTenant) {
 				return false, err
 			}
@@ -520,10 +522,14 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 	}
 	progress("span measured; waiting for the groups to complete")
 
-	// Every group completes with exact counts.
-	err = waitFor(ctx, 250*time.Millisecond, func() (bool, error) {
+	// Every group completes with exact counts. At the limit, what is left
+	// takes at most jobs/limit seconds: three times that and two minutes
+	// more before giving up.
+	cctx, cancelC := context.WithTimeout(ctx, 3*time.Duration(res.JobsSubmitted)*time.Second/time.Duration(o.Limit)+2*time.Minute)
+	defer cancelC()
+	err = waitFor(cctx, 250*time.Millisecond, func() (bool, error) {
 		for _, t := range tenants {
-			info, ok, err := q.Group(ctx, ref(t))
+			info, ok, err := q.Group(cctx, ref(t))
 			if err != nil || !ok || info.State != contracts.StateCompleted {
 				return false, err
 			}
@@ -545,6 +551,11 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 			problems = append(problems, fmt.Errorf("%s: jobs %d done %d succeeded %d failed %d cancelled %d, want %d succeeded",
 				t, info.Jobs, info.Done, info.Succeeded, info.Failed, info.Cancelled, n))
 		}
+	}
+	// stop the targets, so that the processor's records are final (a
+	// redelivery would still be counted) before they are read
+	if err := st.Stop(); err != nil {
+		return nil, fmt.Errorf("bench: cluster phase %s: stopping the targets: %w", name, err)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
