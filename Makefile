@@ -7,7 +7,7 @@ TOOLS    := $(CURDIR)/.tools/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint
 
-.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway bench-demo bench-adaptive lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
+.PHONY: all build run test test-deployments test-short bench bench-redisq bench-admission bench-e2e bench-gateway bench-demo bench-adaptive bench-cluster lint fmt vet fuzz redis chromium python openapi-tools openapi-lint clean
 
 all: build
 
@@ -60,7 +60,7 @@ python:
 	@scripts/ensure-python.sh
 
 ## bench: every benchmark that reports figures
-bench: bench-redisq bench-admission bench-e2e bench-gateway bench-demo
+bench: bench-redisq bench-admission bench-e2e bench-gateway bench-demo bench-cluster
 
 ## bench-redisq: fair queue throughput, latency and memory (own redis-server), then a backlog of
 # 1,000,000 queued jobs with 100-byte payloads against BullMQ's (bench/'s BenchmarkQueuedMemory; the
@@ -90,6 +90,13 @@ bench-gateway: redis
 # convergence, as JSON lines (AD_FLAGS passes -ad.* flags, e.g. -ad.scale 0.2 -ad.modes adaptive)
 bench-adaptive: redis
 	cd bench && $(GO) test -run '^$$' -bench BenchmarkAdaptive -benchtime 1x -count 1 -timeout 20m . -args $(AD_FLAGS)
+
+## bench-cluster: the pipeline on a Redis Cluster of 3 primaries with 16 shards (REDIS_SHARDS), then the
+# same workload on one redis-server: 60 equal tenants over the global limit (3000/s), the busiest primary's
+# share of commands, the limit's worst 1 s windows, Jain of the tenants, utilisation and CPU per job against
+# one server, as JSON lines (CLUSTER_FLAGS passes -cluster.* flags, e.g. -cluster.seconds 5 -cluster.limit 1000)
+bench-cluster: redis
+	cd bench && $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -count 1 -timeout 30m . -args $(CLUSTER_FLAGS)
 
 ## bench-e2e: whole pipeline throughput, head-of-line delay, latency, CPU per job and a 1,000,000-job
 # run with peak Redis memory vs asynq and BullMQ (bench/ is a module of its own; the BullMQ peer needs

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"os"
 	"strconv"
 	"strings"
@@ -33,4 +34,21 @@ func loadAvg() float64 {
 		return -1
 	}
 	return v
+}
+
+// pidCPU is the CPU time (user and system) the process pid has used,
+// in seconds; 0 when unknown.
+func pidCPU(pid int) float64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command (which may hold spaces) start after ")".
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // clock ticks of 1/100 s (USER_HZ)
 }

@@ -199,4 +199,58 @@
 // queue with no Worker running, each on a redis-server of its own:
 // queued_bytes_per_job, queued_bytes_per_job_bullmq (the growth of
 // used_memory per job, payload included) and queued_memory_ratio_vs_bullmq.
+//
+// `make bench-cluster` runs BenchmarkCluster: the pipeline on Redis Cluster
+// shards (docs/ARCHITECTURE.md §11.1) against one redis-server. Each phase
+// gets fresh servers and runs every target in this process with a processor
+// (job type cluster-bench) that records when and for which tenant it ran and
+// returns. Phase cluster: a Redis Cluster of -cluster.primaries primaries
+// (3) and REDIS_SHARDS -cluster.shards (16); phase single: one redis-server,
+// REDIS_SHARDS 1. Both run GLOBAL_RPS -cluster.limit (3000) with
+// -cluster.tenants tenants (60) of equal weight, each with one sealed group
+// of 2 × limit × (span + 2 s) / tenants jobs, submitted a batch per tenant
+// in turn, so demand exceeds the limit from the first submit to the span's
+// end. Once every job is queued, 2 s are left out, then the span of
+// -cluster.seconds (15) is measured; then every group must complete with
+// exact counts (jobs, done and succeeded equal to its size, nothing failed
+// or cancelled) and every job must have run: a job lost or counted twice
+// fails the bench (jobs_run_twice counts redeliveries, which at-least-once
+// allows). Each phase prints one JSON line of its figures
+// ({"bench":"cluster","phase":"cluster",...}) and the bench a summary line
+// (phase "summary": the cluster phase's goal figures,
+// cpu_us_per_job_single, cpu_per_job_ratio_vs_single and the load
+// averages). Goals are reported, not asserted:
+//
+//   - busiest_primary_share: the busiest primary's share of the commands the
+//     primaries ran in the span (INFO commandstats calls, every command but
+//     INFO: those scripts run and the EVALSHA calls; goal at most 0.40);
+//     busiest_primary_cpu_share the same of their CPU, primary_commands and
+//     primary_cpu_ms per primary, primary_shards and primary_tenants the
+//     shards and tenants whose slots each primary serves, global_primary the
+//     one serving the cross-shard keys ({g}).
+//   - global_max_window_ratio: the most jobs admitted in an aligned 1 s
+//     window (whole seconds of the clock) within the span, over the limit
+//     (goal at most 1.0); global_max_sliding_window_ratio the same over any
+//     1 s window starting every 10 ms (goal at most 1.02). Admission times
+//     are the fetcher's admission counter
+//     (bulk_action_backpressure_admitted_total, ready and non_ready) read
+//     every 10 ms: a job counts at the first reading that saw it. The
+//     _starts figures count processor starts instead. admitted_per_s holds
+//     every aligned second's admissions and global_min_window_ratio the
+//     least over the limit, to tell a stall from a steady shortfall.
+//   - tenant_share_jain: Jain's index of the tenants' processor starts in
+//     each 2 s window of the span, the least (goal at least 0.99);
+//     tenant_share_jain_span over the whole span, tenant_min_share and
+//     tenant_max_share the least and most tenant's starts over the even
+//     share. tenants_dry counts tenants with no job queued at the span's end
+//     (should be 0: the figures are not at full demand otherwise).
+//   - utilisation: jobs admitted in the span (jobs) over limit × span
+//     (goal at least 0.97); utilisation_starts with processor starts
+//     (jobs_started).
+//   - cpu_us_per_job: CPU of this process (the services, the embedded NATS
+//     server, the idle producer) plus every redis-server of the phase
+//     (/proc/<pid>/stat) in the span, over the jobs started in it
+//     (process_cpu_us_per_job and redis_cpu_us_per_job split it);
+//     cpu_per_job_ratio_vs_single divides the cluster's by the single
+//     server's. -cluster.phases runs one phase alone.
 package bench

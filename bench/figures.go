@@ -125,3 +125,16 @@ func waitFor(ctx context.Context, interval time.Duration, cond func() (bool, err
 	}
 	return err
 }
+
+// jainIndex is Jain's fairness index of xs: 1 when all are equal.
+func jainIndex(xs []float64) float64 {
+	var s, sq float64
+	for _, x := range xs {
+		s += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 0
+	}
+	return s * s / (float64(len(xs)) * sq)
+}

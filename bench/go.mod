@@ -6,6 +6,7 @@ require (
 	github.com/bulkaction/bulkaction v0.0.0
 	github.com/hibiken/asynq v0.26.0
 	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -28,7 +29,6 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

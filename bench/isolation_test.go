@@ -523,23 +523,6 @@ func paceTenant(ctx context.Context, base string, k tenantKey, phase string, d t
 	return res, nil
 }
 
-// pidCPU is the CPU time (user and system) the process pid has used,
-// in seconds; 0 when unknown.
-func pidCPU(pid int) float64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The fields after the command (which may hold spaces) start after ")".
-	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100 // clock ticks of 1/100 s (USER_HZ)
-}
-
 // hostCPU is the machine's CPU time from /proc/stat, in clock ticks.
 type hostCPU struct{ busy, total float64 }
 
