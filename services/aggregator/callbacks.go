@@ -111,7 +111,11 @@ func (c *callbacks) round(ctx context.Context) int {
 		if ctx.Err() == nil {
 			c.a.warn("leasing due callbacks failed", "err", err)
 		}
-		return 0
+		if len(claimed) == 0 {
+			return 0
+		}
+		// with shards, the shards that answered leased these: deliver
+		// them rather than leave them to their lease's end
 	}
 	if n, err := c.a.d.Queue.PendingCallbacks(ctx); err == nil {
 		c.a.d.Metrics.CallbacksPending.Set(float64(n))
