@@ -298,8 +298,8 @@ func checkGatewayIngress(t *testing.T, objs []Object) {
 }
 
 // checkRedisClusterValues asserts what ci/redis-cluster-values.yaml asks: every target reads
-// BULKACTION_REDIS_CLUSTER_ADDRS (the seed nodes, comma-separated) and the hash-tagged prefix from
-// the ConfigMap, still takes BULKACTION_REDIS_URL (the credentials) from the Secret, and may reach
+// BULKACTION_REDIS_CLUSTER_ADDRS (the seed nodes, comma-separated), the prefix and the number of
+// shards from the ConfigMap, still takes BULKACTION_REDIS_URL (the credentials) from the Secret, and may reach
 // the nodes' client port.
 func checkRedisClusterValues(t *testing.T, objs []Object) {
 	t.Helper()
@@ -325,8 +325,11 @@ func checkRedisClusterValues(t *testing.T, objs []Object) {
 				if got := env["BULKACTION_REDIS_CLUSTER_ADDRS"]; got != want {
 					t.Errorf("Deployment %s: BULKACTION_REDIS_CLUSTER_ADDRS=%q, want %q", v.Name, got, want)
 				}
-				if got := env["BULKACTION_REDIS_PREFIX"]; got != "{bulk-action}:" {
-					t.Errorf("Deployment %s: BULKACTION_REDIS_PREFIX=%q, want {bulk-action}:", v.Name, got)
+				if got := env["BULKACTION_REDIS_PREFIX"]; got != "bulk-action:" {
+					t.Errorf("Deployment %s: BULKACTION_REDIS_PREFIX=%q, want bulk-action:", v.Name, got)
+				}
+				if got := env["BULKACTION_REDIS_SHARDS"]; got != "16" {
+					t.Errorf("Deployment %s: BULKACTION_REDIS_SHARDS=%q, want 16", v.Name, got)
 				}
 				if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 					return e.Name == "BULKACTION_REDIS_URL" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil

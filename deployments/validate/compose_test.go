@@ -169,8 +169,11 @@ func TestComposeRedisCluster(t *testing.T) {
 		if got := env["BULKACTION_REDIS_CLUSTER_ADDRS"]; strings.Count(got, "redis-cluster-") != 6 {
 			t.Errorf("%s: BULKACTION_REDIS_CLUSTER_ADDRS=%q, want the 6 nodes", target, got)
 		}
-		if got := env["BULKACTION_REDIS_PREFIX"]; got != "{bulk-action}:" {
-			t.Errorf("%s: BULKACTION_REDIS_PREFIX=%q, want {bulk-action}:", target, got)
+		if got := env["BULKACTION_REDIS_PREFIX"]; got != "bulk-action:" {
+			t.Errorf("%s: BULKACTION_REDIS_PREFIX=%q, want bulk-action: (no hash tag: each shard has its own)", target, got)
+		}
+		if got := env["BULKACTION_REDIS_SHARDS"]; got != "16" {
+			t.Errorf("%s: BULKACTION_REDIS_SHARDS=%q, want 16", target, got)
 		}
 		if d, ok := s.DependsOn["redis-cluster-create"]; !ok || d.Condition != "service_completed_successfully" {
 			t.Errorf("%s: does not wait for the cluster's creation: %v", target, s.DependsOn)
@@ -194,7 +197,8 @@ func TestComposeRedisClusterNeedsProfile(t *testing.T) {
 func TestBrokenRedisClusterComposeFails(t *testing.T) {
 	for _, tc := range []struct{ name, file, old, new, want string }{
 		{"target left out", "compose.redis-cluster.yaml", "  gateway: *redis-cluster\n", "", `"gateway" depends on undefined service "redis"`},
-		{"prefix without a hash tag", "compose.redis-cluster.yaml", `BULKACTION_REDIS_PREFIX: "{bulk-action}:"`, `BULKACTION_REDIS_PREFIX: "bulk-action:"`, "hash tag"},
+		{"one shard with a prefix without a hash tag", "compose.redis-cluster.yaml", "    BULKACTION_REDIS_SHARDS: \"16\"\n", "", "hash tag"},
+		{"shards with a hash-tagged prefix", "compose.redis-cluster.yaml", `BULKACTION_REDIS_PREFIX: "bulk-action:"`, `BULKACTION_REDIS_PREFIX: "{bulk-action}:"`, "no hash tag"},
 		{"seed list without a node", "compose.redis-cluster.yaml", ",redis-cluster-6:6379", "", "cluster node redis-cluster-6"},
 		{"node not in cluster mode", "redis/cluster.conf", "cluster-enabled yes", "cluster-enabled no", "cluster-enabled"},
 		{"node state off the volume", "redis/cluster.conf", "cluster-config-file /data/nodes.conf", "cluster-config-file /tmp/nodes.conf", "cluster-config-file"},
