@@ -79,6 +79,19 @@
 // as a whole ([RejectedQueuedJobsQuota], [RejectedActiveGroupsQuota],
 // [EnqueueResult.Refusals]); [Queue.CorrectCounters] re-derives the counts.
 //
+// # Logical shards
+//
+// With [Config.Shards] N above 1 the tenants are spread over N logical
+// shards ([ShardOf]), each with keys of its own hash tag ([ShardPrefix]),
+// so that a Redis Cluster places them on its primaries. The Queue routes
+// every call to its tenant's shard ([Queue.For]), splits batches of
+// several tenants by shard, and runs calls that span tenants on every
+// shard, merging their answers (docs/ARCHITECTURE.md §11.1). Admission
+// takes [WithShardTurns] to admit from the shards its caller holds, each
+// at its grant and with its lease epoch; [Queue.ShardDemand],
+// [Queue.NewShardLeases] and [Queue.NewGrants] give a shard owner what it
+// needs.
+//
 // # Shard leases
 //
 // [ShardLeases] spreads a fixed number of logical shards (docs/ARCHITECTURE.md
@@ -87,14 +100,15 @@
 // ([GlobalPrefix]). Every take of a shard gets a higher epoch, which its
 // taker writes into the shard as its fence ([ShardLeases.Fence], raised
 // only); a shard's scripts refuse a call whose epoch is below the fence
-// (lib.lua fence_ok), so a holder that lost its lease changes nothing.
-// The services do not use them yet.
+// (lib.lua fence_ok; admit.lua checks it), so a holder that lost its lease
+// changes nothing. The fetchers hold the shards they admit from by them.
 //
 // # Cross-shard grants
 //
 // [Grants] splits the global limit and the per-type limits between the
 // owners of the logical shards of a Redis Cluster installation
-// (docs/ARCHITECTURE.md §11.1, not wired into admission yet): each owner
+// (docs/ARCHITECTURE.md §11.1; the fetchers report for the shards they
+// hold and admit at their grants): each owner
 // reports its demand per level and per limited type every period
 // ([Grants.Report]) and gets its grant for the period, levels served
 // strictly and shares in proportion to demand, within the limit in every

@@ -264,3 +264,12 @@ func TestShardCountIsFixed(t *testing.T) {
 		t.Fatal("a prefix with a hash tag and 4 shards was accepted")
 	}
 }
+
+// A tenant's shard is the crc32 of its name modulo the number of shards,
+// and its keys carry that shard's hash tag.
+func ExampleShardOf() {
+	const shards = 16
+	s := redisq.ShardOf("acme", shards)
+	fmt.Println(s, redisq.ShardPrefix("bulk-action:", s))
+	// Output: 14 bulk-action:{s14}:
+}
