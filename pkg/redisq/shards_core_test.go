@@ -273,3 +273,48 @@ func ExampleShardOf() {
 	fmt.Println(s, redisq.ShardPrefix("bulk-action:", s))
 	// Output: 14 bulk-action:{s14}:
 }
+
+// A sharded admission with a shard's lease epoch admits while the epoch is
+// the shard's fence, and nothing once another holder has taken the shard
+// over: the shard is reported stale and its jobs stay queued.
+func TestShardTurnsAreFencedByTheLeaseEpoch(t *testing.T) {
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{Shards: 2, GlobalLimit: 100000}, false)
+	leases, err := q.NewShardLeases(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := leases.Hold(ctx, "a")
+	if err != nil || len(a) != 2 {
+		t.Fatalf("holder a: %v %v", a, err)
+	}
+	tn := tenantsOnShards(2)[1]
+	var jobs []redisq.Job
+	for i := 0; i < 4; i++ {
+		jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%d", i), Type: "t", Payload: []byte(`{}`)})
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	turn := redisq.ShardTurn{Shard: 1, Epoch: a[1], Max: 1}
+	r, err := q.Admit(ctx, 10, redisq.WithShardTurns(turn))
+	if err != nil || len(r.Jobs) != 1 || len(r.Stale) != 0 {
+		t.Fatalf("holder a's turn with Max 1: %+v %v", r, err)
+	}
+	// a gives shard 1 back; b takes it at a higher epoch
+	if err := leases.Release(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	b, err := leases.Hold(ctx, "b")
+	if err != nil || b[1] <= a[1] {
+		t.Fatalf("holder b: %v %v (a had %d)", b, err, a[1])
+	}
+	r, err = q.Admit(ctx, 10, redisq.WithShardTurns(turn))
+	if err != nil || len(r.Jobs) != 0 || len(r.Stale) != 1 || r.Stale[0] != 1 {
+		t.Fatalf("holder a's turn after b took the shard: %+v %v", r, err)
+	}
+	r, err = q.Admit(ctx, 10, redisq.WithShardTurns(redisq.ShardTurn{Shard: 1, Epoch: b[1]}))
+	if err != nil || len(r.Jobs) != 3 {
+		t.Fatalf("holder b's turn: %+v %v", r, err)
+	}
+}
