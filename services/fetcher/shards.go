@@ -152,40 +152,54 @@ func (o *shardOwner) report(ctx context.Context) (fresh bool, left time.Duration
 	shards := slices.Sorted(maps.Keys(o.held))
 	o.mu.Unlock()
 	left = o.grants.Config().Period
+	// the shards at once, so that every grant comes early in its period
+	var wg sync.WaitGroup
 	for _, s := range shards {
-		d, err := o.q.ShardDemand(ctx, s, o.types)
-		if err != nil {
-			if ctx.Err() == nil {
-				o.log.Warn("shard demand", "shard", s, "err", err)
+		wg.Go(func() {
+			g, ok := o.reportShard(ctx, s)
+			if !ok {
+				return
 			}
-			continue
-		}
-		o.mu.Lock()
-		used := redisq.UsedAll // a shard just taken: what was admitted is unknown
-		if b := o.budgets[s]; b != nil {
-			used = redisq.Used{Jobs: b.admitted, Types: b.typesUse}
-		}
-		o.mu.Unlock()
-		g, err := o.grants.Report(ctx, s, d, used)
-		if err != nil {
-			if ctx.Err() == nil {
-				o.log.Warn("shard grant", "shard", s, "err", err)
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			left = min(left, g.Remaining)
+			if _, held := o.held[s]; !held {
+				return
 			}
-			continue
-		}
-		left = min(left, g.Remaining)
-		o.mu.Lock()
-		if _, ok := o.held[s]; ok {
-			b := o.budgets[s]
-			if b == nil || b.period != g.Period {
+			if b := o.budgets[s]; b == nil || b.period != g.Period {
 				o.budgets[s] = &shardBudget{period: g.Period, ends: time.Now().Add(g.Remaining), jobs: g.Jobs, types: g.Types,
 					typesUse: map[string]int64{}}
 				fresh = fresh || g.Jobs > 0
 			}
-		}
-		o.mu.Unlock()
+		})
 	}
+	wg.Wait()
 	return fresh, max(left, 0)
+}
+
+// reportShard reports shard s's demand and what it admitted of its last
+// grant, and returns its grant; ok is false when either call failed.
+func (o *shardOwner) reportShard(ctx context.Context, s int) (g redisq.Grant, ok bool) {
+	d, err := o.q.ShardDemand(ctx, s, o.types)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.Warn("shard demand", "shard", s, "err", err)
+		}
+		return g, false
+	}
+	o.mu.Lock()
+	used := redisq.UsedAll // a shard just taken: what was admitted is unknown
+	if b := o.budgets[s]; b != nil {
+		used = redisq.Used{Jobs: b.admitted, Types: maps.Clone(b.typesUse)}
+	}
+	o.mu.Unlock()
+	if g, err = o.grants.Report(ctx, s, d, used); err != nil {
+		if ctx.Err() == nil {
+			o.log.Warn("shard grant", "shard", s, "err", err)
+		}
+		return g, false
+	}
+	return g, true
 }
 
 // turns are the shards to admit from now, each at its grant: the shards
