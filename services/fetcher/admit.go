@@ -250,7 +250,13 @@ func (f *Fetcher) admit(parent context.Context) next {
 		if ms, ok := learned.StopEnd(res.RateHeld, res.NowMs); ok && ms < wake {
 			wake = max(ms, 1)
 		}
-		return next{wait: time.Duration(wake) * time.Millisecond, since: admitted, notify: len(res.RateHeld) > 0}
+		d := time.Duration(wake) * time.Millisecond
+		if f.shards != nil {
+			// each shard's rate gate opens a few ms apart: one round for
+			// several of them (their pacers' burst covers the gap)
+			d = max(d, shardRoundGap)
+		}
+		return next{wait: d, since: admitted, notify: len(res.RateHeld) > 0}
 	}
 	f.roomQuiet = true
 	n := next{idle: true}

@@ -44,6 +44,13 @@ type shardBudget struct {
 	typesUse map[string]int64
 }
 
+// shardRoundGap is the shortest wait between two admission rounds of a
+// fetcher that holds shards, when their rate gates hold them: with many
+// shards the gates open a few ms apart, and a round per opening would run
+// a script per shard for a job or two each. It is below the pacers'
+// burst (Config.Burst, 40 ms by default), so the shards lose no rate.
+const shardRoundGap = 20 * time.Millisecond
+
 // grantPeriod is the grant period for a rate-limit window: 100 ms when
 // the window is a whole number of them, else the window itself.
 func grantPeriod(window time.Duration) time.Duration {
