@@ -254,7 +254,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 		if f.shards != nil {
 			// each shard's rate gate opens a few ms apart: one round for
 			// several of them (their pacers' burst covers the gap)
-			d = max(d, shardRoundGap)
+			d = max(d, min(shardRoundGap, f.d.Queue.Config().Burst/2))
 		}
 		return next{wait: d, since: admitted, notify: len(res.RateHeld) > 0}
 	}

@@ -47,7 +47,7 @@ type shardBudget struct {
 // shardRoundGap is the shortest wait between two admission rounds of a
 // fetcher that holds shards, when their rate gates hold them: with many
 // shards the gates open a few ms apart, and a round per opening would run
-// a script per shard for a job or two each. It is below the pacers'
+// a script per shard for a job or two each. At most half the pacers'
 // burst (Config.Burst, 40 ms by default), so the shards lose no rate.
 const shardRoundGap = 20 * time.Millisecond
 
