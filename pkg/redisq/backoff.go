@@ -157,16 +157,7 @@ func Throttled() RetryOption { return func(o *retryOptions) { o.throttled = true
 // is gone are not counted: release takes them out of the queue.
 func (q *Queue) CorrectCounters(ctx context.Context, opts ...SweepOption) (int, error) {
 	if q.sharded() {
-		fixed := make([]int, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			fixed[i], err = s.CorrectCounters(ctx, opts...)
-			return err
-		})
-		n := 0
-		for _, f := range fixed {
-			n += f
-		}
-		return n, err
+		return sumShards(q, func(s *Queue) (int, error) { return s.CorrectCounters(ctx, opts...) })
 	}
 	fixed, err := q.correctNonReady(ctx, sweepOptionsOf(opts))
 	if err != nil {
@@ -282,11 +273,8 @@ func (q *Queue) SystemCongestion(ctx context.Context) (*CongestionSummary, error
 
 // mergedCongestion is SystemCongestion of every shard, merged.
 func (q *Queue) mergedCongestion(ctx context.Context, now int64) (*CongestionSummary, error) {
-	parts := make([]*CongestionSummary, len(q.shards))
-	if err := q.eachShard(func(i int, s *Queue) (err error) {
-		parts[i], err = s.systemCongestion(ctx, now)
-		return err
-	}); err != nil {
+	parts, err := gather(q, func(s *Queue) (*CongestionSummary, error) { return s.systemCongestion(ctx, now) })
+	if err != nil {
 		return nil, err
 	}
 	out := &CongestionSummary{AtMs: now, WorstLevel: CongestionNone, GroupsPerLevel: map[CongestionLevel]int64{}}

@@ -288,19 +288,7 @@ func (q *Queue) CallbackURLOf(ctx context.Context, g contracts.GroupRef) (string
 // of every shard.
 func (q *Queue) PendingCallbacks(ctx context.Context) (int64, error) {
 	if q.sharded() {
-		ns := make([]int64, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			ns[i], err = s.PendingCallbacks(ctx)
-			return err
-		})
-		if err != nil {
-			return 0, err
-		}
-		var sum int64
-		for _, n := range ns {
-			sum += n
-		}
-		return sum, nil
+		return sumShards(q, func(s *Queue) (int64, error) { return s.PendingCallbacks(ctx) })
 	}
 	n, err := q.rdb.ZCard(ctx, q.keys.CallbacksDue()).Result()
 	if err != nil {

@@ -112,11 +112,8 @@ func (q *Queue) ReadDashboard(ctx context.Context, typesWithinMs int64) (*Dashbo
 	if !q.sharded() {
 		return q.readDashboard(ctx, typesWithinMs, now, true)
 	}
-	parts := make([]*Dashboard, len(q.shards))
-	if err := q.eachShard(func(i int, s *Queue) (err error) {
-		parts[i], err = s.readDashboard(ctx, typesWithinMs, now, false)
-		return err
-	}); err != nil {
+	parts, err := gather(q, func(s *Queue) (*Dashboard, error) { return s.readDashboard(ctx, typesWithinMs, now, false) })
+	if err != nil {
 		return nil, err
 	}
 	d := &Dashboard{AtMs: now, Weights: map[string]string{}, Tenants: map[string]*TenantFigures{},

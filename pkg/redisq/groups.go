@@ -498,11 +498,8 @@ func (q *Queue) PendingJobs(ctx context.Context, g contracts.GroupRef) (int64, e
 // trips). Paused groups and groups at their in-flight limit are not waiting.
 func (q *Queue) GroupsPerLevel(ctx context.Context) (map[contracts.Priority]int64, error) {
 	if q.sharded() {
-		parts := make([]map[contracts.Priority]int64, len(q.shards))
-		if err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.GroupsPerLevel(ctx)
-			return err
-		}); err != nil {
+		parts, err := gather(q, func(s *Queue) (map[contracts.Priority]int64, error) { return s.GroupsPerLevel(ctx) })
+		if err != nil {
 			return nil, err
 		}
 		out := map[contracts.Priority]int64{}
@@ -576,11 +573,8 @@ func (q *Queue) SetTenantWeight(ctx context.Context, tenant string, weight int) 
 // TenantWeights returns the tenants whose weight is not the default 1.
 func (q *Queue) TenantWeights(ctx context.Context) (map[string]int, error) {
 	if q.sharded() {
-		parts := make([]map[string]int, len(q.shards))
-		if err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.TenantWeights(ctx)
-			return err
-		}); err != nil {
+		parts, err := gather(q, func(s *Queue) (map[string]int, error) { return s.TenantWeights(ctx) })
+		if err != nil {
 			return nil, err
 		}
 		out := map[string]int{}

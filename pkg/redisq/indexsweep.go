@@ -36,16 +36,7 @@ func (q *Queue) PruneGroupIndexes(ctx context.Context, budget time.Duration) (in
 		budget = DefaultIndexSweepBudget
 	}
 	if q.sharded() {
-		pruned := make([]int, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			pruned[i], err = s.PruneGroupIndexes(ctx, budget)
-			return err
-		})
-		n := 0
-		for _, p := range pruned {
-			n += p
-		}
-		return n, err
+		return sumShards(q, func(s *Queue) (int, error) { return s.PruneGroupIndexes(ctx, budget) })
 	}
 	deadline := time.Now().Add(budget)
 	pos, err := q.rdb.Get(ctx, q.keys.IndexSweep()).Int64()

@@ -97,11 +97,8 @@ type WindowCounts struct {
 // only), and Tenants gathers each shard's tenants.
 func (q *Queue) WindowCounts(ctx context.Context, window int64) (*WindowCounts, error) {
 	if q.sharded() {
-		parts := make([]*WindowCounts, len(q.shards))
-		if err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.WindowCounts(ctx, window)
-			return err
-		}); err != nil {
+		parts, err := gather(q, func(s *Queue) (*WindowCounts, error) { return s.WindowCounts(ctx, window) })
+		if err != nil {
 			return nil, err
 		}
 		out := &WindowCounts{Window: window, Tenants: map[string]int64{}}
@@ -146,19 +143,7 @@ func (q *Queue) WindowCounts(ctx context.Context, window int64) (*WindowCounts, 
 // admission mode, which keeps no counter); with shards, by all shards.
 func (q *Queue) GlobalAdmitted(ctx context.Context, window int64) (int64, error) {
 	if q.sharded() {
-		counts := make([]int64, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			counts[i], err = s.GlobalAdmitted(ctx, window)
-			return err
-		})
-		if err != nil {
-			return 0, err
-		}
-		var n int64
-		for _, c := range counts {
-			n += c
-		}
-		return n, nil
+		return sumShards(q, func(s *Queue) (int64, error) { return s.GlobalAdmitted(ctx, window) })
 	}
 	n, err := q.rdb.Get(ctx, q.keys.RateLimitGlobal(window)).Int64()
 	if err != nil && !isNil(err) {
@@ -182,11 +167,8 @@ type QueueSizes struct {
 // is then the latest of the shards' readings.
 func (q *Queue) Sizes(ctx context.Context) (*QueueSizes, error) {
 	if q.sharded() {
-		parts := make([]*QueueSizes, len(q.shards))
-		if err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.Sizes(ctx)
-			return err
-		}); err != nil {
+		parts, err := gather(q, func(s *Queue) (*QueueSizes, error) { return s.Sizes(ctx) })
+		if err != nil {
 			return nil, err
 		}
 		out := &QueueSizes{}

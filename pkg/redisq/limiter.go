@@ -97,11 +97,8 @@ func (q *Queue) limiterStatus(ctx context.Context, tenant string, w int64) (*Lim
 // those of every shard, shard after shard.
 func (q *Queue) ActiveTenants(ctx context.Context) ([]string, error) {
 	if q.sharded() {
-		parts := make([][]string, len(q.shards))
-		if err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.ActiveTenants(ctx)
-			return err
-		}); err != nil {
+		parts, err := gather(q, func(s *Queue) ([]string, error) { return s.ActiveTenants(ctx) })
+		if err != nil {
 			return nil, err
 		}
 		return slices.Concat(parts...), nil

@@ -249,16 +249,7 @@ func (q *Queue) queueQuotas(ctx context.Context, pipe redis.Pipeliner, tenants [
 // one round trip (per shard, the shards at once).
 func (q *Queue) correctQuotas(ctx context.Context) (int, error) {
 	if q.sharded() {
-		ns := make([]int, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			ns[i], err = s.correctQuotas(ctx)
-			return err
-		})
-		sum := 0
-		for _, n := range ns {
-			sum += n
-		}
-		return sum, err
+		return sumShards(q, func(s *Queue) (int, error) { return s.correctQuotas(ctx) })
 	}
 	tenants, err := q.rdb.SMembers(ctx, q.keys.QuotaTenants()).Result()
 	if err != nil {

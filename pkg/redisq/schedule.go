@@ -107,16 +107,7 @@ const RefreshWindowsBatch = 100
 // returns their sum.
 func (q *Queue) RefreshWindows(ctx context.Context) (int, error) {
 	if q.sharded() {
-		ns := make([]int, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			ns[i], err = s.RefreshWindows(ctx)
-			return err
-		})
-		sum := 0
-		for _, n := range ns {
-			sum += n
-		}
-		return sum, err
+		return sumShards(q, func(s *Queue) (int, error) { return s.RefreshWindows(ctx) })
 	}
 	nowMs, err := q.clockMs(ctx)
 	if err != nil {

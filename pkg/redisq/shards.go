@@ -285,3 +285,33 @@ func (q *Queue) NewGrants(ctx context.Context, period time.Duration) (*Grants, e
 	return NewGrants(ctx, q.rdb, GlobalPrefix(q.cfg.Prefix), GrantsConfig{Limit: q.cfg.GlobalLimit, TypeLimits: q.cfg.TypeLimits,
 		Window: q.cfg.Window, Period: period, Observer: q.obs, Clock: q.cfg.Clock})
 }
+
+// gather runs read on every shard concurrently and returns the answers in
+// shard order, or the first error.
+func gather[T any](q *Queue, read func(s *Queue) (T, error)) ([]T, error) {
+	parts := make([]T, q.ShardCount())
+	err := q.eachShard(func(i int, s *Queue) (err error) {
+		parts[i], err = read(s)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return parts, nil
+}
+
+// sumShards runs count on every shard concurrently and returns the sum of
+// the answers, with the first error (the sum then holds the shards that
+// answered).
+func sumShards[T int | int64](q *Queue, count func(s *Queue) (T, error)) (T, error) {
+	ns := make([]T, q.ShardCount())
+	err := q.eachShard(func(i int, s *Queue) (err error) {
+		ns[i], err = count(s)
+		return err
+	})
+	var sum T
+	for _, n := range ns {
+		sum += n
+	}
+	return sum, err
+}

@@ -28,11 +28,7 @@ func (k Keys) StuckWatch() string { return k.prefix + "stuck-watch" }
 // trips each, the shards concurrently) and merges their lists.
 func (q *Queue) CandidateGroups(ctx context.Context) ([]contracts.GroupRef, error) {
 	if q.sharded() {
-		parts := make([][]contracts.GroupRef, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.CandidateGroups(ctx)
-			return err
-		})
+		parts, err := gather(q, func(s *Queue) ([]contracts.GroupRef, error) { return s.CandidateGroups(ctx) })
 		if err != nil {
 			return nil, err
 		}
@@ -125,11 +121,7 @@ func (q *Queue) WatchGroups(ctx context.Context, gs ...contracts.GroupRef) error
 // and the stuck groups of all of them returned in the candidates' order.
 func (q *Queue) StuckGroups(ctx context.Context, after time.Duration) ([]GroupInfo, error) {
 	if q.sharded() {
-		parts := make([][]GroupInfo, len(q.shards))
-		err := q.eachShard(func(i int, s *Queue) (err error) {
-			parts[i], err = s.StuckGroups(ctx, after)
-			return err
-		})
+		parts, err := gather(q, func(s *Queue) ([]GroupInfo, error) { return s.StuckGroups(ctx, after) })
 		if err != nil {
 			return nil, err
 		}
