@@ -24,9 +24,9 @@ type Position struct {
 	RunID, StoredRunID string
 	// Shards are the positions of each shard, in order, with more than one
 	// shard (nil with one): each shard keeps its own, since a failover loses
-	// the writes of the shards on one primary only. Seq is then the lowest
-	// shard's, Current whether every shard's is, and RunID and StoredRunID
-	// the first shard's.
+	// the writes of the shards on one primary only. Seq, RunID and
+	// StoredRunID are then the lowest shard's, and Current whether every
+	// shard's is.
 	Shards []Position
 }
 
@@ -91,9 +91,14 @@ func (q *Queue) positionSharded(ctx context.Context, log, op string, seq uint64,
 	if err != nil {
 		return Position{}, err
 	}
-	p := Position{Seq: ps[0].Seq, Current: true, RunID: ps[0].RunID, StoredRunID: ps[0].StoredRunID, Shards: ps}
+	low := 0 // the shard whose position is lowest
+	for i, s := range ps {
+		if s.Seq < ps[low].Seq {
+			low = i
+		}
+	}
+	p := Position{Seq: ps[low].Seq, Current: true, RunID: ps[low].RunID, StoredRunID: ps[low].StoredRunID, Shards: ps}
 	for _, s := range ps {
-		p.Seq = min(p.Seq, s.Seq)
 		p.Current = p.Current && s.Current
 	}
 	return p, nil
