@@ -197,7 +197,7 @@ func (e *env) endedGroups(plans []*groupPlan) int {
 	defer cancel()
 	n := 0
 	for _, p := range plans {
-		st, _ := e.rdb.HGet(ctx, e.keys.GroupMeta(p.ref), "status").Result()
+		st, _ := e.rdb.HGet(ctx, e.tenantKeys(p.ref.Tenant).GroupMeta(p.ref), "status").Result()
 		if st == string(contracts.StateCompleted) || st == string(contracts.StateCancelled) {
 			n++
 		}

@@ -13,7 +13,7 @@ import (
 
 var (
 	profileFlag = flag.String("chaos.profile", "", "short (default) or long; BULKACTION_CHAOS_PROFILE too")
-	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T19); BULKACTION_CHAOS_ONLY too")
+	onlyFlag    = flag.String("chaos.only", "", "comma-separated scenarios to run (T1,...,T22); BULKACTION_CHAOS_ONLY too")
 )
 
 // profile sizes the scenarios.
@@ -55,7 +55,10 @@ type profile struct {
 	t17Jobs int
 	// T18, T19: jobs of the Redis Cluster rows (a failover, slot moves).
 	t18Jobs, t19Jobs int
-	scenarios        []string
+	// T20, T21, T22: jobs of the sharded Redis Cluster rows (a failover,
+	// slot moves, fetchers killed under the global limit).
+	t20Jobs, t21Jobs, t22Jobs int
+	scenarios                 []string
 }
 
 var profiles = map[string]profile{
@@ -79,7 +82,8 @@ var profiles = map[string]profile{
 		t16Jobs: 1000,
 		t17Jobs: 720,
 		t18Jobs: 3000, t19Jobs: 3000,
-		scenarios: []string{"T1", "T2", "T4", "T5", "T6", "T17"},
+		t20Jobs: 3000, t21Jobs: 3000, t22Jobs: 6000,
+		scenarios: []string{"T1", "T2", "T4", "T5", "T6", "T17", "T20", "T21"},
 	},
 	// long is `make chaos`.
 	"long": {
@@ -100,7 +104,8 @@ var profiles = map[string]profile{
 		t16Jobs: 6000,
 		t17Jobs: 8400,
 		t18Jobs: 20_000, t19Jobs: 20_000,
-		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17", "T18", "T19"},
+		t20Jobs: 20_000, t21Jobs: 20_000, t22Jobs: 24_000,
+		scenarios: []string{"T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17", "T18", "T19", "T20", "T21", "T22"},
 	},
 }
 
@@ -233,6 +238,12 @@ func TestChaos(t *testing.T) {
 				add(t18(t, p).execute(t))
 			case "T19":
 				add(t19(t, p).execute(t))
+			case "T20":
+				add(t20(t, p).execute(t))
+			case "T21":
+				add(t21(t, p).execute(t))
+			case "T22":
+				add(t22(t, p).execute(t))
 			default:
 				t.Fatalf("unknown scenario %s", id)
 			}

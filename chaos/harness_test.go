@@ -444,6 +444,12 @@ type envOptions struct {
 	// replica (env.cluster), in place of the one redis-server; the prefix
 	// gets a hash tag.
 	RedisCluster bool
+	// RedisShards, above 1, spreads the tenants over that many logical
+	// shards (REDIS_SHARDS, docs/ARCHITECTURE.md §11.1) on such a Redis
+	// Cluster (it implies RedisCluster): the prefix carries no hash tag,
+	// each shard's keys carry their own ({s<i>}) and the cross-shard keys
+	// {g}.
+	RedisShards int
 }
 
 // env is one scenario's installation: redis-server, NATS node(s) and the
@@ -459,7 +465,10 @@ type env struct {
 	opts    envOptions
 	prefix  string
 	names   contracts.Names
-	keys    redisq.Keys
+	// keys are the installation's keys; with shards, the cross-shard ones
+	// (a tenant's are tenantKeys').
+	keys   redisq.Keys
+	shards int // logical shards, 1 without RedisShards
 
 	rdb        redis.UniversalClient
 	nc         *nats.Conn
@@ -488,7 +497,10 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: dir, bins: bins, opts: opts, prefix: "chaos:", keys: redisq.NewKeys("chaos:")}
+	if opts.RedisShards > 1 {
+		opts.RedisCluster = true
+	}
+	e := &env{t: t, dir: dir, bins: bins, opts: opts, prefix: "chaos:", keys: redisq.NewKeys("chaos:"), shards: 1}
 	if opts.RedisCluster {
 		c, err := testenv.StartRedisClusterWithReplicas(filepath.Join(dir, "redis"), 3)
 		if err != nil {
@@ -498,6 +510,11 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 		e.cluster = c
 		e.prefix = "{chaos}:"
 		e.keys = redisq.NewKeys(e.prefix)
+		if opts.RedisShards > 1 {
+			e.shards = opts.RedisShards
+			e.prefix = "chaos:"
+			e.keys = redisq.NewKeys(redisq.GlobalPrefix(e.prefix))
+		}
 	} else {
 		e.redis = &redisProc{port: freePort(t), dir: filepath.Join(dir, "redis"), wrap: opts.RedisWrap}
 		if err := os.MkdirAll(e.redis.dir, 0o755); err != nil {
@@ -651,6 +668,27 @@ func (e *env) gatewayEnv(tenants []string) []string {
 	return []string{"BULKACTION_GATEWAY_ADDR=" + addr, "BULKACTION_GATEWAY_KEYS_FILE=" + file}
 }
 
+// tenantKeys are the keys of tenant's groups and jobs: e.keys, or with
+// shards those of the tenant's shard.
+func (e *env) tenantKeys(tenant string) redisq.Keys {
+	if e.shards <= 1 {
+		return e.keys
+	}
+	return redisq.NewKeys(redisq.ShardPrefix(e.prefix, redisq.ShardOf(tenant, e.shards)))
+}
+
+// keyPrefix splits a key of the installation into the prefix of its keys
+// (with shards, its shard's or the cross-shard one) and the rest.
+func (e *env) keyPrefix(key string) (prefix, rest string) {
+	rest = strings.TrimPrefix(key, e.prefix)
+	if e.shards > 1 && strings.HasPrefix(rest, "{") {
+		if i := strings.Index(rest, "}:"); i > 0 {
+			return e.prefix + rest[:i+2], rest[i+2:]
+		}
+	}
+	return e.prefix, rest
+}
+
 func (e *env) natsURL() string {
 	urls := make([]string, len(e.nats))
 	for i, n := range e.nats {
@@ -690,6 +728,9 @@ func (e *env) serviceEnv(nodes int) []string {
 	}
 	if e.cluster != nil {
 		set["REDIS_CLUSTER_ADDRS"] = strings.Join(e.cluster.Addrs(), ",")
+	}
+	if e.shards > 1 {
+		set["REDIS_SHARDS"] = strconv.Itoa(e.shards)
 	}
 	for k, v := range e.opts.Settings {
 		set[k] = v

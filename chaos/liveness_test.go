@@ -20,6 +20,15 @@ type sideEffects struct {
 	addr  string
 	mu    sync.Mutex
 	calls map[string]int
+	// at is when each call arrived, in order (T22's rate check).
+	at []endpointCall
+}
+
+// endpointCall is one call of the endpoint: the job's path and when it
+// arrived.
+type endpointCall struct {
+	path string
+	at   time.Time
 }
 
 func newSideEffects(t *testing.T) *sideEffects {
@@ -31,8 +40,10 @@ func newSideEffects(t *testing.T) *sideEffects {
 	s := &sideEffects{addr: l.Addr().String(), calls: map[string]int{}}
 	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		now := time.Now()
 		s.mu.Lock()
 		s.calls[r.URL.Path]++
+		s.at = append(s.at, endpointCall{r.URL.Path, now})
 		s.mu.Unlock()
 		if ms, _ := strconv.Atoi(r.URL.Query().Get("ms")); ms > 0 {
 			select {

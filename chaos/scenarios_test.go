@@ -152,7 +152,7 @@ func (e *env) allEnded(plans []*groupPlan) bool {
 	pl := e.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(plans))
 	for i, p := range plans {
-		cmds[i] = pl.HGet(ctx, e.keys.GroupMeta(p.ref), "status")
+		cmds[i] = pl.HGet(ctx, e.tenantKeys(p.ref.Tenant).GroupMeta(p.ref), "status")
 	}
 	_, _ = pl.Exec(ctx)
 	for _, c := range cmds {

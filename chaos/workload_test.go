@@ -14,6 +14,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
+	"github.com/bulkaction/bulkaction/pkg/redisq"
 )
 
 // workload describes the jobs of a scenario: tenants × groups × jobs, each
@@ -225,7 +226,7 @@ func (e *env) account(plans []*groupPlan, timeout time.Duration) *tally {
 	for _, p := range plans {
 		submitted := len(p.jobs)
 		tl.jobs += submitted
-		meta, err := e.rdb.HGetAll(rctx, e.keys.GroupMeta(p.ref)).Result()
+		meta, err := e.rdb.HGetAll(rctx, e.tenantKeys(p.ref.Tenant).GroupMeta(p.ref)).Result()
 		if err != nil {
 			tl.notef("%s: meta: %v", p.ref, err)
 			tl.lost += submitted
@@ -262,7 +263,7 @@ func (e *env) account(plans []*groupPlan, timeout time.Duration) *tally {
 			cmds := make([]*redis.SliceCmd, end-start)
 			_, err := e.rdb.Pipelined(rctx, func(pl redis.Pipeliner) error {
 				for i := start; i < end; i++ {
-					cmds[i-start] = pl.HMGet(rctx, e.keys.Job(p.ref, p.jobs[i].ID), "status", "createdAt", "finishedAt")
+					cmds[i-start] = pl.HMGet(rctx, e.tenantKeys(p.ref.Tenant).Job(p.ref, p.jobs[i].ID), "status", "createdAt", "finishedAt")
 				}
 				return nil
 			})
@@ -324,7 +325,7 @@ func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
 	var problems []string
 	ended := map[string]bool{}
 	for _, p := range plans {
-		st, _ := e.rdb.HGet(ctx, e.keys.GroupMeta(p.ref), "status").Result()
+		st, _ := e.rdb.HGet(ctx, e.tenantKeys(p.ref.Tenant).GroupMeta(p.ref), "status").Result()
 		if st == string(contracts.StateCompleted) || st == string(contracts.StateCancelled) {
 			ended[p.ref.Tenant+":"+p.ref.ID] = true
 		}
@@ -334,7 +335,8 @@ func (e *env) t9(plans []*groupPlan, wait time.Duration) []string {
 	err := e.scanKeys(ctx, e.prefix+"*", 2000, func(keys []string) {
 		var cands []string
 		for _, k := range keys {
-			if g := groupOfKey(strings.TrimPrefix(k, e.prefix)); g != "" && ended[g] {
+			_, rest := e.keyPrefix(k)
+			if g := groupOfKey(rest); g != "" && ended[g] {
 				cands = append(cands, k)
 			}
 		}
@@ -480,10 +482,11 @@ func (e *env) dlqCount() (uint64, error) {
 // callbackDue reports whether key is a group's completion callback whose
 // delivery is still due (in callbacks:due): it keeps no TTL until it ends.
 func (e *env) callbackDue(ctx context.Context, key string) bool {
-	gk, ok := strings.CutSuffix(strings.TrimPrefix(key, e.prefix+"group:"), ":callback")
+	prefix, rest := e.keyPrefix(key)
+	gk, ok := strings.CutSuffix(strings.TrimPrefix(rest, "group:"), ":callback")
 	if !ok {
 		return false
 	}
-	_, err := e.rdb.ZScore(ctx, e.keys.CallbacksDue(), gk).Result()
+	_, err := e.rdb.ZScore(ctx, redisq.NewKeys(prefix).CallbacksDue(), gk).Result()
 	return err == nil
 }
