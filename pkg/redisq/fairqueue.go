@@ -671,6 +671,8 @@ type admitOptions struct {
 	log string
 	// epoch is the caller's shard lease epoch (0 = none; WithShardTurns)
 	epoch uint64
+	// untilMs is the end of the turn's grant period (Redis ms; 0 = none)
+	untilMs int64
 	// turns, when set, are the shards a sharded Admit admits from
 	// (WithShardTurns)
 	turns []ShardTurn
@@ -694,6 +696,10 @@ type ShardTurn struct {
 	// Max is the most jobs the shard admits in this call (what is left of
 	// its grant); 0 = no bound beyond the call's.
 	Max int
+	// UntilMs is the end of the grant's period ([Grant.EndMs], Redis time in
+	// ms): a call that runs in Redis at or after it admits nothing from the
+	// shard, however late it arrives; 0 = none.
+	UntilMs int64
 }
 
 // WithShardTurns makes a sharded Admit admit from these shards alone, each
@@ -815,7 +821,7 @@ func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*Admit
 			m = min(n, t.Max)
 		}
 		so := o
-		so.epoch = t.Epoch
+		so.epoch, so.untilMs = t.Epoch, t.UntilMs
 		r, err := s.admit(ctx, m, limit, tl, so)
 		if errors.Is(err, ErrNotCurrent) {
 			notCurrent = true
@@ -921,20 +927,20 @@ func (q *Queue) admit(ctx context.Context, n, globalLimit int, typeLimits string
 	args := []any{q.keys.Prefix(), n, q.cfg.Alpha, q.cfg.Mode, globalLimit, ms(q.cfg.Window), ms(q.cfg.Lease), q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst) / 1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
 		o.rooms, typeLimits, o.seq}
-	epoch := strconv.FormatUint(o.epoch, 10)
+	epoch, until := strconv.FormatUint(o.epoch, 10), strconv.FormatInt(o.untilMs, 10)
 	var v any
 	var err error
 	if o.log != "" {
 		g := q.newGuard(o.log)
 		var vs []any
 		vs, err = q.runPipeline(ctx, "admit", admitScript, 1, g, func(int) ([]string, []any) {
-			return keys, append(args, g.key, epoch)
+			return keys, append(args, g.key, epoch, until)
 		})
 		if err == nil {
 			v = vs[0]
 		}
 	} else {
-		v, err = q.run(ctx, "admit", admitScript, keys, append(args, "", epoch)...)
+		v, err = q.run(ctx, "admit", admitScript, keys, append(args, "", epoch, until)...)
 	}
 	if err != nil && strings.Contains(err.Error(), "STALEEPOCH") {
 		return nil, fmt.Errorf("%w: admission with epoch %d", ErrStaleEpoch, o.epoch)

@@ -222,6 +222,9 @@ type Grant struct {
 	// Period numbers the aligned period the grant is for (Redis time in ms
 	// divided by the period).
 	Period int64
+	// EndMs is when the period ends, Redis time in ms: pass it as
+	// [ShardTurn.UntilMs], so that no admission spends the grant later.
+	EndMs int64
 	// Remaining is the time left until the period ends, by the clock the
 	// script used: the owner admits the grant evenly within it and reports
 	// again when it ends.
@@ -262,7 +265,7 @@ func (g *Grants) Report(ctx context.Context, shard int, d Demand, u Used) (Grant
 	if len(l) < 4 {
 		return Grant{}, fmt.Errorf("redisq: grant script: reply %v", v)
 	}
-	out := Grant{Jobs: toInt(l[0]), Period: toInt(l[1]), Remaining: time.Duration(toInt(l[2])-toInt(l[3])) * time.Millisecond}
+	out := Grant{Jobs: toInt(l[0]), Period: toInt(l[1]), EndMs: toInt(l[2]), Remaining: time.Duration(toInt(l[2])-toInt(l[3])) * time.Millisecond}
 	if len(l) > 4 {
 		out.Types = make(map[string]int64, (len(l)-4)/2)
 		for i := 4; i+1 < len(l); i += 2 {

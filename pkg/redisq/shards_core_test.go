@@ -318,3 +318,23 @@ func TestShardTurnsAreFencedByTheLeaseEpoch(t *testing.T) {
 		t.Fatalf("holder b's turn: %+v %v", r, err)
 	}
 }
+
+// A shard turn admits nothing once its grant's period has ended in Redis
+// time, however late the call arrives.
+func TestShardTurnEndsWithItsGrantPeriod(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 100000}, true)
+	tn := tenantsOnShards(2)[0]
+	if _, err := q.EnqueueJobs(ctx, []redisq.Job{{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: "j", Type: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	now := b.clock.now().UnixMilli()
+	r, err := q.Admit(ctx, 10, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, UntilMs: now}))
+	if err != nil || len(r.Jobs) != 0 || r.WakeMs != 0 {
+		t.Fatalf("a turn whose period ended: %+v %v", r, err)
+	}
+	r, err = q.Admit(ctx, 10, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, UntilMs: now + 1}))
+	if err != nil || len(r.Jobs) != 1 {
+		t.Fatalf("a turn within its period: %+v %v", r, err)
+	}
+}

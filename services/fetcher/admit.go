@@ -180,8 +180,12 @@ func (f *Fetcher) admit(parent context.Context) next {
 	if f.shards != nil {
 		// with shards, from the shards this fetcher holds, each at its
 		// grant (docs/ARCHITECTURE.md §11.1)
+		// until admitted has counted the round's jobs, no report reads
+		// what the shards admitted
+		f.shards.round.Lock()
 		turns, wait := f.shards.turns()
 		if len(turns) == 0 {
+			f.shards.round.Unlock()
 			if wait == 0 {
 				return next{idle: true}
 			}
@@ -191,8 +195,11 @@ func (f *Fetcher) admit(parent context.Context) next {
 	}
 	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opts...)
 	admitted := time.Now()
-	if f.shards != nil && res != nil {
-		f.shards.admitted(res)
+	if f.shards != nil {
+		if res != nil {
+			f.shards.admitted(res)
+		}
+		f.shards.round.Unlock()
 	}
 	if errors.Is(err, redisq.ErrNotCurrent) {
 		if res != nil && len(res.Jobs) > 0 {

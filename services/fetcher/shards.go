@@ -27,6 +27,11 @@ type shardOwner struct {
 	types  []string // the limited types, for the demand reports
 	log    *slog.Logger
 
+	// round is held by an admission round from its turns to its count
+	// (turns, admitted): a report reads what a shard admitted of its last
+	// grant only between rounds, never while a round's jobs are uncounted
+	round sync.Mutex
+
 	mu      sync.Mutex
 	held    map[int]uint64 // shard -> epoch, fenced
 	heldAt  time.Time      // the last Hold that answered
@@ -37,6 +42,7 @@ type shardOwner struct {
 // it.
 type shardBudget struct {
 	period   int64
+	endMs    int64 // the period's end, Redis time
 	ends     time.Time
 	jobs     int64
 	types    map[string]int64
@@ -174,7 +180,7 @@ func (o *shardOwner) report(ctx context.Context) (fresh bool, left time.Duration
 				return
 			}
 			if b := o.budgets[s]; b == nil || b.period != g.Period {
-				o.budgets[s] = &shardBudget{period: g.Period, ends: time.Now().Add(g.Remaining), jobs: g.Jobs, types: g.Types,
+				o.budgets[s] = &shardBudget{period: g.Period, endMs: g.EndMs, ends: time.Now().Add(g.Remaining), jobs: g.Jobs, types: g.Types,
 					typesUse: map[string]int64{}}
 				fresh = fresh || g.Jobs > 0
 			}
@@ -194,12 +200,14 @@ func (o *shardOwner) reportShard(ctx context.Context, s int) (g redisq.Grant, ok
 		}
 		return g, false
 	}
+	o.round.Lock()
 	o.mu.Lock()
 	used := redisq.UsedAll // a shard just taken: what was admitted is unknown
 	if b := o.budgets[s]; b != nil {
 		used = redisq.Used{Jobs: b.admitted, Types: maps.Clone(b.typesUse)}
 	}
 	o.mu.Unlock()
+	o.round.Unlock()
 	if g, err = o.grants.Report(ctx, s, d, used); err != nil {
 		if ctx.Err() == nil {
 			o.log.Warn("shard grant", "shard", s, "err", err)
@@ -224,7 +232,8 @@ func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
 		if b == nil || !now.Before(b.ends) || b.admitted >= b.jobs {
 			continue
 		}
-		t := redisq.ShardTurn{Shard: s, Epoch: epoch, Limit: int(max(b.jobs*perWindow, 1)), Max: int(b.jobs - b.admitted)}
+		t := redisq.ShardTurn{Shard: s, Epoch: epoch, Limit: int(max(b.jobs*perWindow, 1)), Max: int(b.jobs - b.admitted),
+			UntilMs: b.endMs}
 		if len(o.types) > 0 {
 			t.TypeLimits = make(map[string]int, len(o.types))
 			for _, ty := range o.types {

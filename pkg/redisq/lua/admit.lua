@@ -53,6 +53,11 @@
 --           shard leases): below the shard's fence (lib.lua fence_ok) the
 --           call is refused with STALEEPOCH and nothing is done
 --           (docs/ARCHITECTURE.md §11.1)
+-- ARGV[19]: the end (ms, Redis time) of the grant period the caller admits
+--           in ('' or 0 = none): a call that runs at or after it admits
+--           nothing (wake 0: the caller takes its next grant), so a call
+--           delayed past its period (a slot moving, a slow network) never
+--           spends an old grant in a later window
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
 --            scheduled }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace, dest for each
@@ -107,6 +112,10 @@ if (ARGV[17] or '') ~= '' and redis.call('EXISTS', ARGV[17]) == 0 then
 end
 if not fence_ok(prefix, ARGV[18]) then
   return redis.error_reply('STALEEPOCH the shard lease epoch is below the shard fence')
+end
+local grant_until = tonumber(ARGV[19] or '') or 0
+if grant_until > 0 and now >= grant_until then
+  return { {}, 0, 0, {}, {}, 0, 0, now, {}, {}, -1 }
 end
 local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms
