@@ -57,6 +57,11 @@ type shardBudget struct {
 // burst (Config.Burst, 40 ms by default), so the shards lose no rate.
 const shardRoundGap = 20 * time.Millisecond
 
+// holdEvery is how often a fetcher renews and takes its shards: a third
+// of the lease time, at most a second, so that a fetcher that joins gets
+// its share within about a second of the others' next calls.
+func holdEvery(ttl time.Duration) time.Duration { return min(ttl/3, time.Second) }
+
 // grantPeriod is the grant period for a rate-limit window: 100 ms when
 // the window is a whole number of them, else the window itself.
 func grantPeriod(window time.Duration) time.Duration {
@@ -96,7 +101,7 @@ func (o *shardOwner) run(ctx context.Context, wake func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		o.hold(ctx, wake)
-		loop.Every(ctx, o.leases.TTL()/3, func(ctx context.Context) { o.hold(ctx, wake) })
+		loop.Every(ctx, holdEvery(o.leases.TTL()), func(ctx context.Context) { o.hold(ctx, wake) })
 	})
 	wg.Go(func() {
 		// each report right after a period starts, so that its grant
