@@ -83,7 +83,7 @@ var profiles = map[string]profile{
 		t17Jobs: 720,
 		t18Jobs: 3000, t19Jobs: 3000,
 		t20Jobs: 3000, t21Jobs: 3000, t22Jobs: 6000,
-		scenarios: []string{"T1", "T2", "T4", "T5", "T6", "T17", "T20", "T21"},
+		scenarios: []string{"T1", "T2", "T4", "T5", "T6", "T17"},
 	},
 	// long is `make chaos`.
 	"long": {

@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -236,9 +238,21 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// nodeClient is a client of node i alone.
+// nodeClient is a client of node i alone, for the tests' administration
+// (slot moves wait on the other node: reads may take long on a loaded
+// machine).
 func (c *RedisCluster) nodeClient(i int) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr()})
+	return redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr(), ReadTimeout: 30 * time.Second})
+}
+
+// migrateRetryable reports whether a MIGRATE failed for a timeout (of the
+// read, or of MIGRATE's own transfer), which sending it again may cure.
+func migrateRetryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return strings.HasPrefix(err.Error(), "IOERR")
 }
 
 // SlotOwner returns the index of the node that serves slot, as node 0
@@ -311,8 +325,19 @@ func (c *RedisCluster) MigrateSlot(ctx context.Context, slot, to, batch int, pau
 		for _, k := range keys {
 			args = append(args, k)
 		}
-		if err := src.Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
-			return fmt.Errorf("testenv: migrate: %w", err)
+		// a loaded machine may take longer than MIGRATE's own timeout, or
+		// than a read: the keys already moved are gone from the source, so
+		// the same batch is simply sent again
+		var err2 error
+		for attempt := 0; attempt < 5; attempt++ {
+			err2 = src.Do(ctx, args...).Err()
+			if err2 == nil || err2.Error() == "NOKEY" || !migrateRetryable(err2) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err2 != nil && err2.Error() != "NOKEY" {
+			return fmt.Errorf("testenv: migrate: %w", err2)
 		}
 		time.Sleep(pause)
 	}
