@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 // serverTiming parses a Server-Timing header into stage → milliseconds,
@@ -51,10 +54,14 @@ func TestServerTimingNamesEachStage(t *testing.T) {
 		t.Errorf("the stages add up to %.3f ms, more than the total %.3f ms", sum, st["total"])
 	}
 
-	r = s.do("GET", "/v1/groups/timed", "acme", nil)
-	if r.code != http.StatusOK {
-		t.Fatalf("GET: %d %s", r.code, r.body)
-	}
+	// the group appears once ingest has taken its jobs from SUBMIT
+	testkit.WaitFor(t, "the group ingested", 30*time.Second, func() bool {
+		r = s.do("GET", "/v1/groups/timed", "acme", nil)
+		if r.code != http.StatusOK && r.code != http.StatusNotFound {
+			t.Fatalf("GET: %d %s", r.code, r.body)
+		}
+		return r.code == http.StatusOK
+	})
 	st = serverTiming(t, r.header.Get("Server-Timing"))
 	for _, name := range []string{"auth", "door", "total"} {
 		if _, ok := st[name]; !ok {
