@@ -70,6 +70,9 @@ func Until(ctx context.Context, d time.Duration, f func(context.Context) bool, o
 			return false
 		case <-tick:
 		}
+		if ctx.Err() != nil { // both were ready and select took the tick
+			return false
+		}
 		if !f(ctx) {
 			return true
 		}
