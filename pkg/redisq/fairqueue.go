@@ -673,6 +673,9 @@ type admitOptions struct {
 	epoch uint64
 	// untilMs is the end of the turn's grant period (Redis ms; 0 = none)
 	untilMs int64
+	// windowCap is the most jobs the call's shard admits in an aligned
+	// window (0 = its limit; a grant's turn: the global limit)
+	windowCap int
 	// turns, when set, are the shards a sharded Admit admits from
 	// (WithShardTurns)
 	turns []ShardTurn
@@ -809,9 +812,12 @@ func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*Admit
 			return nil, fmt.Errorf("redisq: admit: shard %d of %d", t.Shard, len(q.shards))
 		}
 		s := q.shards[t.Shard]
+		so := o
 		limit, tl := s.cfg.GlobalLimit, s.limitsWith(o.learned)
 		if t.Limit > 0 {
-			limit = t.Limit
+			// the grant paces the shard; the grants, not its window
+			// count, keep the shards within the global limit
+			limit, so.windowCap = t.Limit, q.cfg.GlobalLimit
 		}
 		if t.TypeLimits != nil {
 			tl = s.limitsFrom(t.TypeLimits, o.learned)
@@ -820,7 +826,6 @@ func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*Admit
 		if t.Max > 0 {
 			m = min(n, t.Max)
 		}
-		so := o
 		so.epoch, so.untilMs = t.Epoch, t.UntilMs
 		r, err := s.admit(ctx, m, limit, tl, so)
 		if errors.Is(err, ErrNotCurrent) {
@@ -927,20 +932,20 @@ func (q *Queue) admit(ctx context.Context, n, globalLimit int, typeLimits string
 	args := []any{q.keys.Prefix(), n, q.cfg.Alpha, q.cfg.Mode, globalLimit, ms(q.cfg.Window), ms(q.cfg.Lease), q.now(),
 		ms(q.cfg.ActiveStaleAfter), float64(q.cfg.Burst) / 1e6, ms(q.cfg.BaseBackoff), ms(q.cfg.MaxBackoff), congestion,
 		o.rooms, typeLimits, o.seq}
-	epoch, until := strconv.FormatUint(o.epoch, 10), strconv.FormatInt(o.untilMs, 10)
+	epoch, until, wcap := strconv.FormatUint(o.epoch, 10), strconv.FormatInt(o.untilMs, 10), strconv.Itoa(o.windowCap)
 	var v any
 	var err error
 	if o.log != "" {
 		g := q.newGuard(o.log)
 		var vs []any
 		vs, err = q.runPipeline(ctx, "admit", admitScript, 1, g, func(int) ([]string, []any) {
-			return keys, append(args, g.key, epoch, until)
+			return keys, append(args, g.key, epoch, until, wcap)
 		})
 		if err == nil {
 			v = vs[0]
 		}
 	} else {
-		v, err = q.run(ctx, "admit", admitScript, keys, append(args, "", epoch, until)...)
+		v, err = q.run(ctx, "admit", admitScript, keys, append(args, "", epoch, until, wcap)...)
 	}
 	if err != nil && strings.Contains(err.Error(), "STALEEPOCH") {
 		return nil, fmt.Errorf("%w: admission with epoch %d", ErrStaleEpoch, o.epoch)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bulkaction/bulkaction/internal/testenv"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -336,5 +337,34 @@ func TestShardTurnEndsWithItsGrantPeriod(t *testing.T) {
 	r, err = q.Admit(ctx, 10, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, UntilMs: now + 1}))
 	if err != nil || len(r.Jobs) != 1 {
 		t.Fatalf("a turn within its period: %+v %v", r, err)
+	}
+}
+
+// A shard turn at a grant is paced by the grant, and its shard's count of
+// the window is held to the global limit alone: a grant that falls below
+// what the shard admitted earlier in the window (grants change every
+// period) still admits.
+func TestShardTurnAtASmallerGrantStillAdmits(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 1000, Mode: "paced"}, true)
+	// start at the beginning of an aligned window, so both calls fall in it
+	b.clock.t = b.clock.t.Truncate(time.Second)
+	tn := tenantsOnShards(2)[0]
+	var jobs []redisq.Job
+	for i := 0; i < 30; i++ {
+		jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%02d", i), Type: "t"})
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	r, err := q.Admit(ctx, 100, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, Limit: 1000, Max: 20}))
+	if err != nil || len(r.Jobs) != 20 {
+		t.Fatalf("a turn at a grant of 100 jobs a period: %d jobs, %v", len(r.Jobs), err)
+	}
+	b.clock.advance(200 * time.Millisecond)
+	// a grant of 1.5 jobs a period (15 a window), below the 20 admitted
+	r, err = q.Admit(ctx, 100, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, Limit: 15, Max: 2}))
+	if err != nil || len(r.Jobs) != 1 {
+		t.Fatalf("a turn at a grant below the window's count so far: %d jobs, %v (want 1: one interval of 66 ms fits the burst)", len(r.Jobs), err)
 	}
 }

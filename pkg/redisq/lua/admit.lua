@@ -58,6 +58,13 @@
 --           nothing (wake 0: the caller takes its next grant), so a call
 --           delayed past its period (a slot moving, a slow network) never
 --           spends an old grant in a later window
+-- ARGV[20]: the most jobs the shard admits in an aligned window, checked
+--           against its window count ('' or 0 = ARGV[5]). A caller
+--           admitting at a grant (ARGV[5] is the grant as a rate, which
+--           changes from one period to the next) passes the global limit:
+--           the grants keep the shards together within it, and a shard
+--           whose grant fell below its earlier pace is not held for the
+--           rest of the window by what it admitted before
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
 --            scheduled }
 --   jobs:    flat list gk, jid, type, payload, attempt, trace, dest for each
@@ -96,6 +103,8 @@ local want = tonumber(ARGV[2])
 local alpha = tonumber(ARGV[3])
 local mode = ARGV[4]
 local limit = tonumber(ARGV[5])
+local window_cap = tonumber(ARGV[20] or '') or 0
+if window_cap <= 0 then window_cap = limit end
 local window_ms = tonumber(ARGV[6])
 local lease_ms = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
@@ -312,7 +321,7 @@ local reserved = {} -- READY reservations, added once the loop is done
 -- used up moves at most N jobs, never the whole queue.
 while admitted + parked < want do
   if mode == 'paced' then
-    if gcount >= limit then
+    if gcount >= window_cap then
       wake = window_end - now
       denied_global = denied_global + 1
       break
@@ -390,7 +399,7 @@ while admitted + parked < want do
       if mode == 'seed' then
         -- seed mode: the fixed-window check; a denied job is parked
         local rate = tenant_share(limit, active, s.weight)
-        if gcount >= limit then
+        if gcount >= window_cap then
           allowed = false
           denied_global = denied_global + 1
         elseif s.wcount >= rate then
