@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkaction/bulkaction/internal/config"
+	"github.com/bulkaction/bulkaction/internal/loop"
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/stack"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
@@ -39,10 +40,13 @@ const (
 	// ClusterJainWindow is the window over which tenant_share_jain is taken.
 	ClusterJainWindow = 2 * time.Second
 	// ClusterSlideStep is the step of the sliding 1 s windows.
-	ClusterSlideStep = 10 * time.Millisecond
+	ClusterSlideStep = time.Millisecond
 	// clusterAdmitSample is how often the fetcher's admission counter is
 	// read: the resolution of the admission times.
-	clusterAdmitSample = 10 * time.Millisecond
+	clusterAdmitSample = time.Millisecond
+	// clusterWindowRead is how often the shards' counts of the global
+	// limit's windows are read (they are kept two windows).
+	clusterWindowRead = 200 * time.Millisecond
 	// clusterGroup is every tenant's one group.
 	clusterGroup = "bulk"
 )
@@ -98,7 +102,11 @@ type ClusterResult struct {
 	PrimaryTenants  []int   `json:"primary_tenants"`
 	GlobalPrimary   int     `json:"global_primary"`
 
+	// GlobalMaxWindowRatio is from the shards' own counts of each aligned
+	// window (exact, Redis time); GlobalMaxWindowRatioSampled from the
+	// sampled admission counter, as the sliding figure.
 	GlobalMaxWindowRatio        float64 `json:"global_max_window_ratio"`
+	GlobalMaxWindowRatioSampled float64 `json:"global_max_window_ratio_sampled"`
 	GlobalMaxSlidingWindowRatio float64 `json:"global_max_sliding_window_ratio"`
 	// GlobalMinWindowRatio is the least jobs admitted in an aligned 1 s
 	// window of the span over the limit, and AdmittedPerS every such
@@ -197,6 +205,40 @@ func admitSampler(m *telemetry.Metrics) (stop func() []admitSample) {
 		close(done)
 		wg.Wait()
 		return out
+	}
+}
+
+// windowWatch reads every shard's count of the jobs admitted in the
+// global limit's current and last aligned windows ([redisq.Queue.GlobalAdmitted]:
+// the counters admission increments in the same script that leases the
+// jobs, by Redis's clock) every clusterWindowRead, and keeps the last
+// value read of each window: the jobs admitted in each aligned window,
+// exactly.
+func windowWatch(q *redisq.Queue, window time.Duration) (stop func() (map[int64]int64, error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	counts := map[int64]int64{}
+	var err error
+	var wg sync.WaitGroup
+	read := func() {
+		w := time.Now().UnixNano() / int64(window)
+		for _, ww := range []int64{w - 1, w} {
+			n, e := q.GlobalAdmitted(ctx, ww)
+			if e != nil {
+				if ctx.Err() == nil && err == nil {
+					err = e
+				}
+				return
+			}
+			counts[ww] = max(counts[ww], n)
+		}
+	}
+	wg.Go(func() { loop.Every(ctx, clusterWindowRead, func(context.Context) { read() }, loop.Now()) })
+	return func() (map[int64]int64, error) {
+		cancel()
+		wg.Wait()
+		ctx = context.Background()
+		read() // the last window's final count
+		return counts, err
 	}
 }
 
@@ -450,11 +492,13 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 		return nil, fmt.Errorf("bench: cluster phase %s: %w", name, err)
 	}
 	defer func() { _ = st.Stop() }()
-	stopSampler := admitSampler(st.Metrics)
+	stopSampler, stopWindows := admitSampler(st.Metrics), windowWatch(st.Conns.Queue, st.Conns.Queue.Config().Window)
 	var samples []admitSample
+	var windows map[int64]int64
 	defer func() {
 		if samples == nil {
 			stopSampler()
+			_, _ = stopWindows()
 		}
 	}()
 
@@ -540,6 +584,9 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 		return nil, fmt.Errorf("bench: cluster phase %s: groups not completed: %w", name, err)
 	}
 	samples = stopSampler()
+	if windows, err = stopWindows(); err != nil {
+		return nil, fmt.Errorf("bench: cluster phase %s: reading the global limit's windows: %w", name, err)
+	}
 	var problems []error
 	for _, t := range tenants {
 		info, _, err := q.Group(ctx, ref(t))
@@ -593,7 +640,12 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 	res.Utilisation = r3(float64(res.Jobs) / (limit * span))
 	res.UtilisationStarts = r3(float64(res.JobsStarted) / (limit * span))
 	step := int64(ClusterSlideStep)
-	res.GlobalMaxWindowRatio = r3(float64(maxAlignedWindow(admits, from, to, sec)) / limit)
+	res.GlobalMaxWindowRatioSampled = r3(float64(maxAlignedWindow(admits, from, to, sec)) / limit)
+	for w, n := range windows {
+		if w*sec >= from && (w+1)*sec <= to {
+			res.GlobalMaxWindowRatio = max(res.GlobalMaxWindowRatio, r3(float64(n)/limit))
+		}
+	}
 	res.GlobalMaxSlidingWindowRatio = r3(float64(maxSlidingWindow(admits, from, to, sec, step)) / limit)
 	res.AdmittedPerS = alignedWindows(admits, from, to, sec)
 	if len(res.AdmittedPerS) > 0 {
