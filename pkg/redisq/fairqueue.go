@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -777,12 +778,15 @@ func (q *Queue) Admit(ctx context.Context, n int, opts ...AdmitOption) (*AdmitRe
 	return q.admit(ctx, n, q.cfg.GlobalLimit, q.limitsWith(o.learned), o)
 }
 
-// admitSharded is Admit over the shards: each shard in turn, from a shard
-// that moves on at every call, admits from what the shards before it left
-// of n and of each type's READY room; the answers are merged. A shard whose
-// position is not current (IfCurrent) admits nothing: the others go on,
-// and the call returns their result with ErrNotCurrent, so the caller
-// hands on what they admitted and starts the replay.
+// admitSharded is Admit over the shards. When every turn has a Max and
+// together they fit within n and every type's READY room, the shards admit
+// at once, each up to its Max (no shard can take what another needs);
+// otherwise each shard in turn, from a shard that moves on at every call,
+// admits from what the shards before it left of n and of each type's READY
+// room. The answers are merged. A shard whose position is not current
+// (IfCurrent) admits nothing: the others go on, and the call returns their
+// result with ErrNotCurrent, so the caller hands on what they admitted and
+// starts the replay.
 func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*AdmitResult, error) {
 	res := &AdmitResult{WakeMs: -1, ScheduledMs: -1}
 	if n <= 0 {
@@ -798,86 +802,167 @@ func (q *Queue) admitSharded(ctx context.Context, n int, o admitOptions) (*Admit
 	if len(turns) == 0 {
 		return res, nil
 	}
-	var notCurrent bool
-	start := int(q.admitTurn.Add(1) % uint64(len(turns)))
-	wakeZero, wakeHeld := false, false
-	for k := range turns {
-		if n <= 0 {
-			// no room left: the shards not asked may have work
-			wakeZero = true
-			break
-		}
-		t := turns[(start+k)%len(turns)]
+	for _, t := range turns {
 		if t.Shard < 0 || t.Shard >= len(q.shards) {
 			return nil, fmt.Errorf("redisq: admit: shard %d of %d", t.Shard, len(q.shards))
 		}
-		s := q.shards[t.Shard]
-		so := o
-		limit, tl := s.cfg.GlobalLimit, s.limitsWith(o.learned)
-		if t.Limit > 0 {
-			// the grant paces the shard; the grants, not its window
-			// count, keep the shards within the global limit
-			limit, so.windowCap = t.Limit, q.cfg.GlobalLimit
+	}
+	m := mergedAdmit{res: res}
+	if turnsFit(turns, n, o) {
+		rs := make([]*AdmitResult, len(turns))
+		errs := make([]error, len(turns))
+		var wg sync.WaitGroup
+		for i, t := range turns {
+			wg.Go(func() { rs[i], errs[i] = q.admitTurn(ctx, t, t.Max, o) })
 		}
-		if t.TypeLimits != nil {
-			tl = s.limitsFrom(t.TypeLimits, o.learned)
-		}
-		m := n
-		if t.Max > 0 {
-			m = min(n, t.Max)
-		}
-		so.epoch, so.untilMs = t.Epoch, t.UntilMs
-		r, err := s.admit(ctx, m, limit, tl, so)
-		if errors.Is(err, ErrNotCurrent) {
-			notCurrent = true
-			continue
-		}
-		if errors.Is(err, ErrStaleEpoch) {
-			res.Stale = append(res.Stale, t.Shard)
-			continue
-		}
-		if err != nil {
-			if len(res.Jobs) > 0 {
-				// what the other shards leased is handed on; the failed
-				// shard is asked again at the next call
-				wakeZero = true
-				break
+		wg.Wait()
+		// the answers first, then the failures: what the other shards
+		// leased is handed on whatever failed
+		for _, answers := range []bool{true, false} {
+			for i, t := range turns {
+				if (errs[i] == nil) != answers {
+					continue
+				}
+				if err := m.add(t, rs[i], errs[i]); err != nil {
+					return nil, err
+				}
 			}
+		}
+		return m.result()
+	}
+	start := int(q.admitTurnNo.Add(1) % uint64(len(turns)))
+	for k := range turns {
+		if n <= 0 {
+			// no room left: the shards not asked may have work
+			m.wakeZero = true
+			break
+		}
+		t := turns[(start+k)%len(turns)]
+		c := n
+		if t.Max > 0 {
+			c = min(n, t.Max)
+		}
+		r, err := q.admitTurn(ctx, t, c, o)
+		if err := m.add(t, r, err); err != nil {
 			return nil, err
 		}
-		res.Jobs = append(res.Jobs, r.Jobs...)
-		res.Parked += r.Parked
-		res.Started = append(res.Started, r.Started...)
-		res.Drained = append(res.Drained, r.Drained...)
-		res.DeniedGlobal += r.DeniedGlobal
-		res.DeniedGroup += r.DeniedGroup
-		res.NowMs = max(res.NowMs, r.NowMs)
-		res.Held = addCounts(res.Held, r.Held)
-		res.RateHeld = addCounts(res.RateHeld, r.RateHeld)
-		switch {
-		case r.WakeMs == 0:
-			wakeZero = true
-		case r.WakeMs == WakeHeld:
-			wakeHeld = true
-		case r.WakeMs > 0 && (res.WakeMs < 0 || r.WakeMs < res.WakeMs):
-			res.WakeMs = r.WakeMs
+		if m.stop {
+			break
 		}
-		if r.ScheduledMs > 0 && (res.ScheduledMs < 0 || r.ScheduledMs < res.ScheduledMs) {
-			res.ScheduledMs = r.ScheduledMs
+		if r != nil && err == nil {
+			n -= len(r.Jobs) + r.Parked
+			o = o.taken(r.Jobs)
 		}
-		n -= len(r.Jobs) + r.Parked
-		o = o.taken(r.Jobs)
 	}
+	return m.result()
+}
+
+// turnsFit reports whether the shards of turns may admit at once: each has
+// a Max, and the Maxes together fit within n and within every type's READY
+// room that has any.
+func turnsFit(turns []ShardTurn, n int, o admitOptions) bool {
+	sum := 0
+	for _, t := range turns {
+		if t.Max <= 0 {
+			return false
+		}
+		sum += t.Max
+	}
+	if sum > n {
+		return false
+	}
+	if o.roomsOf != nil {
+		if o.other > 0 && sum > o.other {
+			return false
+		}
+		for _, r := range o.roomsOf {
+			if r > 0 && sum > r {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// admitTurn admits up to c jobs from turn t's shard, at its grant.
+func (q *Queue) admitTurn(ctx context.Context, t ShardTurn, c int, o admitOptions) (*AdmitResult, error) {
+	s := q.shards[t.Shard]
+	limit, tl := s.cfg.GlobalLimit, s.limitsWith(o.learned)
+	if t.Limit > 0 {
+		// the grant paces the shard; the grants, not its window count,
+		// keep the shards within the global limit
+		limit, o.windowCap = t.Limit, q.cfg.GlobalLimit
+	}
+	if t.TypeLimits != nil {
+		tl = s.limitsFrom(t.TypeLimits, o.learned)
+	}
+	o.epoch, o.untilMs = t.Epoch, t.UntilMs
+	return s.admit(ctx, c, limit, tl, o)
+}
+
+// mergedAdmit merges the shards' answers to a sharded Admit.
+type mergedAdmit struct {
+	res                *AdmitResult
+	notCurrent         bool
+	wakeZero, wakeHeld bool
+	stop               bool // a shard failed after others admitted: hand on theirs
+}
+
+// add merges shard turn t's answer; it returns an error that ends the
+// call (a shard failed before any admitted).
+func (m *mergedAdmit) add(t ShardTurn, r *AdmitResult, err error) error {
+	res := m.res
 	switch {
-	case wakeZero:
-		res.WakeMs = 0
-	case res.WakeMs < 0 && wakeHeld:
-		res.WakeMs = WakeHeld
+	case errors.Is(err, ErrNotCurrent):
+		m.notCurrent = true
+		return nil
+	case errors.Is(err, ErrStaleEpoch):
+		res.Stale = append(res.Stale, t.Shard)
+		return nil
+	case err != nil:
+		if len(res.Jobs) > 0 {
+			// what the other shards leased is handed on; the failed shard
+			// is asked again at the next call
+			m.wakeZero, m.stop = true, true
+			return nil
+		}
+		return err
 	}
-	if notCurrent {
-		return res, ErrNotCurrent
+	res.Jobs = append(res.Jobs, r.Jobs...)
+	res.Parked += r.Parked
+	res.Started = append(res.Started, r.Started...)
+	res.Drained = append(res.Drained, r.Drained...)
+	res.DeniedGlobal += r.DeniedGlobal
+	res.DeniedGroup += r.DeniedGroup
+	res.NowMs = max(res.NowMs, r.NowMs)
+	res.Held = addCounts(res.Held, r.Held)
+	res.RateHeld = addCounts(res.RateHeld, r.RateHeld)
+	switch {
+	case r.WakeMs == 0:
+		m.wakeZero = true
+	case r.WakeMs == WakeHeld:
+		m.wakeHeld = true
+	case r.WakeMs > 0 && (res.WakeMs < 0 || r.WakeMs < res.WakeMs):
+		res.WakeMs = r.WakeMs
 	}
-	return res, nil
+	if r.ScheduledMs > 0 && (res.ScheduledMs < 0 || r.ScheduledMs < res.ScheduledMs) {
+		res.ScheduledMs = r.ScheduledMs
+	}
+	return nil
+}
+
+// result is the merged answer.
+func (m *mergedAdmit) result() (*AdmitResult, error) {
+	switch {
+	case m.wakeZero:
+		m.res.WakeMs = 0
+	case m.res.WakeMs < 0 && m.wakeHeld:
+		m.res.WakeMs = WakeHeld
+	}
+	if m.notCurrent {
+		return m.res, ErrNotCurrent
+	}
+	return m.res, nil
 }
 
 // addCounts adds b's counts to a (a may be nil).
@@ -967,6 +1052,9 @@ func (q *Queue) admit(ctx context.Context, n, globalLimit int, typeLimits string
 	res.Held = toCounts(rep[8])
 	res.RateHeld = toCounts(rep[9])
 	res.ScheduledMs = toInt(rep[10])
+	if ao, ok := q.obs.(AdmitObserver); ok && len(res.Jobs) > 0 {
+		ao.ObserveAdmit(res.NowMs, len(res.Jobs))
+	}
 	return res, nil
 }
 

@@ -275,8 +275,9 @@ type Queue struct {
 	// Queue that owns it and the cross-shard keys (shards.go).
 	shards []*Queue
 	global *Queue
-	// admitTurn moves the shard a sharded Admit starts from at each call
-	admitTurn atomic.Uint64
+	// admitTurnNo moves the shard a sequential sharded Admit starts from
+	// at each call
+	admitTurnNo atomic.Uint64
 }
 
 // g is the queue of the cross-shard keys: the owning Queue for a shard's

@@ -61,6 +61,16 @@ type Observer interface {
 	ObserveLua(script string, d time.Duration)
 }
 
+// AdmitObserver is an [Observer] that is also told of every admission
+// script call that leased jobs: how many, and the Redis time (ms) the
+// script ran at, which is when they count toward the limits. Give one as
+// [Config.Observer] to follow admissions exactly (the cluster bench's
+// sliding windows).
+type AdmitObserver interface {
+	Observer
+	ObserveAdmit(nowMs int64, jobs int)
+}
+
 // run runs a script and wraps its error with the script's name.
 func (q *Queue) run(ctx context.Context, name string, s *redis.Script, keys []string, args ...any) (any, error) {
 	return runScript(ctx, q.rdb, q.obs, name, s, keys, args...)

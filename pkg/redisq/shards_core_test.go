@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -366,5 +367,69 @@ func TestShardTurnAtASmallerGrantStillAdmits(t *testing.T) {
 	r, err = q.Admit(ctx, 100, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, Limit: 15, Max: 2}))
 	if err != nil || len(r.Jobs) != 1 {
 		t.Fatalf("a turn at a grant below the window's count so far: %d jobs, %v (want 1: one interval of 66 ms fits the burst)", len(r.Jobs), err)
+	}
+}
+
+// admitCounter is an Observer that counts the admissions it is told of.
+type admitCounter struct {
+	mu    sync.Mutex
+	calls int
+	jobs  int
+	nowMs []int64
+}
+
+func (*admitCounter) ObserveLua(string, time.Duration) {}
+
+func (a *admitCounter) ObserveAdmit(nowMs int64, jobs int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls++
+	a.jobs += jobs
+	a.nowMs = append(a.nowMs, nowMs)
+}
+
+// Shard turns that each have a Max and fit together within the call's n
+// and every type's READY room admit from their shards at once, each up to
+// its Max; turns that do not fit admit one shard after the other within
+// the room. An AdmitObserver is told of every call that leased jobs, at
+// the script's Redis time.
+func TestShardTurnsAdmitAtOnceWithinTheirMaxAndTheRooms(t *testing.T) {
+	ctx := context.Background()
+	obs := &admitCounter{}
+	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 100000, Observer: obs}, true)
+	on := tenantsOnShards(2)
+	var jobs []redisq.Job
+	for s := 0; s < 2; s++ {
+		for i := 0; i < 10; i++ {
+			jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: on[s], ID: "g"}, ID: fmt.Sprintf("j%02d", i), Type: "t"})
+		}
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	perShard := func(r *redisq.AdmitResult) [2]int {
+		var n [2]int
+		for _, j := range r.Jobs {
+			n[redisq.ShardOf(j.Group.Tenant, 2)]++
+		}
+		return n
+	}
+	turns := []redisq.ShardTurn{{Shard: 0, Max: 3}, {Shard: 1, Max: 2}}
+	r, err := q.Admit(ctx, 10, redisq.WithShardTurns(turns...), redisq.WithTypeRooms(map[string]int{"t": 5}, 0))
+	if err != nil || perShard(r) != [2]int{3, 2} {
+		t.Fatalf("turns that fit: %v jobs per shard, %v; want 3 and 2", perShard(r), err)
+	}
+	if obs.calls != 2 || obs.jobs != 5 || obs.nowMs[0] != b.clock.now().UnixMilli() {
+		t.Fatalf("observer: %d calls, %d jobs, at %v; want 2 calls, 5 jobs, at %d", obs.calls, obs.jobs, obs.nowMs, b.clock.now().UnixMilli())
+	}
+	// 3 + 2 do not fit a room of 4: the shards in turn, within it
+	r, err = q.Admit(ctx, 10, redisq.WithShardTurns(turns...), redisq.WithTypeRooms(map[string]int{"t": 4}, 0))
+	if n := perShard(r); err != nil || n[0]+n[1] != 4 || n[0] > 3 || n[1] > 2 {
+		t.Fatalf("turns beyond the room: %v jobs per shard, %v; want 4 in all, at most 3 and 2", n, err)
+	}
+	// nor a call's n of 4
+	r, err = q.Admit(ctx, 4, redisq.WithShardTurns(turns...))
+	if n := perShard(r); err != nil || n[0]+n[1] != 4 {
+		t.Fatalf("turns beyond n: %v jobs per shard, %v; want 4 in all", n, err)
 	}
 }
