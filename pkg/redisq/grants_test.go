@@ -566,3 +566,54 @@ func BenchmarkGrantsPeriod(b *testing.B) {
 		})
 	}
 }
+
+// TestGrantsReturnAfterTheAllocationIsGrantedInThePeriod: what a shard
+// returns of its last grant after the current period was allocated goes,
+// in that period, to the shards that have not reported yet (the last to
+// report keeps its own), so that it is not lost when the window ends
+// first; a shard given more than its share pays it back from the next
+// allocation; the window's jobs granted minus returned stay within the
+// limit.
+func TestGrantsReturnAfterTheAllocationIsGrantedInThePeriod(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 900})
+	d := redisq.Demand{Normal: 1}
+	for s := 0; s < 3; s++ {
+		grantAt(t, g, c, -period, s, d, redisq.Used{})
+	}
+	var first [3]int64
+	for s := 0; s < 3; s++ {
+		first[s] = grantAt(t, g, c, 0, s, d, redisq.Used{}).Jobs
+	}
+	if first != [3]int64{30, 30, 30} {
+		t.Fatalf("first period: %v, want 30 each", first)
+	}
+	// period 1: shard 0 allocates it (using all of its last grant), shard 1
+	// returns 20 of its 30, then shard 2 and shard 1's return go to it
+	g0 := grantAt(t, g, c, period, 0, d, redisq.Used{Jobs: 30}).Jobs
+	g1 := grantAt(t, g, c, period, 1, d, redisq.Used{Jobs: 10}).Jobs
+	g2 := grantAt(t, g, c, period, 2, d, redisq.Used{Jobs: 30}).Jobs
+	if g0 != 30 || g1 != 30 || g2 != 50 {
+		t.Fatalf("period 1: grants %d %d %d, want 30 30 50 (shard 1's 20 returned go to shard 2, yet to report)", g0, g1, g2)
+	}
+	// period 2: shard 2 pays back the 20 it was given beyond its share, and
+	// as the last to report keeps the 10 it returns
+	g0 = grantAt(t, g, c, 2*period, 0, d, redisq.Used{Jobs: 30}).Jobs
+	g1 = grantAt(t, g, c, 2*period, 1, d, redisq.Used{Jobs: 30}).Jobs
+	g2 = grantAt(t, g, c, 2*period, 2, d, redisq.Used{Jobs: 40}).Jobs
+	if d := g2 - (g1 - 20 + 10); d < -1 || d > 1 {
+		t.Fatalf("period 2: grants %d %d %d, want shard 2's %d less 20 paid back and 10 kept", g0, g1, g2, g1)
+	}
+	// the rest of the window, every grant used: the returns were granted
+	// again, and never beyond the limit, net
+	// period 0: 90 less shard 1's 20; period 1: 110 less shard 2's 10
+	net := int64(70+100) + g0 + g1 + g2
+	for p := 3; p < 10; p++ {
+		for s := 0; s < 3; s++ {
+			net += grantAt(t, g, c, time.Duration(p)*period, s, d, redisq.Used{Jobs: 1 << 20}).Jobs
+		}
+	}
+	if net > 900 || net < 890 {
+		t.Fatalf("the window granted %d net, want at most the limit of 900 and at least 890", net)
+	}
+}

@@ -17,10 +17,14 @@
 -- if it now reports no demand; a type's grant never exceeds its overall
 -- grant); what it does not take goes to the shards that have not reported
 -- in the period yet, in proportion to their allotments; what no one takes
--- was never granted. Grants count in the
--- window's net; the part of a grant its owner reports unused is taken off
--- again while its window lasts. A shard that reports nothing for a whole
--- period is left out of the next allocation and forgotten.
+-- was never granted. Grants count in the window's net; the part of a grant
+-- its owner reports unused is taken off again while its window lasts, and
+-- when it comes after the period's allocation (which could not count it)
+-- it goes at once to the shards that have not reported in the period yet,
+-- as an allotment not taken does (the last to report keeps its own). A
+-- shard given more than its allotment so pays it back from its next
+-- allocation, so that shares stay exact. A shard that reports nothing for
+-- a whole period is left out of the next allocation and forgotten.
 --
 -- KEYS[1]: grants:pool   HASH: period (of the allocation), window, net (jobs
 --          granted minus returned in the window), net:<type>, hist (JSON:
@@ -30,7 +34,9 @@
 --          report, d = {high, normal, low}, td = {type = demand}, gp = period
 --          of its grant, g = its grant, tg = {type = grant}, c = credit,
 --          tc = {type = credit}, ap = period of its allotment, a = its
---          allotment not taken yet {g = jobs, t = {type = jobs}}}
+--          allotment not taken yet {g = jobs, t = {type = jobs}}, x = jobs
+--          passed on to it in its period beyond its allotment, paid back
+--          from the next allocation}
 -- ARGV[1]:  now override in ms ('' = Redis TIME)
 -- ARGV[2]:  period in ms
 -- ARGV[3]:  window in ms (a multiple of the period)
@@ -130,12 +136,18 @@ end
 
 -- 1. the shard's last grant: what it did not admit flows back while its
 -- window lasts
+-- (returned: what goes back to this window after the period's allocation,
+-- which could not count it, passed on in this period in 3.)
+local returned = 0
 if me.gp < p then
   local same = math.floor(me.gp / per_window) == w
   local h = nil
   if me.gp > p - per_window then h = hist_of(me.gp) end
   local back = me.g - math.min(math.max(used, 0), me.g)
-  if same then net = math.max(net - back, 0) end
+  if same then
+    if not allocated then returned = math.min(back, net) end
+    net = math.max(net - back, 0)
+  end
   if h then h.n = math.max(h.n - back, 0) end
   for t, g in pairs(me.tg) do
     if tnet[t] then
@@ -173,15 +185,22 @@ end
 -- integer grants missed, or got beyond its shares): each shard's target is
 -- its share plus its credit, at least 0; the targets are scaled to b,
 -- floors first, the jobs left to the largest remainders (ties to the lower
--- shard). Returns the grants and the new credits, within [-1, 1].
-local function split(b, wts, credits)
-  local total = 0
-  for k = 1, #wts do total = total + wts[k] end
+-- shard). owed[k] (nil: none) is what shard k was given beyond its share
+-- before: the shares are of b and all that is owed, and each shard's
+-- target is its share less what it owes. Returns the grants and the new
+-- credits, within [-1, 1].
+local function split(b, wts, credits, owed)
+  owed = owed or {}
+  local total, pot = 0, b
+  for k = 1, #wts do
+    total = total + wts[k]
+    if wts[k] > 0 then pot = pot + (owed[k] or 0) end
+  end
   local x, y, ysum = {}, {}, 0
   for k = 1, #wts do
     x[k], y[k] = 0, 0
     if wts[k] > 0 then
-      x[k] = b * wts[k] / total + (credits[k] or 0)
+      x[k] = pot * wts[k] / total - (owed[k] or 0) + (credits[k] or 0)
       y[k] = math.max(x[k], 0)
     end
     ysum = ysum + y[k]
@@ -231,15 +250,22 @@ if allocated then
     end
   end
   local b = slice(limit, cap, net, nil)
+  local owed = {}
+  for _, s in ipairs(live) do
+    owed[s], states[s].x = states[s].x, nil
+  end
   for l = 1, 3 do
-    local wts, credits, sum = {}, {}, 0
+    local wts, credits, owes, sum = {}, {}, {}, 0
     for k, s in ipairs(live) do
       wts[k] = states[s].d[l] or 0
       credits[k] = states[s].c or 0
+      -- what was passed on to it in the last period beyond its share is
+      -- paid back from this one
+      owes[k] = owed[s] or 0
       sum = sum + wts[k]
     end
     if sum > 0 then
-      local g, nc = split(b, wts, credits)
+      local g, nc = split(b, wts, credits, owes)
       for k, s in ipairs(live) do
         alloc[s].g = g[k]
         states[s].c = nc[k]
@@ -270,13 +296,41 @@ if allocated then
 end
 
 -- 3. the shard takes its allocation (once a period: a second report in
--- the same period gets the same grant again)
+-- the same period gets the same grant again). What it does not take, and
+-- what it returned of its last grant in this window (1.), go to the shards
+-- that have not reported in the period yet, in proportion to their
+-- allotments, so that unused grants flow back at once; with none left to
+-- report, what it returned is its own to take.
 if me.gp ~= p then
   local a = nil
   if me.ap == p then a = me.a end
   local g, tg = 0, {}
   me.a, me.ap = nil, nil
+  -- the shards yet to report: their states in hand when this call
+  -- allocated the period (and written back with the others below), else
+  -- read now
+  local others, oids = nil, {}
+  local function pending()
+    if others then return end
+    others = {}
+    if not allocated then
+      raw = redis.call('HGETALL', KEYS[2])
+      for i = 1, #raw, 2 do states[raw[i]] = cjson.decode(raw[i + 1]) end
+    end
+    for s, st in pairs(states) do
+      if s ~= shard and st.ap == p and st.a and st.seen < p then
+        others[s] = st
+        oids[#oids + 1] = s
+      end
+    end
+    table.sort(oids, function(x, y) return tonumber(x) < tonumber(y) end)
+  end
+  local rest, trest, any = returned, {}, returned > 0
+  if any then pending() end
   if a then
+    if any and #oids == 0 then
+      a.g, rest = a.g + rest, 0
+    end
     if dem[1] + dem[2] + dem[3] > 0 then
       g = math.min(a.g, limit - net)
       for t, n in pairs(a.t) do
@@ -294,56 +348,43 @@ if me.gp ~= p then
       local h = hist_of(p)
       h.n = h.n + g
     end
-    -- what it does not take goes to the shards that have not reported
-    -- in the period yet, in proportion to their allotments
-    local trest, any = {}, a.g > g
+    rest = rest + a.g - g
     for t, n in pairs(a.t) do
       if types[t] and n > (tg[t] or 0) then
         trest[t] = n - (tg[t] or 0)
-        any = true
       end
     end
-    if any then
-      -- the shards' states: in hand when this call allocated the period
-      -- (and written back with the others below), else read now
-      local others, oids = {}, {}
-      if not allocated then
-        raw = redis.call('HGETALL', KEYS[2])
-        for i = 1, #raw, 2 do states[raw[i]] = cjson.decode(raw[i + 1]) end
+  end
+  any = rest > 0 or next(trest) ~= nil
+  if any then
+    pending()
+    local function pass(r, weight, add)
+      local wts, sum = {}, 0
+      for k, s in ipairs(oids) do
+        wts[k] = weight(others[s])
+        sum = sum + wts[k]
       end
-      for s, st in pairs(states) do
-        if s ~= shard and st.ap == p and st.a and st.seen < p then
-          others[s] = st
-          oids[#oids + 1] = s
-        end
+      if r <= 0 or sum <= 0 then return end
+      local extra = split(r, wts, {})
+      for k, s in ipairs(oids) do
+        if extra[k] > 0 then add(others[s], extra[k]) end
       end
-      table.sort(oids, function(x, y) return tonumber(x) < tonumber(y) end)
-      local function pass(rest, weight, add)
-        local wts, sum = {}, 0
-        for k, s in ipairs(oids) do
-          wts[k] = weight(others[s])
-          sum = sum + wts[k]
-        end
-        if rest <= 0 or sum <= 0 then return end
-        local extra = split(rest, wts, {})
-        for k, s in ipairs(oids) do
-          if extra[k] > 0 then add(others[s], extra[k]) end
-        end
+    end
+    pass(rest, function(st) return st.a.g end, function(st, n)
+      st.a.g, st.x = st.a.g + n, (st.x or 0) + n
+    end)
+    for _, t in ipairs(tnames) do
+      if trest[t] then
+        pass(trest[t], function(st) return st.a.t[t] or 0 end, function(st, n) st.a.t[t] = (st.a.t[t] or 0) + n end)
       end
-      pass(a.g - g, function(st) return st.a.g end, function(st, n) st.a.g = st.a.g + n end)
-      for _, t in ipairs(tnames) do
-        if trest[t] then
-          pass(trest[t], function(st) return st.a.t[t] or 0 end, function(st, n) st.a.t[t] = (st.a.t[t] or 0) + n end)
-        end
+    end
+    if not allocated then
+      local args = {}
+      for _, s in ipairs(oids) do
+        args[#args + 1] = s
+        args[#args + 1] = cjson.encode(others[s])
       end
-      if not allocated then
-        local args = {}
-        for _, s in ipairs(oids) do
-          args[#args + 1] = s
-          args[#args + 1] = cjson.encode(others[s])
-        end
-        if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
-      end
+      if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
     end
   end
   me.gp, me.g, me.tg = p, g, tg
