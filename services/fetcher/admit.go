@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/bulkaction/bulkaction/internal/events"
@@ -137,6 +138,24 @@ func (f *Fetcher) admit(parent context.Context) next {
 	// its measurement: an older measurement only understates the room.
 	// Should the reused rooms hold any job, the round after measures again
 	// at once.
+	var turns []redisq.ShardTurn
+	unlock := func() {}
+	if f.shards != nil {
+		// with shards, from the shards this fetcher holds, each with what
+		// is due of its grant (docs/ARCHITECTURE.md §11.1); until admitted
+		// has counted the round's jobs, no report reads what the shards
+		// admitted
+		f.shards.round.Lock()
+		unlock = sync.OnceFunc(f.shards.round.Unlock)
+		defer unlock()
+		var wait time.Duration
+		if turns, wait = f.shards.turns(); len(turns) == 0 {
+			if wait == 0 {
+				return next{idle: true}
+			}
+			return next{wait: wait, notify: true}
+		}
+	}
 	var rooms handoff.Rooms
 	reused := false
 	if f.roomQuiet {
@@ -178,28 +197,16 @@ func (f *Fetcher) admit(parent context.Context) next {
 	// later notBefore, a pause, a cancel: docs/ARCHITECTURE.md §6.7).
 	opts := []redisq.AdmitOption{opt, redisq.WithReadySeq(rooms.Seq), redisq.WithLearnedRates(learned), redisq.IfCurrent(submitLog)}
 	if f.shards != nil {
-		// with shards, from the shards this fetcher holds, each at its
-		// grant (docs/ARCHITECTURE.md §11.1)
-		// until admitted has counted the round's jobs, no report reads
-		// what the shards admitted
-		f.shards.round.Lock()
-		turns, wait := f.shards.turns()
-		if len(turns) == 0 {
-			f.shards.round.Unlock()
-			if wait == 0 {
-				return next{idle: true}
-			}
-			return next{wait: wait, notify: true}
-		}
 		opts = append(opts, redisq.WithShardTurns(turns...))
 	}
-	res, err := f.d.Queue.Admit(ctx, min(free, f.cfg.AdmitBatchSize), opts...)
+	asked := min(free, f.cfg.AdmitBatchSize)
+	res, err := f.d.Queue.Admit(ctx, asked, opts...)
 	admitted := time.Now()
 	if f.shards != nil {
 		if res != nil {
-			f.shards.admitted(res)
+			f.shards.admitted(res, asked)
 		}
-		f.shards.round.Unlock()
+		unlock()
 	}
 	if errors.Is(err, redisq.ErrNotCurrent) {
 		if res != nil && len(res.Jobs) > 0 {
