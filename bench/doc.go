@@ -234,15 +234,15 @@
 //     counters admission increments in the script that leases the jobs,
 //     by Redis's clock, summed over the shards: exact).
 //     global_max_sliding_window_ratio is the same over any 1 s window
-//     starting every 1 ms (goal at most 1.02). Its admission times are the
+//     starting every 1 ms (goal at most 1.02), from every admission call's
+//     jobs at the Redis time its script ran (redisq.AdmitObserver: exact
+//     to the ms). The _sampled figures take the admission times from the
 //     fetcher's admission counter (bulk_action_backpressure_admitted_total,
-//     ready and non_ready) read every 1 ms: a job counts at the first
-//     reading that saw it, after its admission call returned.
-//     global_max_window_ratio_sampled is the aligned figure by that
-//     method. The _starts figures count processor starts instead.
-//     admitted_per_s holds every aligned second's admissions (sampled)
-//     and global_min_window_ratio the least over the limit, to tell a
-//     stall from a steady shortfall.
+//     ready and non_ready) read every 1 ms instead: a job counts when its
+//     call has returned, up to a round's length late. The _starts figures
+//     count processor starts. admitted_per_s holds every aligned second's
+//     admissions (sampled) and global_min_window_ratio the least over the
+//     limit, to tell a stall from a steady shortfall.
 //   - tenant_share_jain: Jain's index of the tenants' processor starts in
 //     each 2 s window of the span, the least (goal at least 0.99);
 //     tenant_share_jain_span over the whole span, tenant_min_share and
