@@ -259,9 +259,9 @@ func TestGrantsUnusedGrantFlowsBack(t *testing.T) {
 			t.Fatalf("period %d: %d granted, %d returned", p, granted, returned)
 		}
 		// an even share of what is left over the periods left, within the
-		// sliding cap (1010) over the last ten periods
+		// sliding cap (1001) over the last ten periods
 		left := 1000 - (granted - gr.Jobs - returned)
-		want := min((left+int64(9-p))/int64(10-p), left, 1010-(granted-gr.Jobs-returned))
+		want := min((left+int64(9-p))/int64(10-p), left, 1001-(granted-gr.Jobs-returned))
 		if gr.Jobs != want {
 			t.Fatalf("period %d: granted %d, want %d: half of each grant came back", p, gr.Jobs, want)
 		}

@@ -52,6 +52,10 @@ type shardBudget struct {
 	jobs     int64
 	types    map[string]int64
 	admitted int64
+	// skipped counts jobs of the grant that came due while no round ran
+	// for longer than shardCatchUp: they are not caught up (so a stall is
+	// not followed by a burst) and flow back unused
+	skipped  int64
 	typesUse map[string]int64
 }
 
@@ -63,25 +67,37 @@ type shardBudget struct {
 // runs more scripts for fewer jobs each.
 const shardRoundGap = 10 * time.Millisecond
 
-// due is how many jobs of the grant are due at now and not yet admitted:
-// the grant is spread evenly over its period, a job due as soon as its
-// part of the period has begun, and what an earlier round left comes due
-// at once. (Spreading it over less than the period, so that the last
-// round of a period takes the rest, bunches the jobs around the periods'
-// starts: the cluster bench measured 1.042 times the limit in a sliding
-// window against 1.011.)
+// shardCatchUp is the most of a grant's period a round catches up: what
+// came due before that (a stall: the machine, a slow Redis) is skipped,
+// so that what a sliding second of the limit holds beyond it is bounded
+// by this, not by the longest stall.
+const shardCatchUp = 2 * shardRoundGap
+
+// due takes the jobs of the grant due at now and not yet admitted: the
+// grant is spread evenly over its period, a job due as soon as its part of
+// the period has begun, and what an earlier round left is due at once up
+// to shardCatchUp's worth (the rest is skipped). (Spreading it over less
+// than the period, so that the last round of a period takes the rest,
+// bunches the jobs around the periods' starts: the cluster bench measured
+// 1.042 times the limit in a sliding window against 1.011.)
 func (b *shardBudget) due(now time.Time, period time.Duration) int64 {
 	f := min(max(float64(now.Sub(b.ends.Add(-period)))/float64(period), 0), 1)
-	return int64(math.Ceil(float64(b.jobs)*f-1e-9)) - b.admitted
+	n := int64(math.Ceil(float64(b.jobs)*f-1e-9)) - b.admitted - b.skipped
+	if most := int64(math.Ceil(float64(b.jobs) * float64(shardCatchUp) / float64(period))); n > most {
+		b.skipped += n - most
+		n = most
+	}
+	return n
 }
 
 // dueAt is when the grant's next job comes due (the period's end when
 // none is left).
 func (b *shardBudget) dueAt(period time.Duration) time.Time {
-	if b.admitted >= b.jobs || b.jobs <= 0 {
+	done := b.admitted + b.skipped
+	if done >= b.jobs || b.jobs <= 0 {
 		return b.ends
 	}
-	return b.ends.Add(-period).Add(time.Duration(float64(period)*float64(b.admitted)/float64(b.jobs)) + time.Microsecond)
+	return b.ends.Add(-period).Add(time.Duration(float64(period)*float64(done)/float64(b.jobs)) + time.Microsecond)
 }
 
 // holdEvery is how often a fetcher renews and takes its shards: a third
@@ -281,7 +297,7 @@ func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
 	}
 	for s, epoch := range o.held {
 		b := o.budgets[s]
-		if b == nil || !now.Before(b.ends) || b.admitted >= b.jobs {
+		if b == nil || !now.Before(b.ends) || b.admitted+b.skipped >= b.jobs {
 			continue
 		}
 		due := b.due(now, period)

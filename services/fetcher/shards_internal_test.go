@@ -6,39 +6,51 @@ import (
 )
 
 // TestShardGrantIsSpreadOverItsPeriod: a shard's grant comes due evenly
-// over its period, a job as soon as its part of the period has begun, and
-// what a round left comes due at once; dueAt is when the next job does.
+// over its period, a job as soon as its part of the period has begun;
+// what a round left comes due at once up to shardCatchUp's worth, the
+// rest of it skipped; dueAt is when the next job comes due.
 func TestShardGrantIsSpreadOverItsPeriod(t *testing.T) {
 	const period = 100 * time.Millisecond
 	start := time.Unix(1_000, 0)
-	b := &shardBudget{ends: start.Add(period), jobs: 20}
+	budget := func(admitted int64) *shardBudget {
+		return &shardBudget{ends: start.Add(period), jobs: 20, admitted: admitted}
+	}
+	// shardCatchUp (20 ms) of a grant of 20 jobs a period: 4 jobs
 	for _, c := range []struct {
-		at       time.Duration
-		admitted int64
-		due      int64
+		at           time.Duration
+		admitted     int64
+		due, skipped int64
 	}{
-		{-10 * time.Millisecond, 0, 0}, // the grant came early: nothing yet
-		{0, 0, 0},
-		{time.Millisecond, 0, 1},                            // the first job's part began
-		{50 * time.Millisecond, 0, 10},                      // half the period: half the grant
-		{50 * time.Millisecond, 8, 2},                       // less what was admitted
-		{50 * time.Millisecond, 12, -2},                     // a round ahead: nothing due
-		{52*time.Millisecond + 500*time.Microsecond, 10, 1}, // the 11th job's part began at 50 ms
-		{100 * time.Millisecond, 3, 17},                     // the period's end: all that is left
-		{150 * time.Millisecond, 3, 17},                     // and no more after it
+		{-10 * time.Millisecond, 0, 0, 0}, // the grant came early: nothing yet
+		{0, 0, 0, 0},
+		{time.Millisecond, 0, 1, 0},                            // the first job's part began
+		{20 * time.Millisecond, 0, 4, 0},                       // a round late: caught up
+		{50 * time.Millisecond, 8, 2, 0},                       // half the period, less what was admitted
+		{50 * time.Millisecond, 12, -2, 0},                     // a round ahead: nothing due
+		{52*time.Millisecond + 500*time.Microsecond, 10, 1, 0}, // the 11th job's part began at 50 ms
+		{50 * time.Millisecond, 0, 4, 6},                       // a stall: 4 caught up, 6 skipped
+		{150 * time.Millisecond, 16, 4, 0},                     // past the period's end: all that is left
 	} {
-		b.admitted = c.admitted
-		if got := b.due(start.Add(c.at), period); got != c.due {
-			t.Errorf("at %s with %d admitted: %d due, want %d", c.at, c.admitted, got, c.due)
+		b := budget(c.admitted)
+		if got := b.due(start.Add(c.at), period); got != c.due || b.skipped != c.skipped {
+			t.Errorf("at %s with %d admitted: %d due and %d skipped, want %d and %d", c.at, c.admitted, got, b.skipped, c.due, c.skipped)
 		}
 	}
-	b.admitted = 5
+	// after a stall, the pace goes on from what was skipped
+	b := budget(0)
+	b.due(start.Add(50*time.Millisecond), period)
+	b.admitted = 4
+	if got := b.due(start.Add(60*time.Millisecond), period); got != 2 || b.skipped != 6 {
+		t.Errorf("10 ms after a stall's round: %d due, %d skipped; want 2 and 6", got, b.skipped)
+	}
+	b = budget(5)
 	if at := b.dueAt(period); at.Sub(start) <= 25*time.Millisecond || at.Sub(start) > 26*time.Millisecond || b.due(at, period) != 1 {
 		t.Errorf("with 5 of 20 admitted, the next job is due %s into the period (%d due then), want just after 25ms",
 			at.Sub(start), b.due(at, period))
 	}
-	b.admitted = 20
+	b = budget(14)
+	b.skipped = 6
 	if at := b.dueAt(period); !at.Equal(b.ends) {
-		t.Errorf("with the grant all admitted, the next job is due at %s, want the period's end", at.Sub(start))
+		t.Errorf("with the grant all admitted or skipped, the next job is due at %s, want the period's end", at.Sub(start))
 	}
 }
