@@ -136,6 +136,10 @@ type ClusterResult struct {
 	CPUUsPerJob        float64 `json:"cpu_us_per_job"`
 	ProcessCPUUsPerJob float64 `json:"process_cpu_us_per_job"`
 	RedisCPUUsPerJob   float64 `json:"redis_cpu_us_per_job"`
+	// AdmitCalls counts the admission scripts that leased jobs in the span
+	// (one per shard and round), JobsPerAdmitCall the jobs of each.
+	AdmitCalls       int64   `json:"admit_calls"`
+	JobsPerAdmitCall float64 `json:"jobs_per_admit_call"`
 	// JobsRunTwice counts jobs the processor ran more than once (allowed:
 	// at least once; none expected here).
 	JobsRunTwice int     `json:"jobs_run_twice"`
@@ -694,6 +698,14 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 		if w*sec >= from && (w+1)*sec <= to {
 			res.GlobalMaxWindowRatio = max(res.GlobalMaxWindowRatio, r3(float64(n)/limit))
 		}
+	}
+	for _, c := range alog.calls {
+		if c.ns >= from && c.ns < to {
+			res.AdmitCalls++
+		}
+	}
+	if res.AdmitCalls > 0 {
+		res.JobsPerAdmitCall = r3(float64(res.Jobs) / float64(res.AdmitCalls))
 	}
 	res.GlobalMaxSlidingWindowRatio = r3(float64(maxSlidingWindow(alog.counter(), from, to, sec, step)) / limit)
 	res.GlobalMaxSlidingWindowRatioSampled = r3(float64(maxSlidingWindow(admits, from, to, sec, step)) / limit)

@@ -257,5 +257,8 @@
 //     (/proc/<pid>/stat) in the span, over the jobs started in it
 //     (process_cpu_us_per_job and redis_cpu_us_per_job split it);
 //     cpu_per_job_ratio_vs_single divides the cluster's by the single
-//     server's. -cluster.phases runs one phase alone.
+//     server's. admit_calls counts the admission scripts that leased jobs
+//     in the span (a fetcher's round runs one per shard with jobs due),
+//     jobs_per_admit_call the jobs of each. -cluster.phases runs one phase
+//     alone.
 package bench
