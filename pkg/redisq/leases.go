@@ -215,6 +215,25 @@ type ReleaseResult struct {
 	// TimeUp is set when the call stopped at [Config.ScriptTimeBudget] with due
 	// jobs left: call again.
 	TimeUp bool
+	// ToGrants counts, with shards ([Config.Shards]), due jobs put back into
+	// their groups' queues (which are queued) instead of leased: the owners
+	// of their shards admit them in fair order within the grants of the
+	// global limits, so retries count toward those limits as any admission
+	// (docs/ARCHITECTURE.md §11.1).
+	ToGrants int
+}
+
+// Handled is how many due jobs the call dealt with: leased, counted as
+// cancelled, or put back into their groups' queues.
+func (r *ReleaseResult) Handled() int {
+	n := len(r.Jobs) + r.Cancelled + r.Requeued + r.ToGrants
+	for _, c := range r.RateHeld {
+		n += c
+	}
+	for _, c := range r.ReadyHeld {
+		n += c
+	}
+	return n
 }
 
 // Release takes up to n due jobs out of the non-ready queue (one call),
@@ -226,7 +245,9 @@ type ReleaseResult struct {
 // instead (ReleaseResult.Requeued). [WithTypeRooms] and [WithReadySeq]
 // bound the released jobs of each type by its READY room, as for Admit: a
 // due job whose type has no room goes back into its group's queue
-// (ReleaseResult.ReadyHeld).
+// (ReleaseResult.ReadyHeld). With shards, due jobs are put back into their
+// groups' queues instead, for the shards' owners to admit under the grants
+// (ReleaseResult.ToGrants).
 func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*ReleaseResult, error) {
 	var o admitOptions
 	for _, opt := range opts {
@@ -235,20 +256,33 @@ func (q *Queue) Release(ctx context.Context, n int, opts ...AdmitOption) (*Relea
 	if q.sharded() {
 		return q.releaseSharded(ctx, n, o)
 	}
+	return q.release(ctx, n, o, false)
+}
+
+// release is Release on q's own keys; toGrants puts the due jobs back into
+// their groups' queues (a shard of a sharded queue).
+func (q *Queue) release(ctx context.Context, n int, o admitOptions, toGrants bool) (*ReleaseResult, error) {
+	flag := ""
+	if toGrants {
+		flag = "1"
+	}
 	v, err := q.run(ctx, "release", releaseScript,
 		[]string{q.keys.NonReadyQueue(), q.keys.Inflight(), q.keys.RatePacer()},
 		q.keys.Prefix(), n, ms(q.cfg.Lease), q.now(), q.cfg.Mode, q.cfg.GlobalLimit, ms(q.cfg.Window),
-		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.limitsWith(o.learned), q.cfg.Alpha, o.rooms, o.seq, micros(q.cfg.ScriptTimeBudget))
+		float64(q.cfg.Burst)/1e6, secs(q.cfg.JobTTL), q.limitsWith(o.learned), q.cfg.Alpha, o.rooms, o.seq, micros(q.cfg.ScriptTimeBudget),
+		flag)
 	if err != nil {
 		return nil, err
 	}
 	l := toList(v)
 	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
-		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5]), TimeUp: toInt(l[6]) == 1}, nil
+		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5]), TimeUp: toInt(l[6]) == 1,
+		ToGrants: int(toInt(l[7]))}, nil
 }
 
 // releaseSharded is Release over the shards, each in turn from the first,
-// with what the shards before it left of n and of the READY rooms.
+// with what the shards before it left of n: each puts its due jobs back
+// into their groups' queues, for its owner to admit under its grants.
 func (q *Queue) releaseSharded(ctx context.Context, n int, o admitOptions) (*ReleaseResult, error) {
 	res := &ReleaseResult{NextDueMs: -1}
 	for _, s := range q.shards {
@@ -256,7 +290,7 @@ func (q *Queue) releaseSharded(ctx context.Context, n int, o admitOptions) (*Rel
 			res.TimeUp = true // the shards not asked may have due jobs
 			break
 		}
-		r, err := s.Release(ctx, n, withOptions(o))
+		r, err := s.release(ctx, n, o, true)
 		if err != nil {
 			if len(res.Jobs) > 0 {
 				res.TimeUp = true
@@ -271,14 +305,12 @@ func (q *Queue) releaseSharded(ctx context.Context, n int, o admitOptions) (*Rel
 		res.RateHeld = addCounts(res.RateHeld, r.RateHeld)
 		res.ReadyHeld = addCounts(res.ReadyHeld, r.ReadyHeld)
 		res.TimeUp = res.TimeUp || r.TimeUp
-		n -= len(r.Jobs) + r.Cancelled + r.Requeued
+		res.ToGrants += r.ToGrants
+		n -= r.Handled()
 		o = o.taken(r.Jobs)
 	}
 	return res, nil
 }
-
-// withOptions is an AdmitOption that sets every option as in o.
-func withOptions(o admitOptions) AdmitOption { return func(p *admitOptions) { *p = o } }
 
 // minDue is the earlier of two due times, where -1 means none.
 func minDue(a, b int64) int64 {

@@ -433,3 +433,52 @@ func TestShardTurnsAdmitAtOnceWithinTheirMaxAndTheRooms(t *testing.T) {
 		t.Fatalf("turns beyond n: %v jobs per shard, %v; want 4 in all", n, err)
 	}
 }
+
+// With shards, a due job is not leased by Release: it goes back to the
+// front of its group's queue, so that its shard's owner admits it in fair
+// order within the grants of the global limit (a retry counts toward the
+// limit as any admission), with its next attempt.
+func TestShardedReleaseHandsDueJobsToTheGrants(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 1000, Mode: redisq.ModePaced}, true)
+	b.clock.t = b.clock.t.Truncate(time.Second)
+	tn := tenantsOnShards(2)[1]
+	g := contracts.GroupRef{Tenant: tn, ID: "g"}
+	var jobs []redisq.Job
+	for i := 0; i < 3; i++ {
+		jobs = append(jobs, redisq.Job{Group: g, ID: fmt.Sprintf("j%d", i), Type: "t"})
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	turn := redisq.ShardTurn{Shard: 1, Limit: 1000, Max: 10}
+	r, err := q.Admit(ctx, 10, redisq.WithShardTurns(turn))
+	if err != nil || len(r.Jobs) != 3 {
+		t.Fatalf("admitted %d, %v; want 3", len(r.Jobs), err)
+	}
+	for _, j := range r.Jobs {
+		if _, err := q.Retry(ctx, g, j.ID, j.Attempt, time.Second, "busy"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.advance(1500 * time.Millisecond)
+	rel, err := q.Release(ctx, 10)
+	if err != nil || len(rel.Jobs) != 0 || rel.ToGrants != 3 || rel.Handled() != 3 || rel.NextDueMs != -1 {
+		t.Fatalf("release: %d leased, %d to the grants, %d handled, next %d, %v; want 0, 3, 3, -1",
+			len(rel.Jobs), rel.ToGrants, rel.Handled(), rel.NextDueMs, err)
+	}
+	r, err = q.Admit(ctx, 10, redisq.WithShardTurns(turn))
+	if err != nil || len(r.Jobs) != 3 {
+		t.Fatalf("admitted %d after the release, %v; want 3", len(r.Jobs), err)
+	}
+	for _, j := range r.Jobs {
+		if j.Attempt != 2 {
+			t.Fatalf("job %s admitted at attempt %d, want 2", j.ID, j.Attempt)
+		}
+	}
+	// the window counts the retries once each, by admission
+	w := b.clock.now().UnixMilli() / 1000
+	if n, err := q.GlobalAdmitted(ctx, w); err != nil || n != 3 {
+		t.Fatalf("admitted in the window: %d, %v; want 3", n, err)
+	}
+}

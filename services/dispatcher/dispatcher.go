@@ -241,16 +241,17 @@ func (p *Dispatcher) release(parent context.Context) (time.Duration, releaseStat
 		}
 		p.log.Debug("released", "jobs", len(res.Jobs), "published", len(ok), "cancelled", res.Cancelled)
 	}
-	if len(res.RateHeld) > 0 || len(res.ReadyHeld) > 0 {
+	if len(res.RateHeld) > 0 || len(res.ReadyHeld) > 0 || res.ToGrants > 0 {
 		// Due jobs over their types' rate limits or READY room went back
 		// into their groups: the fetchers admit them once their types have
-		// rate or room again.
+		// rate or room again. With shards every due job does: the
+		// fetchers admit them under their shards' grants.
 		if err := p.d.NC.Publish(p.d.Names.Notify("work"), nil); err != nil {
 			p.log.Debug("notify", "err", err)
 		}
 	}
 	switch {
-	case len(res.Jobs) == want, res.TimeUp:
+	case res.Handled() >= want, res.TimeUp:
 		return 0, stateNormal // more may be due
 	case res.NextDueMs < 0:
 		return p.cfg.Interval, stateNormal

@@ -39,7 +39,13 @@
 -- ARGV[14]: time budget in µs (0 = none): the call stops releasing once it
 --           is spent (lib.lua time_budget); the due jobs it did not reach
 --           stay in the non-ready queue for the next call.
--- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld, timeUp } where jobs is a flat
+-- ARGV[15]: '1' = the caller's queue is one shard of several, whose owners
+--           admit under grants of the global limits (docs/ARCHITECTURE.md
+--           §11.1): every due job (of a group not cancelled) goes back to
+--           the front of its group's list (status QUEUED) and the group is
+--           queued, so that the shard's owner admits it in fair order within
+--           its grant; none is leased here, and no rate gate is passed
+-- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld, timeUp, regrant } where jobs is a flat
 --   list gk, jid, type, payload, attempt, trace, dest ('' = its type); next is the due time (ms) of
 --   the earliest job left, or -1 when the queue is empty; cancelled counts
 --   jobs of cancelled groups that were counted instead of released; requeued
@@ -48,7 +54,8 @@
 --   jobs put back in their groups' lists for their type's (or explicit
 --   destination's) rate limit;
 --   readyHeld the same for their type's READY room; timeUp is 1 when the
---   time budget stopped the call before the due jobs it took were done.
+--   time budget stopped the call before the due jobs it took were done;
+--   regrant counts the due jobs put back in their groups' lists for ARGV[15].
 local prefix = ARGV[1]
 local want = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
@@ -65,7 +72,10 @@ if mode ~= 'seed' and mode ~= 'paced' then
 end
 local window = math.floor(now / window_ms)
 local gkey = prefix .. 'rate-limit:global:' .. window
-if mode == 'paced' then
+local to_grants = ARGV[15] == '1'
+if to_grants then
+  -- no gate here: the jobs are admitted under the grants
+elseif mode == 'paced' then
   local gcount = num(redis.call('GET', gkey))
   local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
   if tat < now then tat = now end
@@ -87,7 +97,7 @@ if want > 0 then
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 end
 local decr, groups = {}, {}
-local requeued = 0
+local requeued, regrant = 0, 0
 local tstate, rate_held = {}, {}
 local tlimits = type_limits_parse(ARGV[10])
 local spent, time_up = time_budget(ARGV[14]), 0
@@ -116,6 +126,11 @@ for i, mem in ipairs(due) do
       redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
       redis.call('HSET', job_key, 'status', 'QUEUED')
       requeued = requeued + 1
+    elseif to_grants then
+      redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
+      redis.call('HSET', job_key, 'status', 'QUEUED')
+      g.requeue = true
+      regrant = regrant + 1
     else
       local tg, dg, hg, ty, dest = false, false, false, nil, nil
       if tlimits and g.status then
@@ -208,4 +223,4 @@ ready_reserve_flush(prefix, reserved)
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
 if #nxt > 0 then next_due = tonumber(nxt[2]) end
-return { out, next_due, cancelled, requeued, flat_pairs(rate_held), flat_pairs(ready_held), time_up }
+return { out, next_due, cancelled, requeued, flat_pairs(rate_held), flat_pairs(ready_held), time_up, regrant }
