@@ -15,8 +15,11 @@ import (
 )
 
 // DefaultShardLeaseTTL is how long a shard lease and its holder's heartbeat
-// last without a [ShardLeases.Hold]; holders call Hold every third of it.
-const DefaultShardLeaseTTL = 15 * time.Second
+// last without a [ShardLeases.Hold]; holders call Hold every third of it, at
+// most every second (a fetcher), so four calls may fail in a row before a
+// holder loses its shards. It bounds how long the shards of a holder that
+// died wait for another to take them.
+const DefaultShardLeaseTTL = 5 * time.Second
 
 // MaxShards is the most logical shards: one per Redis Cluster hash slot.
 const MaxShards = 16384
