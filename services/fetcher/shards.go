@@ -41,6 +41,9 @@ type shardOwner struct {
 	// whether it admitted all it asked for (more may be due at once)
 	lastRound time.Time
 	cut       bool
+	// interval is the rounds' usual spacing: a moving average of the time
+	// between rounds that found jobs due (shardCatchUp)
+	interval time.Duration
 }
 
 // shardBudget is a shard's grant for one period and what was admitted of
@@ -53,8 +56,8 @@ type shardBudget struct {
 	types    map[string]int64
 	admitted int64
 	// skipped counts jobs of the grant that came due while no round ran
-	// for longer than shardCatchUp: they are not caught up (so a stall is
-	// not followed by a burst) and flow back unused
+	// for longer than the catch-up (shardCatchUp): they are not caught up
+	// (so a stall is not followed by a burst) and flow back unused
 	skipped  int64
 	typesUse map[string]int64
 }
@@ -67,23 +70,28 @@ type shardBudget struct {
 // runs more scripts for fewer jobs each.
 const shardRoundGap = 10 * time.Millisecond
 
-// shardCatchUp is the most of a grant's period a round catches up: what
-// came due before that (a stall: the machine, a slow Redis) is skipped,
-// so that what a sliding second of the limit holds beyond it is bounded
-// by this, not by the longest stall.
-const shardCatchUp = 2 * shardRoundGap
+// shardCatchUp is the most of a grant's period a round catches up, given
+// the rounds' usual spacing: twice that spacing, at least twice
+// shardRoundGap and at most the period. What came due before that (a
+// stall: the machine, a slow Redis) is skipped, so that what a sliding
+// second of the limit holds beyond it is bounded by the rounds' spacing,
+// not by the longest stall; and a loaded machine, whose rounds come
+// further apart, still catches up what came due since its last round.
+func shardCatchUp(interval, period time.Duration) time.Duration {
+	return min(max(2*interval, 2*shardRoundGap), period)
+}
 
 // due takes the jobs of the grant due at now and not yet admitted: the
 // grant is spread evenly over its period, a job due as soon as its part of
 // the period has begun, and what an earlier round left is due at once up
-// to shardCatchUp's worth (the rest is skipped). (Spreading it over less
-// than the period, so that the last round of a period takes the rest,
-// bunches the jobs around the periods' starts: the cluster bench measured
-// 1.042 times the limit in a sliding window against 1.011.)
-func (b *shardBudget) due(now time.Time, period time.Duration) int64 {
+// to catchUp's worth (the rest is skipped). (Spreading it over less than
+// the period, so that the last round of a period takes the rest, bunches
+// the jobs around the periods' starts: the cluster bench measured 1.042
+// times the limit in a sliding window against 1.011.)
+func (b *shardBudget) due(now time.Time, period, catchUp time.Duration) int64 {
 	f := min(max(float64(now.Sub(b.ends.Add(-period)))/float64(period), 0), 1)
 	n := int64(math.Ceil(float64(b.jobs)*f-1e-9)) - b.admitted - b.skipped
-	if most := int64(math.Ceil(float64(b.jobs) * float64(shardCatchUp) / float64(period))); n > most {
+	if most := int64(math.Ceil(float64(b.jobs) * float64(catchUp) / float64(period))); n > most {
 		b.skipped += n - most
 		n = most
 	}
@@ -287,6 +295,7 @@ func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
 	period := o.grants.Config().Period
 	perWindow := int64(o.q.Config().Window / period)
 	global := o.q.Config().GlobalLimit
+	catchUp := shardCatchUp(o.interval, period)
 	// the next grant comes right after the current period ends (and wakes
 	// admission when it has jobs)
 	next := now.Add(period)
@@ -300,7 +309,7 @@ func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
 		if b == nil || !now.Before(b.ends) || b.admitted+b.skipped >= b.jobs {
 			continue
 		}
-		due := b.due(now, period)
+		due := b.due(now, period, catchUp)
 		if due <= 0 {
 			if at := b.dueAt(period); at.Before(next) {
 				next = at
@@ -335,7 +344,14 @@ func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
 func (o *shardOwner) admitted(res *redisq.AdmitResult, asked int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.lastRound, o.cut = time.Now(), len(res.Jobs)+res.Parked >= asked
+	now := time.Now()
+	if !o.lastRound.IsZero() && len(res.Jobs) > 0 {
+		// the spacing of rounds that admit, a stall weighing no more than
+		// the catch-up's most
+		d := min(now.Sub(o.lastRound), o.grants.Config().Period)
+		o.interval += (d - o.interval) / 8
+	}
+	o.lastRound, o.cut = now, len(res.Jobs)+res.Parked >= asked
 	n := o.q.ShardCount()
 	for _, j := range res.Jobs {
 		if b := o.budgets[redisq.ShardOf(j.Group.Tenant, n)]; b != nil {
