@@ -134,17 +134,14 @@ const roomReuseFor = 100 * time.Millisecond
 func (f *Fetcher) admit(parent context.Context) next {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
-	// After a round that left nothing waiting, the next round may reuse
-	// its measurement: an older measurement only understates the room.
-	// Should the reused rooms hold any job, the round after measures again
-	// at once.
 	var turns []redisq.ShardTurn
 	unlock := func() {}
 	if f.shards != nil {
 		// with shards, from the shards this fetcher holds, each with what
-		// is due of its grant (docs/ARCHITECTURE.md §11.1); until admitted
-		// has counted the round's jobs, no report reads what the shards
-		// admitted
+		// is due of its grant (docs/ARCHITECTURE.md §11.1), found before
+		// READY is measured, so a round with nothing due costs no request;
+		// until admitted has counted the round's jobs, no report reads what
+		// the shards admitted
 		f.shards.round.Lock()
 		unlock = sync.OnceFunc(f.shards.round.Unlock)
 		defer unlock()
@@ -156,6 +153,10 @@ func (f *Fetcher) admit(parent context.Context) next {
 			return next{wait: wait, notify: true}
 		}
 	}
+	// After a round that left nothing waiting, the next round may reuse
+	// its measurement: an older measurement only understates the room.
+	// Should the reused rooms hold any job, the round after measures again
+	// at once.
 	var rooms handoff.Rooms
 	reused := false
 	if f.roomQuiet {
