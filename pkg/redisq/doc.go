@@ -88,7 +88,10 @@
 // several tenants by shard, and runs calls that span tenants on every
 // shard, merging their answers (docs/ARCHITECTURE.md §11.1). Admission
 // takes [WithShardTurns] to admit from the shards its caller holds, each
-// at its grant and with its lease epoch; [Queue.ShardDemand],
+// within its grant and with its lease epoch (at once when the turns fit
+// together within the call's room); with shards, [Queue.Release] hands due
+// jobs back to their groups, to be admitted within the grants too;
+// [Queue.ShardDemand],
 // [Queue.NewShardLeases] and [Queue.NewGrants] give a shard owner what it
 // needs.
 //

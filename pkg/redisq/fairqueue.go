@@ -691,8 +691,12 @@ type ShardTurn struct {
 	// an admission whose epoch is below the shard's fence changes nothing
 	// and the shard is listed in [AdmitResult.Stale].
 	Epoch uint64
-	// Limit is the jobs per [Config.Window] the shard admits at, its grant
-	// as a rate; 0 = the shard's even part of [Config.GlobalLimit].
+	// Limit is the jobs per [Config.Window] the shard's pacer admits at
+	// (a grant as a rate, or the global limit when Max spreads the grant);
+	// 0 = the shard's even part of [Config.GlobalLimit]. With a Limit the
+	// shard's count of the aligned window is checked against
+	// [Config.GlobalLimit], not against it: the grants keep the shards
+	// together within the global limit.
 	Limit int
 	// TypeLimits are the per-type limits per Window of its grant; nil =
 	// the shard's even part of [Config.TypeLimits].
