@@ -306,7 +306,8 @@ func (q *Queue) releaseSharded(ctx context.Context, n int, o admitOptions) (*Rel
 		res.ReadyHeld = addCounts(res.ReadyHeld, r.ReadyHeld)
 		res.TimeUp = res.TimeUp || r.TimeUp
 		res.ToGrants += r.ToGrants
-		n -= r.Handled() // a shard leases none: READY's rooms stay whole
+		n -= r.Handled()
+		o = o.taken(r.Jobs)
 	}
 	return res, nil
 }
