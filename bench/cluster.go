@@ -273,20 +273,13 @@ func (l *admitLog) counter() counter {
 	calls := slices.Clone(l.calls)
 	l.mu.Unlock()
 	slices.SortFunc(calls, func(a, b admitSample) int { return cmp.Compare(a.ns, b.ns) })
-	cum := make([]admitSample, len(calls)) // total: jobs of the calls up to this one
+	cum := make([]admitSample, len(calls)) // total: jobs of the calls up to this one, as a sampled counter
 	var t int64
 	for i, c := range calls {
 		t += c.total
 		cum[i] = admitSample{ns: c.ns, total: t}
 	}
-	before := func(at int64) int64 { // jobs of the calls before at
-		i := sort.Search(len(cum), func(i int) bool { return cum[i].ns >= at })
-		if i == 0 {
-			return 0
-		}
-		return cum[i-1].total
-	}
-	return func(a, b int64) int64 { return before(b) - before(a) }
+	return samplesCounter(cum)
 }
 
 // counter counts events in [a, b) (unix ns).

@@ -306,8 +306,7 @@ func (q *Queue) releaseSharded(ctx context.Context, n int, o admitOptions) (*Rel
 		res.ReadyHeld = addCounts(res.ReadyHeld, r.ReadyHeld)
 		res.TimeUp = res.TimeUp || r.TimeUp
 		res.ToGrants += r.ToGrants
-		n -= r.Handled()
-		o = o.taken(r.Jobs)
+		n -= r.Handled() // a shard leases none: READY's rooms stay whole
 	}
 	return res, nil
 }

@@ -92,6 +92,12 @@ else
 end
 
 local out, cancelled, released = {}, 0, 0
+-- back_to_group puts a due job back at the front of its group's list
+-- (status QUEUED), where admission takes it
+local function back_to_group(gk, jid, job_key)
+  redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
+  redis.call('HSET', job_key, 'status', 'QUEUED')
+end
 local due = {}
 if want > 0 then
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
@@ -123,12 +129,10 @@ for i, mem in ipairs(due) do
       cancel_job(job_key, g.meta, now, job_ttl)
       cancelled = cancelled + 1
     elseif g.status == 'PAUSED' or (g.max > 0 and g.inflight >= g.max) then
-      redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
-      redis.call('HSET', job_key, 'status', 'QUEUED')
+      back_to_group(gk, jid, job_key)
       requeued = requeued + 1
     elseif to_grants then
-      redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
-      redis.call('HSET', job_key, 'status', 'QUEUED')
+      back_to_group(gk, jid, job_key)
       g.requeue = true
       regrant = regrant + 1
     else
@@ -153,14 +157,12 @@ for i, mem in ipairs(due) do
         -- its type's or destination's rate is used up: back into its
         -- group, held there
         type_hold(hg)
-        redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
-        redis.call('HSET', job_key, 'status', 'QUEUED')
+        back_to_group(gk, jid, job_key)
         g.requeue = true
         rate_held[hg.type] = (rate_held[hg.type] or 0) + 1
       elseif g.status and not ready_take(rooms, prefix, ty, now) then
         -- its type's READY room is full: back into its group, held there
-        redis.call('LPUSH', jobs_key_of(prefix, gk), jid)
-        redis.call('HSET', job_key, 'status', 'QUEUED')
+        back_to_group(gk, jid, job_key)
         g.requeue = true
         ready_held[ty] = (ready_held[ty] or 0) + 1
       else
