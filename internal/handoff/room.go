@@ -3,6 +3,7 @@ package handoff
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -272,6 +273,21 @@ func (rs Rooms) LiveOnly() map[string]int {
 	for _, t := range rs.Live {
 		out[t] = rs.ByType[t]
 	}
+	return out
+}
+
+// Part is rs with every room, Capacity included, cut to share of it
+// (0 < share <= 1), rounded up: the part one of several admitters takes
+// when each measures READY whole, so that together they overfill a room
+// by at most one job each.
+func (rs Rooms) Part(share float64) Rooms {
+	part := func(n int) int { return int(math.Ceil(float64(n)*share - 1e-9)) }
+	out := rs
+	out.ByType = make(map[string]int, len(rs.ByType))
+	for t, n := range rs.ByType {
+		out.ByType[t] = part(n)
+	}
+	out.Capacity = part(rs.Capacity)
 	return out
 }
 

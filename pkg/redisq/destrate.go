@@ -301,11 +301,22 @@ func (q *Queue) limitsFrom(static map[string]int, r *DestRates) string {
 	if r == nil || len(r.Rates) == 0 {
 		return typeLimitsArg(static)
 	}
-	limits := make(map[string]int, len(static)+len(r.Rates))
+	limits, learned := q.limitsMap(static, r)
+	return typeLimitsArgLearned(limits, learned)
+}
+
+// limitsMap is static with the learned rates of r folded in (each as
+// [Queue.learnedPerWindow], where lower than a static limit of its name),
+// and the names whose limit is learned.
+func (q *Queue) limitsMap(static map[string]int, r *DestRates) (limits map[string]int, learned map[string]bool) {
+	limits = make(map[string]int, len(static))
 	for t, n := range static {
 		limits[t] = n
 	}
-	learned := map[string]bool{}
+	if r == nil {
+		return limits, nil
+	}
+	learned = map[string]bool{}
 	for _, d := range r.Rates {
 		n, ok := q.learnedPerWindow(r, d)
 		if !ok {
@@ -316,7 +327,28 @@ func (q *Queue) limitsFrom(static map[string]int, r *DestRates) string {
 			learned[d.Destination] = true
 		}
 	}
-	return typeLimitsArgLearned(limits, learned)
+	return limits, learned
+}
+
+// GrantedLimits are the limits per [Config.Window] that the grants split
+// between the shards beyond [Config.TypeLimits] (docs/ARCHITECTURE.md
+// §11.1): the learned rates of r, whole (0 while a destination is
+// stopped), each where lower than a static limit of its name. nil when r
+// has none.
+func (q *Queue) GrantedLimits(r *DestRates) map[string]int {
+	if r == nil || len(r.Rates) == 0 {
+		return nil
+	}
+	g := q
+	if q.global != nil {
+		g = q.global
+	}
+	limits, learned := g.limitsMap(g.cfg.TypeLimits, r)
+	out := make(map[string]int, len(learned))
+	for d := range learned {
+		out[d] = limits[d]
+	}
+	return out
 }
 
 // learnedPerWindow is d's learned limit in jobs per window: max(1,

@@ -698,9 +698,14 @@ type ShardTurn struct {
 	// [Config.GlobalLimit], not against it: the grants keep the shards
 	// together within the global limit.
 	Limit int
-	// TypeLimits are the per-type limits per Window of its grant; nil =
-	// the shard's even part of [Config.TypeLimits].
-	TypeLimits map[string]int
+	// TypeMax holds, per limited job type or destination (a static
+	// [Config.TypeLimits] one, or a learned rate: [Queue.GrantedLimits]),
+	// the most jobs of it the shard admits in this call: what is due of
+	// the shard's grant of it. Such a name's pacer runs at, and the shard's
+	// count of its aligned window is checked against, its whole limit, as
+	// for Limit: the grants keep the shards within it. A limited name not in
+	// it has the shard's even part of its limit; nil = every one does.
+	TypeMax map[string]int
 	// Max is the most jobs the shard admits in this call (what is left of
 	// its grant); 0 = no bound beyond the call's.
 	Max int
@@ -897,11 +902,30 @@ func (q *Queue) admitTurn(ctx context.Context, t ShardTurn, c int, o admitOption
 		// keep the shards within the global limit
 		limit, o.windowCap = t.Limit, q.cfg.GlobalLimit
 	}
-	if t.TypeLimits != nil {
-		tl = s.limitsFrom(t.TypeLimits, o.learned)
+	if t.TypeMax != nil {
+		tl = q.turnTypeLimits(s, t.TypeMax, o.learned)
 	}
 	o.epoch, o.untilMs = t.Epoch, t.UntilMs
 	return s.admit(ctx, c, limit, tl, o)
+}
+
+// turnTypeLimits is the type-limit argument of shard s's turn whose
+// grants of limited names are callMax: each such name at its whole limit
+// (static or learned) with its most jobs in the call, the others at the
+// shard's even part of theirs.
+func (q *Queue) turnTypeLimits(s *Queue, callMax map[string]int, r *DestRates) string {
+	whole, wholeLearned := q.limitsMap(q.cfg.TypeLimits, r)
+	limits, learned := s.limitsMap(s.cfg.TypeLimits, r)
+	maxes := make(map[string]int, len(callMax))
+	for t, m := range callMax {
+		if n, ok := whole[t]; ok {
+			limits[t], maxes[t] = n, m
+			if learned != nil {
+				learned[t] = wholeLearned[t]
+			}
+		}
+	}
+	return typeLimitsArgMax(limits, learned, maxes)
 }
 
 // mergedAdmit merges the shards' answers to a sharded Admit.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -166,24 +168,26 @@ func NewGrants(ctx context.Context, rdb redis.UniversalClient, prefix string, cf
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	types := make([]string, 0, len(cfg.TypeLimits))
-	for t := range cfg.TypeLimits {
-		types = append(types, t)
-	}
-	sort.Strings(types)
-	var b strings.Builder
-	for i, t := range types {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		n := cfg.TypeLimits[t]
-		fmt.Fprintf(&b, "%s=%d:%d", t, n, cfg.slidingCap(n))
-	}
-	g := &Grants{rdb: rdb, keys: NewKeys(prefix), cfg: cfg, limits: b.String()}
+	g := &Grants{rdb: rdb, keys: NewKeys(prefix), cfg: cfg}
+	g.limits = g.limitsArg(cfg.TypeLimits)
 	if err := grantScript.Load(ctx, rdb).Err(); err != nil {
 		return nil, fmt.Errorf("redisq: load grant script: %w", err)
 	}
 	return g, nil
+}
+
+// limitsArg is the script's argument of limited names: 'name=limit:sliding
+// cap,...' in name order.
+func (g *Grants) limitsArg(limits map[string]int) string {
+	var b strings.Builder
+	for i, t := range slices.Sorted(maps.Keys(limits)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		n := limits[t]
+		fmt.Fprintf(&b, "%s=%d:%d", t, n, g.cfg.slidingCap(n))
+	}
+	return b.String()
 }
 
 // Config returns the configuration with defaults filled in.
@@ -196,6 +200,13 @@ func (g *Grants) Config() GrantsConfig { return g.cfg }
 type Demand struct {
 	High, Normal, Low int64
 	Types             map[string]int64
+	// Limits are limits per Window beyond [GrantsConfig.TypeLimits] for
+	// this report (a destination's learned rate, [Queue.GrantedLimits]: 0
+	// while it is stopped), granted as a type's; one with the name of a
+	// static limit replaces it where lower. A name's window count is kept
+	// while reports without it come, so owners whose readings of the
+	// rates differ for a moment do not count its window twice.
+	Limits map[string]int
 }
 
 // Used is how much of its last grant a shard admitted: Jobs in all, and
@@ -230,6 +241,11 @@ type Grant struct {
 	// script used: the owner admits the grant evenly within it and reports
 	// again when it ends.
 	Remaining time.Duration
+	// Share is the shard's part of the demand the period was allocated by
+	// (0 to 1; 0 when its demand came too late for the allocation): what
+	// an owner takes of a resource the grants do not split, such as READY's
+	// room per type.
+	Share float64
 }
 
 // Report is one shard owner's report for the current period: its demand
@@ -253,7 +269,23 @@ func (g *Grants) Report(ctx context.Context, shard int, d Demand, u Used) (Grant
 			}
 		}
 	}
-	args := []any{now, ms(g.cfg.Period), ms(g.cfg.Window), g.cfg.Limit, g.cfg.slidingCap(g.cfg.Limit), g.limits,
+	limits := g.limits
+	if len(d.Limits) > 0 {
+		all := maps.Clone(g.cfg.TypeLimits)
+		if all == nil {
+			all = make(map[string]int, len(d.Limits))
+		}
+		for t, n := range d.Limits {
+			if err := contracts.ValidateDestination(t); err != nil || n < 0 {
+				return Grant{}, fmt.Errorf("%w: shard %d, limit %s=%d", ErrBadReport, shard, t, n)
+			}
+			if s, ok := all[t]; !ok || n < s {
+				all[t] = n
+			}
+		}
+		limits = g.limitsArg(all)
+	}
+	args := []any{now, ms(g.cfg.Period), ms(g.cfg.Window), g.cfg.Limit, g.cfg.slidingCap(g.cfg.Limit), limits,
 		shard, d.High, d.Normal, d.Low, u.Jobs}
 	args = appendCounts(args, d.Types)
 	args = appendCounts(args, u.Types)
@@ -263,13 +295,14 @@ func (g *Grants) Report(ctx context.Context, shard int, d Demand, u Used) (Grant
 		return Grant{}, err
 	}
 	l := toList(v)
-	if len(l) < 4 {
+	if len(l) < 5 {
 		return Grant{}, fmt.Errorf("redisq: grant script: reply %v", v)
 	}
-	out := Grant{Jobs: toInt(l[0]), Period: toInt(l[1]), EndMs: toInt(l[2]), Remaining: time.Duration(toInt(l[2])-toInt(l[3])) * time.Millisecond}
-	if len(l) > 4 {
-		out.Types = make(map[string]int64, (len(l)-4)/2)
-		for i := 4; i+1 < len(l); i += 2 {
+	out := Grant{Jobs: toInt(l[0]), Period: toInt(l[1]), EndMs: toInt(l[2]), Remaining: time.Duration(toInt(l[2])-toInt(l[3])) * time.Millisecond,
+		Share: float64(toInt(l[4])) / 1e6}
+	if len(l) > 5 {
+		out.Types = make(map[string]int64, (len(l)-5)/2)
+		for i := 5; i+1 < len(l); i += 2 {
 			out.Types[toStr(l[i])] = toInt(l[i+1])
 		}
 	}

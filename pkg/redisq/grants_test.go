@@ -617,3 +617,61 @@ func TestGrantsReturnAfterTheAllocationIsGrantedInThePeriod(t *testing.T) {
 		t.Fatalf("the window granted %d net, want at most the limit of 900 and at least 890", net)
 	}
 }
+
+// TestGrantsSplitReportedLimitsAndShares: a limit named in the reports
+// alone (a destination's learned rate) is split as a static type's, by the
+// shards' demand for it, within it in the window; a report that does not
+// name it keeps its window's count; and each grant carries the shard's
+// part of the demand its period was allocated by.
+func TestGrantsSplitReportedLimitsAndShares(t *testing.T) {
+	t.Parallel()
+	g, c := setupGrants(t, redisq.GrantsConfig{Limit: 1000})
+	limits := map[string]int{"api.example.com": 100}
+	d := []redisq.Demand{
+		{Normal: 1, Types: map[string]int64{"api.example.com": 1}, Limits: limits},
+		{Normal: 3, Types: map[string]int64{"api.example.com": 3}, Limits: limits},
+	}
+	var dest [2]int64
+	for p := -1; p < 5; p++ {
+		for s := range d {
+			gr := grantAt(t, g, c, time.Duration(p)*period, s, d[s], redisq.Used{Jobs: math.MaxInt32,
+				Types: map[string]int64{"api.example.com": math.MaxInt32}})
+			dest[s] += gr.Types["api.example.com"]
+			if p >= 0 {
+				if want := []float64{0.25, 0.75}[s]; math.Abs(gr.Share-want) > 1e-6 {
+					t.Fatalf("period %d, shard %d: share %v, want %v", p, s, gr.Share, want)
+				}
+			}
+		}
+	}
+	// five periods of an even share of 100 a second: 10 each, 1:3
+	if dest[0]+dest[1] != 50 || math.Abs(float64(dest[1])/float64(dest[0])-3) > 0.2 {
+		t.Fatalf("the learned limit's grants %v over five periods: want 50 in all, 1:3", dest)
+	}
+	// a report that does not name it (another owner's older reading) keeps
+	// its count: the window's rest is still within 100
+	grantAt(t, g, c, 5*period, 0, redisq.Demand{Normal: 1}, redisq.Used{Jobs: math.MaxInt32})
+	for p := 5; p < 10; p++ {
+		for s := range d {
+			if p == 5 && s == 0 {
+				continue
+			}
+			gr := grantAt(t, g, c, time.Duration(p)*period, s, d[s], redisq.Used{Jobs: math.MaxInt32,
+				Types: map[string]int64{"api.example.com": math.MaxInt32}})
+			dest[s] += gr.Types["api.example.com"]
+		}
+	}
+	if dest[0]+dest[1] > 100 {
+		t.Fatalf("the learned limit's grants in one window: %v, over 100", dest)
+	}
+	// a stopped destination (limit 0) gets nothing
+	d[0].Limits, d[1].Limits = map[string]int{"api.example.com": 0}, map[string]int{"api.example.com": 0}
+	for s := range d {
+		if gr := grantAt(t, g, c, 10*period, s, d[s], redisq.Used{Jobs: math.MaxInt32}); gr.Types["api.example.com"] != 0 {
+			t.Fatalf("a stopped destination granted %d", gr.Types["api.example.com"])
+		}
+	}
+	if _, err := g.Report(context.Background(), 0, redisq.Demand{Normal: 1, Limits: map[string]int{"a=b": 1}}, redisq.Used{}); !errors.Is(err, redisq.ErrBadReport) {
+		t.Fatalf("a limit with a bad name: %v, want ErrBadReport", err)
+	}
+}

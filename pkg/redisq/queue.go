@@ -239,6 +239,12 @@ func typeLimitsArg(limits map[string]int) string { return typeLimitsArgLearned(l
 // typeLimitsArgLearned is typeLimitsArg with the types in learned marked
 // '~': their limits are learned rates, which carry no credit (lib.lua).
 func typeLimitsArgLearned(limits map[string]int, learned map[string]bool) string {
+	return typeLimitsArgMax(limits, learned, nil)
+}
+
+// typeLimitsArgMax is typeLimitsArgLearned with, for each name in callMax,
+// the most jobs of it the call admits ('@m', lib.lua type_limits_parse).
+func typeLimitsArgMax(limits map[string]int, learned map[string]bool, callMax map[string]int) string {
 	types := make([]string, 0, len(limits))
 	for t := range limits {
 		types = append(types, t)
@@ -254,6 +260,10 @@ func typeLimitsArgLearned(limits map[string]int, learned map[string]bool) string
 		b.WriteString(strconv.Itoa(limits[t]))
 		if learned[t] {
 			b.WriteByte('~')
+		}
+		if m, ok := callMax[t]; ok {
+			b.WriteByte('@')
+			b.WriteString(strconv.Itoa(max(m, 0)))
 		}
 	}
 	return b.String()

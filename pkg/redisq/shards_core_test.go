@@ -482,3 +482,49 @@ func TestShardedReleaseHandsDueJobsToTheGrants(t *testing.T) {
 		t.Fatalf("admitted in the window: %d, %v; want 3", n, err)
 	}
 }
+
+// A shard turn's TypeMax bounds the jobs of a limited type in the call,
+// and the type's pacer and the shard's count of its window run at the
+// type's whole limit: a shard admits past its even part of the type's
+// limit (50 of 100) when the grants give it more.
+func TestShardTurnTypeMaxBoundsTheCallAtTheWholeTypeLimit(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 1000, Mode: "paced", TypeLimits: map[string]int{"sms": 100}}, true)
+	b.clock.t = b.clock.t.Truncate(time.Second)
+	tn := tenantsOnShards(2)[0]
+	var jobs []redisq.Job
+	for i := 0; i < 70; i++ {
+		jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%02d", i), Type: "sms"})
+	}
+	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	turn := func(typeMax int) *redisq.AdmitResult {
+		t.Helper()
+		r, err := q.Admit(ctx, 100, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, Limit: 1000, Max: 50,
+			TypeMax: map[string]int{"sms": typeMax}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := turn(3); len(r.Jobs) != 3 {
+		t.Fatalf("a turn with 3 sms due: %d jobs", len(r.Jobs))
+	}
+	if r := turn(0); len(r.Jobs) != 0 || r.RateHeld["sms"] == 0 || r.WakeMs <= 0 {
+		t.Fatalf("a turn with no sms due: %d jobs, held %v, wake %d", len(r.Jobs), r.RateHeld, r.WakeMs)
+	}
+	total := 3
+	for range 15 {
+		b.clock.advance(50 * time.Millisecond)
+		r := turn(4)
+		if len(r.Jobs) != 4 {
+			t.Fatalf("after %d sms in the window, a turn with 4 due: %d jobs (held %v)", total, len(r.Jobs), r.RateHeld)
+		}
+		total += len(r.Jobs)
+	}
+	// 63 in the window: past the shard's even part, within the whole limit
+	if total != 63 {
+		t.Fatalf("%d sms admitted", total)
+	}
+}

@@ -135,6 +135,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cycleTimeout)
 	defer cancel()
 	var turns []redisq.ShardTurn
+	share := 1.0
 	unlock := func() {}
 	if f.shards != nil {
 		// with shards, from the shards this fetcher holds, each with what
@@ -146,7 +147,7 @@ func (f *Fetcher) admit(parent context.Context) next {
 		unlock = sync.OnceFunc(f.shards.round.Unlock)
 		defer unlock()
 		var wait time.Duration
-		if turns, wait = f.shards.turns(); len(turns) == 0 {
+		if turns, wait, share = f.shards.turns(); len(turns) == 0 {
 			if wait == 0 {
 				return next{idle: true}
 			}
@@ -169,6 +170,12 @@ func (f *Fetcher) admit(parent context.Context) next {
 			f.log.Warn("READY size", "err", err)
 			return next{wait: errorWait}
 		}
+	}
+	if share > 0 && share < 1 {
+		// READY's rooms are measured whole by every fetcher, and each
+		// shard reserves what it hands on in keys of its own: a fetcher
+		// takes its shards' part of the demand (docs/ARCHITECTURE.md §11.1)
+		rooms = rooms.Part(share)
 	}
 	// Each job type gets its own room; with UnservedTypes "hold" only the
 	// types a live worker serves get any.

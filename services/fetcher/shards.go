@@ -60,6 +60,11 @@ type shardBudget struct {
 	// (so a stall is not followed by a burst) and flow back unused
 	skipped  int64
 	typesUse map[string]int64
+	// typesSkipped is skipped for each type's grant
+	typesSkipped map[string]int64
+	// share is the shard's part of the demand the period was allocated
+	// by (redisq.Grant.Share)
+	share float64
 }
 
 // shardRoundGap is the shortest time between two admission rounds of a
@@ -89,10 +94,28 @@ func shardCatchUp(interval, period time.Duration) time.Duration {
 // the jobs around the periods' starts: the cluster bench measured 1.042
 // times the limit in a sliding window against 1.011.)
 func (b *shardBudget) due(now time.Time, period, catchUp time.Duration) int64 {
+	return b.spread(b.jobs, b.admitted, &b.skipped, now, period, catchUp)
+}
+
+// typeDue is due for the grant of limited name ty (a type or a
+// destination), spread over the period the same way.
+func (b *shardBudget) typeDue(ty string, now time.Time, period, catchUp time.Duration) int64 {
+	if b.typesSkipped == nil {
+		b.typesSkipped = map[string]int64{}
+	}
+	sk := b.typesSkipped[ty]
+	n := b.spread(b.types[ty], b.typesUse[ty], &sk, now, period, catchUp)
+	b.typesSkipped[ty] = sk
+	return max(n, 0)
+}
+
+// spread is what is due at now of a grant of total jobs over the period,
+// admitted of it so far and skipped (raised by what a stall skips).
+func (b *shardBudget) spread(total, admitted int64, skipped *int64, now time.Time, period, catchUp time.Duration) int64 {
 	f := min(max(float64(now.Sub(b.ends.Add(-period)))/float64(period), 0), 1)
-	n := int64(math.Ceil(float64(b.jobs)*f-1e-9)) - b.admitted - b.skipped
-	if most := int64(math.Ceil(float64(b.jobs) * float64(catchUp) / float64(period))); n > most {
-		b.skipped += n - most
+	n := int64(math.Ceil(float64(total)*f-1e-9)) - admitted - *skipped
+	if most := int64(math.Ceil(float64(total) * float64(catchUp) / float64(period))); n > most {
+		*skipped += n - most
 		n = most
 	}
 	return n
@@ -237,7 +260,7 @@ func (o *shardOwner) report(ctx context.Context) (fresh bool, left time.Duration
 			}
 			if b := o.budgets[s]; b == nil || b.period != g.Period {
 				o.budgets[s] = &shardBudget{period: g.Period, endMs: g.EndMs, ends: time.Now().Add(g.Remaining), jobs: g.Jobs, types: g.Types,
-					typesUse: map[string]int64{}}
+					typesUse: map[string]int64{}, share: g.Share}
 				fresh = fresh || g.Jobs > 0
 			}
 		})
@@ -249,7 +272,21 @@ func (o *shardOwner) report(ctx context.Context) (fresh bool, left time.Duration
 // reportShard reports shard s's demand and what it admitted of its last
 // grant, and returns its grant; ok is false when either call failed.
 func (o *shardOwner) reportShard(ctx context.Context, s int) (g redisq.Grant, ok bool) {
-	d, err := o.q.ShardDemand(ctx, s, o.types)
+	// the learned rates of destinations are granted as the static type
+	// limits are (the last reading when Redis cannot be read)
+	learned, _ := o.q.LearnedRates(ctx)
+	limits := o.q.GrantedLimits(learned)
+	names := o.types
+	if len(limits) > 0 {
+		names = slices.Clone(o.types)
+		for t := range limits {
+			if !slices.Contains(names, t) {
+				names = append(names, t)
+			}
+		}
+	}
+	d, err := o.q.ShardDemand(ctx, s, names)
+	d.Limits = limits
 	if err != nil {
 		if ctx.Err() == nil {
 			o.log.Warn("shard demand", "shard", s, "err", err)
@@ -274,26 +311,27 @@ func (o *shardOwner) reportShard(ctx context.Context, s int) (g redisq.Grant, ok
 }
 
 // turns are the shards to admit from now, each with what is due of its
-// grant (shardBudget.due): the grant spreads itself over its period, so
-// that the shards together admit the global limit evenly, not in the
-// bursts of their rounds. The turn's rate is the global limit, so the
-// shard's pacer never holds back what is due. wait, when there are none,
-// is how long until some shard has a job due (0: no shard is held);
-// rounds are at least shardRoundGap apart unless the last one was cut
-// short.
-func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
+// grant (shardBudget.due) and of its grant of each limited type or
+// destination (TypeMax): a grant spreads itself over its period, so that
+// the shards together admit each limit evenly, not in the bursts of their
+// rounds. The turn's rates are the whole limits, so the shard's pacers
+// never hold back what is due. wait, when there are none, is how long
+// until some shard has a job due (0: no shard is held); rounds are at
+// least shardRoundGap apart unless the last one was cut short. share is
+// the held shards' part of the demand their periods were allocated by (at
+// most 1), the part of READY's rooms the round takes.
+func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration, share float64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := time.Now()
 	if len(o.held) == 0 {
-		return nil, 0
+		return nil, 0, 0
 	}
 	gapEnd := o.lastRound.Add(shardRoundGap)
 	if !o.cut && now.Before(gapEnd) {
-		return nil, gapEnd.Sub(now)
+		return nil, gapEnd.Sub(now), 0
 	}
 	period := o.grants.Config().Period
-	perWindow := int64(o.q.Config().Window / period)
 	global := o.q.Config().GlobalLimit
 	catchUp := shardCatchUp(o.interval, period)
 	// the next grant comes right after the current period ends (and wakes
@@ -317,25 +355,19 @@ func (o *shardOwner) turns() (turns []redisq.ShardTurn, wait time.Duration) {
 			continue
 		}
 		t := redisq.ShardTurn{Shard: s, Epoch: epoch, Limit: global, Max: int(due), UntilMs: b.endMs}
-		if len(o.types) > 0 {
-			t.TypeLimits = make(map[string]int, len(o.types))
-			for _, ty := range o.types {
-				left := b.types[ty] - b.typesUse[ty]
-				if left <= 0 {
-					// no rate of the type left in this period: a limit of
-					// one per window keeps its jobs held
-					t.TypeLimits[ty] = 1
-					continue
-				}
-				t.TypeLimits[ty] = int(max(b.types[ty]*perWindow, 1))
+		if len(b.types) > 0 {
+			t.TypeMax = make(map[string]int, len(b.types))
+			for ty := range b.types {
+				t.TypeMax[ty] = int(b.typeDue(ty, now, period, catchUp))
 			}
 		}
 		turns = append(turns, t)
+		share += b.share
 	}
 	if len(turns) == 0 {
 		wait = max(next.Sub(now), gapEnd.Sub(now), time.Millisecond)
 	}
-	return turns, wait
+	return turns, wait, min(share, 1)
 }
 
 // admitted counts the jobs an admission that asked for asked jobs took
@@ -358,6 +390,9 @@ func (o *shardOwner) admitted(res *redisq.AdmitResult, asked int) {
 			b.admitted++
 			if _, limited := b.types[j.Type]; limited {
 				b.typesUse[j.Type]++
+			}
+			if _, limited := b.types[j.Destination]; limited && j.Destination != "" && j.Destination != j.Type {
+				b.typesUse[j.Destination]++
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/pipelinetest"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/client"
@@ -28,8 +29,66 @@ func TestFetchersShareShardsAndTheGlobalLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitShardsSplit(t, leases, shards)
+
+	const perTenant = 300
+	msgs := submitToShard3(t, e, shards, 4, perTenant)
+	span := readySpan(t, msgs)
+	// 1,200 jobs at 300 a second take at least 3 s after the first
+	// second's; READY's store times trail admission by a moment, so allow
+	// one more second. A limit split evenly between the eight shards would
+	// give these tenants 37 a second: over 30 s.
+	if span < 2*time.Second {
+		t.Errorf("the jobs reached READY within %s: faster than the limit of %d a second", span, limit)
+	}
+	if span > 20*time.Second {
+		t.Errorf("the jobs reached READY over %s: the tenants of one shard did not get the whole limit %d", span, limit)
+	}
+}
+
+// With shards, a destination's learned rate is granted as a static type
+// limit is, by the shards' demand: tenants that all live in one of eight
+// shards get the whole learned rate (split evenly, they would get an
+// eighth of it), and no more.
+func TestShardsGrantALearnedDestinationRate(t *testing.T) {
+	const shards, rate = 8, 50
+	e := pipelinetest.NewEnv(t, redisq.Config{Shards: shards, GlobalLimit: 1000,
+		Adaptive: redisq.AdaptiveConfig{Enabled: true, Floor: rate, Ceiling: rate}})
+	ctx := context.Background()
+	// the jobs' destination (their type "t") throttled: its rate is
+	// learned at the floor, 50 a second
+	if _, err := e.Queue.ReportDestinations(ctx, []redisq.DestOutcome{{Destination: "t", Throttled: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Queue.DestinationRates(ctx); err != nil || len(r.Rates) != 1 || r.Rates[0].Rate != rate {
+		t.Fatalf("learned rates %+v, %v: want t at %d", r, err, rate)
+	}
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	leases, err := e.Queue.NewShardLeases(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitShardsSplit(t, leases, shards)
+
+	msgs := submitToShard3(t, e, shards, 2, 150)
+	span := readySpan(t, msgs)
+	// 300 jobs at 50 a second: at least 5 s after the first second's (one
+	// more for READY's store times); an even split would take 48 s
+	if span < 4*time.Second {
+		t.Errorf("the jobs reached READY within %s: faster than the learned rate of %d a second", span, rate)
+	}
+	if span > 15*time.Second {
+		t.Errorf("the jobs reached READY over %s: the tenants of one shard did not get the whole learned rate %d", span, rate)
+	}
+}
+
+// waitShardsSplit waits until the shards are held by two holders, half
+// each.
+func waitShardsSplit(t *testing.T, leases *redisq.ShardLeases, shards int) {
+	t.Helper()
 	testkit.WaitFor(t, "the shards split between the two fetchers", 30*time.Second, func() bool {
-		ls, err := leases.Leases(ctx)
+		ls, err := leases.Leases(context.Background())
 		if err != nil || len(ls) != shards {
 			return false
 		}
@@ -39,23 +98,32 @@ func TestFetchersShareShardsAndTheGlobalLimit(t *testing.T) {
 		}
 		return len(per) == 2 && per[ls[0].Holder] == shards/2
 	})
+}
 
-	// four tenants, every one in shard 3
+// submitToShard3 submits perTenant jobs for each of n tenants of shard 3
+// and returns the READY messages of them all.
+func submitToShard3(t *testing.T, e *pipelinetest.Env, shards, n, perTenant int) []pipelinetest.Msg {
+	t.Helper()
 	var tenants []string
-	for i := 0; len(tenants) < 4; i++ {
+	for i := 0; len(tenants) < n; i++ {
 		if tn := fmt.Sprintf("tenant%d", i); redisq.ShardOf(tn, shards) == 3 {
 			tenants = append(tenants, tn)
 		}
 	}
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
 	c := client.New(e.JS, client.Options{})
-	const perTenant = 300
 	for _, tn := range tenants {
-		if err := c.ForTenant(tn).Submit(ctx, "g", clientJobs("g", 0, perTenant)...); err != nil {
+		if err := c.ForTenant(tn).Submit(context.Background(), "g", clientJobs("g", 0, perTenant)...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	msgs := r.WaitJobs(t, len(tenants)*perTenant, time.Minute)
+	return r.WaitJobs(t, len(tenants)*perTenant, time.Minute)
+}
+
+// readySpan checks that no job reached READY twice and returns the time
+// between the first and the last one's store times.
+func readySpan(t *testing.T, msgs []pipelinetest.Msg) time.Duration {
+	t.Helper()
 	seen := map[string]bool{}
 	first, last := msgs[0].Stored, msgs[0].Stored
 	for _, m := range msgs {
@@ -70,16 +138,45 @@ func TestFetchersShareShardsAndTheGlobalLimit(t *testing.T) {
 			last = m.Stored
 		}
 	}
-	// 1,200 jobs at 300 a second take at least 3 s after the first
-	// second's; READY's store times trail admission by a moment, so allow
-	// one more second. A limit split evenly between the eight shards would
-	// give these tenants 37 a second: over 30 s.
 	span := last.Sub(first)
 	t.Logf("the jobs reached READY over %s", span.Round(time.Millisecond))
-	if span < 2*time.Second {
-		t.Errorf("the jobs reached READY within %s: faster than the limit of %d a second", span, limit)
+	return span
+}
+
+// With shards, fetchers that measure READY whole each take their shards'
+// part of the demand of its room: two fetchers holding half the shards
+// each, with tenants on every shard, together keep READY within its
+// capacity (and a job each for rounding), where each taking the whole
+// room would fill it twice over.
+func TestShardedFetchersShareReadysRoom(t *testing.T) {
+	const shards, capacity, nTenants, perTenant = 8, 20, 16, 25
+	e := pipelinetest.NewEnv(t, redisq.Config{Shards: shards, GlobalLimit: 10_000})
+	ctx := context.Background()
+	for range 2 {
+		testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: 1}}, e.Deps()))
 	}
-	if span > 20*time.Second {
-		t.Errorf("the jobs reached READY over %s: the tenants of one shard did not get the whole limit %d", span, limit)
+	leases, err := e.Queue.NewShardLeases(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitShardsSplit(t, leases, shards)
+	c := client.New(e.JS, client.Options{})
+	for i := range nTenants {
+		if err := c.ForTenant(fmt.Sprintf("tenant%d", i)).Submit(ctx, "g", clientJobs("g", 0, perTenant)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{Delay: 5 * time.Millisecond})
+	var most int
+	testkit.WaitFor(t, "every job read", 2*time.Minute, func() bool {
+		most = max(most, e.ReadyJobs(t))
+		return len(r.Jobs()) >= nTenants*perTenant
+	})
+	t.Logf("READY held at most %d jobs (capacity %d)", most, capacity)
+	if most > capacity+2 {
+		t.Fatalf("READY held %d jobs: more than the capacity %d and a job per fetcher", most, capacity)
+	}
+	if most < capacity/2 {
+		t.Fatalf("READY never held more than %d jobs: the slow reader was not the bottleneck", most)
 	}
 }

@@ -36,7 +36,9 @@
 --           destination, 'name=n,...' ('' = none): a job whose type, or
 --           explicit destination (its dest), has no rate left in this window
 --           (paced: or is ahead of its pacer) is held as for READY room, in
---           seed mode too (not parked)
+--           seed mode too (not parked); 'n~' marks a learned rate, and
+--           'n@m' the most jobs of the name this call admits (a shard's
+--           grant of it: lib.lua type_limits_parse)
 -- ARGV[16]: READY's last sequence when the rooms of ARGV[14] were measured
 --           ('' = none): the call then takes from each type's room the
 --           jobs other admitters handed to READY that the measurement does

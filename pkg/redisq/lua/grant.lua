@@ -36,22 +36,28 @@
 --          tc = {type = credit}, ap = period of its allotment, a = its
 --          allotment not taken yet {g = jobs, t = {type = jobs}}, x = jobs
 --          passed on to it in its period beyond its allotment, paid back
---          from the next allocation}
+--          from the next allocation, sh = its part of the demand the
+--          period shp was allocated by, in millionths}
 -- ARGV[1]:  now override in ms ('' = Redis TIME)
 -- ARGV[2]:  period in ms
 -- ARGV[3]:  window in ms (a multiple of the period)
 -- ARGV[4]:  limit: jobs per window
 -- ARGV[5]:  sliding cap: most jobs granted minus returned in any window's
 --           worth of consecutive periods
--- ARGV[6]:  limited types 'type=limit:sliding cap,...' ('' = none)
+-- ARGV[6]:  limited types 'type=limit:sliding cap,...' ('' = none): the
+--           static ones, and those of this report alone (learned
+--           destination rates, which come and go: a name not in a report
+--           keeps its window's count in the pool)
 -- ARGV[7]:  shard
 -- ARGV[8..10]: the shard's demand at high, normal, low
 -- ARGV[11]: jobs of its last grant it admitted
 -- ARGV[12]: n, then n pairs: type, the shard's demand for it
 -- then m, then m pairs: type, jobs of its last grant of the type it admitted
 --          (a type granted and not named: all of it)
--- Returns: { jobs, period, period end ms, now ms, type, jobs, ... } with
---          every limited type, in name order
+-- Returns: { jobs, period, period end ms, now ms, share, type, jobs, ... }
+--          with every limited type, in name order; share is the shard's
+--          part of the demand the period was allocated by, in millionths
+--          (0 when it was not live at the allocation)
 
 local now = now_ms(ARGV[1])
 local period_ms = tonumber(ARGV[2])
@@ -254,6 +260,7 @@ if allocated then
   for _, s in ipairs(live) do
     owed[s], states[s].x = states[s].x, nil
   end
+  for _, s in ipairs(live) do states[s].sh, states[s].shp = 0, p end
   for l = 1, 3 do
     local wts, credits, owes, sum = {}, {}, {}, 0
     for k, s in ipairs(live) do
@@ -269,6 +276,7 @@ if allocated then
       for k, s in ipairs(live) do
         alloc[s].g = g[k]
         states[s].c = nc[k]
+        states[s].sh = math.floor(wts[k] / sum * 1e6 + 0.5)
       end
       break
     end
@@ -412,11 +420,23 @@ for _, t in ipairs(tnames) do
   out[#out + 1] = 'net:' .. t
   out[#out + 1] = tnet[t]
 end
+if tonumber(pool.window) == w then
+  -- names this report does not limit keep their window's count
+  for k, v in pairs(pool) do
+    local t = string.match(k, '^net:(.+)$')
+    if t and not types[t] then
+      out[#out + 1] = k
+      out[#out + 1] = v
+    end
+  end
+end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(out))
 redis.call('PEXPIRE', KEYS[1], ttl)
 
-local reply = { me.g, p, (p + 1) * period_ms, now }
+local share = 0
+if me.shp == p then share = me.sh or 0 end
+local reply = { me.g, p, (p + 1) * period_ms, now, share }
 for _, t in ipairs(tnames) do
   reply[#reply + 1] = t
   reply[#reply + 1] = me.tg[t] or 0

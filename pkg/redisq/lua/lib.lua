@@ -668,21 +668,26 @@ end
 -- keep the rate, but each call's burst reaches the downstream at once.
 local TYPE_CREDIT = 0.1
 
--- LEARNED keys the learned set in a type_limits_parse result (not a type:
--- no type contains a '~').
+-- LEARNED and CALLMAX key the learned set and the calls' most jobs in a
+-- type_limits_parse result (not types: no type contains a '~').
 local LEARNED = '~learned'
+local CALLMAX = '~callmax'
 
 -- type_limits_parse reads 'type=n,...' (jobs per window; 'n~' marks a
--- destination's learned rate, which carries no credit); nil when spec is
--- empty (no type has a limit). The learned set is under the key LEARNED.
+-- destination's learned rate, which carries no credit; a suffix '@m' is the
+-- most jobs of it this call admits: a shard's grant of it,
+-- docs/ARCHITECTURE.md §11.1); nil when spec is empty (no type has a
+-- limit). The learned set is under the key LEARNED, the most jobs per call
+-- under CALLMAX.
 local function type_limits_parse(spec)
   if spec == nil or spec == '' then return nil end
-  local l, learned = {}, {}
-  for t, n, m in string.gmatch(spec, '([^=,]+)=(%d+)(~?)') do
+  local l, learned, callmax = {}, {}, {}
+  for t, n, m, x in string.gmatch(spec, '([^=,]+)=(%d+)(~?)@?(%d*)') do
     l[t] = tonumber(n)
     if m == '~' then learned[t] = true end
+    if x ~= '' then callmax[t] = tonumber(x) end
   end
-  l[LEARNED] = learned
+  l[LEARNED], l[CALLMAX] = learned, callmax
   return l
 end
 
@@ -701,7 +706,7 @@ local function type_gate(cache, limits, prefix, ty, mode, window, window_ms, now
     return false
   end
   s = { type = ty, limit = lim, ckey = prefix .. 'rate-limit:type:' .. ty .. ':' .. window,
-    credit = not limits[LEARNED][ty] }
+    credit = not limits[LEARNED][ty], left = limits[CALLMAX][ty] }
   s.count = num(redis.call('GET', s.ckey))
   s.start = s.count
   if mode == 'paced' then
@@ -721,8 +726,11 @@ end
 
 -- type_wait is 0 when type state s lets one more job through now, else the
 -- ms until it may: the window's end once its count is used up, or (paced)
--- until half the burst tolerance is free again, as the global pacer's wake.
+-- until half the burst tolerance is free again, as the global pacer's wake;
+-- 1 when the call's most jobs of it are taken (the caller's next call
+-- brings what comes due of its grant).
 local function type_wait(s, now, window_end, burst_ms)
+  if s.left and s.left <= 0 then return 1 end
   if s.count >= s.limit then return window_end - now end
   if s.interval and s.tat - now > burst_ms then
     local w = math.ceil(s.tat - burst_ms / 2 - now)
@@ -735,6 +743,7 @@ end
 -- type_take counts one job of type state s.
 local function type_take(s)
   s.count = s.count + 1
+  if s.left then s.left = s.left - 1 end
   if s.interval then
     s.tat = s.tat + s.interval
     s.held = ''
