@@ -649,6 +649,10 @@ type AdmitResult struct {
 	// turn's epoch: another caller has taken the shard over, and this
 	// call admitted nothing from it.
 	Stale []int
+	// ShardHeld holds, per shard of [WithShardTurns] that held any, its
+	// Held and RateHeld counts together: the job types and destinations
+	// the shard has jobs of waiting (its demand for them).
+	ShardHeld map[int]map[string]int
 }
 
 // WakeHeld is the [AdmitResult.WakeMs] of a call that found jobs waiting
@@ -965,6 +969,12 @@ func (m *mergedAdmit) add(t ShardTurn, r *AdmitResult, err error) error {
 	res.NowMs = max(res.NowMs, r.NowMs)
 	res.Held = addCounts(res.Held, r.Held)
 	res.RateHeld = addCounts(res.RateHeld, r.RateHeld)
+	if len(r.Held)+len(r.RateHeld) > 0 {
+		if res.ShardHeld == nil {
+			res.ShardHeld = map[int]map[string]int{}
+		}
+		res.ShardHeld[t.Shard] = addCounts(addCounts(res.ShardHeld[t.Shard], r.Held), r.RateHeld)
+	}
 	switch {
 	case r.WakeMs == 0:
 		m.wakeZero = true

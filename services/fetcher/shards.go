@@ -44,7 +44,20 @@ type shardOwner struct {
 	// interval is the rounds' usual spacing: a moving average of the time
 	// between rounds that found jobs due (shardCatchUp)
 	interval time.Duration
+	// since is when each shard was taken at its epoch, and seen when it
+	// last admitted or held a job of each limited type or destination:
+	// its demand for the name (typeDemandFor)
+	since map[int]time.Time
+	seen  map[int]map[string]time.Time
 }
+
+// typeDemandFor is how long a shard counts as having jobs of a limited
+// type or destination waiting after it last admitted or held one (its
+// demand for the name's grant). Waiting jobs are not indexed by type, so a
+// shard held for less than this reports demand for every name; a name
+// that appears in a shard after it is held back for want of a grant, and
+// is granted from the next period on.
+const typeDemandFor = time.Second
 
 // shardBudget is a shard's grant for one period and what was admitted of
 // it.
@@ -160,7 +173,7 @@ func newShardOwner(ctx context.Context, q *redisq.Queue, holder string, log *slo
 		return nil, err
 	}
 	o := &shardOwner{q: q, leases: leases, grants: grants, holder: holder, log: log,
-		held: map[int]uint64{}, budgets: map[int]*shardBudget{}}
+		held: map[int]uint64{}, budgets: map[int]*shardBudget{}, since: map[int]time.Time{}, seen: map[int]map[string]time.Time{}}
 	for t := range q.Config().TypeLimits {
 		o.types = append(o.types, t)
 	}
@@ -221,11 +234,14 @@ func (o *shardOwner) hold(ctx context.Context, wake func()) {
 		if o.held[s] != e {
 			changed = true
 			delete(o.budgets, s) // a new epoch starts with a new grant
+			o.since[s], o.seen[s] = o.heldAt, map[string]time.Time{}
 		}
 	}
-	for s := range o.budgets {
+	for s := range o.since {
 		if _, ok := held[s]; !ok {
 			delete(o.budgets, s)
+			delete(o.since, s)
+			delete(o.seen, s)
 		}
 	}
 	o.held = held
@@ -295,6 +311,16 @@ func (o *shardOwner) reportShard(ctx context.Context, s int) (g redisq.Grant, ok
 	}
 	o.round.Lock()
 	o.mu.Lock()
+	now := time.Now()
+	maps.DeleteFunc(o.seen[s], func(_ string, at time.Time) bool { return now.Sub(at) >= typeDemandFor })
+	if now.Sub(o.since[s]) >= typeDemandFor {
+		// the names the shard admitted or held lately alone
+		for t := range d.Types {
+			if _, ok := o.seen[s][t]; !ok {
+				delete(d.Types, t)
+			}
+		}
+	}
 	used := redisq.UsedAll // a shard just taken: what was admitted is unknown
 	if b := o.budgets[s]; b != nil {
 		used = redisq.Used{Jobs: b.admitted, Types: maps.Clone(b.typesUse)}
@@ -385,20 +411,40 @@ func (o *shardOwner) admitted(res *redisq.AdmitResult, asked int) {
 	}
 	o.lastRound, o.cut = now, len(res.Jobs)+res.Parked >= asked
 	n := o.q.ShardCount()
+	for s, names := range res.ShardHeld {
+		o.see(s, now, slices.Collect(maps.Keys(names))...)
+	}
 	for _, j := range res.Jobs {
-		if b := o.budgets[redisq.ShardOf(j.Group.Tenant, n)]; b != nil {
+		s := redisq.ShardOf(j.Group.Tenant, n)
+		if b := o.budgets[s]; b != nil {
 			b.admitted++
-			if _, limited := b.types[j.Type]; limited {
-				b.typesUse[j.Type]++
-			}
-			if _, limited := b.types[j.Destination]; limited && j.Destination != "" && j.Destination != j.Type {
-				b.typesUse[j.Destination]++
+			// its type's grant, and its explicit destination's
+			for i, t := range []string{j.Type, j.Destination} {
+				if _, limited := b.types[t]; limited && (i == 0 || t != j.Type) {
+					b.typesUse[t]++
+					o.see(s, now, t)
+				}
 			}
 		}
 	}
 	for _, s := range res.Stale {
 		delete(o.held, s)
 		delete(o.budgets, s)
+		delete(o.since, s)
+		delete(o.seen, s)
 		o.log.Warn("shard taken over by another fetcher", "shard", s)
+	}
+}
+
+// see notes that shard s had jobs of the names at now (o.mu held).
+func (o *shardOwner) see(s int, now time.Time, names ...string) {
+	seen := o.seen[s]
+	if seen == nil {
+		return
+	}
+	for _, t := range names {
+		if t != "" {
+			seen[t] = now
+		}
 	}
 }

@@ -104,20 +104,57 @@ func waitShardsSplit(t *testing.T, leases *redisq.ShardLeases, shards int) {
 // and returns the READY messages of them all.
 func submitToShard3(t *testing.T, e *pipelinetest.Env, shards, n, perTenant int) []pipelinetest.Msg {
 	t.Helper()
-	var tenants []string
-	for i := 0; len(tenants) < n; i++ {
-		if tn := fmt.Sprintf("tenant%d", i); redisq.ShardOf(tn, shards) == 3 {
-			tenants = append(tenants, tn)
-		}
-	}
 	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	submitToShard(t, e, shards, 3, n, clientJobs("g", 0, perTenant))
+	return r.WaitJobs(t, n*perTenant, time.Minute)
+}
+
+// submitToShard submits jobs for each of n tenants of shard s.
+func submitToShard(t *testing.T, e *pipelinetest.Env, shards, s, n int, jobs []client.Job) {
+	t.Helper()
 	c := client.New(e.JS, client.Options{})
-	for _, tn := range tenants {
-		if err := c.ForTenant(tn).Submit(context.Background(), "g", clientJobs("g", 0, perTenant)...); err != nil {
-			t.Fatal(err)
+	found := 0
+	for i := 0; found < n; i++ {
+		if tn := fmt.Sprintf("tenant%d", i); redisq.ShardOf(tn, shards) == s {
+			found++
+			if err := c.ForTenant(tn).Submit(context.Background(), "g", jobs...); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	return r.WaitJobs(t, len(tenants)*perTenant, time.Minute)
+}
+
+// With shards, a type's limit goes to the shards that have jobs of the
+// type: tenants of one shard with sms jobs and of another with email jobs
+// each get their type's whole limit (split by the shards' overall demand,
+// each would get half of it in the periods the other did not give back).
+func TestShardsGrantATypeToTheShardsWithItsJobs(t *testing.T) {
+	const shards, rate, perTenant = 8, 100, 250
+	e := pipelinetest.NewEnv(t, redisq.Config{Shards: shards, GlobalLimit: 1000,
+		TypeLimits: map[string]int{"sms": rate, "email": rate}})
+	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
+	r := pipelinetest.NewReader(t, e, pipelinetest.ReaderOptions{})
+	typed := func(ty string) []client.Job {
+		jobs := clientJobs("g", 0, perTenant)
+		for i := range jobs {
+			jobs[i].Type = ty
+		}
+		return jobs
+	}
+	// sms jobs in shard 3, email jobs in shard 5
+	submitToShard(t, e, shards, 3, 2, typed("sms"))
+	submitToShard(t, e, shards, 5, 2, typed("email"))
+	msgs := r.WaitJobs(t, 4*perTenant, time.Minute)
+	span := readySpan(t, msgs)
+	// 500 jobs of each type at 100 a second: at least 4 s after the first
+	// second's, one more for READY's store times (measured: 5.7 s); with
+	// half of each limit, as before the shards' demand was by type, 10 s
+	if span < 3*time.Second {
+		t.Errorf("the jobs reached READY within %s: faster than the types' limits of %d a second", span, rate)
+	}
+	if span > 6500*time.Millisecond {
+		t.Errorf("the jobs reached READY over %s: each shard did not get its type's whole limit %d", span, rate)
+	}
 }
 
 // readySpan checks that no job reached READY twice and returns the time
