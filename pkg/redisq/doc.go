@@ -108,12 +108,15 @@
 //
 // # Cross-shard grants
 //
-// [Grants] splits the global limit and the per-type limits between the
+// [Grants] splits the global limit, the per-type limits and the learned
+// destination rates ([Demand.Limits], [Queue.GrantedLimits]) between the
 // owners of the logical shards of a Redis Cluster installation
 // (docs/ARCHITECTURE.md §11.1; the fetchers report for the shards they
 // hold and admit at their grants): each owner
 // reports its demand per level and per limited type every period
 // ([Grants.Report]) and gets its grant for the period, levels served
 // strictly and shares in proportion to demand, within the limit in every
-// aligned window.
+// aligned window, and its part of the demand ([Grant.Share]), by which
+// it takes its part of what the grants do not split (READY's room). A
+// turn spends a type's grant through [ShardTurn.TypeMax].
 package redisq

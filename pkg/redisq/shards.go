@@ -230,8 +230,8 @@ func splitCall[T, R any](q *Queue, xs []T, tenant func(T) string, call func(s *Q
 // per level, the sum of the weights of its tenants with jobs waiting
 // there; per limited type of types, the sum over its waiting tenants (a
 // tenant's waiting jobs are not indexed by type, so every waiting tenant
-// counts toward every limited type: a shard granted type rate it does not
-// use reports it unused, and it flows back at once).
+// counts toward every limited type; the caller narrows Types to the names
+// it saw the shard admit or hold, as the fetcher does).
 func (q *Queue) ShardDemand(ctx context.Context, i int, types []string) (Demand, error) {
 	s := q.Shard(i)
 	pipe := s.rdb.Pipeline()
