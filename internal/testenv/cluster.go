@@ -81,15 +81,15 @@ func startRedisCluster(dir string, n int, replicas bool) (*RedisCluster, error) 
 			c.Stop()
 			return nil, err
 		}
-		port, err := freePort()
-		if err != nil {
-			c.Stop()
-			return nil, err
-		}
-		s := &RedisServer{port: port, dir: d, args: []string{"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}
+		// the cluster bus on a free port of its own (by default it is the
+		// port + 10000, which may be taken, or past 65535)
+		s := &RedisServer{dir: d}
 		c.Nodes = append(c.Nodes, s)
-		if err := s.Start(); err != nil {
+		if err := s.startOnFreePorts(func(bus int) []string {
+			s.busPort = bus
+			return []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+				"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}
+		}); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -119,7 +119,7 @@ func (c *RedisCluster) form() error {
 		}
 	}
 	for _, s := range c.Nodes[1:] {
-		if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(s.port)).Err(); err != nil {
+		if err := clients[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", s.port, s.busPort).Err(); err != nil {
 			return fmt.Errorf("cluster meet %s: %w", s.Addr(), err)
 		}
 	}

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -96,9 +98,12 @@ func SharedRedisURL(t testing.TB) string {
 type RedisServer struct {
 	mu   sync.Mutex
 	port int
-	dir  string
-	cmd  *exec.Cmd
-	args []string // further redis-server arguments
+	// busPort is a cluster node's cluster bus port (--cluster-port)
+	busPort int
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when cmd has exited
+	args    []string      // further redis-server arguments
 }
 
 // NewRedisServer starts a private redis-server for one test and stops it
@@ -126,13 +131,37 @@ func StartRedisServer(dir string) (*RedisServer, error) {
 		}
 		dir = d
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &RedisServer{port: port, dir: dir}
-	return s, s.Start()
+	s := &RedisServer{dir: dir}
+	return s, s.startOnFreePorts(nil)
 }
+
+// startOnFreePorts starts the server on a free port (and whatever more
+// args asks for, given a second free port), and again on other ports when
+// the server exits before it answers: a free port found is free only
+// until another process binds it.
+func (s *RedisServer) startOnFreePorts(args func(port2 int) []string) error {
+	var err error
+	for range 5 {
+		var port, port2 int
+		if port, err = freePort(); err != nil {
+			return err
+		}
+		if args != nil {
+			if port2, err = freePort(); err != nil {
+				return err
+			}
+			s.args = args(port2)
+		}
+		s.port = port
+		if err = s.Start(); !errors.Is(err, errExited) {
+			return err
+		}
+	}
+	return err
+}
+
+// errExited: redis-server exited before it answered.
+var errExited = errors.New("redis-server exited before it answered")
 
 // Start (re)starts the server on its port.
 func (s *RedisServer) Start() error {
@@ -179,16 +208,48 @@ func (s *RedisServer) start(password string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	s.cmd = cmd
+	s.cmd, s.done = cmd, make(chan struct{})
+	done := s.done
+	go func() { _ = cmd.Wait(); close(done) }()
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), Password: password, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
+	exited := func() error {
+		_ = cmd.Process.Kill()
+		<-done
+		s.cmd = nil
+		return fmt.Errorf("%w: port %d (log: %s)", errExited, s.port, filepath.Join(s.dir, "redis.log"))
+	}
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
+		// the probe stops waiting when the server exits (a port taken
+		// meanwhile: "Address already in use"; what holds it may accept
+		// the connection and never answer)
+		answer := make(chan *redis.StringCmd, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			answer <- c.Info(ctx, "server")
+		}()
+		var info string
+		var err error
+		select {
+		case a := <-answer:
+			info, err = a.Result()
+		case <-done:
+			return exited()
+		}
 		if err == nil {
+			// the answer is this server's, not another's on a port taken
+			// meanwhile
+			if !strings.Contains(info, fmt.Sprintf("process_id:%d\r", cmd.Process.Pid)) {
+				return exited()
+			}
 			return nil
+		}
+		select {
+		case <-done:
+			return exited()
+		default:
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on port %d did not answer: %w (log: %s)", s.port, err, filepath.Join(s.dir, "redis.log"))
@@ -206,7 +267,7 @@ func (s *RedisServer) Kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
@@ -218,13 +279,11 @@ func (s *RedisServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.done:
 	case <-time.After(5 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-done
+		<-s.done
 	}
 	s.cmd = nil
 }
