@@ -102,8 +102,7 @@ type RedisServer struct {
 	busPort int
 	dir     string
 	cmd     *exec.Cmd
-	done    chan struct{} // closed when cmd has exited
-	args    []string      // further redis-server arguments
+	args    []string // further redis-server arguments
 }
 
 // NewRedisServer starts a private redis-server for one test and stops it
@@ -208,15 +207,13 @@ func (s *RedisServer) start(password string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	s.cmd, s.done = cmd, make(chan struct{})
-	done := s.done
-	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd = cmd
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), Password: password, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	exited := func() error {
 		_ = cmd.Process.Kill()
-		<-done
+		_ = cmd.Wait()
 		s.cmd = nil
 		return fmt.Errorf("%w: port %d (log: %s)", errExited, s.port, filepath.Join(s.dir, "redis.log"))
 	}
@@ -230,14 +227,17 @@ func (s *RedisServer) start(password string) error {
 			defer cancel()
 			answer <- c.Info(ctx, "server")
 		}()
-		var info string
-		var err error
-		select {
-		case a := <-answer:
-			info, err = a.Result()
-		case <-done:
-			return exited()
+		var a *redis.StringCmd
+		for a == nil {
+			select {
+			case a = <-answer:
+			case <-time.After(20 * time.Millisecond):
+				if processExited(cmd.Process.Pid) {
+					return exited()
+				}
+			}
 		}
+		info, err := a.Result()
 		if err == nil {
 			// the answer is this server's, not another's on a port taken
 			// meanwhile
@@ -246,10 +246,8 @@ func (s *RedisServer) start(password string) error {
 			}
 			return nil
 		}
-		select {
-		case <-done:
+		if processExited(cmd.Process.Pid) {
 			return exited()
-		default:
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on port %d did not answer: %w (log: %s)", s.port, err, filepath.Join(s.dir, "redis.log"))
@@ -267,7 +265,7 @@ func (s *RedisServer) Kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	<-s.done
+	_ = s.cmd.Wait()
 	s.cmd = nil
 }
 
@@ -279,11 +277,13 @@ func (s *RedisServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
-	case <-s.done:
+	case <-done:
 	case <-time.After(5 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-s.done
+		<-done
 	}
 	s.cmd = nil
 }
@@ -295,6 +295,19 @@ func (s *RedisServer) URL() string { return "redis://" + s.addr() + "/0" }
 func (s *RedisServer) Addr() string { return s.addr() }
 
 func (s *RedisServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// processExited reports whether process pid has exited (a zombie not
+// reaped yet, or gone), without reaping it: no goroutine waits on a
+// server for its whole life.
+func processExited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// the state follows the command's name in parentheses
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

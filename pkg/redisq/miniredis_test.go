@@ -20,7 +20,10 @@ import (
 // and record, every job once.
 func TestScriptsRunOnMiniredisWithLargeBatches(t *testing.T) {
 	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	// gopher-lua takes seconds over a batch of 10,000 on a loaded machine:
+	// past go-redis's read timeout (3 s), the client sends the script again
+	// (an admission that took every job, then one that found none)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ReadTimeout: 2 * time.Minute, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	q, err := redisq.New(ctx, rdb, redisq.Config{Prefix: "mini:", GlobalLimit: 1_000_000})
