@@ -140,6 +140,10 @@ type ClusterResult struct {
 	// (one per shard and round), JobsPerAdmitCall the jobs of each.
 	AdmitCalls       int64   `json:"admit_calls"`
 	JobsPerAdmitCall float64 `json:"jobs_per_admit_call"`
+	// ScriptCallsPerJob is, per Lua script, its calls in the span per job
+	// admitted: with shards, a batch of several tenants is one call per
+	// shard it touches.
+	ScriptCallsPerJob map[string]float64 `json:"script_calls_per_job"`
 	// JobsRunTwice counts jobs the processor ran more than once (allowed:
 	// at least once; none expected here).
 	JobsRunTwice int     `json:"jobs_run_twice"`
@@ -257,9 +261,40 @@ func windowWatch(q *redisq.Queue, window time.Duration) (stop func() (map[int64]
 type admitLog struct {
 	mu    sync.Mutex
 	calls []admitSample // ns = the script's Redis time; total = its jobs
+	// scripts are the script calls answered: name and when (unix ns)
+	scripts []scriptCall
 }
 
-func (*admitLog) ObserveLua(string, time.Duration) {}
+type scriptCall struct {
+	name string
+	ns   int64
+}
+
+func (l *admitLog) ObserveLua(name string, _ time.Duration) {
+	now := time.Now().UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.scripts = append(l.scripts, scriptCall{name: name, ns: now})
+}
+
+// scriptsPerJob is, per script, its calls answered in [from, to) per job.
+func (l *admitLog) scriptsPerJob(from, to, jobs int64) map[string]float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]float64{}
+	if jobs <= 0 {
+		return out
+	}
+	for _, c := range l.scripts {
+		if c.ns >= from && c.ns < to {
+			out[c.name]++
+		}
+	}
+	for k, v := range out {
+		out[k] = r3(v / float64(jobs))
+	}
+	return out
+}
 
 func (l *admitLog) ObserveAdmit(nowMs int64, jobs int) {
 	l.mu.Lock()
@@ -700,6 +735,7 @@ func RunClusterPhase(ctx context.Context, name string, o ClusterOptions) (*Clust
 	if res.AdmitCalls > 0 {
 		res.JobsPerAdmitCall = r3(float64(res.Jobs) / float64(res.AdmitCalls))
 	}
+	res.ScriptCallsPerJob = alog.scriptsPerJob(from, to, res.Jobs)
 	res.GlobalMaxSlidingWindowRatio = r3(float64(maxSlidingWindow(alog.counter(), from, to, sec, step)) / limit)
 	res.GlobalMaxSlidingWindowRatioSampled = r3(float64(maxSlidingWindow(admits, from, to, sec, step)) / limit)
 	res.AdmittedPerS = alignedWindows(admits, from, to, sec)
