@@ -350,14 +350,7 @@ func TestShardTurnAtASmallerGrantStillAdmits(t *testing.T) {
 	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 1000, Mode: "paced"}, true)
 	// start at the beginning of an aligned window, so both calls fall in it
 	b.clock.t = b.clock.t.Truncate(time.Second)
-	tn := tenantsOnShards(2)[0]
-	var jobs []redisq.Job
-	for i := 0; i < 30; i++ {
-		jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%02d", i), Type: "t"})
-	}
-	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
+	enqueueOnShard0(t, q, 30, "t")
 	r, err := q.Admit(ctx, 100, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, Limit: 1000, Max: 20}))
 	if err != nil || len(r.Jobs) != 20 {
 		t.Fatalf("a turn at a grant of 100 jobs a period: %d jobs, %v", len(r.Jobs), err)
@@ -491,14 +484,7 @@ func TestShardTurnTypeMaxBoundsTheCallAtTheWholeTypeLimit(t *testing.T) {
 	ctx := context.Background()
 	q, b := setup(t, redisq.Config{Shards: 2, GlobalLimit: 1000, Mode: "paced", TypeLimits: map[string]int{"sms": 100}}, true)
 	b.clock.t = b.clock.t.Truncate(time.Second)
-	tn := tenantsOnShards(2)[0]
-	var jobs []redisq.Job
-	for i := 0; i < 70; i++ {
-		jobs = append(jobs, redisq.Job{Group: contracts.GroupRef{Tenant: tn, ID: "g"}, ID: fmt.Sprintf("j%02d", i), Type: "sms"})
-	}
-	if _, err := q.EnqueueJobs(ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
+	enqueueOnShard0(t, q, 70, "sms")
 	turn := func(typeMax int) *redisq.AdmitResult {
 		t.Helper()
 		r, err := q.Admit(ctx, 100, redisq.WithShardTurns(redisq.ShardTurn{Shard: 0, Limit: 1000, Max: 50,
@@ -526,5 +512,19 @@ func TestShardTurnTypeMaxBoundsTheCallAtTheWholeTypeLimit(t *testing.T) {
 	// 63 in the window: past the shard's even part, within the whole limit
 	if total != 63 {
 		t.Fatalf("%d sms admitted", total)
+	}
+}
+
+// enqueueOnShard0 enqueues n jobs of type ty in one group of a tenant of
+// shard 0 (of 2).
+func enqueueOnShard0(t *testing.T, q *redisq.Queue, n int, ty string) {
+	t.Helper()
+	g := contracts.GroupRef{Tenant: tenantsOnShards(2)[0], ID: "g"}
+	jobs := make([]redisq.Job, n)
+	for i := range jobs {
+		jobs[i] = redisq.Job{Group: g, ID: fmt.Sprintf("j%02d", i), Type: ty}
+	}
+	if _, err := q.EnqueueJobs(context.Background(), jobs); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -22,14 +22,7 @@ import (
 func TestFetchersShareShardsAndTheGlobalLimit(t *testing.T) {
 	const shards, limit = 8, 300
 	e := pipelinetest.NewEnv(t, redisq.Config{Shards: shards, GlobalLimit: limit})
-	ctx := context.Background()
-	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
-	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
-	leases, err := e.Queue.NewShardLeases(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitShardsSplit(t, leases, shards)
+	startSplitFetchers(t, e, shards, fetcher.Config{})
 
 	const perTenant = 300
 	msgs := submitToShard3(t, e, shards, 4, perTenant)
@@ -63,13 +56,7 @@ func TestShardsGrantALearnedDestinationRate(t *testing.T) {
 	if r, err := e.Queue.DestinationRates(ctx); err != nil || len(r.Rates) != 1 || r.Rates[0].Rate != rate {
 		t.Fatalf("learned rates %+v, %v: want t at %d", r, err, rate)
 	}
-	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
-	testkit.Start(t, newFetcher(t, fetcher.Config{}, e.Deps()))
-	leases, err := e.Queue.NewShardLeases(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitShardsSplit(t, leases, shards)
+	startSplitFetchers(t, e, shards, fetcher.Config{})
 
 	msgs := submitToShard3(t, e, shards, 2, 150)
 	span := readySpan(t, msgs)
@@ -83,10 +70,17 @@ func TestShardsGrantALearnedDestinationRate(t *testing.T) {
 	}
 }
 
-// waitShardsSplit waits until the shards are held by two holders, half
-// each.
-func waitShardsSplit(t *testing.T, leases *redisq.ShardLeases, shards int) {
+// startSplitFetchers starts two fetchers of cfg and waits until they hold
+// half the shards each.
+func startSplitFetchers(t *testing.T, e *pipelinetest.Env, shards int, cfg fetcher.Config) {
 	t.Helper()
+	for range 2 {
+		testkit.Start(t, newFetcher(t, cfg, e.Deps()))
+	}
+	leases, err := e.Queue.NewShardLeases(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	testkit.WaitFor(t, "the shards split between the two fetchers", 30*time.Second, func() bool {
 		ls, err := leases.Leases(context.Background())
 		if err != nil || len(ls) != shards {
@@ -189,14 +183,7 @@ func TestShardedFetchersShareReadysRoom(t *testing.T) {
 	const shards, capacity, nTenants, perTenant = 8, 20, 16, 25
 	e := pipelinetest.NewEnv(t, redisq.Config{Shards: shards, GlobalLimit: 10_000})
 	ctx := context.Background()
-	for range 2 {
-		testkit.Start(t, newFetcher(t, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: 1}}, e.Deps()))
-	}
-	leases, err := e.Queue.NewShardLeases(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitShardsSplit(t, leases, shards)
+	startSplitFetchers(t, e, shards, fetcher.Config{Ready: handoff.ReadyConfig{Capacity: capacity, PackJobs: 1}})
 	c := client.New(e.JS, client.Options{})
 	for i := range nTenants {
 		if err := c.ForTenant(fmt.Sprintf("tenant%d", i)).Submit(ctx, "g", clientJobs("g", 0, perTenant)...); err != nil {
