@@ -113,9 +113,6 @@ func (b *shardBudget) due(now time.Time, period, catchUp time.Duration) int64 {
 // typeDue is due for the grant of limited name ty (a type or a
 // destination), spread over the period the same way.
 func (b *shardBudget) typeDue(ty string, now time.Time, period, catchUp time.Duration) int64 {
-	if b.typesSkipped == nil {
-		b.typesSkipped = map[string]int64{}
-	}
 	sk := b.typesSkipped[ty]
 	n := b.spread(b.types[ty], b.typesUse[ty], &sk, now, period, catchUp)
 	b.typesSkipped[ty] = sk
@@ -276,7 +273,7 @@ func (o *shardOwner) report(ctx context.Context) (fresh bool, left time.Duration
 			}
 			if b := o.budgets[s]; b == nil || b.period != g.Period {
 				o.budgets[s] = &shardBudget{period: g.Period, endMs: g.EndMs, ends: time.Now().Add(g.Remaining), jobs: g.Jobs, types: g.Types,
-					typesUse: map[string]int64{}, share: g.Share}
+					typesUse: map[string]int64{}, typesSkipped: map[string]int64{}, share: g.Share}
 				fresh = fresh || g.Jobs > 0
 			}
 		})
