@@ -354,3 +354,100 @@ func TestResultOfAQueuedJobIsFenced(t *testing.T) {
 		t.Fatalf("admitted %d jobs", n)
 	}
 }
+
+// TestAdmissionTakesRunsOfAGroupInOrder: admission pops a group's jobs in
+// runs (admit.lua group_job). The jobs of a run it does not take (held for
+// their type's room, or left when the call ends at its rate) go back to the
+// front of the list in order with their records, and a job of the earlier
+// hash layout inside a run is read from its hash.
+func TestAdmissionTakesRunsOfAGroupInOrder(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, bigAdmission, true)
+	var jobs []redisq.Job
+	for i := range 16 {
+		typ := "a"
+		if i == 3 {
+			typ = "b"
+		}
+		jobs = append(jobs, redisq.Job{Group: G("g"), ID: fmt.Sprintf("j%02d", i), Type: typ, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	if _, err := q.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	qk := q.Keys().GroupQueued(G("g"))
+	// j01, in the second run of the first call, has the earlier layout
+	h, err := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), "j01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.rdb.HDel(ctx, qk, "j01")
+	b.rdb.HSet(ctx, q.Keys().Job(G("g"), "j01"), "type", "a", "status", "QUEUED", "createdAt", h["createdAt"], "payload", `{"n":1}`)
+
+	payloads := map[string]string{}
+	for _, j := range jobs {
+		payloads[j.ID] = string(j.Payload)
+	}
+	ids := func(js []redisq.LeasedJob) []string {
+		var s []string
+		for _, j := range js {
+			if string(j.Payload) != payloads[j.ID] || j.Attempt != 1 {
+				t.Fatalf("job %s: payload %s attempt %d", j.ID, j.Payload, j.Attempt)
+			}
+			s = append(s, j.ID)
+		}
+		return s
+	}
+	left := func(want []string) {
+		t.Helper()
+		l := b.rdb.LRange(ctx, q.Keys().GroupJobs(G("g")), 0, -1).Val()
+		if fmt.Sprint(l) != fmt.Sprint(want) {
+			t.Fatalf("list %v, want %v", l, want)
+		}
+		for _, id := range want {
+			if !b.rdb.HExists(ctx, qk, id).Val() {
+				t.Fatalf("queued job %s lost its record", id)
+			}
+		}
+		if n := b.rdb.HLen(ctx, qk).Val(); n != int64(len(want)) {
+			t.Fatalf("%d records, want %d (the taken jobs' dropped)", n, len(want))
+		}
+	}
+	idsFrom := func(lo, hi int) []string {
+		var s []string
+		for i := lo; i < hi; i++ {
+			s = append(s, fmt.Sprintf("j%02d", i))
+		}
+		return s
+	}
+
+	// runs of 1, 2, 4: j00..j02 taken, then j03 (type b, no room) is held
+	// with the 3 jobs after it in its run
+	r, err := q.Admit(ctx, 100, redisq.WithTypeRooms(map[string]int{"a": 100, "b": 0}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(r.Jobs); fmt.Sprint(got) != fmt.Sprint(idsFrom(0, 3)) || r.Held["b"] != 1 {
+		t.Fatalf("admitted %v held %v, want %v and b held", got, r.Held, idsFrom(0, 3))
+	}
+	left(idsFrom(3, 16))
+	// a run never takes more than the call may: 3 jobs in runs of 1 and 2
+	if r = admit(t, q, 3); fmt.Sprint(ids(r.Jobs)) != fmt.Sprint(idsFrom(3, 6)) {
+		t.Fatalf("admitted %v, want %v", ids(r.Jobs), idsFrom(3, 6))
+	}
+	left(idsFrom(6, 16))
+	// the room of a runs out inside the second run
+	r, err = q.Admit(ctx, 100, redisq.WithTypeRooms(map[string]int{"a": 2}, 0))
+	if err != nil || fmt.Sprint(ids(r.Jobs)) != fmt.Sprint(idsFrom(6, 8)) {
+		t.Fatalf("admitted %v %v, want %v", ids(r.Jobs), err, idsFrom(6, 8))
+	}
+	left(idsFrom(8, 16))
+	if r = admit(t, q, 100); fmt.Sprint(ids(r.Jobs)) != fmt.Sprint(idsFrom(8, 16)) {
+		t.Fatalf("admitted %v, want %v", ids(r.Jobs), idsFrom(8, 16))
+	}
+	left(nil)
+	for _, j := range jobs {
+		if h, err := redisq.ReadJob(ctx, b.rdb, q.Keys(), G("g"), j.ID); err != nil || h["status"] != "LEASED" || h["attempt"] != "1" {
+			t.Fatalf("job %s: %v %v", j.ID, h, err)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +37,7 @@ func BenchmarkRedisqThroughput(b *testing.B) {
 	b.Run("single", benchSingle)
 	b.Run("batch100", func(b *testing.B) { batchCycle = benchBatch(b) })
 	b.Run("batch100-mixed-groups", benchBatchMixed)
+	b.Run("take250-10-groups", benchTakePipelineShape)
 	b.Run("raw-rpush-lpop", func(b *testing.B) { raw = benchRaw(b) })
 	if batchCycle > 0 && raw > 0 {
 		figure("batch_cycle_ratio_to_raw", batchCycle/raw)
@@ -186,6 +189,67 @@ func benchBatchMixed(b *testing.B) {
 	}
 	b.ReportMetric(figure("enqueue_batch100_mixed_groups_jobs_per_s", float64(n)/enq.Seconds()), "enq-jobs/s")
 	b.ReportMetric(figure("redis_calls_per_job_enqueue_batch100_mixed_groups", float64(callsBetween(st0, st1, scriptSkips...))/float64(n)), "enq-calls/job")
+}
+
+// benchTakePipelineShape takes jobs as the pipeline's fetcher does in
+// make bench-e2e's throughput run: 10 groups of one tenant, 250 jobs per
+// take (Admit and Confirm), so a call serves each group about 25 times. It
+// reports the jobs/s and the redis-server's CPU per job (INFO's
+// used_cpu_user + used_cpu_sys), the figure the pipeline's Redis CPU
+// follows; the jobs are enqueued beforehand, 1,000 per call.
+func benchTakePipelineShape(b *testing.B) {
+	const groups, per = 10, 250
+	b.StopTimer()
+	s := startServer(b)
+	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
+	ctx := context.Background()
+	n := size(b, batchJobs)
+	jobs := make([]redisq.Job, n)
+	for i := range jobs {
+		jobs[i] = job((i/1000)%groups, i)
+	}
+	enqueueAll(b, q, jobs)
+	cpu0 := s.cpuSeconds(b)
+	b.StartTimer()
+	start := time.Now()
+	got := 0
+	for got < n {
+		js, err := take(ctx, q, per)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(js) == 0 {
+			b.Fatalf("queue empty after %d of %d jobs", got, n)
+		}
+		got += len(js)
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	cpu := s.cpuSeconds(b) - cpu0
+	b.ReportMetric(figure("take250_10_groups_jobs_per_s", float64(n)/d.Seconds()), "jobs/s")
+	b.ReportMetric(figure("take250_10_groups_redis_cpu_us_per_job", cpu*1e6/float64(n)), "redis-cpu-µs/job")
+}
+
+// cpuSeconds returns the redis-server's CPU time so far (INFO cpu:
+// used_cpu_user + used_cpu_sys).
+func (s *server) cpuSeconds(b *testing.B) float64 {
+	b.Helper()
+	info, err := s.rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", name, err)
+			}
+			sum += f
+		}
+	}
+	return sum
 }
 
 // benchRaw is the ceiling: RPUSH+LPOP pairs of a 100-byte value on one list,

@@ -128,6 +128,7 @@ local grant_until = tonumber(ARGV[19] or '') or 0
 if grant_until > 0 and now >= grant_until then
   return { {}, 0, 0, {}, {}, 0, 0, now, {}, {}, -1 }
 end
+local deadline = fmt(now + lease_ms) -- of every lease of this call (lib.lua itoa)
 local window = math.floor(now / window_ms)
 local window_end = (window + 1) * window_ms
 
@@ -191,10 +192,77 @@ local function group(gk)
     base = num(m[1]), total = num(m[2]), done = num(m[3]), status = m[4], declared = m[5],
     inflight = num(m[6]), max = num(m[7]), leased = 0, abandoned = m[8], left = {},
     sched = (m[9] or m[10]) and sched_until(m[9], m[10], now) or 0,
+    queued = queued_key_of(prefix, gk), buf = {}, recs = {}, bi = 1, fetch = 1, rdel = {},
   }
   g.len = redis.call('LLEN', g.jobs)
   groups[gk] = g
   return g
+end
+
+-- A group's jobs are taken off its list in runs (group_job): its first
+-- visit in a call pops one job, and each time the run is used up the next
+-- pops twice as many (at most FETCH_MAX, and never more than the call may
+-- still take), with their records in one HMGET. So a group served many
+-- times in a call costs a few list pops and record reads rather than one of
+-- each per job, and a group served once costs what it did. The jobs of a
+-- run the call did not take (held, or the call ended) go back to the front
+-- of the list in order at the end of the call (group_unread), so the list
+-- is as if only the taken jobs had left it; the records of the jobs taken
+-- go in one HDEL per group.
+local FETCH_MAX = 64
+
+-- group_job returns the next job of group g (gk) not taken in this call:
+-- its id and what job_peek reads of it; nil when the list is empty. It
+-- stays the next job until group_took.
+local function group_job(g, gk, room)
+  if g.bi > #g.buf then
+    local k = math.max(1, math.min(g.fetch, room, FETCH_MAX))
+    g.fetch = math.min(g.fetch * 2, FETCH_MAX)
+    g.bi = 1
+    if k == 1 then
+      local id = redis.call('LPOP', g.jobs)
+      g.buf = { id }
+      g.recs = { id and redis.call('HGET', g.queued, id) }
+    else
+      g.buf = redis.call('LPOP', g.jobs, k) or {}
+      g.recs = #g.buf > 0 and redis.call('HMGET', g.queued, unpack(g.buf)) or {}
+    end
+    if not g.buf[1] then
+      g.buf = {}
+      return nil
+    end
+  end
+  local jid, d = g.buf[g.bi], g.recs[g.bi]
+  if type(d) ~= 'table' then
+    -- decoded once, though a held job is read again by a later call
+    d = d and queued_decode(d)
+    if d then
+      d.record = true
+    else
+      d = job_read(job_key_of(prefix, gk, jid)) or { payload = '' }
+    end
+    g.recs[g.bi] = d
+  end
+  return jid, d
+end
+
+-- group_took marks group g's next job taken (admitted or parked).
+local function group_took(g)
+  g.recs[g.bi] = nil
+  g.bi = g.bi + 1
+end
+
+-- group_unread puts the jobs group g popped and did not take back at the
+-- front of its list, in order, and drops the records of the jobs it took.
+local function group_unread(g)
+  if g.bi <= #g.buf then
+    local back = {}
+    for i = #g.buf, g.bi, -1 do back[#back + 1] = g.buf[i] end
+    redis.call('LPUSH', g.jobs, unpack(back))
+  end
+  for i = 1, #g.rdel, BULK do
+    redis.call('HDEL', g.queued, unpack(g.rdel, i, math.min(i + BULK - 1, #g.rdel)))
+  end
 end
 
 -- Per level li, tenants passed by in this call: skipped[li] have no group
@@ -349,18 +417,14 @@ while admitted + parked < want do
   end
   if gk == nil then break end
 
-  local jid = redis.call('LPOP', g.jobs)
-  local passed, ty, d, tg, dg = false, nil, nil, false, false
-  if jid then
-    -- read, not written: a job held below goes back to the list as it was
-    -- (lib.lua job_peek, job_leave)
-    d = job_peek(prefix, gk, jid) or { payload = '' }
-  end
+  -- read, not written: a job held below stays the group's next job, and
+  -- goes back to the list as it was (group_unread)
+  local jid, d = group_job(g, gk, want - admitted - parked)
+  local passed, ty, tg, dg = false, nil, false, false
   if jid and rooms then
     ty = d.type or ''
     if not ready_take(rooms, prefix, ty, now) then
-      -- no room for its type: put the job back and pass the group by
-      redis.call('LPUSH', g.jobs, jid)
+      -- no room for its type: the job stays and the group is passed by
       passed = true
       held_group[gk] = true
       nheld[g.tq] = (nheld[g.tq] or 0) + 1
@@ -383,7 +447,6 @@ while admitted + parked < want do
       -- its type's or destination's rate is used up: held as for READY room
       type_hold(hg)
       if ty then ready_give_back(rooms, ty) end
-      redis.call('LPUSH', g.jobs, jid)
       passed, tg, dg = true, false, false
       held_group[gk] = true
       nheld[g.tq] = (nheld[g.tq] or 0) + 1
@@ -395,7 +458,7 @@ while admitted + parked < want do
   if not passed then
     g.len = g.len - 1
     if jid then
-      local job_key = prefix .. 'job:' .. gk .. ':' .. jid
+      group_took(g)
       local allowed = true
       g.left[#g.left + 1] = jid -- it leaves the list: into the id set
       if mode == 'seed' then
@@ -410,17 +473,18 @@ while admitted + parked < want do
         end
         if not allowed then
           if ty then ready_give_back(rooms, ty) end
-          job_leave(prefix, gk, jid, d, 'QUEUED')
-          park(prefix, gk, jid, job_key, now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
+          job_leave(prefix, gk, jid, d, 'QUEUED', nil, g.rdel)
+          park(prefix, gk, jid, job_key_of(prefix, gk, jid), now, rate, tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13] == '1', nil)
           parked = parked + 1
         end
       end
       if allowed then
         local attempt = num(d.attempt) + 1
-        job_leave(prefix, gk, jid, d, 'LEASED', attempt)
-        inflight[#inflight + 1] = now + lease_ms
-        inflight[#inflight + 1] = gk .. ':' .. jid
-        if ty and rooms.seq then ready_reserve_later(reserved, ty, gk .. ':' .. jid, now, lease_ms) end
+        job_leave(prefix, gk, jid, d, 'LEASED', attempt, g.rdel)
+        local mem = gk .. ':' .. jid
+        inflight[#inflight + 1] = deadline
+        inflight[#inflight + 1] = mem
+        if ty and rooms.seq then ready_reserve_later(reserved, ty, mem, now, lease_ms) end
         jobs[#jobs + 1] = gk
         jobs[#jobs + 1] = jid
         jobs[#jobs + 1] = d.type or false
@@ -512,6 +576,7 @@ for i = 1, #inflight, BULK do
   redis.call('ZADD', KEYS[5], unpack(inflight, i, math.min(i + BULK - 1, #inflight)))
 end
 for _, g in pairs(groups) do
+  group_unread(g)
   if g.leased > 0 and g.max > 0 then -- counted only for a group with a limit
     redis.call('HINCRBY', g.meta, 'inFlight', g.leased)
   end

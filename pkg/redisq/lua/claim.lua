@@ -36,6 +36,8 @@ local prefix = ARGV[1]
 local now = now_ms(ARGV[2])
 local job_ttl = tonumber(ARGV[3])
 local claim_until = now + tonumber(ARGV[4])
+-- formatted once for every job of the call (lib.lua itoa)
+local now_s, claim_until_s = fmt(now), fmt(claim_until)
 local holder = ARGV[5]
 local n = (#ARGV - 5) / 3
 
@@ -44,11 +46,12 @@ for i = 1, n do
   local a = 5 + 3 * (i - 1)
   local gk, jid, attempt = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local job_key = prefix .. 'job:' .. gk .. ':' .. jid
+  local mem = gk .. ':' .. jid
   local d = redis.call('HMGET', job_key, 'status', 'attempt', 'throttles', 'released', 'claims', 'lost',
     'holder')
   local busy
   if d[1] == 'RUNNING' and num(d[2]) == attempt and not seen[job_key] then
-    local until_ms = num(redis.call('ZSCORE', KEYS[2], gk .. ':' .. jid))
+    local until_ms = num(redis.call('ZSCORE', KEYS[2], mem))
     if until_ms >= now and d[7] and not redis.call('ZSCORE', KEYS[3], d[7]) then
       busy = d[7] == holder and 'stale' or ('busy:' .. (until_ms - now + 1))
     end
@@ -61,7 +64,7 @@ for i = 1, n do
     out[i] = 'stale'
   else
     seen[job_key] = true
-    members[#members + 1] = gk .. ':' .. jid
+    members[#members + 1] = mem
     local meta_key = prefix .. 'group:' .. gk .. ':meta'
     local st = group_status[gk]
     if st == nil then
@@ -85,11 +88,11 @@ for i = 1, n do
       if d[1] == 'RUNNING' and num(d[4]) ~= attempt then
         suspect = 1
       end
+      local claims_s = itoa(attempt) .. ':' .. itoa(claims)
       if holder ~= '' then
-        redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now, 'claims', attempt .. ':' .. claims,
-          'holder', holder)
+        redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now_s, 'claims', claims_s, 'holder', holder)
       else
-        redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now, 'claims', attempt .. ':' .. claims)
+        redis.call('HSET', job_key, 'status', 'RUNNING', 'claimedAt', now_s, 'claims', claims_s)
         if d[7] then redis.call('HDEL', job_key, 'holder') end
       end
       if d[4] then
@@ -98,9 +101,9 @@ for i = 1, n do
       if d[6] then
         redis.call('HDEL', job_key, 'lost')
       end
-      held[#held + 1] = claim_until
-      held[#held + 1] = gk .. ':' .. jid
-      out[i] = 'run:' .. claims .. ':' .. num(d[3]) .. ':' .. suspect
+      held[#held + 1] = claim_until_s
+      held[#held + 1] = mem
+      out[i] = 'run:' .. itoa(claims) .. ':' .. itoa(num(d[3])) .. ':' .. itoa(suspect)
     end
   end
 end

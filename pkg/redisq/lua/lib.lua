@@ -86,6 +86,17 @@ local function num(v)
   return tonumber(v or '0') or 0
 end
 
+-- A number passed to redis.call is formatted by Redis with '%.17g' (as
+-- fmt does), and one joined to a string by Lua with '%.14g': both cost a
+-- printf. Scripts that pass the same number for many jobs (a time, a
+-- deadline) format it once with fmt, and small counts come from SMALL
+-- (itoa), so per job nothing is formatted.
+local SMALL = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16' }
+SMALL[0] = '0'
+local function itoa(n)
+  return SMALL[n] or fmt(n)
+end
+
 local LEVELS = { 'high', 'normal', 'low' }
 
 -- The fair queue's virtual clock never goes backwards and advances by a
@@ -587,17 +598,25 @@ end
 -- job_peek that leaves its group's list: into its hash, or, for a job with
 -- a record, into the hash it gets now with the record's fields, in one
 -- HSET, and the record goes.
-local function job_leave(prefix, gk, jid, d, status, attempt)
+-- A caller that moves many jobs of a group (admit.lua) passes rdel, a table
+-- the ids of dropped records are appended to, and deletes them itself in one
+-- HDEL per group.
+local function job_leave(prefix, gk, jid, d, status, attempt, rdel)
   local job_key = job_key_of(prefix, gk, jid)
   local f = { 'status', status }
   if attempt then
     f[3] = 'attempt'
-    f[4] = attempt
+    f[4] = itoa(attempt)
   end
   if d.record then
-    redis.call('HDEL', queued_key_of(prefix, gk), jid)
+    if rdel then
+      rdel[#rdel + 1] = jid
+    else
+      redis.call('HDEL', queued_key_of(prefix, gk), jid)
+    end
     d.record = nil
-    for _, v in ipairs({ 'type', d.type, 'createdAt', d.createdAt }) do f[#f + 1] = v end
+    local n = #f
+    f[n + 1], f[n + 2], f[n + 3], f[n + 4] = 'type', d.type, 'createdAt', d.createdAt
     if d.trace then
       f[#f + 1] = 'trace'
       f[#f + 1] = d.trace
@@ -894,11 +913,16 @@ local function ready_reserve_later(pending, ty, member, now, lease_ms)
     l = {}
     pending[ty] = l
   end
-  l[#l + 1] = RESERVED_UNPUBLISHED + now + 2 * lease_ms
+  local at = RESERVED_UNPUBLISHED + now + 2 * lease_ms
+  if pending[0] ~= at then
+    pending[0], pending[-1] = at, fmt(at) -- formatted once (itoa)
+  end
+  l[#l + 1] = pending[-1]
   l[#l + 1] = member
 end
 
 local function ready_reserve_flush(prefix, pending)
+  pending[0], pending[-1] = nil, nil
   for ty, l in pairs(pending) do
     for i = 1, #l, BULK do
       redis.call('ZADD', reserved_key(prefix, ty), unpack(l, i, math.min(i + BULK - 1, #l)))

@@ -144,6 +144,7 @@ for g = 1, ngroups do
 end
 
 -- Writes only from here on.
+local now_s, job_ttl_s = fmt(now), fmt(job_ttl) -- once for every job (lib.lua itoa)
 for _, r in ipairs(recorded) do
   local job_key, i = r[1], r[2]
   if drop_succeeded and ARGV[i + 2] == 'SUCCESS' then
@@ -151,17 +152,17 @@ for _, r in ipairs(recorded) do
     redis.call('DEL', job_key)
   else
     if ARGV[i + 3] ~= '' then
-      redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4],
+      redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now_s, 'resultAttempt', ARGV[i + 4],
         'error', ARGV[i + 3])
     else
-      redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now, 'resultAttempt', ARGV[i + 4])
+      redis.call('HSET', job_key, 'status', ARGV[i + 2], 'finishedAt', now_s, 'resultAttempt', ARGV[i + 4])
     end
     if ARGV[i + 2] ~= 'SUCCESS' and redis.call('HSTRLEN', job_key, 'payload') > PAYLOAD_HEAD then
       local p = redis.call('HGET', job_key, 'payload')
       redis.call('HSET', job_key, 'payloadHead', string.sub(p, 1, PAYLOAD_HEAD))
     end
     if job_ttl > 0 then
-      redis.call('EXPIRE', job_key, job_ttl)
+      redis.call('EXPIRE', job_key, job_ttl_s)
     end
   end
 end
