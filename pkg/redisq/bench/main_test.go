@@ -78,6 +78,24 @@ func take(ctx context.Context, q *redisq.Queue, n int) ([]redisq.LeasedJob, erro
 	return r.Jobs, q.Confirm(ctx, r.Jobs...)
 }
 
+// takeAll takes jobs from q, per at a time, until it has n, and returns
+// how many it took; it fails b if the queue runs dry first.
+func takeAll(b *testing.B, q *redisq.Queue, n, per int) int {
+	b.Helper()
+	got := 0
+	for got < n {
+		js, err := take(context.Background(), q, per)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(js) == 0 {
+			b.Fatalf("queue empty after %d of %d jobs", got, n)
+		}
+		got += len(js)
+	}
+	return got
+}
+
 // keysOf returns the key names of q's prefix, for the benchmarks that read
 // or fill raw state around the queue's methods.
 func keysOf(q *redisq.Queue) redisq.Keys { return redisq.NewKeys(q.Config().Prefix) }

@@ -125,17 +125,7 @@ func benchBatch(b *testing.B) float64 {
 	st1 := s.commandStats(b)
 	b.StartTimer()
 	start = time.Now()
-	got := 0
-	for got < n {
-		js, err := take(ctx, q, batchSize)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(js) == 0 {
-			b.Fatalf("queue empty after %d of %d jobs", got, n)
-		}
-		got += len(js)
-	}
+	got := takeAll(b, q, n, batchSize)
 	deq := time.Since(start)
 	b.StopTimer()
 	st2 := s.commandStats(b)
@@ -202,7 +192,6 @@ func benchTakePipelineShape(b *testing.B) {
 	b.StopTimer()
 	s := startServer(b)
 	q := s.queue(b, redisq.Config{Alpha: serviceAlpha, GlobalLimit: ungated})
-	ctx := context.Background()
 	n := size(b, batchJobs)
 	jobs := make([]redisq.Job, n)
 	for i := range jobs {
@@ -212,16 +201,8 @@ func benchTakePipelineShape(b *testing.B) {
 	cpu0 := s.cpuSeconds(b)
 	b.StartTimer()
 	start := time.Now()
-	got := 0
-	for got < n {
-		js, err := take(ctx, q, per)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(js) == 0 {
-			b.Fatalf("queue empty after %d of %d jobs", got, n)
-		}
-		got += len(js)
+	if got := takeAll(b, q, n, per); got != n {
+		b.Fatalf("dequeued %d jobs, enqueued %d", got, n)
 	}
 	d := time.Since(start)
 	b.StopTimer()
