@@ -219,18 +219,9 @@ local function group_job(g, gk, room)
     local k = math.max(1, math.min(g.fetch, room, FETCH_MAX))
     g.fetch = math.min(g.fetch * 2, FETCH_MAX)
     g.bi = 1
-    if k == 1 then
-      local id = redis.call('LPOP', g.jobs)
-      g.buf = { id }
-      g.recs = { id and redis.call('HGET', g.queued, id) }
-    else
-      g.buf = redis.call('LPOP', g.jobs, k) or {}
-      g.recs = #g.buf > 0 and redis.call('HMGET', g.queued, unpack(g.buf)) or {}
-    end
-    if not g.buf[1] then
-      g.buf = {}
-      return nil
-    end
+    g.buf = redis.call('LPOP', g.jobs, k) or {}
+    if #g.buf == 0 then return nil end
+    g.recs = redis.call('HMGET', g.queued, unpack(g.buf))
   end
   local jid, d = g.buf[g.bi], g.recs[g.bi]
   if type(d) ~= 'table' then

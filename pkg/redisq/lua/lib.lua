@@ -907,6 +907,9 @@ end
 -- A script checks a type's room (ready_pending) before it reserves any job
 -- of that type, so the reservations of the same call need not be in the
 -- set yet.
+-- The last score ready_reserve_later formatted (lib.lua runs anew with
+-- every call, so these start empty in each).
+local reserve_at, reserve_at_s
 local function ready_reserve_later(pending, ty, member, now, lease_ms)
   local l = pending[ty]
   if l == nil then
@@ -914,15 +917,14 @@ local function ready_reserve_later(pending, ty, member, now, lease_ms)
     pending[ty] = l
   end
   local at = RESERVED_UNPUBLISHED + now + 2 * lease_ms
-  if pending[0] ~= at then
-    pending[0], pending[-1] = at, fmt(at) -- formatted once (itoa)
+  if reserve_at ~= at then
+    reserve_at, reserve_at_s = at, fmt(at) -- formatted once (itoa)
   end
-  l[#l + 1] = pending[-1]
+  l[#l + 1] = reserve_at_s
   l[#l + 1] = member
 end
 
 local function ready_reserve_flush(prefix, pending)
-  pending[0], pending[-1] = nil, nil
   for ty, l in pairs(pending) do
     for i = 1, #l, BULK do
       redis.call('ZADD', reserved_key(prefix, ty), unpack(l, i, math.min(i + BULK - 1, #l)))
