@@ -80,6 +80,7 @@ local prefix, tenant, gid = ARGV[1], ARGV[2], ARGV[3]
 local gk = tenant .. ':' .. gid
 local alpha = tonumber(ARGV[7])
 local now = now_ms(ARGV[8])
+local now_s = fmt(now) -- every record's createdAt, formatted once (lib.lua itoa)
 local meta_key, jobs_key, ids_key = KEYS[1], KEYS[2], KEYS[3]
 local queued_key = queued_key_of(prefix, gk)
 local n = #KEYS - 3
@@ -263,7 +264,7 @@ for u, size in ipairs(units) do
         -- from an earlier group goes now
         if stale[k] then redis.call('DEL', KEYS[3 + k]) end
         records[#records + 1] = jid
-        records[#records + 1] = queued_record(fmt(now), ARGV[a + 2], ARGV[a + 4], ARGV[a + 3],
+        records[#records + 1] = queued_record(now_s, ARGV[a + 2], ARGV[a + 4], ARGV[a + 3],
           dests and dest_of(k) or nil)
         written[jid] = true
         new_ids[#new_ids + 1] = jid
