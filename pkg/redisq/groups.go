@@ -88,9 +88,9 @@ func (q *Queue) Record(ctx context.Context, r contracts.JobResult) (*RecordResul
 	return out[0], nil
 }
 
-// recordReplyWidth is the number of reply values per result: outcome,
-// completed, createdAt and the 7 values parseCounts reads.
-const recordReplyWidth = 10
+// recordReplyWidth is the number of reply values per result (outcome,
+// completed, createdAt), after a group reply of each group of the call.
+const recordReplyWidth = 3
 
 // RecordBatch records several results, returning one RecordResult per
 // result, in order, as if they were recorded one after the other: a later
@@ -123,21 +123,58 @@ func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*R
 	}
 	out := make([]*RecordResult, 0, len(rs))
 	for c, v := range replies {
-		l, want := toList(v), len(chunkOf(rs, c))
-		if len(l) != want*recordReplyWidth {
-			return nil, fmt.Errorf("redisq: record script: %d reply values for %d results", len(l), want)
+		part, err := parseRecordReply(toList(v), chunkOf(rs, c))
+		if err != nil {
+			return nil, err
 		}
-		for i := 0; i < want; i++ {
-			e := l[i*recordReplyWidth : (i+1)*recordReplyWidth]
-			out = append(out, &RecordResult{
-				Outcome:     RecordOutcome(toStr(e[0])),
-				Completed:   toInt(e[1]) == 1,
-				CreatedAtMs: toInt(e[2]),
-				Group:       parseCounts(e[3:]),
-			})
-		}
+		out = append(out, part...)
 	}
 	return out, nil
+}
+
+// parseRecordReply reads one record script call's reply for its results
+// rs: each group's reply before the first result (in the order the call
+// named the groups: recordCall), then recordReplyWidth values per result.
+// A result's group counts are its group's as they stood right after it:
+// the group's reply with the recorded results up to it counted as the
+// script counts them (lua/record.lua).
+func parseRecordReply(l []any, rs []contracts.JobResult) ([]*RecordResult, error) {
+	index := make(map[contracts.GroupRef]int, 8)
+	for i := range rs {
+		if _, ok := index[rs[i].Ref()]; !ok {
+			index[rs[i].Ref()] = len(index)
+		}
+	}
+	if len(l) != len(index)*groupReplyWidth+len(rs)*recordReplyWidth {
+		return nil, fmt.Errorf("redisq: record script: %d reply values for %d results of %d groups", len(l), len(rs), len(index))
+	}
+	groups := make([]GroupCounts, len(index))
+	for g := range groups {
+		groups[g] = parseCounts(l[g*groupReplyWidth:])
+	}
+	l = l[len(groups)*groupReplyWidth:]
+	out := make([]RecordResult, len(rs))
+	ptrs := make([]*RecordResult, len(rs))
+	for i := range rs {
+		e := l[i*recordReplyWidth : (i+1)*recordReplyWidth]
+		r := &out[i]
+		r.Outcome, r.Completed, r.CreatedAtMs = RecordOutcome(toStr(e[0])), toInt(e[1]) == 1, toInt(e[2])
+		g := &groups[index[rs[i].Ref()]]
+		if r.Outcome == Recorded {
+			g.Done++
+			if rs[i].Status == contracts.ResultSuccess {
+				g.Succeeded++
+			} else {
+				g.Failed++
+			}
+			if r.Completed {
+				g.State = contracts.StateCompleted
+			}
+		}
+		r.Group = *g
+		ptrs[i] = r
+	}
+	return ptrs, nil
 }
 
 // recordCall builds the keys and arguments of one record script call (see

@@ -111,6 +111,67 @@ func TestRecordBatchInterleavedGroups(t *testing.T) {
 	}
 }
 
+// TestRecordBatchAcrossScriptCalls records more results than one script
+// call takes (512), two groups interleaved with failures and duplicates,
+// so each group's counts after each result continue from one call into
+// the next; the sealed group completes in the second call.
+func TestRecordBatchAcrossScriptCalls(t *testing.T) {
+	ctx := context.Background()
+	q, _ := setup(t, redisq.Config{}, false)
+	const n = 350
+	enqueueN(t, q, "A", n, "", 0)
+	enqueueN(t, q, "B", n, "", 0)
+	seal(t, q, "A", n)
+	drain(t, q, 2*n)
+
+	var rs []contracts.JobResult
+	var ws []want
+	var a, b want
+	a.declared, a.jobs, b.declared, b.jobs = n, n, -1, n
+	count := func(w *want, r contracts.JobResult) want {
+		w.outcome, w.completed = redisq.Recorded, false
+		w.done++
+		if r.Status == contracts.ResultSuccess {
+			w.succeeded++
+		} else {
+			w.failed++
+		}
+		return *w
+	}
+	for i := 0; i < n; i++ {
+		ra, rb := success("A", i), success("B", i)
+		if i%7 == 3 {
+			ra = failure("A", i, "x")
+		}
+		rs = append(rs, ra, rb)
+		ws = append(ws, count(&a, ra), count(&b, rb))
+		if i%50 == 10 { // a redelivered result: a duplicate, counts unchanged
+			rs = append(rs, ra)
+			d := a
+			d.outcome = redisq.DuplicateResult
+			ws = append(ws, d)
+		}
+	}
+	ws[len(ws)-2].completed, ws[len(ws)-2].state = true, contracts.StateCompleted
+	if len(rs) <= 512 {
+		t.Fatalf("%d results fit one script call", len(rs))
+	}
+	got, err := q.RecordBatch(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, rs, got, ws)
+	for gid, last := range map[string]redisq.GroupCounts{"A": got[len(got)-2].Group, "B": got[len(got)-1].Group} {
+		info, _, err := q.Group(ctx, G(gid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.GroupCounts != last {
+			t.Errorf("group %s stored %+v, batch reported %+v", gid, info.GroupCounts, last)
+		}
+	}
+}
+
 func TestRecordBatchSameJobTwice(t *testing.T) {
 	ctx := context.Background()
 	q, b := setup(t, redisq.Config{}, false)

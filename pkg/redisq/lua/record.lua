@@ -14,15 +14,19 @@
 -- ARGV[8+G..]: 5 values per result, in order: group index g (KEYS[g]),
 --             jobId, status (SUCCESS or FAILED), error text ('' = none),
 --             attempt that produced the result
--- Returns: a flat list of 10 values per result, in the order of the results:
---   outcome, completed, createdAt, <group reply>
+-- Returns: a flat list: first each group's reply (as lib.lua's
+--   group_reply: its state and counters, 7 values) as read before the first
+--   result, in the order of KEYS; then 3 values per result, in the order of
+--   the results: outcome, completed, createdAt.
 --   outcome is 'recorded', 'duplicate' (the job was already terminal, maybe
 --   through an earlier result of this batch: nothing changed), 'fenced' (the
 --   job is not in flight with the result's attempt: nothing changed) or
 --   'unknown' (no such job); completed is 1 on the result that completed its group,
---   else 0; createdAt is the job's enqueue time (ms, 0 if unknown); the group
---   reply (as lib.lua's group_reply) holds the group's state and counters
---   right after that result.
+--   else 0; createdAt is the job's enqueue time (ms, 0 if unknown). Only a
+--   recorded result changes its group's reply: doneJobs and successCount
+--   (SUCCESS) or failedCount (FAILED) go up by one, and its state becomes
+--   COMPLETED when completed is 1; so the caller has each group's reply
+--   right after each result without the script sending it with each.
 -- Fencing (docs/ARCHITECTURE.md §6.4): a result is recorded only when its
 -- job is in flight (LEASED or RUNNING: handed out and not back)
 -- with the result's attempt. A result for a job that is QUEUED or in BACKOFF
@@ -65,6 +69,11 @@ for g = 1, ngroups do
 end
 
 local out = {}
+for g = 1, ngroups do
+  local s, n = groups[g], #out
+  out[n + 1], out[n + 2], out[n + 3] = s.status or 'NONE', s.declared or -1, s.jobs
+  out[n + 4], out[n + 5], out[n + 6], out[n + 7] = s.done, s.succeeded, s.failed, s.cancelled
+end
 local ended = {} -- claims ZSET members of the runs whose claim ends here
 local function emit(outcome, completed, created, s, jid)
   if jid and (outcome == 'recorded' or outcome == 'duplicate') then
@@ -72,8 +81,6 @@ local function emit(outcome, completed, created, s, jid)
   end
   local n = #out
   out[n + 1], out[n + 2], out[n + 3] = outcome, completed, created
-  out[n + 4], out[n + 5], out[n + 6] = s.status or 'NONE', s.declared or -1, s.jobs
-  out[n + 7], out[n + 8], out[n + 9], out[n + 10] = s.done, s.succeeded, s.failed, s.cancelled
 end
 
 -- terminal: job key -> createdAt of every job found terminal or recorded by
