@@ -9,16 +9,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The floor of the batch cycle: what a fair queue that keeps no state
+// The floors of the batch cycle: what a fair queue that keeps no state
 // beyond its lists costs on the same redis-server, in the shape of
 // benchBatch (100 groups of one tenant, 100 jobs of one group per enqueue
 // call, 100 jobs per take, so each group gives one job per take, as
-// docs/ARCHITECTURE.md §4 serves them). Both scripts do less than any
-// queue that counts its jobs exactly can: enqueue keeps no idempotency,
-// quotas or type index, and the take keeps no lease (no attempt, no job
-// state, no id set, no group counts), reads no rate gate and returns only
-// ids and records. batch_cycle_ratio_to_raw can be no higher than
-// floor_batch_cycle_ratio_to_raw, measured beside it.
+// docs/ARCHITECTURE.md §4 serves them). The scripts do less than a queue
+// that counts its jobs exactly: enqueue keeps no idempotency, quotas or
+// type index, and the take keeps no lease (no attempt, no job state, no id
+// set, no group counts), reads no rate gate and returns only the jobs.
+// Two layouts:
+//   - floor: §3.1's, a list of ids and a hash of records per group, and a
+//     meta hash per group read for its gate (status, in-flight limit) when
+//     the group is served: batch_cycle_ratio_to_raw can be no higher than
+//     floor_batch_cycle_ratio_to_raw, measured beside it;
+//   - floor-records-in-list: the records themselves in the group's list
+//     (a pop returns the job) and the gates of all of a tenant's groups in
+//     one hash read once per take: one command per group served.
 
 // floorEnqueueScript appends jobs to one group (ARGV[1]): ids to its list,
 // records to its hash, its total, and the group to its tenant's ZSET.
@@ -64,15 +70,69 @@ end
 return out
 `
 
-// benchFloorCycle runs benchBatch's cycle on the floor scripts and returns
-// its jobs/s.
-func benchFloorCycle(b *testing.B) float64 {
+// floorListedEnqueueScript appends records "<id>|<record>" to one group's
+// list, its total, and the group to its tenant's ZSET.
+const floorListedEnqueueScript = `
+local g = ARGV[1]
+local recs = {}
+for i = 2, #ARGV, 2 do recs[#recs + 1] = ARGV[i] .. '|' .. ARGV[i + 1] end
+redis.call('RPUSH', 'floor:jobs:' .. g, unpack(recs))
+redis.call('HINCRBY', 'floor:meta:' .. g, 'totalJobs', #recs)
+redis.call('ZADD', KEYS[1], 'NX', 0, g)
+return #recs
+`
+
+// floorListedTakeScript takes one job from each of the first ARGV[1]
+// groups of the tenant's ZSET (KEYS[1]) in score order: reads the gates of
+// all of them in one HMGET of the tenant's gate hash (KEYS[3]), pops each
+// group's next record, puts the job in flight (KEYS[2]) and the group
+// behind the others.
+const floorListedTakeScript = `
+local r = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+local names = {}
+for i = 1, #r, 2 do names[#names + 1] = r[i] end
+if #names == 0 then return {} end
+local gates = redis.call('HMGET', KEYS[3], unpack(names))
+local out, inflight, rescore = {}, {}, {}
+for i = 1, #r, 2 do
+  local g = r[i]
+  local rec = gates[(i + 1) / 2] ~= 'PAUSED' and redis.call('LPOP', 'floor:jobs:' .. g)
+  if rec then
+    out[#out + 1] = rec
+    inflight[#inflight + 1] = ARGV[2]
+    inflight[#inflight + 1] = g .. ':' .. string.sub(rec, 1, string.find(rec, '|', 1, true) - 1)
+    rescore[#rescore + 1] = tonumber(r[i + 1]) + 1
+    rescore[#rescore + 1] = g
+  end
+end
+if #inflight > 0 then
+  redis.call('ZADD', KEYS[2], unpack(inflight))
+  redis.call('ZADD', KEYS[1], unpack(rescore))
+end
+return out
+`
+
+// floorLayout is a floor's scripts: its figures are named after it, and
+// its take replies with perJob values per job taken.
+type floorLayout struct {
+	name, enqueue, take string
+	perJob              int
+}
+
+var (
+	floorIDs    = floorLayout{"floor", floorEnqueueScript, floorTakeScript, 2}
+	floorListed = floorLayout{"floor_records_in_list", floorListedEnqueueScript, floorListedTakeScript, 1}
+)
+
+// benchFloorCycle runs benchBatch's cycle on a floor's scripts, reports
+// its figures and returns its jobs/s.
+func benchFloorCycle(b *testing.B, l floorLayout) float64 {
 	b.StopTimer()
 	s := startServer(b)
 	ctx := context.Background()
 	n := size(b, batchJobs)
 	rec := "1764300000000:14:0:send-promotion"
-	enq, take := redis.NewScript(floorEnqueueScript), redis.NewScript(floorTakeScript)
+	enq, take := redis.NewScript(l.enqueue), redis.NewScript(l.take)
 	calls := make([][]any, 0, n/batchSize+1)
 	for i := 0; i < n; i += batchSize {
 		args := []any{groupID((i / batchSize) % benchGroups)}
@@ -81,7 +141,7 @@ func benchFloorCycle(b *testing.B) float64 {
 		}
 		calls = append(calls, args)
 	}
-	tq := []string{"floor:tenant:groups", "floor:inflight"}
+	tq := []string{"floor:tenant:groups", "floor:inflight", "floor:tenant:gates"}
 	b.StartTimer()
 	start := time.Now()
 	for _, args := range calls {
@@ -100,14 +160,14 @@ func benchFloorCycle(b *testing.B) float64 {
 		if len(r) == 0 {
 			b.Fatalf("floor queue empty after %d of %d jobs", got, n)
 		}
-		got += len(r) / 2
+		got += len(r) / l.perJob
 	}
 	deqT := time.Since(start)
 	b.StopTimer()
 
-	b.ReportMetric(figure("floor_enqueue_batch100_jobs_per_s", float64(n)/enqT.Seconds()), "enq-jobs/s")
-	b.ReportMetric(figure("floor_dequeue_batch100_jobs_per_s", float64(n)/deqT.Seconds()), "deq-jobs/s")
+	b.ReportMetric(figure(l.name+"_enqueue_batch100_jobs_per_s", float64(n)/enqT.Seconds()), "enq-jobs/s")
+	b.ReportMetric(figure(l.name+"_dequeue_batch100_jobs_per_s", float64(n)/deqT.Seconds()), "deq-jobs/s")
 	cycle := float64(n) / (enqT + deqT).Seconds()
-	b.ReportMetric(figure("floor_batch_cycle_jobs_per_s", cycle), "cycle-jobs/s")
+	b.ReportMetric(figure(l.name+"_batch_cycle_jobs_per_s", cycle), "cycle-jobs/s")
 	return cycle
 }

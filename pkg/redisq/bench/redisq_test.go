@@ -30,22 +30,26 @@ const (
 
 // BenchmarkRedisqThroughput measures jobs/s through the fair queue, one job
 // per call and 100 per call, against the raw ceiling of pipelined RPUSH+LPOP
-// pairs and the floor of a fair queue that keeps no state (floor_test.go),
+// pairs and the floors of a fair queue that keeps no state (floor_test.go),
 // and the Redis commands each job costs. Each sub-benchmark runs on a
 // redis-server of its own; one goroutine issues every call.
 func BenchmarkRedisqThroughput(b *testing.B) {
-	var batchCycle, floorCycle, raw float64
+	var batchCycle, floorCycle, listedCycle, raw float64
 	b.Run("single", benchSingle)
 	b.Run("batch100", func(b *testing.B) { batchCycle = benchBatch(b) })
 	b.Run("batch100-mixed-groups", benchBatchMixed)
 	b.Run("take250-10-groups", benchTakePipelineShape)
-	b.Run("floor-batch100", func(b *testing.B) { floorCycle = benchFloorCycle(b) })
+	b.Run("floor-batch100", func(b *testing.B) { floorCycle = benchFloorCycle(b, floorIDs) })
+	b.Run("floor-records-in-list-batch100", func(b *testing.B) { listedCycle = benchFloorCycle(b, floorListed) })
 	b.Run("raw-rpush-lpop", func(b *testing.B) { raw = benchRaw(b) })
 	if batchCycle > 0 && raw > 0 {
 		figure("batch_cycle_ratio_to_raw", batchCycle/raw)
 	}
 	if floorCycle > 0 && raw > 0 {
 		figure("floor_batch_cycle_ratio_to_raw", floorCycle/raw)
+	}
+	if listedCycle > 0 && raw > 0 {
+		figure("floor_records_in_list_batch_cycle_ratio_to_raw", listedCycle/raw)
 	}
 }
 
