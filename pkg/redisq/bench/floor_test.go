@@ -26,9 +26,41 @@ import (
 //     (a pop returns the job) and the gates of all of a tenant's groups in
 //     one hash read once per take: one command per group served.
 
+// floorLib is in front of every floor script: added counts n jobs into
+// group g and queues it; taken appends a job taken from group g (score: its
+// score in the tenant's ZSET) to the reply, the inflight set and the
+// groups to re-score, which finish writes; first_groups reads the first
+// ARGV[1] groups of the tenant's ZSET (KEYS[1]) with their scores.
+const floorLib = `
+local function added(g, n)
+  redis.call('HINCRBY', 'floor:meta:' .. g, 'totalJobs', n)
+  redis.call('ZADD', KEYS[1], 'NX', 0, g)
+  return n
+end
+local out, inflight, rescore = {}, {}, {}
+local function taken(g, score, jid, a, b)
+  out[#out + 1] = a
+  if b then out[#out + 1] = b end
+  inflight[#inflight + 1] = ARGV[2]
+  inflight[#inflight + 1] = g .. ':' .. jid
+  rescore[#rescore + 1] = tonumber(score) + 1
+  rescore[#rescore + 1] = g
+end
+local function finish()
+  if #inflight > 0 then
+    redis.call('ZADD', KEYS[2], unpack(inflight))
+    redis.call('ZADD', KEYS[1], unpack(rescore))
+  end
+  return out
+end
+local function first_groups()
+  return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+end
+`
+
 // floorEnqueueScript appends jobs to one group (ARGV[1]): ids to its list,
-// records to its hash, its total, and the group to its tenant's ZSET.
-const floorEnqueueScript = `
+// records to its hash.
+const floorEnqueueScript = floorLib + `
 local g = ARGV[1]
 local ids, kv = {}, {}
 for i = 2, #ARGV, 2 do
@@ -38,78 +70,50 @@ for i = 2, #ARGV, 2 do
 end
 redis.call('RPUSH', 'floor:jobs:' .. g, unpack(ids))
 redis.call('HSET', 'floor:queued:' .. g, unpack(kv))
-redis.call('HINCRBY', 'floor:meta:' .. g, 'totalJobs', #ids)
-redis.call('ZADD', KEYS[1], 'NX', 0, g)
-return #ids
+return added(g, #ids)
 `
 
 // floorTakeScript takes one job from each of the first ARGV[1] groups of
-// the tenant's ZSET (KEYS[1]) in score order: reads the group's gate
-// (status and in-flight limit), pops its next id and reads its record,
-// puts the job in flight (KEYS[2]) and the group behind the others.
-const floorTakeScript = `
-local r = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
-local out, inflight, rescore = {}, {}, {}
+// the tenant's ZSET (KEYS[1]) in score order: reads the group's
+// gate (status and in-flight limit), pops its next id and reads its
+// record, puts the job in flight (KEYS[2]) and the group behind the others.
+const floorTakeScript = floorLib + `
+local r = first_groups()
 for i = 1, #r, 2 do
   local g = r[i]
   local m = redis.call('HMGET', 'floor:meta:' .. g, 'status', 'inFlight', 'maxInFlight')
   local jid = m[1] ~= 'PAUSED' and redis.call('LPOP', 'floor:jobs:' .. g)
-  if jid then
-    out[#out + 1] = jid
-    out[#out + 1] = redis.call('HGET', 'floor:queued:' .. g, jid)
-    inflight[#inflight + 1] = ARGV[2]
-    inflight[#inflight + 1] = g .. ':' .. jid
-    rescore[#rescore + 1] = tonumber(r[i + 1]) + 1
-    rescore[#rescore + 1] = g
-  end
+  if jid then taken(g, r[i + 1], jid, jid, redis.call('HGET', 'floor:queued:' .. g, jid)) end
 end
-if #inflight > 0 then
-  redis.call('ZADD', KEYS[2], unpack(inflight))
-  redis.call('ZADD', KEYS[1], unpack(rescore))
-end
-return out
+return finish()
 `
 
 // floorListedEnqueueScript appends records "<id>|<record>" to one group's
-// list, its total, and the group to its tenant's ZSET.
-const floorListedEnqueueScript = `
+// list.
+const floorListedEnqueueScript = floorLib + `
 local g = ARGV[1]
 local recs = {}
 for i = 2, #ARGV, 2 do recs[#recs + 1] = ARGV[i] .. '|' .. ARGV[i + 1] end
 redis.call('RPUSH', 'floor:jobs:' .. g, unpack(recs))
-redis.call('HINCRBY', 'floor:meta:' .. g, 'totalJobs', #recs)
-redis.call('ZADD', KEYS[1], 'NX', 0, g)
-return #recs
+return added(g, #recs)
 `
 
 // floorListedTakeScript takes one job from each of the first ARGV[1]
-// groups of the tenant's ZSET (KEYS[1]) in score order: reads the gates of
-// all of them in one HMGET of the tenant's gate hash (KEYS[3]), pops each
-// group's next record, puts the job in flight (KEYS[2]) and the group
-// behind the others.
-const floorListedTakeScript = `
-local r = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+// groups of the tenant's ZSET as floorTakeScript does, but reads the gates
+// of all of them in one HMGET of the tenant's gate hash (KEYS[3]) and pops
+// each group's next record itself.
+const floorListedTakeScript = floorLib + `
+local r = first_groups()
+if #r == 0 then return {} end
 local names = {}
 for i = 1, #r, 2 do names[#names + 1] = r[i] end
-if #names == 0 then return {} end
 local gates = redis.call('HMGET', KEYS[3], unpack(names))
-local out, inflight, rescore = {}, {}, {}
 for i = 1, #r, 2 do
   local g = r[i]
   local rec = gates[(i + 1) / 2] ~= 'PAUSED' and redis.call('LPOP', 'floor:jobs:' .. g)
-  if rec then
-    out[#out + 1] = rec
-    inflight[#inflight + 1] = ARGV[2]
-    inflight[#inflight + 1] = g .. ':' .. string.sub(rec, 1, string.find(rec, '|', 1, true) - 1)
-    rescore[#rescore + 1] = tonumber(r[i + 1]) + 1
-    rescore[#rescore + 1] = g
-  end
+  if rec then taken(g, r[i + 1], string.sub(rec, 1, string.find(rec, '|', 1, true) - 1), rec) end
 end
-if #inflight > 0 then
-  redis.call('ZADD', KEYS[2], unpack(inflight))
-  redis.call('ZADD', KEYS[1], unpack(rescore))
-end
-return out
+return finish()
 `
 
 // floorLayout is a floor's scripts: its figures are named after it, and
