@@ -139,16 +139,11 @@ func (q *Queue) RecordBatch(ctx context.Context, rs []contracts.JobResult) ([]*R
 // the group's reply with the recorded results up to it counted as the
 // script counts them (lua/record.lua).
 func parseRecordReply(l []any, rs []contracts.JobResult) ([]*RecordResult, error) {
-	index := make(map[contracts.GroupRef]int, 8)
-	for i := range rs {
-		if _, ok := index[rs[i].Ref()]; !ok {
-			index[rs[i].Ref()] = len(index)
-		}
+	refs, of := resultGroups(rs)
+	if len(l) != len(refs)*groupReplyWidth+len(rs)*recordReplyWidth {
+		return nil, fmt.Errorf("redisq: record script: %d reply values for %d results of %d groups", len(l), len(rs), len(refs))
 	}
-	if len(l) != len(index)*groupReplyWidth+len(rs)*recordReplyWidth {
-		return nil, fmt.Errorf("redisq: record script: %d reply values for %d results of %d groups", len(l), len(rs), len(index))
-	}
-	groups := make([]GroupCounts, len(index))
+	groups := make([]GroupCounts, len(refs))
 	for g := range groups {
 		groups[g] = parseCounts(l[g*groupReplyWidth:])
 	}
@@ -159,7 +154,7 @@ func parseRecordReply(l []any, rs []contracts.JobResult) ([]*RecordResult, error
 		e := l[i*recordReplyWidth : (i+1)*recordReplyWidth]
 		r := &out[i]
 		r.Outcome, r.Completed, r.CreatedAtMs = RecordOutcome(toStr(e[0])), toInt(e[1]) == 1, toInt(e[2])
-		g := &groups[index[rs[i].Ref()]]
+		g := &groups[of[i]]
 		if r.Outcome == Recorded {
 			g.Done++
 			if rs[i].Status == contracts.ResultSuccess {
@@ -177,25 +172,39 @@ func parseRecordReply(l []any, rs []contracts.JobResult) ([]*RecordResult, error
 	return ptrs, nil
 }
 
-// recordCall builds the keys and arguments of one record script call (see
-// lua/record.lua): the meta key of each group touched, in order of first
-// appearance, then each result with its group's index.
-func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
+// resultGroups numbers the groups of rs in order of first appearance, the
+// order of a record call's KEYS and of the group counts its reply starts
+// with: refs[g] is group g, and of[i] the group of rs[i].
+func resultGroups(rs []contracts.JobResult) (refs []contracts.GroupRef, of []int) {
 	index := make(map[contracts.GroupRef]int, 8)
-	var keys []string
-	var gks []any
+	of = make([]int, len(rs))
+	for i := range rs {
+		ref := rs[i].Ref()
+		g, ok := index[ref]
+		if !ok {
+			g = len(refs)
+			index[ref] = g
+			refs = append(refs, ref)
+		}
+		of[i] = g
+	}
+	return refs, of
+}
+
+// recordCall builds the keys and arguments of one record script call (see
+// lua/record.lua): the meta key of each group touched (resultGroups), then
+// each result with its group's index (from 1, as KEYS).
+func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
+	refs, of := resultGroups(rs)
+	keys := make([]string, len(refs))
+	gks := make([]any, len(refs))
+	for g, ref := range refs {
+		keys[g], gks[g] = q.keys.GroupMeta(ref), groupKey(ref)
+	}
 	results := make([]any, 0, 5*len(rs))
 	for i := range rs {
 		r := &rs[i]
-		ref := r.Ref()
-		g, ok := index[ref]
-		if !ok {
-			keys = append(keys, q.keys.GroupMeta(ref))
-			gks = append(gks, groupKey(ref))
-			g = len(keys)
-			index[ref] = g
-		}
-		results = append(results, g, r.JobID, string(r.Status), r.Error, r.Attempt)
+		results = append(results, of[i]+1, r.JobID, string(r.Status), r.Error, r.Attempt)
 	}
 	args := make([]any, 0, 7+len(gks)+len(results))
 	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha, MaxFailuresKept,
