@@ -161,7 +161,9 @@
 // -e2e.cpuprofile flag writes a CPU profile of the pipeline's throughput run
 // alone (the services, the embedded NATS server and the producer; not the
 // redis-server), e.g. make bench-e2e E2E_FLAGS="-e2e.only pipeline
-// -e2e.million 0 -e2e.cpuprofile /tmp/cpu.prof".
+// -e2e.million 0 -e2e.cpuprofile /tmp/cpu.prof". Its allocations go next to
+// it: "go tool pprof -sample_index alloc_objects -base /tmp/cpu.prof.allocs0
+// /tmp/cpu.prof.allocs" shows where that phase's allocations per job come from.
 //
 // Every system runs the same number of concurrent jobs (the pipeline's
 // worker count equals asynq's Concurrency and the concurrency of BullMQ's

@@ -105,7 +105,9 @@ type Options struct {
 	// Progress, when set, is called with a line before each phase.
 	Progress func(string)
 	// CPUProfile, when set, is the file a CPU profile of the pipeline's
-	// throughput run (only that phase) is written to.
+	// throughput run (only that phase) is written to; the process's
+	// allocation profiles at that phase's start and end go next to it, in
+	// CPUProfile+".allocs0" and CPUProfile+".allocs".
 	CPUProfile string
 	// ScriptLog logs every Redis command during the pipeline's throughput
 	// run and reports, through Progress, the time spent in each redisq
@@ -454,24 +456,25 @@ func measure(ctx context.Context, env *Env, cpu func(context.Context) (time.Dura
 	return r, c, err
 }
 
-// commandsPerJob describes the Redis commands of a run, most frequent
-// first: calls per job and, in brackets, µs per job.
+// commandsPerJob describes the Redis commands of a run, the dearest
+// first: calls per job and, in brackets, µs per job (a script's time
+// includes its commands').
 func commandsPerJob(st RedisStats, jobs int) string {
 	type kv struct {
-		cmd string
-		n   int64
+		cmd     string
+		n, usec int64
 	}
 	var l []kv
 	for k, v := range st.ByCommand {
-		l = append(l, kv{k, v})
+		l = append(l, kv{k, v, st.UsecByCommand[k]})
 	}
-	slices.SortFunc(l, func(a, b kv) int { return cmp.Compare(b.n, a.n) })
+	slices.SortFunc(l, func(a, b kv) int { return cmp.Or(cmp.Compare(b.usec, a.usec), cmp.Compare(b.n, a.n)) })
 	var sb strings.Builder
 	for i, e := range l {
-		if i == 14 {
+		if i == 16 {
 			break
 		}
-		fmt.Fprintf(&sb, " %s=%.2f(%.1fµs)", e.cmd, float64(e.n)/float64(jobs), float64(st.UsecByCommand[e.cmd])/float64(jobs))
+		fmt.Fprintf(&sb, " %s=%.2f(%.1fµs)", e.cmd, float64(e.n)/float64(jobs), float64(e.usec)/float64(jobs))
 	}
 	return strings.TrimSpace(sb.String())
 }
@@ -503,8 +506,31 @@ func startCPUProfile(path string) (stop func() error, err error) {
 		f.Close()
 		return nil, fmt.Errorf("bench: cpu profile: %w", err)
 	}
+	if err := writeAllocs(path + ".allocs0"); err != nil {
+		pprof.StopCPUProfile()
+		f.Close()
+		return nil, err
+	}
 	return func() error {
 		pprof.StopCPUProfile()
-		return f.Close()
+		if err := f.Close(); err != nil {
+			return err
+		}
+		return writeAllocs(path + ".allocs")
 	}, nil
+}
+
+// writeAllocs writes the process's allocation profile (every allocation
+// since it started, sampled) to path; the profile at a phase's end with
+// the one at its start as base ("go tool pprof -base") gives the phase's.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: allocation profile: %w", err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: allocation profile: %w", err)
+	}
+	return f.Close()
 }
