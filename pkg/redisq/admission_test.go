@@ -100,7 +100,7 @@ func TestAdmitLeasesJobs(t *testing.T) {
 	if len(r.Jobs) != 2 || r.Jobs[0].Attempt != 1 || fmt.Sprint(r.Started) != fmt.Sprint([]contracts.GroupRef{G("g")}) {
 		t.Fatalf("admit: %+v", r)
 	}
-	if n, _ := b.rdb.ZCard(ctx, q.Keys().Inflight()).Result(); n != 2 {
+	if n, _ := b.rdb.ZCount(ctx, q.Keys().Inflight(), "-inf", "(+inf").Result(); n != 2 {
 		t.Fatalf("inflight %d", n)
 	}
 	// Confirm the first; let the second's lease expire.
@@ -405,7 +405,7 @@ func TestClaimBatch(t *testing.T) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
 	// a[1] was delivered with a stale attempt: it stays leased.
-	if left, _ := b.rdb.ZRange(ctx, q.Keys().Inflight(), 0, -1).Result(); fmt.Sprint(left) != "[t:a:"+a[1].ID+"]" {
+	if left, _ := b.rdb.ZRangeByScore(ctx, q.Keys().Inflight(), &redis.ZRangeBy{Min: "-inf", Max: "(+inf"}).Result(); fmt.Sprint(left) != "[t:a:"+a[1].ID+"]" {
 		t.Fatalf("inflight after claim: %v", left)
 	}
 	if info, ok, err := q.Group(ctx, G("c")); err != nil || !ok || info.Cancelled != 2 {
@@ -506,5 +506,61 @@ func TestSeedModeIsBounded(t *testing.T) {
 	b.clock.advance(10 * time.Second)
 	if rel, err = q.Release(ctx, 100); err != nil || len(rel.Jobs) != 10 {
 		t.Fatalf("release in a new window: %d jobs, %v", len(rel.Jobs), err)
+	}
+}
+
+// The sets every job passes through (inflight, claims) are skiplists
+// however few jobs they hold, a set an earlier version wrote as a listpack
+// becomes one at its next write, and their pin (lib.lua ZPIN) counts as no
+// job: not in the sizes, not a lease deadline.
+func TestJobSetsStaySkiplists(t *testing.T) {
+	ctx := context.Background()
+	q, b := setup(t, redisq.Config{Lease: 5 * time.Second}, true)
+	k := q.Keys()
+	encoding := func(key string) string {
+		t.Helper()
+		e, err := b.rdb.ObjectEncoding(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return e
+	}
+	// a claims set as an earlier version left it: a listpack
+	if err := b.rdb.ZAdd(ctx, k.Claims(), redis.Z{Score: 1, Member: "t:old:j1"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e := encoding(k.Claims()); e != "listpack" {
+		t.Fatalf("claims set up as %s", e)
+	}
+	enqueueN(t, q, "g", 3, "", 0)
+	r := admit(t, q, 3)
+	if len(r.Jobs) != 3 {
+		t.Fatalf("admitted %d", len(r.Jobs))
+	}
+	if e := encoding(k.Inflight()); e != "skiplist" {
+		t.Fatalf("inflight holding 3 leases is a %s", e)
+	}
+	if sz, err := q.Sizes(ctx); err != nil || sz.Inflight != 3 {
+		t.Fatalf("sizes %+v %v", sz, err)
+	}
+	if err := q.Confirm(ctx, r.Jobs...); err != nil {
+		t.Fatal(err)
+	}
+	// every lease confirmed: the set stays, holding its pin alone
+	if e := encoding(k.Inflight()); e != "skiplist" {
+		t.Fatalf("emptied inflight is a %s", e)
+	}
+	if sz, err := q.Sizes(ctx); err != nil || sz.Inflight != 0 {
+		t.Fatalf("sizes after confirm %+v %v", sz, err)
+	}
+	b.clock.advance(time.Hour)
+	if rc, err := q.Reclaim(ctx, 10); err != nil || len(rc.Jobs) != 0 || rc.NextDeadlineMs != -1 {
+		t.Fatalf("reclaim with no lease: %+v %v", rc, err)
+	}
+	if o, err := q.Claim(ctx, G("g"), r.Jobs[0].ID, 1); err != nil || o != redisq.ClaimRun {
+		t.Fatalf("claim: %v %v", o, err)
+	}
+	if e := encoding(k.Claims()); e != "skiplist" {
+		t.Fatalf("claims after a claim is a %s", e)
 	}
 }

@@ -183,7 +183,7 @@ func (q *Queue) Sizes(ctx context.Context) (*QueueSizes, error) {
 	}
 	pipe := q.rdb.Pipeline()
 	nr := pipe.ZCard(ctx, q.keys.NonReadyQueue())
-	inf := pipe.ZCard(ctx, q.keys.Inflight())
+	inf := pipe.ZCount(ctx, q.keys.Inflight(), "-inf", "(+inf") // not its pin
 	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisq: queue sizes: %w", err)

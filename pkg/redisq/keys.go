@@ -171,6 +171,9 @@ func (k Keys) Job(g contracts.GroupRef, jid string) string {
 func (k Keys) NonReadyQueue() string { return k.prefix + "non-ready-queue" }
 
 // Inflight is the ZSET of leased jobs, scored by lease deadline (ms).
+// It, [Keys.Claims] and [Keys.ReadyReserved] also hold a pin, a member
+// without ':' scored +inf that keeps them in Redis's skiplist encoding
+// (lib.lua ZPIN): a count of their jobs leaves it out.
 func (k Keys) Inflight() string { return k.prefix + "inflight" }
 
 // Claims is the ZSET of the claims of running jobs: member "<tenant>:<gid>:<jid>",

@@ -563,9 +563,7 @@ redis.call('SET', KEYS[4], fmt(vt))
 for li, v in pairs(tclock) do
   redis.call('HSET', KEYS[10], LEVELS[li], fmt(v))
 end
-for i = 1, #inflight, BULK do
-  redis.call('ZADD', KEYS[5], unpack(inflight, i, math.min(i + BULK - 1, #inflight)))
-end
+zadd_pinned_bulk(KEYS[5], inflight)
 for _, g in pairs(groups) do
   group_unread(g)
   if g.leased > 0 and g.max > 0 then -- counted only for a group with a limit

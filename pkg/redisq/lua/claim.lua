@@ -110,7 +110,5 @@ end
 for i = 1, #members, BULK do
   redis.call('ZREM', KEYS[1], unpack(members, i, math.min(i + BULK - 1, #members)))
 end
-for i = 1, #held, BULK do
-  redis.call('ZADD', KEYS[2], unpack(held, i, math.min(i + BULK - 1, #held)))
-end
+zadd_pinned_bulk(KEYS[2], held)
 return out

@@ -34,7 +34,7 @@ for _, mem in ipairs(expired) do
       inflight_release(prefix, gk, 1, now, alpha)
       requeued = requeued + 1
     else
-      redis.call('ZADD', KEYS[1], deadline, mem)
+      zadd_pinned(KEYS[1], deadline, mem)
       ready_reserve(prefix, d.type or '', mem, now, tonumber(ARGV[3]))
       out[#out + 1] = gk
       out[#out + 1] = jid
@@ -49,7 +49,6 @@ for _, mem in ipairs(expired) do
     redis.call('ZREM', KEYS[1], mem)
   end
 end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_deadline = -1
-if #nxt > 0 then next_deadline = tonumber(nxt[2]) end
+local _, next_deadline = zfirst_job(KEYS[1])
+if next_deadline == nil then next_deadline = -1 end
 return { out, next_deadline, requeued }

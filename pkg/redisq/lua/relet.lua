@@ -28,7 +28,7 @@ for i = 4, #ARGV, 3 do
   if d[1] == 'LEASED' and num(d[2]) == attempt then
     local mem = gk .. ':' .. jid
     redis.call('HSET', job_key, 'attempt', attempt + 1)
-    redis.call('ZADD', KEYS[1], now + lease_ms, mem)
+    zadd_pinned(KEYS[1], now + lease_ms, mem)
     ready_reserve(prefix, d[3] or '', mem, now, lease_ms)
     out[#out + 1] = attempt + 1
   else

@@ -25,7 +25,5 @@ for a = 4, #ARGV, 3 do
     claims[#claims + 1] = gk .. ':' .. jid
   end
 end
-for i = 1, #claims, BULK do
-  redis.call('ZADD', KEYS[1], unpack(claims, i, math.min(i + BULK - 1, #claims)))
-end
+zadd_pinned_bulk(KEYS[1], claims)
 return #claims / 2

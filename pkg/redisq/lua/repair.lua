@@ -128,7 +128,7 @@ repeat
           end
         end
         if lease then
-          redis.call('ZADD', KEYS[3], now, member)
+          zadd_pinned(KEYS[3], now, member)
           leases = leases + 1
         end
       end
