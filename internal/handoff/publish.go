@@ -134,9 +134,15 @@ func Publish(ctx context.Context, d deps.Deps, jobs []redisq.LeasedJob, p Packin
 		spans[i].SetStatus(codes.Error, e.Error())
 	}
 	pending := make([]int, len(jobs)) // jobs index of each job to publish in a round
+	// the span of a job without a trace of its own when spans record
+	// nothing (telemetry.Untraced): looked up once, not per job
+	base, untraced := telemetry.Untraced(ctx, tracer)
 	for i, j := range jobs {
 		subject := d.Names.Ready(j.Type)
-		sctx, sp := telemetry.StartMessageSpan(parentContext(ctx, j.Trace), tracer, span, trace.SpanKindProducer, subject)
+		sctx, sp := ctx, base
+		if j.Trace != "" || !untraced {
+			sctx, sp = telemetry.StartMessageSpan(parentContext(ctx, j.Trace), tracer, span, trace.SpanKindProducer, subject)
+		}
 		if sp.IsRecording() {
 			sp.SetAttributes(AttrTenant.String(j.Group.Tenant), AttrGroupID.String(j.Group.ID), AttrJobID.String(j.ID), AttrJobType.String(j.Type),
 				AttrAttempt.Int(j.Attempt))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -147,6 +148,9 @@ const (
 // one place the services open message spans.
 func StartMessageSpan(ctx context.Context, tracer trace.Tracer, name string, kind trace.SpanKind, subject string,
 	attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if span, ok := Untraced(ctx, tracer); ok {
+		return ctx, span
+	}
 	ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(kind))
 	if span.IsRecording() {
 		span.SetAttributes(
@@ -156,4 +160,35 @@ func StartMessageSpan(ctx context.Context, tracer trace.Tracer, name string, kin
 		span.SetAttributes(attrs...)
 	}
 	return ctx, span
+}
+
+// unsetProvider is the global TracerProvider before any is set: its tracers
+// (of type globalTracer) make non-recording spans until one is, then
+// follow the first one set.
+var (
+	unsetProvider = otel.GetTracerProvider()
+	globalTracer  = reflect.TypeOf(unsetProvider.Tracer(""))
+)
+
+// Untraced reports whether a span tracer would start under ctx records
+// nothing and carries its parent's span context, and returns ctx's span
+// when so: ctx's span is not recording, and tracer is a no-op one (as the
+// provider SetupTracing installs with tracing off gives) or a tracer of the
+// global provider while none has been set. The context and span a caller
+// would get from such a span are then ctx and that span, which a caller
+// may take instead of starting one, for nothing: a service starts a span
+// or two per job, each several allocations even when it records nothing.
+// Ending that span, or setting its status, does nothing either: it does
+// not record.
+func Untraced(ctx context.Context, tracer trace.Tracer) (trace.Span, bool) {
+	if _, ok := tracer.(noop.Tracer); !ok &&
+		(reflect.TypeOf(tracer) != globalTracer || otel.GetTracerProvider() != unsetProvider) {
+		return nil, false
+	}
+	// one lookup: a context.WithoutCancel boxes itself on each
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		return nil, false
+	}
+	return span, true
 }

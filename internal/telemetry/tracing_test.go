@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -344,5 +346,79 @@ func TestSetupTracingBadConfig(t *testing.T) {
 				t.Fatal("SetupTracing accepted a bad configuration")
 			}
 		})
+	}
+}
+
+// A span that would record nothing is not started (Untraced): the caller
+// gets its context and its parent's span, with the same span context the
+// no-op span would have carried; a tracer that records, or a recording
+// parent, still starts one.
+func TestUntraced(t *testing.T) {
+	cleanOTel(t)
+	ctx := context.Background()
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled, Remote: true,
+	})
+	remote := trace.ContextWithRemoteSpanContext(ctx, parent)
+	noopTracer := noop.NewTracerProvider().Tracer("t")
+	checkUntraced(t, "no-op", remote, parent, noopTracer)
+	sdk := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = sdk.Shutdown(ctx) })
+	recording := sdk.Tracer("t")
+	if _, ok := Untraced(remote, recording); ok {
+		t.Error("an SDK tracer: untraced")
+	}
+	if _, span := StartMessageSpan(remote, recording, "x", trace.SpanKindConsumer, "subject"); !span.IsRecording() ||
+		span.SpanContext().TraceID() != parent.TraceID() || span.SpanContext().SpanID() == parent.SpanID() {
+		t.Errorf("an SDK tracer: span %v recording %v", span.SpanContext(), span.IsRecording())
+	}
+	// a recording parent: its children are started, whatever the tracer
+	rctx, rspan := recording.Start(ctx, "parent")
+	defer rspan.End()
+	if _, ok := Untraced(rctx, noopTracer); ok {
+		t.Error("a recording parent: untraced")
+	}
+
+	// The global provider's tracers, in a process of their own: whether a
+	// provider was ever set is the process's.
+	if os.Getenv("UNTRACED_GLOBAL") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestUntraced$", "-test.v")
+		cmd.Env = append(os.Environ(), "UNTRACED_GLOBAL=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "global tracer checked") {
+			t.Fatalf("the global provider's tracers: %v\n%s", err, out)
+		}
+		return
+	}
+	if otel.GetTracerProvider() != unsetProvider {
+		t.Fatal("a provider was set before the test")
+	}
+	global := otel.GetTracerProvider().Tracer("t")
+	checkUntraced(t, "global, no provider set", remote, parent, global)
+	otel.SetTracerProvider(sdk) // tracing on: the global tracer follows
+	if _, ok := Untraced(remote, global); ok {
+		t.Error("global tracer with an SDK provider: untraced")
+	}
+	if _, span := StartMessageSpan(remote, global, "x", trace.SpanKindConsumer, "subject"); !span.IsRecording() {
+		t.Errorf("global tracer with an SDK provider: span %v not recording", span.SpanContext())
+	}
+	t.Log("global tracer checked")
+}
+
+// checkUntraced checks that tracer is Untraced under remote (whose span
+// context is parent), that the span it would start is the parent's span
+// context, not recording, and that StartMessageSpan hands back remote and
+// that span context.
+func checkUntraced(t *testing.T, name string, remote context.Context, parent trace.SpanContext, tr trace.Tracer) {
+	t.Helper()
+	if sp, ok := Untraced(remote, tr); !ok || !sp.SpanContext().Equal(parent) {
+		t.Errorf("%s tracer: traced (%v), or not the parent's span", name, !ok)
+	}
+	if _, sp := tr.Start(remote, "x"); sp.IsRecording() || !sp.SpanContext().Equal(parent) {
+		t.Errorf("%s tracer: its span records (%v) or has another context %v", name, sp.IsRecording(), sp.SpanContext())
+	}
+	got, span := StartMessageSpan(remote, tr, "x", trace.SpanKindConsumer, "subject")
+	if got != remote || !span.SpanContext().Equal(parent) || span.IsRecording() {
+		t.Errorf("%s tracer: StartMessageSpan gave a new context or span %v", name, span.SpanContext())
 	}
 }

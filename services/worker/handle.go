@@ -315,7 +315,11 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 					opts = append(opts, trace.WithLinks(trace.LinkFromContext(d.Ctx)), trace.WithSpanKind(trace.SpanKindConsumer))
 				}
 			}
-			c.Ctx, c.Span = w.tracer.Start(parent, SpanProcess, opts...)
+			if sp, ok := telemetry.Untraced(parent, w.tracer); ok {
+				c.Ctx, c.Span = parent, sp
+			} else {
+				c.Ctx, c.Span = w.tracer.Start(parent, SpanProcess, opts...)
+			}
 			c.ownSpan = true
 		}
 		if c.Span.IsRecording() {
