@@ -1077,8 +1077,12 @@ func (q *Queue) admit(ctx context.Context, n, globalLimit int, typeLimits string
 		return nil, err
 	}
 	rep := toList(v)
+	jobs, err := parseJobs(toList(rep[0]))
+	if err != nil {
+		return nil, err
+	}
 	res := &AdmitResult{
-		Jobs:         parseJobs(toList(rep[0])),
+		Jobs:         jobs,
 		Parked:       int(toInt(rep[1])),
 		WakeMs:       toInt(rep[2]),
 		Started:      toGroupRefs(rep[3]),

@@ -188,7 +188,11 @@ func (q *Queue) Reclaim(ctx context.Context, n int) (*ReclaimResult, error) {
 		return nil, err
 	}
 	l := toList(v)
-	return &ReclaimResult{Jobs: parseJobs(toList(l[0])), NextDeadlineMs: toInt(l[1]), Requeued: int(toInt(l[2]))}, nil
+	jobs, err := parseJobs(toList(l[0]))
+	if err != nil {
+		return nil, err
+	}
+	return &ReclaimResult{Jobs: jobs, NextDeadlineMs: toInt(l[1]), Requeued: int(toInt(l[2]))}, nil
 }
 
 // ReleaseResult is the outcome of Release.
@@ -275,7 +279,11 @@ func (q *Queue) release(ctx context.Context, n int, o admitOptions, toGrants boo
 		return nil, err
 	}
 	l := toList(v)
-	return &ReleaseResult{Jobs: parseJobs(toList(l[0])), NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
+	jobs, err := parseJobs(toList(l[0]))
+	if err != nil {
+		return nil, err
+	}
+	return &ReleaseResult{Jobs: jobs, NextDueMs: toInt(l[1]), Cancelled: int(toInt(l[2])),
 		Requeued: int(toInt(l[3])), RateHeld: toCounts(l[4]), ReadyHeld: toCounts(l[5]), TimeUp: toInt(l[6]) == 1,
 		ToGrants: int(toInt(l[7]))}, nil
 }
@@ -461,16 +469,38 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery, opts ...ClaimOpti
 
 // parseJobs reads the scripts' flat list of leased jobs: gk, jid, type,
 // payload, attempt, trace, dest for each (lua/lib.lua lease).
-func parseJobs(flat []any) []LeasedJob {
-	jobs := make([]LeasedJob, 0, len(flat)/7)
-	for i := 0; i+6 < len(flat); i += 7 {
-		jobs = append(jobs, LeasedJob{
-			Group: parseGroupKey(toStr(flat[i])), ID: toStr(flat[i+1]), Type: toStr(flat[i+2]),
-			Payload: []byte(toStr(flat[i+3])), Attempt: int(toInt(flat[i+4])), Trace: toStr(flat[i+5]),
-			Destination: toStr(flat[i+6]),
-		})
+func parseJobs(flat []any) ([]LeasedJob, error) {
+	jobs := make([]LeasedJob, len(flat))
+	for i, v := range flat {
+		j, ok := parseLease(toStr(v))
+		if !ok {
+			return nil, fmt.Errorf("redisq: a leased job's entry %.80q is malformed", toStr(v))
+		}
+		jobs[i] = j
 	}
-	return jobs
+	return jobs, nil
+}
+
+// parseLease reads a leased job from its entry in a script's reply
+// (lib.lua lease_entry): <attempt> <gk> <jid> <type> <trace> <dest> <payload>,
+// joined by single spaces. Its strings share e's bytes; the payload is
+// copied.
+func parseLease(e string) (LeasedJob, bool) {
+	var f [6]string
+	rest := e
+	for k := range f {
+		i := strings.IndexByte(rest, ' ')
+		if i < 0 {
+			return LeasedJob{}, false
+		}
+		f[k], rest = rest[:i], rest[i+1:]
+	}
+	attempt, err := strconv.Atoi(f[0])
+	if err != nil || attempt < 0 || f[1] == "" || f[2] == "" {
+		return LeasedJob{}, false
+	}
+	return LeasedJob{Group: parseGroupKey(f[1]), ID: f[2], Type: f[3], Attempt: attempt, Trace: f[4],
+		Destination: f[5], Payload: []byte(rest)}, true
 }
 
 var (

@@ -69,8 +69,8 @@
 --           rest of the window by what it admitted before
 -- Returns: { jobs, parked, wake, started, drained, deniedGlobal, deniedShare, now, held, rateHeld,
 --            scheduled }
---   jobs:    flat list gk, jid, type, payload, attempt, trace, dest for each
---            admitted job (gk = "<tenant>:<gid>"; dest '' = its type)
+--   jobs:    the admitted jobs, a lib.lua lease_entry each (gk =
+--            "<tenant>:<gid>"; dest '' = its type)
 --   parked:  jobs sent to the non-ready queue (seed mode)
 --   wake:    -1 nothing is waiting; -2 jobs wait but their types have no
 --            READY room; 0 call again now; > 0 ms until the rate gate has
@@ -476,13 +476,7 @@ while admitted + parked < want do
         inflight[#inflight + 1] = deadline
         inflight[#inflight + 1] = mem
         if ty and rooms.seq then ready_reserve_later(reserved, ty, mem, now, lease_ms) end
-        jobs[#jobs + 1] = gk
-        jobs[#jobs + 1] = jid
-        jobs[#jobs + 1] = d.type or false
-        jobs[#jobs + 1] = d.payload
-        jobs[#jobs + 1] = attempt
-        jobs[#jobs + 1] = d.trace or ''
-        jobs[#jobs + 1] = d.dest or ''
+        jobs[#jobs + 1] = lease_entry(gk, jid, d, attempt)
         admitted = admitted + 1
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1

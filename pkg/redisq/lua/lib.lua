@@ -679,18 +679,28 @@ local function job_take(prefix, gk, jid)
   return d
 end
 
+-- lease_entry is a leased job as the scripts that hand jobs out reply it
+-- (admit, release, reclaim; Go: parseLease), one string of its fields
+-- joined by single spaces, the payload last and whole:
+--   <attempt> <gk> <jid> <type> <trace> <dest> <payload>
+-- (type, trace and dest '' when none: dest '' = its type). Tokens, ids,
+-- destinations and W3C traceparents hold no space. One value per job, not
+-- seven: each value of a reply is a string the client allocates, and the
+-- group key went with every job.
+local function lease_entry(gk, jid, d, attempt)
+  return attempt .. ' ' .. gk .. ' ' .. jid .. ' ' .. (d.type or '') .. ' ' .. (d.trace or '') .. ' ' ..
+    (d.dest or '') .. ' ' .. d.payload
+end
+
 -- lease hands a job out: attempt + 1, status LEASED, into the inflight set
--- until confirmed. Appends gk, jid, type, payload, attempt, trace, dest
--- ('' = its type) to out.
+-- until confirmed. Appends its lease_entry to out.
 -- The caller counts the job in its group's inFlight.
 local function lease(out, inflight_key, job_key, gk, jid, deadline)
   local d = job_read(job_key) or { payload = '' }
   local attempt = num(d.attempt) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
   zadd_pinned(inflight_key, deadline, gk .. ':' .. jid)
-  for _, v in ipairs({ gk, jid, d.type or false, d.payload, attempt, d.trace or '', d.dest or '' }) do
-    out[#out + 1] = v
-  end
+  out[#out + 1] = lease_entry(gk, jid, d, attempt)
 end
 
 -- cancel_job counts a job of a cancelled group as cancelled.

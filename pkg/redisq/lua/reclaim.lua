@@ -12,8 +12,8 @@
 -- ARGV[3]: lease in ms
 -- ARGV[4]: now override in ms ('' = Redis TIME)
 -- ARGV[5]: ALPHA
--- Returns: { jobs, next, requeued } where jobs is a flat list gk, jid, type,
---   payload, attempt, trace, dest ('' = its type), next is the earliest
+-- Returns: { jobs, next, requeued } where jobs are the re-leased jobs, a
+--   lib.lua lease_entry each, next is the earliest
 --   remaining deadline (-1 = none) and requeued counts the jobs of paused
 --   groups put back in their lists.
 local prefix = ARGV[1]
@@ -36,13 +36,7 @@ for _, mem in ipairs(expired) do
     else
       zadd_pinned(KEYS[1], deadline, mem)
       ready_reserve(prefix, d.type or '', mem, now, tonumber(ARGV[3]))
-      out[#out + 1] = gk
-      out[#out + 1] = jid
-      out[#out + 1] = d.type or false
-      out[#out + 1] = d.payload
-      out[#out + 1] = num(d.attempt)
-      out[#out + 1] = d.trace or ''
-      out[#out + 1] = d.dest or ''
+      out[#out + 1] = lease_entry(gk, jid, d, num(d.attempt))
     end
   else
     -- already running, finished or gone: nothing to recover

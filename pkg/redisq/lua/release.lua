@@ -45,8 +45,8 @@
 --           the front of its group's list (status QUEUED) and the group is
 --           queued, so that the shard's owner admits it in fair order within
 --           its grant; none is leased here, and no rate gate is passed
--- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld, timeUp, regrant } where jobs is a flat
---   list gk, jid, type, payload, attempt, trace, dest ('' = its type); next is the due time (ms) of
+-- Returns: { jobs, next, cancelled, requeued, rateHeld, readyHeld, timeUp, regrant } where jobs are
+--   the released jobs, a lib.lua lease_entry each; next is the due time (ms) of
 --   the earliest job left, or -1 when the queue is empty; cancelled counts
 --   jobs of cancelled groups that were counted instead of released; requeued
 --   counts the jobs of paused groups or groups at their in-flight limit put
