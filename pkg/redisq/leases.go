@@ -467,14 +467,16 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery, opts ...ClaimOpti
 	return out, nil
 }
 
-// parseJobs reads the scripts' flat list of leased jobs: gk, jid, type,
-// payload, attempt, trace, dest for each (lua/lib.lua lease).
-func parseJobs(flat []any) ([]LeasedJob, error) {
-	jobs := make([]LeasedJob, len(flat))
-	for i, v := range flat {
-		j, ok := parseLease(toStr(v))
+// parseJobs reads the scripts' list of leased jobs, one entry each
+// (parseLease). An error names a malformed entry by its place and size,
+// not its bytes: they hold the job's payload.
+func parseJobs(entries []any) ([]LeasedJob, error) {
+	jobs := make([]LeasedJob, len(entries))
+	for i, v := range entries {
+		e := toStr(v)
+		j, ok := parseLease(e)
 		if !ok {
-			return nil, fmt.Errorf("redisq: a leased job's entry %.80q is malformed", toStr(v))
+			return nil, fmt.Errorf("redisq: leased job entry %d of %d (%d bytes) is malformed", i+1, len(entries), len(e))
 		}
 		jobs[i] = j
 	}
