@@ -24,6 +24,7 @@ import (
 
 	"github.com/bulkaction/bulkaction/internal/natsutil"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/client"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 	"github.com/bulkaction/bulkaction/pkg/redisq"
@@ -527,11 +528,8 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 	}
 
 	nodes := defaultInt(opts.NATSNodes, 1)
-	ports := make([]int, nodes)
-	cports := make([]int, nodes)
-	for i := range ports {
-		ports[i], cports[i] = freePort(t), freePort(t)
-	}
+	picked := testkit.FreePorts(t, 2*nodes)
+	ports, cports := picked[:nodes], picked[nodes:]
 	for i := 0; i < nodes; i++ {
 		n := &natsNode{bin: bins.node, name: fmt.Sprintf("n%d", i+1), port: ports[i],
 			dir: filepath.Join(dir, fmt.Sprintf("nats-%d", i+1)), log: filepath.Join(dir, fmt.Sprintf("nats-%d.log", i+1))}

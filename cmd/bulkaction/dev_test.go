@@ -22,6 +22,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/demo"
 	"github.com/bulkaction/bulkaction/internal/devenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 // devEnv points `dev` at a fresh data directory and free ports.
@@ -29,7 +30,8 @@ func devEnv(t *testing.T) (dir string, natsPort, redisPort int) {
 	t.Helper()
 	clearEnv(t)
 	dir = t.TempDir()
-	natsPort, redisPort = freePort(t), freePort(t)
+	ports := testkit.FreePorts(t, 2)
+	natsPort, redisPort = ports[0], ports[1]
 	for k, v := range map[string]string{
 		"DEV_DIR": dir, "DEV_NATS_PORT": strconv.Itoa(natsPort), "DEV_REDIS_PORT": strconv.Itoa(redisPort),
 		"HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "warn",

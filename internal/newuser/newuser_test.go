@@ -13,12 +13,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 // root is the module's directory (where go.mod is).
@@ -45,16 +47,6 @@ func root(t *testing.T) string {
 		}
 		dir = up
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
 }
 
 // lockedBuffer is a buffer a process writes while the test reads it.
@@ -131,42 +123,64 @@ func TestNewUserSession(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	// The environment of a new user: nothing of bulkaction's set, dev's
-	// ports free ones so that the test runs beside others.
-	var env []string
+	// The environment of a new user: nothing of bulkaction's set.
+	var userEnv []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "BULKACTION_") {
-			env = append(env, kv)
+			userEnv = append(userEnv, kv)
 		}
 	}
-	env = append(env, "BULKACTION_DEV_NATS_PORT="+freePort(t), "BULKACTION_DEV_REDIS_PORT="+freePort(t),
-		"BULKACTION_GATEWAY_ADDR=127.0.0.1:"+freePort(t), "BULKACTION_HTTP_ADDR=127.0.0.1:"+freePort(t))
 
-	// bin/bulkaction dev, as the worked example starts it.
+	// bin/bulkaction dev, as the worked example starts it, on free ports so
+	// that the test runs beside others; again on other ports when another
+	// process took one of them between the pick and the bind.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dev := exec.CommandContext(ctx, filepath.Join(work, "bin", "bulkaction"), "dev")
-	dev.Dir, dev.Env = work, env
-	var devOut, devErr lockedBuffer
-	dev.Stdout, dev.Stderr = &devOut, &devErr
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			_ = dev.Process.Signal(syscall.SIGINT)
-			_ = dev.Wait()
+	var env []string
+	var devOut, devErr *lockedBuffer
+	var stop func()
+	for attempt := 1; ; attempt++ {
+		ports := testkit.FreePorts(t, 4)
+		env = append(slices.Clip(userEnv), fmt.Sprint("BULKACTION_DEV_NATS_PORT=", ports[0]), fmt.Sprint("BULKACTION_DEV_REDIS_PORT=", ports[1]),
+			fmt.Sprint("BULKACTION_GATEWAY_ADDR=127.0.0.1:", ports[2]), fmt.Sprint("BULKACTION_HTTP_ADDR=127.0.0.1:", ports[3]))
+		dev := exec.CommandContext(ctx, filepath.Join(work, "bin", "bulkaction"), "dev")
+		dev.Dir, dev.Env = work, env
+		devOut, devErr = &lockedBuffer{}, &lockedBuffer{}
+		dev.Stdout, dev.Stderr = devOut, devErr
+		if err := dev.Start(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	t.Cleanup(stop)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(devOut.String(), "  export ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev printed no export line:\n%s\n%s", devOut.String(), devErr.String())
+		exited := make(chan struct{})
+		go func() { _ = dev.Wait(); close(exited) }()
+		stopped := false
+		stopDev := func() {
+			if !stopped {
+				stopped = true
+				_ = dev.Process.Signal(syscall.SIGINT)
+				<-exited
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		stop = stopDev
+		t.Cleanup(stopDev)
+		deadline := time.After(60 * time.Second)
+	wait:
+		for !strings.Contains(devOut.String(), "  export ") {
+			select {
+			case <-exited:
+				break wait
+			case <-deadline:
+				t.Fatalf("dev printed no export line in 60 s:\n%s\n%s", devOut.String(), devErr.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if strings.Contains(devOut.String(), "  export ") {
+			break
+		}
+		stopped = true
+		if attempt == 3 || !strings.Contains(devErr.String(), "address already in use") {
+			t.Fatalf("dev exited before it printed the export line:\n%s\n%s", devOut.String(), devErr.String())
+		}
+		t.Logf("dev lost a port to another process; again on other ports:\n%s", devErr.String())
 	}
 	banner := devOut.String()
 	t.Logf("banner:\n%s", banner)

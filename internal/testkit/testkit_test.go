@@ -282,3 +282,16 @@ func TestValueWithoutValue(t *testing.T) {
 	}()
 	testkit.MustValue(u)
 }
+
+func TestFreePortsAreDistinct(t *testing.T) {
+	for range 20 {
+		ports := testkit.FreePorts(t, 8)
+		seen := map[int]bool{}
+		for _, p := range ports {
+			if p <= 0 || seen[p] {
+				t.Fatalf("FreePorts gave %v: %d repeated or invalid", ports, p)
+			}
+			seen[p] = true
+		}
+	}
+}
