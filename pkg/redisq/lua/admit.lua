@@ -179,8 +179,10 @@ local function tenant(t)
   return s
 end
 
--- group loads a group's state once per call.
+-- group loads a group's state once per call. NONE is the empty run of a
+-- group not yet read (group_job), shared: it is replaced, never written.
 local groups = {}
+local NONE = {}
 local function group(gk)
   local g = groups[gk]
   if g then return g end
@@ -192,7 +194,7 @@ local function group(gk)
     base = num(m[1]), total = num(m[2]), done = num(m[3]), status = m[4], declared = m[5],
     inflight = num(m[6]), max = num(m[7]), leased = 0, abandoned = m[8], left = {},
     sched = (m[9] or m[10]) and sched_until(m[9], m[10], now) or 0,
-    queued = queued_key_of(prefix, gk), buf = {}, recs = {}, bi = 1, fetch = 1, rdel = {},
+    queued = queued_key_of(prefix, gk), buf = NONE, recs = NONE, bi = 1, fetch = 1, rdel = {},
   }
   g.len = redis.call('LLEN', g.jobs)
   groups[gk] = g
@@ -219,9 +221,19 @@ local function group_job(g, gk, room)
     local k = math.max(1, math.min(g.fetch, room, FETCH_MAX))
     g.fetch = math.min(g.fetch * 2, FETCH_MAX)
     g.bi = 1
-    g.buf = redis.call('LPOP', g.jobs, k) or {}
-    if #g.buf == 0 then return nil end
-    g.recs = redis.call('HMGET', g.queued, unpack(g.buf))
+    if k == 1 then
+      -- one job (a group's first visit): no reply tables to read it
+      local jid = redis.call('LPOP', g.jobs)
+      if not jid then
+        g.buf = NONE
+        return nil
+      end
+      g.buf, g.recs = { jid }, { redis.call('HGET', g.queued, jid) }
+    else
+      g.buf = redis.call('LPOP', g.jobs, k) or NONE
+      if #g.buf == 0 then return nil end
+      g.recs = redis.call('HMGET', g.queued, unpack(g.buf))
+    end
   end
   local jid, d = g.buf[g.bi], g.recs[g.bi]
   if type(d) ~= 'table' then

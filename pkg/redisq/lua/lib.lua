@@ -509,22 +509,26 @@ local PAYLOAD_CHUNKS_MAX = 100
 -- reads them alone rather than the whole payload (failures.lua).
 local PAYLOAD_HEAD = 1024
 
--- payload_fields appends to t the field, value pairs that store payload p.
-local function payload_fields(t, p)
-  local n = #p
-  if n == 0 then return t end
-  if n <= PAYLOAD_CHUNK or n > PAYLOAD_CHUNK * PAYLOAD_CHUNKS_MAX then
-    t[#t + 1] = 'payload'
-    t[#t + 1] = p
-    return t
+-- PART names the fields of a payload's first parts, so that per job no
+-- field name is put together ('p' .. k) for a payload of up to 4 parts.
+local PART = { 'p1', 'p2', 'p3', 'p4' }
+
+-- payload_fields sets t[n + 1], t[n + 2], ... to the field, value pairs
+-- that store payload p and returns the new n.
+local function payload_fields(t, p, n)
+  local size = #p
+  if size == 0 then return n end
+  if size <= PAYLOAD_CHUNK or size > PAYLOAD_CHUNK * PAYLOAD_CHUNKS_MAX then
+    t[n + 1], t[n + 2] = 'payload', p
+    return n + 2
   end
   local k = 0
-  for i = 1, n, PAYLOAD_CHUNK do
+  for i = 1, size, PAYLOAD_CHUNK do
     k = k + 1
-    t[#t + 1] = 'p' .. k
-    t[#t + 1] = string.sub(p, i, i + PAYLOAD_CHUNK - 1)
+    t[n + 1], t[n + 2] = PART[k] or 'p' .. k, string.sub(p, i, i + PAYLOAD_CHUNK - 1)
+    n = n + 2
   end
-  return t
+  return n
 end
 
 -- job_read reads the fields of a job hash that hand it out or describe it:
@@ -642,12 +646,17 @@ end
 -- A caller that moves many jobs of a group (admit.lua) passes rdel, a table
 -- the ids of dropped records are appended to, and deletes them itself in one
 -- HDEL per group.
+-- The fields are put in a table made with room for 16 values (the
+-- constructor's false values), the most a job with a trace, a destination
+-- and a payload of up to 4 parts writes, so that it is never grown value by
+-- value; only its first n values are written.
 local function job_leave(prefix, gk, jid, d, status, attempt, rdel)
   local job_key = job_key_of(prefix, gk, jid)
-  local f = { 'status', status }
+  local f = { 'status', status, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false }
+  local n = 2
   if attempt then
-    f[3] = 'attempt'
-    f[4] = itoa(attempt)
+    f[3], f[4], n = 'attempt', itoa(attempt), 4
   end
   if d.record then
     if rdel then
@@ -656,19 +665,17 @@ local function job_leave(prefix, gk, jid, d, status, attempt, rdel)
       redis.call('HDEL', queued_key_of(prefix, gk), jid)
     end
     d.record = nil
-    local n = #f
     f[n + 1], f[n + 2], f[n + 3], f[n + 4] = 'type', d.type, 'createdAt', d.createdAt
+    n = n + 4
     if d.trace then
-      f[#f + 1] = 'trace'
-      f[#f + 1] = d.trace
+      f[n + 1], f[n + 2], n = 'trace', d.trace, n + 2
     end
     if d.dest then
-      f[#f + 1] = 'dest'
-      f[#f + 1] = d.dest
+      f[n + 1], f[n + 2], n = 'dest', d.dest, n + 2
     end
-    payload_fields(f, d.payload)
+    n = payload_fields(f, d.payload, n)
   end
-  redis.call('HSET', job_key, unpack(f))
+  redis.call('HSET', job_key, unpack(f, 1, n))
 end
 
 -- job_take reads a job that leaves its group's list (job_peek) and gives a

@@ -86,7 +86,8 @@ end
 -- terminal: job key -> createdAt of every job found terminal or recorded by
 -- this call, so a later result of the same job is a duplicate.
 local terminal = {}
--- recorded: job key and the ARGV index of each result to write.
+-- recorded: job key and the ARGV index of each result to write, flat
+-- (no table per job).
 local recorded = {}
 for i = 8 + ngroups, #ARGV, 5 do
   local s = groups[tonumber(ARGV[i])]
@@ -114,7 +115,8 @@ for i = 8 + ngroups, #ARGV, 5 do
       emit('fenced', 0, created, s)
     else
       terminal[job_key] = created
-      recorded[#recorded + 1] = { job_key, i }
+      recorded[#recorded + 1] = job_key
+      recorded[#recorded + 1] = i
       s.recorded = true
       s.nrecorded = (s.nrecorded or 0) + 1
       s.freed = s.freed + 1
@@ -152,8 +154,8 @@ end
 
 -- Writes only from here on.
 local now_s, job_ttl_s = fmt(now), fmt(job_ttl) -- once for every job (lib.lua itoa)
-for _, r in ipairs(recorded) do
-  local job_key, i = r[1], r[2]
+for r = 1, #recorded, 2 do
+  local job_key, i = recorded[r], recorded[r + 1]
   if drop_succeeded and ARGV[i + 2] == 'SUCCESS' then
     -- its group's counts and id set keep it; nothing reads its hash again
     redis.call('DEL', job_key)
