@@ -274,10 +274,9 @@ func (b *ReadyBatch) MsgID() string {
 	if len(b.Jobs) == 1 {
 		return b.Jobs[0].MsgID()
 	}
-	return batchMsgID("ready", len(b.Jobs), func(yield func(string)) {
-		for i := range b.Jobs {
-			yield(b.Jobs[i].MsgID())
-		}
+	return batchMsgID("ready", len(b.Jobs), func(buf []byte, i int) []byte {
+		j := &b.Jobs[i]
+		return appendReadyMsgID(buf, j.Tenant, j.GroupID, j.JobID, j.Attempt)
 	})
 }
 
@@ -335,10 +334,9 @@ func (b *ResultBatch) MsgID() string {
 	if len(b.Results) == 1 {
 		return b.Results[0].MsgID()
 	}
-	return batchMsgID("result", len(b.Results), func(yield func(string)) {
-		for i := range b.Results {
-			yield(b.Results[i].MsgID())
-		}
+	return batchMsgID("result", len(b.Results), func(buf []byte, i int) []byte {
+		r := &b.Results[i]
+		return append(appendReadyMsgID(buf, r.Tenant, r.GroupID, r.JobID, r.Attempt), ":result"...)
 	})
 }
 

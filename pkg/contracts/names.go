@@ -269,10 +269,8 @@ func JobsMsgID(g GroupRef, jobs []SubmitJob) string {
 	if len(jobs) == 1 {
 		return SubmitMsgID(g, jobs[0].JobID)
 	}
-	return g.Tenant + ":" + g.ID + ":" + batchMsgID("jobs", len(jobs), func(yield func(string)) {
-		for i := range jobs {
-			yield(jobs[i].JobID)
-		}
+	return g.Tenant + ":" + g.ID + ":" + batchMsgID("jobs", len(jobs), func(b []byte, i int) []byte {
+		return append(b, jobs[i].JobID...)
 	})
 }
 
@@ -295,19 +293,35 @@ func ReadyMsgID(g GroupRef, jobID string, attempt int) string {
 	return g.Tenant + ":" + g.ID + ":" + jobID + ":" + strconv.Itoa(attempt)
 }
 
+// appendReadyMsgID appends [ReadyMsgID] of a job to b.
+func appendReadyMsgID(b []byte, tenant, groupID, jobID string, attempt int) []byte {
+	b = append(b, tenant...)
+	b = append(b, ':')
+	b = append(b, groupID...)
+	b = append(b, ':')
+	b = append(b, jobID...)
+	b = append(b, ':')
+	return strconv.AppendInt(b, int64(attempt), 10)
+}
+
 // ResultMsgID returns the Nats-Msg-Id of a job result, "<tenant>:<groupId>:<jobId>:<attempt>:result".
 func ResultMsgID(g GroupRef, jobID string, attempt int) string {
 	return ReadyMsgID(g, jobID, attempt) + ":result"
 }
 
-// batchMsgID returns "<kind>:<n>:<hex digest>" of the ids each yields, in order.
-func batchMsgID(kind string, n int, each func(yield func(string))) string {
+// batchMsgID returns "<kind>:<n>:<hex digest>" of n ids in order, each
+// followed by a zero byte. id appends the i-th id to b: the ids are written
+// into one buffer, not made strings one by one (a batch's id is computed
+// for every READY and RESULT message), and the digest is the same.
+func batchMsgID(kind string, n int, id func(b []byte, i int) []byte) string {
 	h := sha256.New()
-	each(func(id string) {
-		h.Write([]byte(id))
-		h.Write([]byte{0})
-	})
-	return kind + ":" + strconv.Itoa(n) + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	var b []byte
+	for i := range n {
+		b = append(id(b[:0], i), 0)
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
+	return kind + ":" + strconv.Itoa(n) + ":" + hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // Notify is the core-NATS (not JetStream) subject on which services wake

@@ -1,7 +1,10 @@
 package contracts_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -424,5 +427,46 @@ func TestDLQReason(t *testing.T) {
 	}
 	if contracts.ValidateTenant(contracts.NoTenant) == nil {
 		t.Errorf("NoTenant %q is a valid tenant", contracts.NoTenant)
+	}
+}
+
+// TestBatchMsgIDsAreStable: a batch's message id is "<kind>:<n>:" and the first 16
+// bytes, in hex, of the SHA-256 of each item's own id followed by a zero
+// byte, the ids a deduplication window already holds across an upgrade.
+func TestBatchMsgIDsAreStable(t *testing.T) {
+	t.Parallel()
+	digest := func(kind string, ids []string) string {
+		h := sha256.New()
+		for _, id := range ids {
+			h.Write([]byte(id))
+			h.Write([]byte{0})
+		}
+		return kind + ":" + strconv.Itoa(len(ids)) + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	}
+	g := contracts.Group("acme", "promo")
+	ready := &contracts.ReadyBatch{}
+	results := &contracts.ResultBatch{}
+	var jobs []contracts.SubmitJob
+	var readyIDs, resultIDs, jobIDs []string
+	for i, id := range []string{"a", "job-2", "x_y-z.9", strings.Repeat("k", 128)} {
+		attempt := 1 + i*7
+		ready.Jobs = append(ready.Jobs, contracts.ReadyJob{Tenant: g.Tenant, GroupID: g.ID, JobID: id, Attempt: attempt})
+		results.Results = append(results.Results, contracts.JobResult{Tenant: g.Tenant, GroupID: g.ID, JobID: id, Attempt: attempt})
+		jobs = append(jobs, contracts.SubmitJob{JobID: id})
+		readyIDs = append(readyIDs, contracts.ReadyMsgID(g, id, attempt))
+		resultIDs = append(resultIDs, contracts.ResultMsgID(g, id, attempt))
+		jobIDs = append(jobIDs, id)
+	}
+	if got, want := ready.MsgID(), digest("ready", readyIDs); got != want {
+		t.Errorf("ReadyBatch.MsgID = %q, want %q", got, want)
+	}
+	if got, want := results.MsgID(), digest("result", resultIDs); got != want {
+		t.Errorf("ResultBatch.MsgID = %q, want %q", got, want)
+	}
+	if got, want := contracts.JobsMsgID(g, jobs), "acme:promo:"+digest("jobs", jobIDs); got != want {
+		t.Errorf("JobsMsgID = %q, want %q", got, want)
+	}
+	if got, want := (&contracts.ReadyBatch{Jobs: ready.Jobs[1:2]}).MsgID(), readyIDs[1]; got != want {
+		t.Errorf("a batch of one: MsgID = %q, want its job's %q", got, want)
 	}
 }
