@@ -11,7 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkaction/bulkaction/internal/handoff"
 	"github.com/bulkaction/bulkaction/internal/telemetry"
 	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
@@ -39,6 +43,13 @@ func (b *testBundle) lease(t *testing.T, jobs []redisq.Job) []redisq.LeasedJob {
 // with the batch's Nats-Msg-Id.
 func (b *testBundle) publishReady(t *testing.T, jobType string, jobs []redisq.LeasedJob) {
 	t.Helper()
+	b.publishReadyTraced(t, jobType, jobs, nil)
+}
+
+// publishReadyTraced is publishReady with the jobs' W3C traceparents in
+// the pack's headers (the handoff's HeaderJobTraceparent, one per job).
+func (b *testBundle) publishReadyTraced(t *testing.T, jobType string, jobs []redisq.LeasedJob, traceparents []string) {
+	t.Helper()
 	rb := contracts.ReadyBatch{V: contracts.Version}
 	for _, j := range jobs {
 		rj := contracts.ReadyJob{Tenant: j.Group.Tenant, GroupID: j.Group.ID, JobID: j.ID, Type: j.Type, Attempt: j.Attempt}
@@ -54,6 +65,9 @@ func (b *testBundle) publishReady(t *testing.T, jobType string, jobs []redisq.Le
 	m := nats.NewMsg(b.names.ReadyPack(jobType, len(jobs)))
 	m.Data = data
 	m.Header.Set(jetstream.MsgIDHeader, rb.MsgID())
+	for _, tp := range traceparents {
+		m.Header.Add(handoff.HeaderJobTraceparent, tp)
+	}
 	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -326,4 +340,69 @@ func TestReadyBatchConcurrencyBound(t *testing.T) {
 		t.Fatalf("peak concurrency %d with %d slots, want %d", p, slots, slots)
 	}
 	testkit.WaitFor(t, "READY acknowledged", waitTimeout, func() bool { return b.streamMsgs(t, b.names.StreamReady()) == 0 })
+}
+
+// TestPackedJobsContinueTheirTraces: each job of a READY pack that names
+// the jobs' trace contexts gets a process span in its own job's trace, a
+// child of the job's span there and linked to the delivery's span.
+func TestPackedJobsContinueTheirTraces(t *testing.T) {
+	t.Parallel()
+	b := setupWithoutFeeder(t, redisq.Config{})
+	_, _, jobs := twoTenantJobs()
+	leased := b.lease(t, jobs)
+	mux := processor.NewMux()
+	mux.HandleFunc("t", func(context.Context, *processor.Job) error { return nil })
+	startWorker(t, b, worker.Config{Concurrency: 4}, mux)
+
+	parents := map[string]trace.SpanContext{}
+	var tps []string
+	for i, j := range leased {
+		tp := fmt.Sprintf("00-%032x-%016x-01", 0xabc0+i, 0xdef0+i)
+		sc := trace.SpanContextFromContext((propagation.TraceContext{}).Extract(context.Background(), propagation.MapCarrier{"traceparent": tp}))
+		if !sc.IsValid() {
+			t.Fatalf("traceparent %s is not valid", tp)
+		}
+		parents[j.Group.Tenant+":"+j.Group.ID+":"+j.ID] = sc
+		tps = append(tps, tp)
+	}
+	b.publishReadyTraced(t, "t", leased, tps)
+
+	// the delivery's span has the name too, and no job's attributes
+	jobSpans := func() map[string]sdktrace.ReadOnlySpan {
+		out := map[string]sdktrace.ReadOnlySpan{}
+		for _, s := range b.spans.Ended() {
+			if s.Name() != worker.SpanProcess {
+				continue
+			}
+			var tn, gid, jid string
+			for _, kv := range s.Attributes() {
+				switch kv.Key {
+				case worker.AttrTenant:
+					tn = kv.Value.AsString()
+				case worker.AttrGroupID:
+					gid = kv.Value.AsString()
+				case worker.AttrJobID:
+					jid = kv.Value.AsString()
+				}
+			}
+			if jid != "" {
+				out[tn+":"+gid+":"+jid] = s
+			}
+		}
+		return out
+	}
+	testkit.WaitFor(t, "a process span per job", waitTimeout, func() bool { return len(jobSpans()) == len(leased) })
+	for key, s := range jobSpans() {
+		want, ok := parents[key]
+		if !ok {
+			t.Fatalf("a process span of %s, no job of the pack", key)
+		}
+		if s.SpanContext().TraceID() != want.TraceID() || s.Parent().SpanID() != want.SpanID() || !s.Parent().IsRemote() {
+			t.Errorf("%s: span in trace %s under %s, want trace %s under the job's span %s",
+				key, s.SpanContext().TraceID(), s.Parent().SpanID(), want.TraceID(), want.SpanID())
+		}
+		if len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID() == want.TraceID() {
+			t.Errorf("%s: links %v, want one to the delivery's span", key, s.Links())
+		}
+	}
 }

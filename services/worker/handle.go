@@ -298,24 +298,35 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 	// traceparents): each job's span continues its own trace, linked to
 	// the delivery's span; without them it is a child of the delivery's.
 	var tps []string
+	// What the delivery's context holds is looked up once, not per job: a
+	// context.WithoutCancel allocates on each lookup.
+	var dSpan trace.Span
+	var dUntraced bool
+	var dLink *trace.Link
 	if len(batch.Jobs) > 1 {
 		if tps = msg.Headers().Values(handoff.HeaderJobTraceparent); len(tps) != len(batch.Jobs) {
 			tps = nil
 		}
+		dSpan, dUntraced = telemetry.Untraced(d.Ctx, w.tracer)
 	}
 	for i := range batch.Jobs {
 		job := &batch.Jobs[i]
 		c := claimed{msg: m, job: job, Ctx: d.Ctx, Span: d.Span, delivered: delivered, extra: i > 0}
 		if len(batch.Jobs) > 1 {
-			parent := d.Ctx
+			parent, sp, untraced := d.Ctx, dSpan, dUntraced
 			var opts []trace.SpanStartOption
 			if tps != nil {
-				if p := (propagation.TraceContext{}).Extract(base, propagation.MapCarrier{"traceparent": tps[i]}); trace.SpanContextFromContext(p).IsValid() {
-					parent = p
-					opts = append(opts, trace.WithLinks(trace.LinkFromContext(d.Ctx)), trace.WithSpanKind(trace.SpanKindConsumer))
+				if sc := jobSpanContext(tps[i]); sc.IsValid() {
+					parent = trace.ContextWithRemoteSpanContext(base, sc)
+					if dLink == nil {
+						l := trace.LinkFromContext(d.Ctx)
+						dLink = &l
+					}
+					opts = append(opts, trace.WithLinks(*dLink), trace.WithSpanKind(trace.SpanKindConsumer))
+					sp, untraced = telemetry.Untraced(parent, w.tracer)
 				}
 			}
-			if sp, ok := telemetry.Untraced(parent, w.tracer); ok {
+			if untraced {
 				c.Ctx, c.Span = parent, sp
 			} else {
 				c.Ctx, c.Span = w.tracer.Start(parent, SpanProcess, opts...)
@@ -331,6 +342,15 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 		cs[i] = c
 	}
 	return cs, true
+}
+
+// jobSpanContext is the span context of a job's W3C traceparent (invalid
+// when it is none), as propagation.TraceContext extracts it; read from a
+// context of its own, because looking it up in the delivery's (a
+// context.WithoutCancel) allocates.
+func jobSpanContext(traceparent string) trace.SpanContext {
+	ctx := (propagation.TraceContext{}).Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.SpanContextFromContext(ctx)
 }
 
 // run runs a claimed job's processor and settles the delivery: result,
