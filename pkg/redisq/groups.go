@@ -194,6 +194,24 @@ func resultGroups(rs []contracts.JobResult) (refs []contracts.GroupRef, of []int
 // recordCall builds the keys and arguments of one record script call (see
 // lua/record.lua): the meta key of each group touched (resultGroups), then
 // each result with its group's index (from 1, as KEYS).
+// The result statuses as script arguments, boxed once: a string put in an
+// interface value is copied to the heap each time.
+var (
+	argSuccess any = string(contracts.ResultSuccess)
+	argFailed  any = string(contracts.ResultFailed)
+)
+
+// statusArg is a result status as a script argument.
+func statusArg(s contracts.ResultStatus) any {
+	switch s {
+	case contracts.ResultSuccess:
+		return argSuccess
+	case contracts.ResultFailed:
+		return argFailed
+	}
+	return string(s)
+}
+
 func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
 	refs, of := resultGroups(rs)
 	keys := make([]string, len(refs))
@@ -204,7 +222,7 @@ func (q *Queue) recordCall(rs []contracts.JobResult) ([]string, []any) {
 	results := make([]any, 0, 5*len(rs))
 	for i := range rs {
 		r := &rs[i]
-		results = append(results, of[i]+1, r.JobID, string(r.Status), r.Error, r.Attempt)
+		results = append(results, of[i]+1, r.JobID, statusArg(r.Status), r.Error, r.Attempt)
 	}
 	args := make([]any, 0, 7+len(gks)+len(results))
 	args = append(args, q.keys.Prefix(), q.now(), secs(q.cfg.JobTTL), secs(q.cfg.GroupTTL), q.cfg.Alpha, MaxFailuresKept,
