@@ -608,6 +608,21 @@ type LeasedJob struct {
 	// from then on READY's measurements show the message, and its room
 	// reservation ([WithReadySeq]) ends once a measurement does.
 	ReadySeq uint64
+
+	// member is the job's "<tenant>:<gid>:<jid>" inflight member as the
+	// script that leased it replied it ("" = not read from a reply).
+	member string
+}
+
+// inflightMember is j's member of the inflight set: the one its lease
+// reply carried while it still names j's group and id, else put together.
+func (j *LeasedJob) inflightMember() string {
+	m, t, g := j.member, j.Group.Tenant, j.Group.ID
+	if len(m) == len(t)+len(g)+len(j.ID)+2 && m[len(t)] == ':' && m[len(t)+1+len(g)] == ':' &&
+		m[:len(t)] == t && m[len(t)+1:len(t)+1+len(g)] == g && m[len(m)-len(j.ID):] == j.ID {
+		return m
+	}
+	return member(j.Group, j.ID)
 }
 
 // AdmitResult is the outcome of one Admit call.

@@ -32,8 +32,9 @@ func (q *Queue) Confirm(ctx context.Context, jobs ...LeasedJob) error {
 	published := map[string][]redis.Z{} // by type: one ZADD each
 	unpublished := map[string][]any{}
 	var types []string // in the order first seen
-	for i, j := range jobs {
-		m := member(j.Group, j.ID)
+	for i := range jobs {
+		j := &jobs[i]
+		var m any = j.inflightMember() // boxed once for both lists
 		members[i] = m
 		if published[j.Type] == nil && unpublished[j.Type] == nil {
 			types = append(types, j.Type)
@@ -438,16 +439,18 @@ func (q *Queue) ClaimBatch(ctx context.Context, ds []Delivery, opts ...ClaimOpti
 		for _, o := range toList(v) {
 			s := toStr(o)
 			if n, ok := strings.CutPrefix(s, string(ClaimRun)+":"); ok {
-				parts := strings.Split(n, ":")
-				if len(parts) != 3 {
+				// <claims>:<throttles>:<suspect>, read without a slice per job
+				c, rest, ok1 := strings.Cut(n, ":")
+				t, suspect, ok2 := strings.Cut(rest, ":")
+				if !ok1 || !ok2 || strings.IndexByte(suspect, ':') >= 0 {
 					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
 				}
-				claims, err1 := strconv.Atoi(parts[0])
-				throttles, err2 := strconv.Atoi(parts[1])
+				claims, err1 := strconv.Atoi(c)
+				throttles, err2 := strconv.Atoi(t)
 				if err1 != nil || err2 != nil {
 					return nil, fmt.Errorf("redisq: claim script: outcome %q", s)
 				}
-				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims, Throttles: throttles, Suspect: parts[2] == "1"})
+				out = append(out, Claimed{Outcome: ClaimRun, Claims: claims, Throttles: throttles, Suspect: suspect == "1"})
 				continue
 			}
 			if n, ok := strings.CutPrefix(s, string(ClaimBusy)+":"); ok {
@@ -484,11 +487,12 @@ func parseJobs(entries []any) ([]LeasedJob, error) {
 }
 
 // parseLease reads a leased job from its entry in a script's reply
-// (lib.lua lease_entry): <attempt> <gk> <jid> <type> <trace> <dest> <payload>,
-// joined by single spaces. Its strings share e's bytes; the payload is
+// (lib.lua lease_entry): <attempt> <gk>:<jid> <type> <trace> <dest> <payload>,
+// joined by single spaces. Its strings share e's bytes (the job keeps
+// <gk>:<jid>, its inflight member, for [Queue.Confirm]); the payload is
 // copied.
 func parseLease(e string) (LeasedJob, bool) {
-	var f [6]string
+	var f [5]string
 	rest := e
 	for k := range f {
 		i := strings.IndexByte(rest, ' ')
@@ -498,11 +502,12 @@ func parseLease(e string) (LeasedJob, bool) {
 		f[k], rest = rest[:i], rest[i+1:]
 	}
 	attempt, err := strconv.Atoi(f[0])
-	if err != nil || attempt < 0 || f[1] == "" || f[2] == "" {
+	i := strings.LastIndexByte(f[1], ':')
+	if err != nil || attempt < 0 || i <= 0 || i == len(f[1])-1 || strings.IndexByte(f[1][:i], ':') <= 0 {
 		return LeasedJob{}, false
 	}
-	return LeasedJob{Group: parseGroupKey(f[1]), ID: f[2], Type: f[3], Attempt: attempt, Trace: f[4],
-		Destination: f[5], Payload: []byte(rest)}, true
+	return LeasedJob{Group: parseGroupKey(f[1][:i]), ID: f[1][i+1:], Type: f[2], Attempt: attempt, Trace: f[3],
+		Destination: f[4], Payload: []byte(rest), member: f[1]}, true
 }
 
 var (

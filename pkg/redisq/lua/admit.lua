@@ -488,7 +488,7 @@ while admitted + parked < want do
         inflight[#inflight + 1] = deadline
         inflight[#inflight + 1] = mem
         if ty and rooms.seq then ready_reserve_later(reserved, ty, mem, now, lease_ms) end
-        jobs[#jobs + 1] = lease_entry(gk, jid, d, attempt)
+        jobs[#jobs + 1] = lease_entry(mem, d, attempt)
         admitted = admitted + 1
         g.inflight = g.inflight + 1
         g.leased = g.leased + 1

@@ -689,13 +689,15 @@ end
 -- lease_entry is a leased job as the scripts that hand jobs out reply it
 -- (admit, release, reclaim; Go: parseLease), one string of its fields
 -- joined by single spaces, the payload last and whole:
---   <attempt> <gk> <jid> <type> <trace> <dest> <payload>
--- (type, trace and dest '' when none: dest '' = its type). Tokens, ids,
+--   <attempt> <gk>:<jid> <type> <trace> <dest> <payload>
+-- (type, trace and dest '' when none: dest '' = its type), where
+-- <gk>:<jid> is mem, the job's member of the inflight set. Tokens, ids,
 -- destinations and W3C traceparents hold no space. One value per job, not
 -- seven: each value of a reply is a string the client allocates, and the
--- group key went with every job.
-local function lease_entry(gk, jid, d, attempt)
-  return attempt .. ' ' .. gk .. ' ' .. jid .. ' ' .. (d.type or '') .. ' ' .. (d.trace or '') .. ' ' ..
+-- group key went with every job; the client confirms the job with the
+-- member it reads here, not one it puts together.
+local function lease_entry(mem, d, attempt)
+  return attempt .. ' ' .. mem .. ' ' .. (d.type or '') .. ' ' .. (d.trace or '') .. ' ' ..
     (d.dest or '') .. ' ' .. d.payload
 end
 
@@ -706,8 +708,9 @@ local function lease(out, inflight_key, job_key, gk, jid, deadline)
   local d = job_read(job_key) or { payload = '' }
   local attempt = num(d.attempt) + 1
   redis.call('HSET', job_key, 'status', 'LEASED', 'attempt', attempt)
-  zadd_pinned(inflight_key, deadline, gk .. ':' .. jid)
-  out[#out + 1] = lease_entry(gk, jid, d, attempt)
+  local mem = gk .. ':' .. jid
+  zadd_pinned(inflight_key, deadline, mem)
+  out[#out + 1] = lease_entry(mem, d, attempt)
 end
 
 -- cancel_job counts a job of a cancelled group as cancelled.

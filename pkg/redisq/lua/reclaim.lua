@@ -36,7 +36,7 @@ for _, mem in ipairs(expired) do
     else
       zadd_pinned(KEYS[1], deadline, mem)
       ready_reserve(prefix, d.type or '', mem, now, tonumber(ARGV[3]))
-      out[#out + 1] = lease_entry(gk, jid, d, num(d.attempt))
+      out[#out + 1] = lease_entry(mem, d, num(d.attempt))
     end
   else
     -- already running, finished or gone: nothing to recover
