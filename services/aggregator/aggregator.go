@@ -384,7 +384,9 @@ func (a *Aggregator) count(items []item, recs []*redisq.RecordResult) []events.C
 	for i, rec := range recs {
 		it := items[i]
 		g := it.res.Ref()
-		it.Span.SetAttributes(AttrOutcome.String(string(rec.Outcome)), AttrCompleted.Bool(rec.Completed))
+		if it.Span.IsRecording() { // the attributes' list is allocated even when not
+			it.Span.SetAttributes(AttrOutcome.String(string(rec.Outcome)), AttrCompleted.Bool(rec.Completed))
+		}
 		switch rec.Outcome {
 		case redisq.Recorded:
 			m.RecordedResults.WithLabelValues(string(it.res.Status)).Inc()

@@ -629,7 +629,9 @@ const (
 // count records the delivery's outcome on the span and in
 // bulk_action_job_results_total.
 func (w *Worker) count(c claimed, status string) {
-	c.Span.SetAttributes(AttrOutcome.String(status))
+	if c.Span.IsRecording() { // the attributes' list is allocated even when not
+		c.Span.SetAttributes(AttrOutcome.String(status))
+	}
 	w.d.Metrics.JobResults.WithLabelValues(c.job.Type, status).Inc()
 }
 
