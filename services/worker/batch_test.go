@@ -183,21 +183,8 @@ func TestReadyBatchRunsEveryJobOnce(t *testing.T) {
 			if s.Name() != worker.SpanProcess {
 				continue
 			}
-			var tn, gid, jid, outcome string
-			for _, kv := range s.Attributes() {
-				switch kv.Key {
-				case worker.AttrTenant:
-					tn = kv.Value.AsString()
-				case worker.AttrGroupID:
-					gid = kv.Value.AsString()
-				case worker.AttrJobID:
-					jid = kv.Value.AsString()
-				case worker.AttrOutcome:
-					outcome = kv.Value.AsString()
-				}
-			}
-			if outcome == string(contracts.ResultSuccess) {
-				spans[tn+":"+gid+":"+jid] = true
+			if key, outcome := jobOfSpan(s); outcome == string(contracts.ResultSuccess) {
+				spans[key] = true
 			}
 		}
 		return len(spans) == 3 && spans["t1:g:j0"] && spans["t1:g:j1"] && spans["t2:g:j0"]
@@ -374,19 +361,8 @@ func TestPackedJobsContinueTheirTraces(t *testing.T) {
 			if s.Name() != worker.SpanProcess {
 				continue
 			}
-			var tn, gid, jid string
-			for _, kv := range s.Attributes() {
-				switch kv.Key {
-				case worker.AttrTenant:
-					tn = kv.Value.AsString()
-				case worker.AttrGroupID:
-					gid = kv.Value.AsString()
-				case worker.AttrJobID:
-					jid = kv.Value.AsString()
-				}
-			}
-			if jid != "" {
-				out[tn+":"+gid+":"+jid] = s
+			if key, _ := jobOfSpan(s); key != "" {
+				out[key] = s
 			}
 		}
 		return out
@@ -405,4 +381,26 @@ func TestPackedJobsContinueTheirTraces(t *testing.T) {
 			t.Errorf("%s: links %v, want one to the delivery's span", key, s.Links())
 		}
 	}
+}
+
+// jobOfSpan is the "<tenant>:<gid>:<jid>" of the job a process span
+// names ("" for a delivery's span, which names none) and its outcome.
+func jobOfSpan(s sdktrace.ReadOnlySpan) (key, outcome string) {
+	var tn, gid, jid string
+	for _, kv := range s.Attributes() {
+		switch kv.Key {
+		case worker.AttrTenant:
+			tn = kv.Value.AsString()
+		case worker.AttrGroupID:
+			gid = kv.Value.AsString()
+		case worker.AttrJobID:
+			jid = kv.Value.AsString()
+		case worker.AttrOutcome:
+			outcome = kv.Value.AsString()
+		}
+	}
+	if jid == "" {
+		return "", outcome
+	}
+	return tn + ":" + gid + ":" + jid, outcome
 }
