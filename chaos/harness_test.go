@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,16 +73,6 @@ func buildBinaries(t *testing.T) binaries {
 	return built
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // ---------------------------------------------------------------- redis
 
 // redisProc is a redis-server child process with AOF always, in a
@@ -107,7 +96,7 @@ func newRedis(t *testing.T, dir string) *redisProc {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &redisProc{port: freePort(t), dir: dir}
+	r := &redisProc{port: testkit.FreePort(t), dir: dir}
 	if err := r.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +506,7 @@ func newEnv(t *testing.T, name string, opts envOptions) *env {
 			e.keys = redisq.NewKeys(redisq.GlobalPrefix(e.prefix))
 		}
 	} else {
-		e.redis = &redisProc{port: freePort(t), dir: filepath.Join(dir, "redis"), wrap: opts.RedisWrap}
+		e.redis = &redisProc{port: testkit.FreePort(t), dir: filepath.Join(dir, "redis"), wrap: opts.RedisWrap}
 		if err := os.MkdirAll(e.redis.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -661,7 +650,7 @@ func (e *env) gatewayEnv(tenants []string) []string {
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(e.t))
+	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(e.t))
 	e.gatewayURL = "http://" + addr
 	return []string{"BULKACTION_GATEWAY_ADDR=" + addr, "BULKACTION_GATEWAY_KEYS_FILE=" + file}
 }

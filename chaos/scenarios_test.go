@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkaction/bulkaction/internal/testkit"
 	"github.com/bulkaction/bulkaction/pkg/contracts"
 )
 
@@ -626,7 +627,7 @@ func redisUnderFaketime(t *testing.T) error {
 		return err
 	}
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	args := append(append([]string{}, wrap[1:]...), "redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
 		"--dir", dir, "--save", "", "--appendonly", "no")
 	cmd := exec.Command(wrap[0], args...)

@@ -49,7 +49,7 @@ func otlpSpans(t *testing.T) (url string, names <-chan string) {
 // shutdown flushes the batch still waiting for its export, whatever ended
 // the process.
 func TestRunExportsLastSpansOnShutdown(t *testing.T) {
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	startSystem(t, false, "HTTP_ADDR", fmt.Sprintf("127.0.0.1:%d", port))
 	url, spans := otlpSpans(t)
 	t.Setenv("OTEL_SDK_DISABLED", "")

@@ -19,6 +19,7 @@ import (
 	"github.com/bulkaction/bulkaction/internal/config"
 	"github.com/bulkaction/bulkaction/internal/conns"
 	"github.com/bulkaction/bulkaction/internal/testenv"
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 // logCapture collects what slog, the log package and go-redis print.
@@ -72,7 +73,7 @@ func (l stderrRedisLogger) Printf(_ context.Context, format string, v ...any) {
 // names the server (its redacted URL).
 func TestConnectErrorsAndLogsHideSecrets(t *testing.T) {
 	logs := captureLogs(t)
-	closed := strconv.Itoa(freePort(t))
+	closed := strconv.Itoa(testkit.FreePort(t))
 	pw, token := secret(t, "urlpw"), secret(t, "urltoken")
 	p := newPKI(t)
 	redisPW := secret(t, "realpw")

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/bulkaction/bulkaction/internal/testkit"
 )
 
 // pki is a test CA with one server and one client certificate, as PEM files.
@@ -140,7 +142,7 @@ func startTLSRedis(t testing.TB, p *pki, args ...string) string {
 	t.Helper()
 	needRedisServer(t)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	all := append([]string{
 		"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--tls-cert-file", p.ServerCert, "--tls-key-file", p.ServerKey, "--tls-ca-cert-file", p.CAFile,
@@ -221,14 +223,4 @@ func startTLSNats(t testing.TB, p *pki, auth func(*server.Options)) string {
 		t.Fatal("nats-server not ready")
 	}
 	return "tls://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Addr().(*net.TCPAddr).Port))
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -23,3 +23,9 @@ func FreePorts(t testing.TB, n int) []int {
 	}
 	return ports
 }
+
+// FreePort is one port of [FreePorts].
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return FreePorts(t, 1)[0]
+}
