@@ -617,10 +617,10 @@ type LeasedJob struct {
 // inflightMember is j's member of the inflight set: the one its lease
 // reply carried while it still names j's group and id, else put together.
 func (j *LeasedJob) inflightMember() string {
-	m, t, g := j.member, j.Group.Tenant, j.Group.ID
-	if len(m) == len(t)+len(g)+len(j.ID)+2 && m[len(t)] == ':' && m[len(t)+1+len(g)] == ':' &&
-		m[:len(t)] == t && m[len(t)+1:len(t)+1+len(g)] == g && m[len(m)-len(j.ID):] == j.ID {
-		return m
+	t, rest, _ := strings.Cut(j.member, ":")
+	g, id, _ := strings.Cut(rest, ":")
+	if j.member != "" && t == j.Group.Tenant && g == j.Group.ID && id == j.ID {
+		return j.member
 	}
 	return member(j.Group, j.ID)
 }

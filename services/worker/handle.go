@@ -302,10 +302,12 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 	// context.WithoutCancel allocates on each lookup.
 	var dSpan trace.Span
 	var dUntraced bool
-	var dLink *trace.Link
+	var dLink trace.Link
 	if len(batch.Jobs) > 1 {
 		if tps = msg.Headers().Values(handoff.HeaderJobTraceparent); len(tps) != len(batch.Jobs) {
 			tps = nil
+		} else {
+			dLink = trace.LinkFromContext(d.Ctx)
 		}
 		dSpan, dUntraced = telemetry.Untraced(d.Ctx, w.tracer)
 	}
@@ -318,11 +320,7 @@ func (w *Worker) open(base context.Context, jobType string, msg jetstream.Msg) (
 			if tps != nil {
 				if sc := jobSpanContext(tps[i]); sc.IsValid() {
 					parent = trace.ContextWithRemoteSpanContext(base, sc)
-					if dLink == nil {
-						l := trace.LinkFromContext(d.Ctx)
-						dLink = &l
-					}
-					opts = append(opts, trace.WithLinks(*dLink), trace.WithSpanKind(trace.SpanKindConsumer))
+					opts = append(opts, trace.WithLinks(dLink), trace.WithSpanKind(trace.SpanKindConsumer))
 					sp, untraced = telemetry.Untraced(parent, w.tracer)
 				}
 			}
